@@ -1,0 +1,1 @@
+"""The actor: holds the tools, sees only checked values, runs only the fixed plan."""

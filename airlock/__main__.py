@@ -1,0 +1,5 @@
+import sys
+
+from airlock.cli import main
+
+sys.exit(main())

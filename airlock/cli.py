@@ -1,0 +1,184 @@
+"""The `airlock` command: up, inject, trace, status, record.
+
+Every failure the user can cause or meet is one line on stderr and a non-zero exit:
+1 for a runtime failure (broker unreachable, missing file), 2 for bad usage, 78 for bad
+configuration. Tracebacks are bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from airlock import __version__, sources, trace
+from airlock import settings as settings_module
+from airlock.errors import AirlockError, ConfigError, UsageError
+
+_json = msgspec.json.Encoder()
+
+
+def _settings(args: argparse.Namespace) -> settings_module.Settings:
+    return settings_module.load(
+        data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
+        task=Path(args.task) if getattr(args, "task", None) else None,
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from airlock.service import stop_on_signals
+    from airlock.supervisor import Supervisor, check_config, child_env
+
+    env = dict(os.environ)
+    if args.model_url is not None:
+        env["AIRLOCK_MODEL_URL"] = args.model_url
+    settings = settings_module.load(env, data_dir=Path(args.data_dir) if args.data_dir else None,
+                                    task=Path(args.task) if args.task else None)
+    check_config(settings)
+    if args.readers < 1:
+        raise UsageError("--readers must be at least 1")
+    data = settings.data_dir.resolve()
+    print(f"airlock {__version__}: task {settings.task}, {args.readers} reader(s)")
+    print(f"  model:  {settings.model_url or 'none set: readers answer from recorded samples'}")
+    for name in settings.ports:
+        print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
+    print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
+    print("  Ctrl-C stops everything.", flush=True)
+    supervisor = Supervisor(settings, child_env(settings, env), args.readers)
+    return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
+
+
+def cmd_inject(args: argparse.Namespace) -> int:
+    from airlock.client import IntakeClient
+
+    settings = _settings(args)
+    items: list[tuple[bytes, str, str]] = []
+    if args.text is not None:
+        items.append((args.text.encode("utf-8"), "text", "--text"))
+    for name in args.files:
+        if name == "-":
+            raw = sys.stdin.buffer.read()
+            items.append((raw, sources.sniff(raw), "<stdin>"))
+            continue
+        for path in sources.expand([name]):
+            items.append((sources.read(path), sources.format_of(path), str(path)))
+    if not items:
+        raise UsageError("nothing to inject: give files, '-' for standard input, or --text")
+    with IntakeClient(settings, timeout_s=args.timeout) as client:
+        accepted = list(client.submit(items))
+        if not args.wait:
+            for origin, message_id in accepted:
+                print(_json.encode({"id": message_id, "file": origin}).decode() if args.json
+                      else f"{message_id}  {origin}")
+            return 0
+        ids = [message_id for _, message_id in accepted]
+        results = {r.message_id: r for r in client.outcomes(ids, args.wait_timeout)}
+    code = 0
+    for origin, message_id in accepted:
+        result = results.get(message_id)
+        outcome = result.outcome if result else "pending"
+        reason = result.reason if result else f"no outcome within {args.wait_timeout} s"
+        if args.json:
+            print(_json.encode({"id": message_id, "file": origin, "outcome": outcome, "reason": reason}).decode())
+        else:
+            print(f"{message_id}  {outcome:<9} {origin}" + (f"  ({reason})" if reason else ""))
+        code = code if result else 1
+    return code
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    path = _settings(args).trace_path
+    if not path.exists() and not args.follow:
+        raise UsageError(f"no trace yet at {path}")
+    records = trace.follow(path, args.id) if args.follow else trace.read(path, args.id)
+    found = False
+    for record in records:
+        found = True
+        print(_json.encode(record).decode() if args.json else trace.render(record), flush=args.follow)
+    if args.id and not found:
+        raise UsageError(f"no trace lines for {args.id} in {path}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from airlock.client import IntakeClient
+
+    with IntakeClient(_settings(args), timeout_s=args.timeout) as client:
+        status = client.status()
+    print(f"workers: {status.workers}  queued: {status.queued}  in flight: {status.in_flight}")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    # Recording needs the reader's prompt and model client; the reader runs it in its own
+    # process so the kernel never imports a service.
+    command = [sys.executable, "-m", "reader.record", "--model-url", args.model_url]
+    if args.task:
+        command += ["--task", args.task]
+    return subprocess.call(command + args.files)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airlock", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"airlock {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live (default $AIRLOCK_DATA_DIR or ./airlock-data)")
+        return sub
+
+    up = command("up", cmd_up, "start broker, validator, actor and readers; Ctrl-C stops them")
+    up.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
+    up.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    up.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
+
+    inject = command("inject", cmd_inject, "put emails into the reader queue")
+    inject.add_argument("files", nargs="*", help=".eml or .txt files, folders of them, or - for stdin")
+    inject.add_argument("--text", help="inject this text as a plain email")
+    inject.add_argument("--json", action="store_true", help='one JSON line per email: {"id", "file"[, "outcome"]}')
+    inject.add_argument("--wait", action="store_true", help="wait for each email's outcome")
+    inject.add_argument("--wait-timeout", type=float, default=120.0, help="seconds to wait for outcomes")
+    inject.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
+
+    trace_cmd = command("trace", cmd_trace, "show what happened to one email, or to all")
+    trace_cmd.add_argument("id", nargs="?", help="a message id from `airlock inject`")
+    trace_cmd.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
+    trace_cmd.add_argument("--json", action="store_true", help="print the raw JSON lines")
+
+    status = command("status", cmd_status, "show connected workers and queue lengths")
+    status.add_argument("--timeout", type=float, default=5.0)
+
+    record = commands.add_parser("record", help="record a live model's answers as samples",
+                                 description="record a live model's answers for sample emails")
+    record.set_defaults(handler=cmd_record)
+    record.add_argument("files", nargs="+", help=".eml or .txt files or folders")
+    record.add_argument("--model-url", required=True)
+    record.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except ConfigError as exc:
+        print(f"airlock: {exc}", file=sys.stderr)
+        return 78
+    except UsageError as exc:
+        print(f"airlock: {exc}", file=sys.stderr)
+        return 2
+    except AirlockError as exc:
+        print(f"airlock: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,104 @@
+"""A client of the broker's intake endpoint: submit emails, await outcomes, ask status.
+
+Every call has a deadline; silence from the broker becomes BrokerUnreachable with the
+endpoint in the message, never a hang.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+import msgspec
+import zmq
+
+from airlock.errors import BrokerUnreachable
+from airlock.settings import Settings
+from airlock.transport import ZmqChannel
+from airlock.wire import (
+    Accepted, Await, EmailFormat, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
+)
+
+WINDOW = 500  # submissions in flight before waiting for acknowledgements
+BUSY_RETRY_S = 0.2
+
+
+class IntakeClient:
+    def __init__(self, settings: Settings, timeout_s: float = 5.0) -> None:
+        self.endpoint = settings.endpoint("intake")
+        self.timeout_s = timeout_s
+        self._ctx = zmq.Context.instance()
+        self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes)
+        self._decode = outbound_decoder("intake")
+        self._ref = 0
+
+    def __enter__(self) -> IntakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def submit(self, items: Iterable[tuple[bytes, EmailFormat, str]]) -> Iterator[tuple[str, str]]:
+        """Submit (raw, format, origin) items; yield (origin, message_id) as each is accepted."""
+        queue = list(items)
+        waiting: dict[int, tuple[bytes, EmailFormat, str]] = {}
+        position = 0
+        while position < len(queue) or waiting:
+            while position < len(queue) and len(waiting) < WINDOW:
+                self._ref += 1
+                raw, fmt, origin = waiting[self._ref] = queue[position]
+                self._channel.send(Submit(ref=self._ref, raw=raw, format=fmt, origin=origin))
+                position += 1
+            reply = self._next()
+            match reply:
+                case Accepted(ref=ref, message_id=message_id) if ref in waiting:
+                    yield waiting.pop(ref)[2], message_id
+                case Refused(ref=ref) if ref in waiting:
+                    # Back-pressure: the broker's queue is full. Wait, then send it again.
+                    time.sleep(BUSY_RETRY_S)
+                    self._ref += 1
+                    raw, fmt, origin = waiting[self._ref] = waiting.pop(ref)
+                    self._channel.send(Submit(ref=self._ref, raw=raw, format=fmt, origin=origin))
+
+    def outcomes(self, ids: list[str], timeout_s: float) -> Iterator[Result]:
+        """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded)."""
+        missing = set(ids)
+        self._ref += 1
+        for start in range(0, len(ids), 1000):
+            self._channel.send(Await(ref=self._ref, ids=ids[start:start + 1000]))
+        deadline = time.monotonic() + timeout_s
+        while missing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            match self._next(left, raise_on_silence=False):
+                case Result(message_id=message_id) as result if message_id in missing:
+                    missing.discard(message_id)
+                    yield result
+                case Refused(reason=reason) if reason.startswith("unknown message id"):
+                    missing.discard(reason.rsplit(" ", 1)[-1])
+
+    def status(self) -> Status:
+        self._ref += 1
+        ref = self._ref
+        self._channel.send(Ping(ref=ref))
+        while True:
+            match self._next():
+                case Status(ref=got) as status if got == ref:
+                    return status
+
+    def notice(self, event: str, **detail: object) -> None:
+        self._channel.send(Notice(event=event, detail=detail))  # type: ignore[arg-type]
+
+    def _next(self, timeout_s: float | None = None, raise_on_silence: bool = True) -> object:
+        frame = self._channel.recv(self.timeout_s if timeout_s is None else timeout_s)
+        if frame is None:
+            if raise_on_silence:
+                raise BrokerUnreachable(
+                    f"the broker at {self.endpoint} did not answer within {self.timeout_s} s; is `airlock up` running?")
+            return None
+        message = self._decode(frame)
+        return message if isinstance(message, msgspec.Struct) else None

@@ -1,0 +1,42 @@
+"""The exceptions airlock raises, as a tree.
+
+    AirlockError                 anything airlock itself refuses
+     +-- ConfigError             bad start-up input; every service fails closed on it
+     |    +-- SettingsError      an environment key is missing or will not cast
+     |    +-- TaskError          a task file is unreadable, unknown keys, bad plan
+     |    +-- CatalogError       the actor's catalog is bad or misses a planned tool
+     +-- BrokerUnreachable       the CLI got no answer from the broker in time
+     +-- UsageError              the CLI was asked for something it cannot do
+
+Errors that come from the outside world while running (a frame that does not decode, a
+dead model, a broken email) are *values* on the wire, not exceptions: see wire.py.
+The CLI translates every AirlockError into one line on stderr and a non-zero exit.
+"""
+
+
+class AirlockError(Exception):
+    """Base of every error airlock raises on purpose."""
+
+
+class ConfigError(AirlockError):
+    """Start-up configuration is wrong; the process must not start."""
+
+
+class SettingsError(ConfigError):
+    """An AIRLOCK_* setting is missing or malformed."""
+
+
+class TaskError(ConfigError):
+    """A task file cannot be used."""
+
+
+class CatalogError(ConfigError):
+    """The tool catalog is invalid or does not cover the plan."""
+
+
+class BrokerUnreachable(AirlockError):
+    """The broker did not answer within the allowed time."""
+
+
+class UsageError(AirlockError):
+    """A CLI request that cannot be carried out (missing file, bad flag value)."""

@@ -1,0 +1,114 @@
+"""Environment -> typed settings, read once at start.
+
+Every setting is an AIRLOCK_* variable with a default, except where a default would be a
+guess. A value that does not cast raises SettingsError naming the key. Tests and the CLI
+pass their own mapping instead of os.environ. Timing settings carry their unit in the name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from airlock.errors import SettingsError
+
+DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    data_dir: Path
+    task: Path
+    model_url: str | None
+    model_name: str
+    model_timeout_s: float
+    bind_host: str  # where the broker binds its endpoints
+    broker_host: str  # where services and the CLI find the broker
+    ports: dict[str, int]
+    max_email_bytes: int
+    max_frame_bytes: int
+    read_deadline_s: float  # a reader must answer within this, or the email fails
+    validate_deadline_s: float
+    act_deadline_s: float
+    reader_credit: int  # messages a reader may hold at once
+    worker_credit: int  # messages the validator or actor may hold at once
+
+    def endpoint(self, name: str, *, bind: bool = False) -> str:
+        host = self.bind_host if bind else self.broker_host
+        return f"tcp://{host}:{self.ports[name]}"
+
+    @property
+    def trace_path(self) -> Path:
+        return self.data_dir / "trace.jsonl"
+
+    @property
+    def calls_path(self) -> Path:
+        return self.data_dir / "calls.jsonl"
+
+
+def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise ValueError("must be a TCP port 1-65535")
+    return value
+
+
+def _optional_url(text: str) -> str | None:
+    text = text.strip()
+    if not text:
+        return None
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return text
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build Settings from `env` (default os.environ); keyword overrides win (CLI flags)."""
+    env = os.environ if env is None else env
+
+    def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
+        text = env.get(key, default)
+        try:
+            return cast(text)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
+
+    values: dict[str, Any] = {
+        "data_dir": read("AIRLOCK_DATA_DIR", Path, "airlock-data"),
+        "task": read("AIRLOCK_TASK", Path, "tasks/order_status.toml"),
+        "model_url": read("AIRLOCK_MODEL_URL", _optional_url, ""),
+        "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
+        "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),
+        "bind_host": read("AIRLOCK_BIND_HOST", str, "127.0.0.1"),
+        "broker_host": read("AIRLOCK_BROKER_HOST", str, "127.0.0.1"),
+        "ports": {
+            name: read(f"AIRLOCK_{name.upper()}_PORT", _port, str(port))
+            for name, port in DEFAULT_PORTS.items()
+        },
+        "max_email_bytes": read("AIRLOCK_MAX_EMAIL_BYTES", _positive(int), str(256 * 1024)),
+        "max_frame_bytes": read("AIRLOCK_MAX_FRAME_BYTES", _positive(int), str(4 * 1024 * 1024)),
+        "read_deadline_s": read("AIRLOCK_READ_DEADLINE_S", _positive(float), "60"),
+        "validate_deadline_s": read("AIRLOCK_VALIDATE_DEADLINE_S", _positive(float), "10"),
+        "act_deadline_s": read("AIRLOCK_ACT_DEADLINE_S", _positive(float), "30"),
+        "reader_credit": read("AIRLOCK_READER_CREDIT", _positive(int), "1"),
+        "worker_credit": read("AIRLOCK_WORKER_CREDIT", _positive(int), "64"),
+    }
+    for key, value in overrides.items():
+        if key not in values:
+            raise SettingsError(f"unknown setting override {key!r}")
+        if value is not None:
+            values[key] = value
+    return Settings(**values)

@@ -1,0 +1,42 @@
+"""Email files from the command line: .eml, .txt, folders of them, or standard input."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from airlock.errors import UsageError
+from airlock.wire import EmailFormat
+
+SUFFIXES = {".eml": "eml", ".txt": "text"}
+MAX_FILE_BYTES = 4 * 1024 * 1024  # the largest frame airlock accepts; the broker's own limit is lower
+_HEADER = re.compile(rb"\A(?:[A-Za-z][A-Za-z0-9-]*:[^\n]*\r?\n)+")
+
+
+def format_of(path: Path) -> EmailFormat:
+    return SUFFIXES.get(path.suffix.lower(), "text")  # type: ignore[return-value]
+
+
+def sniff(raw: bytes) -> EmailFormat:
+    """Standard input has no name: it is an .eml if it starts with header lines."""
+    return "eml" if _HEADER.match(raw) else "text"
+
+
+def expand(paths: list[str]) -> Iterator[Path]:
+    """Each file as given; each folder's .eml and .txt files, sorted, recursively."""
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+        elif path.is_file():
+            yield path
+        else:
+            raise UsageError(f"no such file or folder: {name}")
+
+
+def read(path: Path) -> bytes:
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise UsageError(f"{path} is {size} bytes; airlock takes emails up to {MAX_FILE_BYTES} bytes")
+    return path.read_bytes()

@@ -1,0 +1,153 @@
+"""`airlock up`: run the broker, validator, actor and N readers as child processes.
+
+A child that dies is started again after a backoff that doubles up to a cap (and resets
+once the child has stayed up a while); each restart is recorded in the trace. A child that
+exits with 78 (EX_CONFIG) has refused its configuration: restarting cannot help, so the
+whole stack stops and says why. SIGINT or SIGTERM stops every child, readers first and the
+broker last, so the broker can record the others leaving.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from airlock.client import IntakeClient
+from airlock.errors import BrokerUnreachable
+from airlock.settings import Settings
+
+EX_CONFIG = 78
+BACKOFF_FIRST_S = 0.5
+BACKOFF_CAP_S = 10.0
+STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
+STOP_GRACE_S = 5.0
+READY_TIMEOUT_S = 30.0
+POLL_S = 0.2
+
+
+@dataclass
+class Child:
+    name: str
+    module: str
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    backoff_s: float = BACKOFF_FIRST_S
+    restart_at: float | None = None
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, env: dict[str, str], readers: int) -> None:
+        self.settings, self.env = settings, env
+        self.run_dir = settings.data_dir / "run"
+        self.children = [Child("broker", "broker"), Child("validator", "validator"), Child("actor", "actor")]
+        self.children += [Child(f"reader-{n}", "reader") for n in range(1, readers + 1)]
+
+    def run(self, stop: threading.Event, announce=print) -> int:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "up.pid").write_text(f"{os.getpid()}\n")
+        client = IntakeClient(self.settings, timeout_s=1.0)
+        try:
+            for child in self.children:
+                self._start(child)
+            code = self._wait_ready(stop, announce, client)
+            while code is None and not stop.is_set():
+                code = self._watch(client, announce)
+                stop.wait(POLL_S)
+            return code or 0
+        finally:
+            self._stop_all()
+            client.close()
+            (self.run_dir / "up.pid").unlink(missing_ok=True)
+
+    def _start(self, child: Child) -> None:
+        child.process = subprocess.Popen([sys.executable, "-m", child.module], env=self.env)
+        child.started, child.restart_at = time.monotonic(), None
+        (self.run_dir / f"{child.name}.pid").write_text(f"{child.process.pid}\n")
+
+    def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            code = self._watch(client, announce)
+            if code is not None:
+                return code
+            try:
+                status = client.status()
+            except BrokerUnreachable:
+                continue
+            if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
+                announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
+                return None
+            stop.wait(POLL_S)
+        if not stop.is_set():
+            announce(f"airlock: services are not all connected after {READY_TIMEOUT_S:.0f} s; still trying")
+        return None
+
+    def _watch(self, client: IntakeClient, announce) -> int | None:
+        """Restart children that died; return an exit code if the stack must stop."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    self._start(child)
+                continue
+            code = child.process.poll() if child.process else None
+            if code is None:
+                continue
+            if code == EX_CONFIG:
+                announce(f"airlock: {child.name} refused its configuration (see above); stopping")
+                return EX_CONFIG
+            if now - child.started >= STABLE_AFTER_S:
+                child.backoff_s = BACKOFF_FIRST_S
+            child.restart_at = now + child.backoff_s
+            announce(f"airlock: {child.name} exited with {code}; restarting in {child.backoff_s:.1f} s")
+            client.notice("service_restarted", service=child.name, exit_code=code, backoff_s=child.backoff_s)
+            child.backoff_s = min(child.backoff_s * 2, BACKOFF_CAP_S)
+        return None
+
+    def _stop_all(self) -> None:
+        running = [c for c in reversed(self.children) if c.process and c.process.poll() is None]
+        for child in running:
+            if child.name != "broker":
+                child.process.send_signal(signal.SIGTERM)
+        self._reap([c for c in running if c.name != "broker"])
+        broker = [c for c in running if c.name == "broker"]
+        for child in broker:
+            child.process.send_signal(signal.SIGTERM)
+        self._reap(broker)
+        for child in self.children:
+            (self.run_dir / f"{child.name}.pid").unlink(missing_ok=True)
+
+    @staticmethod
+    def _reap(children: list[Child]) -> None:
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in children:
+            try:
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+
+
+def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
+    """The environment every child gets: absolute paths, so children may run from anywhere."""
+    env = dict(base)
+    env["AIRLOCK_DATA_DIR"] = str(settings.data_dir.resolve())
+    env["AIRLOCK_TASK"] = str(settings.task.resolve())
+    env["AIRLOCK_MODEL_URL"] = settings.model_url or ""
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, base.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def check_config(settings: Settings) -> None:
+    """Fail before starting anything if the task file is bad (services would refuse it too)."""
+    from airlock import task as task_module
+
+    task_module.load(settings.task)

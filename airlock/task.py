@@ -1,0 +1,172 @@
+"""A task file: what the reader asks for, the narrow type of the answer, and the plan.
+
+Tasks are data (TOML). Everything is decoded strictly: an unknown key, a wrong type or a
+plan step that is not a full `server/tool` pair stops the process at start. The plan is
+read here, before any email exists, and never changes while running.
+
+    name = "order_status"
+    [reader]
+    instruction = "..."
+    recordings = "../samples/recorded/order_status.jsonl"
+    [[reader.examples]]
+    email = "..."; answer = "4411"
+    [value]
+    type = "digits"; max_length = 6
+    [[plan]]
+    call = "shop/lookup_order"; value_into = "order_id"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+from airlock.errors import TaskError
+
+# A tool is named by its full pair; both halves are plain ASCII ids.
+TOOL_ID = re.compile(r"\A[a-z][a-z0-9_-]{0,31}\Z")
+
+
+class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Task data: unknown keys are mistakes and fail the load."""
+
+
+class Digits(_Strict, tag="digits", tag_field="type"):
+    """1..max_length ASCII digits [0-9], kept as text so leading zeros survive."""
+
+    max_length: Annotated[int, msgspec.Meta(ge=1, le=64)]
+
+    def describe(self) -> str:
+        return f"1-{self.max_length} ASCII digits"
+
+    def msgspec_type(self) -> Any:
+        # \A..\Z, not ^..$: '$' also matches before a trailing newline.
+        return Annotated[str, msgspec.Meta(pattern=rf"\A[0-9]{{1,{self.max_length}}}\Z")]
+
+
+class IntegerRange(_Strict, tag="integer", tag_field="type"):
+    """A whole number from min to max inclusive, written in ASCII digits."""
+
+    min: int
+    max: int
+
+    def describe(self) -> str:
+        return f"an integer from {self.min} to {self.max}"
+
+    def msgspec_type(self) -> Any:
+        return Annotated[int, msgspec.Meta(ge=self.min, le=self.max)]
+
+
+class Choice(_Strict, tag="choice", tag_field="type"):
+    """Exactly one of a fixed list of strings (case and spacing must match)."""
+
+    choices: Annotated[list[str], msgspec.Meta(min_length=1, max_length=64)]
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+    def msgspec_type(self) -> Any:
+        return Literal[tuple(self.choices)]
+
+
+class Code(_Strict, tag="code", tag_field="type"):
+    """A short code matching `pattern` in full (the pattern is anchored for you)."""
+
+    pattern: str
+    max_length: Annotated[int, msgspec.Meta(ge=1, le=64)]
+
+    def describe(self) -> str:
+        return f"a code matching {self.pattern} (at most {self.max_length} characters)"
+
+    def msgspec_type(self) -> Any:
+        return Annotated[
+            str, msgspec.Meta(pattern=rf"\A(?:{self.pattern})\Z", max_length=self.max_length)
+        ]
+
+
+NarrowType = Union[Digits, IntegerRange, Choice, Code]
+
+
+class Example(_Strict):
+    email: str
+    answer: str
+
+
+class ReaderSpec(_Strict):
+    instruction: str
+    examples: list[Example] = []
+    recordings: str = ""
+
+
+class Step(_Strict):
+    """One planned call: a full server/tool pair, and which argument takes the value."""
+
+    call: str
+    value_into: Union[str, None] = None
+    args: dict[str, Union[str, int, bool]] = {}
+
+    @property
+    def server(self) -> str:
+        return self.call.split("/", 1)[0]
+
+    @property
+    def tool(self) -> str:
+        return self.call.split("/", 1)[1]
+
+
+class Task(_Strict):
+    name: str
+    reader: ReaderSpec
+    value: NarrowType
+    plan: Annotated[list[Step], msgspec.Meta(min_length=1)]
+    description: str = ""
+    path: str = ""  # where it was loaded from; set by load(), not by the file
+
+    @property
+    def recordings_path(self) -> Path | None:
+        if not self.reader.recordings:
+            return None
+        return (Path(self.path).parent / self.reader.recordings).resolve()
+
+    def value_decoder(self) -> Any:
+        """The strict msgspec type every value must satisfy, for convert(strict=True)."""
+        return self.value.msgspec_type()
+
+
+def load(path: str | Path) -> Task:
+    """Read and check a task file; raise TaskError naming the file and the problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskError(f"task file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TaskError(f"task file {path} cannot be read: {exc}") from exc
+    if "path" in data:
+        raise TaskError(f"task file {path}: 'path' is not a task key")
+    try:
+        task = msgspec.convert({**data, "path": str(path)}, Task, strict=True)
+    except msgspec.ValidationError as exc:
+        raise TaskError(f"task file {path}: {exc}") from exc
+    _check(task, path)
+    return task
+
+
+def _check(task: Task, path: Path) -> None:
+    for number, step in enumerate(task.plan, start=1):
+        server, _, tool = step.call.partition("/")
+        if not (TOOL_ID.match(server) and TOOL_ID.match(tool)):
+            raise TaskError(f"task file {path}: plan step {number} '{step.call}' is not server/tool")
+    if isinstance(task.value, IntegerRange) and task.value.min > task.value.max:
+        raise TaskError(f"task file {path}: value.min is greater than value.max")
+    if isinstance(task.value, Choice) and len(set(task.value.choices)) != len(task.value.choices):
+        raise TaskError(f"task file {path}: value.choices has duplicates")
+    if isinstance(task.value, Code):
+        try:
+            re.compile(task.value.pattern)
+        except re.error as exc:
+            raise TaskError(f"task file {path}: value.pattern: {exc}") from exc

@@ -1,0 +1,111 @@
+"""The trace: one JSON object a line in <data-dir>/trace.jsonl, written only by the broker.
+
+Every line has `at` (UTC, ISO 8601), `message_id` (null for facts about no one email),
+`stage` (who said it, stamped by the broker from the endpoint, never trusted from the
+sender) and `event`; the rest are the event's details. Each email ends with exactly one
+line whose event is "outcome".
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+_json = msgspec.json.Encoder()
+BASE_KEYS = ("at", "message_id", "stage", "event")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any]) -> bytes:
+    """One trace line; base keys win over any detail key of the same name."""
+    record = {**detail, "at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
+    return _json.encode(record) + b"\n"
+
+
+class TraceWriter:
+    """Appends lines; flush() is called once per broker loop turn, not per line."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "ab")
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
+    """Yield trace records, optionally for one email; a torn last line is skipped."""
+    if not path.exists():
+        return
+    with open(path, "rb") as handle:
+        for raw in handle:
+            record = _decode(raw)
+            if record is not None and (message_id is None or record.get("message_id") == message_id):
+                yield record
+
+
+def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
+    """Yield records as they are appended, like `tail -f`; never returns on its own."""
+    while not path.exists():
+        time.sleep(poll_s)
+    with open(path, "rb") as handle:
+        pending = b""
+        while True:
+            chunk = handle.readline()
+            if not chunk:
+                time.sleep(poll_s)
+                continue
+            pending += chunk
+            if not pending.endswith(b"\n"):
+                continue  # a line still being written
+            record, pending = _decode(pending), b""
+            if record is not None and (message_id is None or record.get("message_id") == message_id):
+                yield record
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def render(record: dict[str, Any]) -> str:
+    """A readable one-line form: time, id, stage, event, then key=value details."""
+    at = str(record.get("at", ""))[11:23]
+    details = " ".join(
+        f"{key}={_short(value)}" for key, value in record.items() if key not in BASE_KEYS
+    )
+    return f"{at}  {record.get('message_id') or '-':<16} {record.get('stage', ''):<9} {record.get('event', ''):<14} {details}"
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = printable(value if isinstance(value, str) else _json.encode(value).decode())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_HIDDEN = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
+
+
+def printable(text: str) -> str:
+    """Text safe to show a person: letters stay, but control, invisible and bidi
+    characters (which can hide or reorder what a reader sees) become \\u escapes."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _HIDDEN else ch for ch in text
+    )

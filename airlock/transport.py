@@ -1,0 +1,128 @@
+"""How services talk: a tiny Channel interface, its ZeroMQ form and an in-memory double.
+
+A worker (reader, validator, actor) holds one Channel to the broker: send a message, receive
+a frame with a timeout. The broker side uses ROUTER sockets directly (see broker/app.py).
+Socket options that matter for safety are set here, once, with the reason:
+
+- ROUTER_MANDATORY: a ROUTER silently drops a message to an unknown or full peer; with it
+  the send raises, and the broker records what it could not deliver.
+- MAXMSGSIZE: a peer that sends a frame over the limit is disconnected by libzmq before the
+  frame is ever allocated in Python.
+- LINGER: bounded, so closing never hangs on a peer that went away.
+- High-water marks are set well above any credit window, so credit, not the HWM, limits
+  how much is queued (see broker/router.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Protocol
+
+import zmq
+
+from airlock.wire import Message, encode
+
+LINGER_MS = 1000
+HWM = 100_000
+
+
+class Channel(Protocol):
+    def send(self, message: Message) -> None: ...
+    def recv(self, timeout_s: float) -> bytes | None: ...
+    def close(self) -> None: ...
+
+
+def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> zmq.Socket:
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+    sock.setsockopt(zmq.LINGER, LINGER_MS)
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.bind(endpoint)
+    return sock
+
+
+def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+    sock.setsockopt(zmq.LINGER, LINGER_MS)
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)  # backoff doubles up to this cap
+    sock.connect(endpoint)
+    return sock
+
+
+def recv_routed(sock: zmq.Socket) -> tuple[bytes, bytes | None]:
+    """Read one routed message (identity, payload) without blocking.
+
+    Explicit frame calls are several times cheaper than recv_multipart. A message with other
+    than exactly one payload frame returns payload None, after draining its frames.
+    """
+    identity = sock.recv(zmq.NOBLOCK)
+    if not sock.getsockopt(zmq.RCVMORE):
+        return identity, None
+    payload = sock.recv()
+    if sock.getsockopt(zmq.RCVMORE):
+        while sock.getsockopt(zmq.RCVMORE):
+            sock.recv()
+        return identity, None
+    return identity, payload
+
+
+class ZmqChannel:
+    """A DEALER socket to one broker endpoint, one message per frame."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> None:
+        self.endpoint = endpoint
+        self._sock = dealer(ctx, endpoint, max_frame_bytes)
+
+    def send(self, message: Message) -> None:
+        self._sock.send(encode(message))
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        if not self._sock.poll(int(timeout_s * 1000)):
+            return None
+        frame = self._sock.recv()
+        if self._sock.getsockopt(zmq.RCVMORE):
+            while self._sock.getsockopt(zmq.RCVMORE):
+                self._sock.recv()
+            return b""  # more than one frame is not a message: it decodes as Malformed
+        return frame
+
+    def close(self) -> None:
+        self._sock.close(linger=LINGER_MS)
+
+
+class MemoryChannel:
+    """One end of an in-process pipe carrying encoded frames, for tests without sockets."""
+
+    def __init__(self, inbox: collections.deque[bytes], outbox: collections.deque[bytes],
+                 ready: threading.Condition) -> None:
+        self._inbox, self._outbox, self._ready = inbox, outbox, ready
+
+    @classmethod
+    def pair(cls) -> tuple[MemoryChannel, MemoryChannel]:
+        ready = threading.Condition()
+        left, right = collections.deque(), collections.deque()
+        return cls(left, right, ready), cls(right, left, ready)
+
+    def send(self, message: Message) -> None:
+        self.send_frame(encode(message))
+
+    def send_frame(self, frame: bytes) -> None:
+        with self._ready:
+            self._outbox.append(frame)
+            self._ready.notify_all()
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        with self._ready:
+            if not self._inbox and not self._ready.wait_for(lambda: bool(self._inbox), timeout_s):
+                return None
+            return self._inbox.popleft()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,254 @@
+"""The wire contract: every message airlock sends, and who may send it.
+
+Every message is a msgspec Struct encoded as msgpack, one ZeroMQ frame each. The broker
+binds one endpoint per role; what a role may send is a union below, and each endpoint
+decodes with its own typed decoder, built once. A frame that does not decode as the
+role's union becomes a `Malformed` value (with msgspec's error path, e.g. "at $.value");
+one that decodes as *another* role's message is a `Violation`. Neither is ever raised.
+
+Flow of an email:
+
+    intake --Submit--> broker --Email--> reader --Reading--> broker --Reading--> validator
+    validator --Passed|Rejected--> broker --Passed--> actor --Done--> broker
+    broker --Accepted|Refused|Outcome|Status--> intake client
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+import msgspec
+
+Scalar = Union[str, int, float, bool, None]
+# Trace details are flat on purpose: two levels at most, so no decoder ever recurses deep.
+Detail = dict[str, Union[Scalar, list[Scalar], dict[str, Scalar]]]
+
+Outcome = Literal["completed", "rejected", "refused", "escalated", "failed"]
+ReadingSource = Literal["model", "recorded", "none"]
+EmailFormat = Literal["eml", "text"]
+
+
+class Message(
+    msgspec.Struct,
+    frozen=True,  # a message is a fact; nobody edits one in flight
+    forbid_unknown_fields=True,  # an extra field is a protocol error, not something to ignore
+    tag_field="kind",  # the union's discriminator, so one decoder can tell messages apart
+    omit_defaults=True,
+):
+    """Base of every wire message."""
+
+
+# --- intake clients (airlock inject, the supervisor, later the SMTP intake) -> broker
+
+
+class Submit(Message, tag="submit"):
+    """An email for the reader queue. `ref` is the client's own counter, echoed back."""
+
+    ref: int
+    raw: bytes
+    format: EmailFormat
+    origin: str = ""
+
+
+class Await(Message, tag="await"):
+    """Ask for an Outcome for each id, sent as soon as it is known."""
+
+    ref: int
+    ids: list[str]
+
+
+class Ping(Message, tag="ping"):
+    """Ask the broker for a Status."""
+
+    ref: int
+
+
+class Notice(Message, tag="notice"):
+    """A supervisor fact for the trace (a child restarted), not about any one email."""
+
+    event: str
+    detail: Detail = {}
+
+
+# --- broker -> intake clients
+
+
+class Accepted(Message, tag="accepted"):
+    ref: int
+    message_id: str
+
+
+class Refused(Message, tag="refused"):
+    ref: int
+    reason: str
+
+
+class Result(Message, tag="result"):
+    """The single recorded outcome of one email."""
+
+    message_id: str
+    outcome: Outcome
+    reason: str = ""
+
+
+class Status(Message, tag="status"):
+    ref: int
+    workers: dict[str, int]
+    queued: int
+    in_flight: int
+
+
+# --- broker <-> workers
+
+
+class Hello(Message, tag="hello"):
+    """A worker announces itself and how many messages it may hold at once."""
+
+    credit: int
+
+
+class Email(Message, tag="email"):
+    """Untrusted bytes for a reader. Only a reader ever receives this."""
+
+    message_id: str
+    raw: bytes
+    format: EmailFormat
+
+
+class Reading(Message, tag="reading"):
+    """The reader's raw answer: free text, so it goes to the validator and nowhere else.
+
+    `notes` carry facts for the trace (sender, subject, model error); the broker records
+    them and strips them before the validator sees the Reading.
+    """
+
+    message_id: str
+    answer: str
+    source: ReadingSource
+    truncated: bool = False
+    notes: Detail = {}
+
+
+class Unreadable(Message, tag="unreadable"):
+    """The reader could not turn the email into a prompt (broken MIME, empty body...)."""
+
+    message_id: str
+    rule: str
+    reason: str
+    notes: Detail = {}
+
+
+class Passed(Message, tag="passed"):
+    """A value of the task's narrow type. The only thing the actor ever receives."""
+
+    message_id: str
+    value: Union[int, str]
+
+
+class Rejected(Message, tag="rejected"):
+    """The validator's refusal, with the rule that refused and a readable reason."""
+
+    message_id: str
+    rule: str
+    reason: str
+
+
+class Call(Message, tag="call"):
+    """One tool call the actor made (or refused to make), for the trace."""
+
+    step: int
+    server: str
+    tool: str
+    args: dict[str, Scalar]
+    status: Literal["ok", "error"]
+    error: str = ""
+
+
+class Done(Message, tag="done"):
+    """The actor finished (or stopped) the plan for one value."""
+
+    message_id: str
+    outcome: Outcome
+    reason: str = ""
+    calls: list[Call] = []
+
+
+class Event(Message, tag="event"):
+    """A free-form trace fact from a worker; the broker stamps stage and time itself."""
+
+    event: str
+    message_id: Union[str, None] = None
+    detail: Detail = {}
+
+
+FromIntake = Union[Submit, Await, Ping, Notice]
+ToIntake = Union[Accepted, Refused, Result, Status]
+FromReader = Union[Hello, Reading, Unreadable, Event]
+FromValidator = Union[Hello, Passed, Rejected, Event]
+FromActor = Union[Hello, Done, Event]
+AnyMessage = Union[
+    Submit, Await, Ping, Notice, Accepted, Refused, Result, Status,
+    Hello, Email, Reading, Unreadable, Passed, Rejected, Done, Event,
+]
+
+Role = Literal["intake", "reader", "validator", "actor"]
+ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
+
+# What each role's endpoint accepts from its peers, and what its peers accept from the broker.
+INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
+OUTBOUND = {"intake": ToIntake, "reader": Email, "validator": Reading, "actor": Passed}
+
+
+class Malformed(msgspec.Struct, frozen=True):
+    """A frame that is not a message at all; carries msgspec's reason and error path."""
+
+    reason: str
+    size: int
+
+
+class Violation(msgspec.Struct, frozen=True):
+    """A well-formed message that this role is not allowed to send."""
+
+    kind: str
+    reason: str
+
+
+_encoder = msgspec.msgpack.Encoder()
+_any_decoder = msgspec.msgpack.Decoder(AnyMessage)
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+class RoleDecoder:
+    """Decodes frames arriving on one role's endpoint: a message, Malformed or Violation."""
+
+    def __init__(self, union: object, role: str) -> None:
+        self._decoder = msgspec.msgpack.Decoder(union)
+        self.role = role
+
+    def __call__(self, frame: bytes) -> Message | Malformed | Violation:
+        try:
+            return self._decoder.decode(frame)
+        except msgspec.DecodeError as exc:
+            error = exc
+        except Exception as exc:  # msgspec can raise others on hostile input; none may escape
+            return Malformed(reason=f"{type(exc).__name__}: {exc}", size=len(frame))
+        # Slow path only: is it a real message of another role (a violation) or garbage?
+        try:
+            other = _any_decoder.decode(frame)
+        except Exception:
+            return Malformed(reason=str(error), size=len(frame))
+        kind = type(other).__struct_config__.tag
+        return Violation(kind=str(kind), reason=f"a {self.role} may not send '{kind}'")
+
+
+def inbound_decoder(role: str) -> RoleDecoder:
+    """The decoder for frames a peer of `role` sends to the broker."""
+    return RoleDecoder(INBOUND[role], role)
+
+
+def outbound_decoder(role: str) -> RoleDecoder:
+    """The decoder a peer of `role` uses for frames the broker sends it."""
+    return RoleDecoder(OUTBOUND[role], f"broker to {role}")

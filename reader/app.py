@@ -1,0 +1,78 @@
+"""The reader's handle(): Email in, one Reading (or Unreadable) out. No tools, ever."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+
+import zmq
+
+from airlock.service import serve as serve_worker
+from airlock.settings import Settings
+from airlock.task import Task
+from airlock.transport import Channel, ZmqChannel
+from airlock.wire import Email, Message, Reading, Unreadable, outbound_decoder
+from reader import mail, model, prompt, recordings
+from reader.recordings import Recording
+
+ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
+MAX_ANSWER_CHARS = 4096  # longer answers are cut and flagged; the validator rejects them
+Ask = Callable[[prompt.ChatMessages], "model.ModelAnswer | model.ModelFailure"]
+
+
+def not_configured(messages: prompt.ChatMessages) -> model.ModelFailure:
+    return model.ModelFailure("not_configured", "no model URL is set")
+
+
+class Reader:
+    def __init__(self, task: Task, ask: Ask, recorded: dict[str, Recording]) -> None:
+        self.task, self.ask, self.recorded = task, ask, recorded
+
+    def handle(self, message: Message) -> list[Message]:
+        match message:
+            case Email():
+                return [self.read(message)]
+        return []  # this role's decoder admits only Email; anything else is not ours
+
+    def read(self, message: Email) -> Reading | Unreadable:
+        parsed = mail.parse(message.raw, message.format)
+        if isinstance(parsed, mail.MailProblem):
+            return Unreadable(message_id=message.message_id, rule=parsed.rule, reason=parsed.reason)
+        text, cut = prompt.email_text(parsed)
+        messages = prompt.build(self.task.reader, text)
+        key = prompt.digest(messages)
+        notes = {
+            "sender": parsed.sender[:200], "subject": parsed.subject[:200],
+            "excerpt": parsed.body[:500], "body_chars": len(parsed.body), "prompt_cut": cut,
+            "attachments": parsed.attachments[:20], "defects": parsed.defects[:20], "digest": key,
+        }
+        result = self.ask(messages)
+        if isinstance(result, model.ModelAnswer):
+            answer, source = result.text, "model"
+            notes["model_ms"] = result.ms
+        else:
+            notes["model_error"] = f"{result.kind}: {result.detail}"
+            recording = self.recorded.get(key)
+            answer, source = (recording.answer, "recorded") if recording else ("", "none")
+        answer = answer.strip(ASCII_WHITESPACE)
+        return Reading(message_id=message.message_id, answer=answer[:MAX_ANSWER_CHARS],
+                       source=source, truncated=len(answer) > MAX_ANSWER_CHARS, notes=notes)
+
+
+def build(settings: Settings, task: Task) -> Reader:
+    ask: Ask = not_configured
+    if settings.model_url:
+        ask = functools.partial(model.ask, settings.model_url, settings.model_name,
+                                timeout_s=settings.model_timeout_s)
+    return Reader(task, ask, recordings.load(task.recordings_path))
+
+
+def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
+    reader = build(settings, task)
+    ctx = zmq.Context.instance()
+    channel = channel or ZmqChannel(ctx, settings.endpoint("reader"), settings.max_frame_bytes)
+    try:
+        serve_worker(channel, outbound_decoder("reader"), reader.handle, settings.reader_credit, stop)
+    finally:
+        channel.close()

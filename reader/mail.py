@@ -1,0 +1,97 @@
+"""Untrusted bytes -> sender, subject and body text, or a typed reason why not.
+
+Parsing happens here, in the reader, because the reader is the one process built to hold
+hostile text. Nothing here guesses: an unknown charset or an empty body is a MailProblem.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+from email.message import EmailMessage
+from html.parser import HTMLParser
+
+import msgspec
+
+
+class ParsedEmail(msgspec.Struct, frozen=True):
+    sender: str
+    subject: str
+    body: str
+    attachments: list[str] = []
+    defects: list[str] = []
+
+
+class MailProblem(msgspec.Struct, frozen=True):
+    rule: str
+    reason: str
+
+
+def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
+    if fmt == "text":
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return MailProblem("mail.charset", f"text is not valid UTF-8: {exc.reason} at byte {exc.start}")
+        return _checked(ParsedEmail(sender="", subject="", body=body))
+    try:
+        message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
+        return _checked(_from_message(message))
+    except LookupError as exc:
+        return MailProblem("mail.charset", f"unknown charset: {exc}")
+    except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
+        return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
+
+
+def _from_message(message: EmailMessage) -> ParsedEmail:
+    part = message.get_body(preferencelist=("plain", "html"))
+    if part is None and not message.is_multipart() and message.get_content_maintype() == "text":
+        part = message
+    body = ""
+    if part is not None:
+        body = part.get_content()
+        if part.get_content_subtype() == "html":
+            body = html_to_text(body)
+    attachments = [str(p.get_filename() or p.get_content_type()) for p in message.iter_attachments()] \
+        if message.is_multipart() else []
+    return ParsedEmail(
+        sender=str(message.get("from", "")),
+        subject=str(message.get("subject", "")),
+        body=body,
+        attachments=attachments,
+        defects=[type(d).__name__ for d in message.defects],
+    )
+
+
+def _checked(parsed: ParsedEmail) -> ParsedEmail | MailProblem:
+    if not parsed.body.strip():
+        return MailProblem("mail.empty_body", "the email has no readable body text")
+    return parsed
+
+
+class _TextOnly(HTMLParser):
+    """Keeps text nodes, drops tags, scripts and styles; the result is plain text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        if tag in ("script", "style"):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> str:
+    parser = _TextOnly()
+    parser.feed(html)
+    parser.close()
+    return " ".join(" ".join(parser.parts).split())

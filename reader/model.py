@@ -1,0 +1,99 @@
+"""An OpenAI-compatible /v1/chat/completions client that returns values, never raises.
+
+Each way the model can fail is a ModelFailure kind: refused (nothing listening), timeout,
+http_error, bad_body (not the JSON we asked for), unreachable. The client ignores proxy
+settings on purpose: the model is a local service, and the reader talks to nothing else.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Literal
+
+import msgspec
+
+MAX_BODY_BYTES = 1024 * 1024
+MAX_TOKENS = 24  # the answer is one short value; a long answer is already a wrong one
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ModelAnswer(msgspec.Struct, frozen=True):
+    text: str
+    ms: float
+
+
+class ModelFailure(msgspec.Struct, frozen=True):
+    kind: Literal["refused", "timeout", "http_error", "bad_body", "unreachable", "not_configured"]
+    detail: str
+
+
+class _ChatMessage(msgspec.Struct):
+    content: str
+
+
+class _ChatChoice(msgspec.Struct):
+    message: _ChatMessage
+
+
+class _ChatResponse(msgspec.Struct):
+    choices: list[_ChatChoice]
+
+
+_response = msgspec.json.Decoder(_ChatResponse)
+
+
+def completions_url(base: str) -> str:
+    base = base.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+
+def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) -> ModelAnswer | ModelFailure:
+    body = msgspec.json.encode({"model": model, "messages": messages, "temperature": 0,
+                                "max_tokens": MAX_TOKENS, "stream": False})
+    request = urllib.request.Request(completions_url(url), data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    try:
+        with _opener.open(request, timeout=timeout_s) as response:
+            raw = _read_within(response, started + timeout_s)
+    except urllib.error.HTTPError as exc:
+        return ModelFailure("http_error", f"HTTP {exc.code} {exc.reason}")
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return ModelFailure("refused", f"connection refused at {url}")
+        if isinstance(exc.reason, (socket.timeout, TimeoutError)):
+            return ModelFailure("timeout", f"no answer within {timeout_s} s")
+        return ModelFailure("unreachable", str(exc.reason))
+    except (socket.timeout, TimeoutError):
+        return ModelFailure("timeout", f"no answer within {timeout_s} s")
+    except (OSError, ValueError) as exc:  # resets, bad URLs, http.client protocol errors
+        return ModelFailure("unreachable", f"{type(exc).__name__}: {exc}")
+    if raw is None:
+        return ModelFailure("bad_body", f"response body over {MAX_BODY_BYTES} bytes")
+    try:
+        parsed = _response.decode(raw)
+        text = parsed.choices[0].message.content
+    except (msgspec.DecodeError, IndexError) as exc:
+        return ModelFailure("bad_body", f"not a chat completion: {exc}")
+    return ModelAnswer(text=text, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+def _read_within(response: object, deadline: float) -> bytes | None:
+    """Read the body in chunks, stopping at the size cap; a slow drip still hits the deadline."""
+    chunks, size = [], 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = response.read(65536)  # type: ignore[attr-defined]
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)

@@ -1,0 +1,34 @@
+"""The few-shot prompt the reader sends, and the digest that keys recorded answers."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from airlock.task import ReaderSpec
+from reader.mail import ParsedEmail
+
+MAX_EMAIL_CHARS = 4000  # the small model's context is short; the rest is cut and the trace says so
+
+ChatMessages = list[dict[str, str]]
+
+
+def email_text(parsed: ParsedEmail) -> tuple[str, bool]:
+    """What the model reads of the email, and whether it was cut."""
+    text = f"Subject: {parsed.subject}\n\n{parsed.body}" if parsed.subject else parsed.body
+    return text[:MAX_EMAIL_CHARS], len(text) > MAX_EMAIL_CHARS
+
+
+def build(spec: ReaderSpec, text: str) -> ChatMessages:
+    messages = [{"role": "system", "content": spec.instruction}]
+    for example in spec.examples:
+        messages.append({"role": "user", "content": example.email})
+        messages.append({"role": "assistant", "content": example.answer})
+    messages.append({"role": "user", "content": text})
+    return messages
+
+
+def digest(messages: ChatMessages) -> str:
+    """sha256 of the exact prompt, email included: a recording answers only that prompt."""
+    return hashlib.sha256(msgspec.json.encode(messages)).hexdigest()

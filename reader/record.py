@@ -1,0 +1,59 @@
+"""`airlock record`: ask a live model about sample emails and keep its real answers.
+
+The recordings are what the reader falls back on when no model answers. They are only
+ever real answers from a real endpoint: an email the model fails on is not recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+
+from airlock import settings as settings_module, sources, task as task_module
+from airlock.errors import AirlockError
+from reader import mail, model, prompt, recordings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airlock record")
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--model-url", required=True)
+    parser.add_argument("--task")
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_module.load()
+        task = task_module.load(args.task or settings.task)
+        paths = list(sources.expand(args.files))
+    except AirlockError as exc:
+        print(f"airlock record: {exc}", file=sys.stderr)
+        return 2
+    target = task.recordings_path
+    if target is None:
+        print(f"airlock record: task {task.path} names no recordings file", file=sys.stderr)
+        return 2
+    found = recordings.load(target)
+    failures = 0
+    for path in paths:
+        parsed = mail.parse(sources.read(path), sources.format_of(path))
+        if isinstance(parsed, mail.MailProblem):
+            print(f"skip  {path}: {parsed.reason}")
+            continue
+        messages = prompt.build(task.reader, prompt.email_text(parsed)[0])
+        answer = model.ask(args.model_url, settings.model_name, messages, settings.model_timeout_s)
+        if isinstance(answer, model.ModelFailure):
+            print(f"FAIL  {path}: {answer.kind}: {answer.detail}")
+            failures += 1
+            continue
+        key = prompt.digest(messages)
+        found[key] = recordings.Recording(
+            digest=key, answer=answer.text, model=settings.model_name, origin=path.name,
+            recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        print(f"ok    {path}: {answer.text!r}")
+    recordings.save(target, found)
+    print(f"{len(found)} recordings in {target}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

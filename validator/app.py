@@ -1,0 +1,40 @@
+"""The validator's handle(): Reading in, Passed or Rejected out."""
+
+from __future__ import annotations
+
+import threading
+
+import zmq
+
+from airlock.service import serve as serve_worker
+from airlock.settings import Settings
+from airlock.task import NarrowType, Task
+from airlock.transport import Channel, ZmqChannel
+from airlock.wire import Message, Passed, Reading, Rejected, outbound_decoder
+from validator.narrow import Value, read_value
+
+
+class Validator:
+    def __init__(self, narrow: NarrowType) -> None:
+        self.narrow = narrow
+
+    def handle(self, message: Message) -> list[Message]:
+        match message:
+            case Reading(message_id=message_id, answer=answer, truncated=truncated):
+                match read_value(answer, self.narrow, truncated=truncated):
+                    case Value(value=value):
+                        return [Passed(message_id=message_id, value=value)]
+                    case broken:
+                        return [Rejected(message_id=message_id, rule=broken.rule, reason=broken.reason)]
+        return []  # this role's decoder admits only Reading
+
+
+def serve(settings: Settings, task: Task, stop: threading.Event,
+          channel: Channel | None = None) -> None:
+    channel = channel or ZmqChannel(zmq.Context.instance(), settings.endpoint("validator"),
+                                    settings.max_frame_bytes)
+    try:
+        serve_worker(channel, outbound_decoder("validator"), Validator(task.value).handle,
+                     settings.worker_credit, stop)
+    finally:
+        channel.close()
