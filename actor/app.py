@@ -42,8 +42,8 @@ class Actor:
             call = Call(step=step.number, server=step.tool.server, tool=step.tool.tool, args=args, status="ok")
             try:
                 self.tools.call(message_id, step.number, step.tool.server, step.tool.tool, args)
-            except OSError as exc:
-                calls.append(msgspec.structs.replace(call, status="error", error=str(exc)))
+            except Exception as exc:  # the tool boundary: any failure is a typed failed call
+                calls.append(msgspec.structs.replace(call, status="error", error=f"{type(exc).__name__}: {exc}"))
                 return Done(message_id=message_id, outcome="failed", reason=f"step {step.number} failed: {exc}", calls=calls)
             calls.append(call)
         return Done(message_id=message_id, outcome="completed", calls=calls)

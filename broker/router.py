@@ -93,7 +93,7 @@ class Router:
             case Hello(credit=credit):
                 self._hello(role, identity, credit)
             case Event(event=event, message_id=message_id, detail=detail):
-                self._trace(role, event, message_id, **detail)
+                self._trace(role, event, message_id, detail)
             case _:
                 getattr(self, f"_on_{type(message).__name__.lower()}")(role, identity, message, now)
         self._dispatch(now)
@@ -165,23 +165,23 @@ class Router:
             in_flight=len(self.flights))))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
-        self._trace("supervisor", message.event, None, **message.detail)
+        self._trace("supervisor", message.event, None, message.detail)
 
     # --- results from workers -------------------------------------------------------------
 
     def _on_reading(self, role: str, identity: bytes, message: Reading, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "model_answer")
         answer = message.answer
-        self._trace("reader", "model_answer", message.message_id,
+        self._trace("reader", "model_answer", message.message_id, message.notes,
                     answer=answer[:TRACE_TEXT_LIMIT], answer_chars=len(answer),
-                    source=message.source, truncated=message.truncated, **message.notes)
+                    source=message.source, truncated=message.truncated)
         if flight is not None:
             self._hand_off(flight, "validator", msgspec.structs.replace(message, notes={}), now)
 
     def _on_unreadable(self, role: str, identity: bytes, message: Unreadable, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "unreadable")
-        self._trace("reader", "unreadable", message.message_id, rule=message.rule,
-                    reason=message.reason, **message.notes)
+        self._trace("reader", "unreadable", message.message_id, message.notes,
+                    rule=message.rule, reason=message.reason)
         if flight is not None:
             self._finish(flight, "rejected", message.reason, now, rule=message.rule)
 
@@ -265,8 +265,11 @@ class Router:
             self.out.append(Send("intake", identity, Result(
                 message_id=flight.message_id, outcome=outcome, reason=reason)))
 
-    def _trace(self, stage: str, event: str, message_id: str | None, **detail: Any) -> None:
-        self.out.append(trace.line(stage, event, message_id, detail))
+    def _trace(self, stage: str, event: str, message_id: str | None,
+               untrusted: dict[str, Any] | None = None, **fields: Any) -> None:
+        """Queue one trace line. `untrusted` details come from a worker: they never
+        override the broker's own fields, nor (in trace.line) at/message_id/stage/event."""
+        self.out.append(trace.line(stage, event, message_id, {**(untrusted or {}), **fields}))
 
     def _take(self) -> list[Send | bytes]:
         out, self.out = self.out, []

@@ -1,0 +1,111 @@
+"""Shared fixtures: settings on free loopback ports, and a fake OpenAI-compatible model."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from airlock import settings as settings_module
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out; bound together so they are distinct."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def airlock_env(data_dir: Path, task: Path | None = None, **extra: str) -> dict[str, str]:
+    ports = free_ports(5)
+    env = {f"AIRLOCK_{name.upper()}_PORT": str(port)
+           for name, port in zip(("intake", "reader", "validator", "actor", "trace"), ports)}
+    env["AIRLOCK_DATA_DIR"] = str(data_dir)
+    env["AIRLOCK_TASK"] = str(task or ROOT / "tasks" / "order_status.toml")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> settings_module.Settings:
+    return settings_module.load(airlock_env(tmp_path / "data"))
+
+
+class FakeModel:
+    """An OpenAI-compatible endpoint on loopback whose answer a test chooses.
+
+    `reply(messages) -> str | None`: the text to answer; None means HTTP 500.
+    `delay_s` makes it slow; `raw` sends a body that is not a chat completion.
+    """
+
+    def __init__(self, reply: Callable[[list[dict[str, str]]], str | None]) -> None:
+        self.reply, self.delay_s, self.raw = reply, 0.0, None
+        self.requests: list[dict] = []
+        model = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                model.requests.append(body)
+                time.sleep(model.delay_s)
+                text = model.reply(body["messages"])
+                if model.raw is not None:
+                    payload, status = model.raw, 200
+                elif text is None:
+                    payload, status = b'{"error": "boom"}', 500
+                else:
+                    payload, status = json.dumps({"choices": [{"index": 0, "message": {
+                        "role": "assistant", "content": text}}]}).encode(), 200
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout tests)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_model() -> Iterator[Callable[..., FakeModel]]:
+    models: list[FakeModel] = []
+
+    def start(reply: Callable[[list[dict[str, str]]], str | None] | str) -> FakeModel:
+        model = FakeModel(reply if callable(reply) else (lambda _messages, text=reply: text))
+        models.append(model)
+        return model
+
+    yield start
+    for model in models:
+        model.close()
+
+
+def closed_port_url() -> str:
+    """A URL where nothing listens: connection refused."""
+    return f"http://127.0.0.1:{free_ports(1)[0]}"

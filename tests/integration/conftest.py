@@ -1,0 +1,110 @@
+"""The real thing: `airlock up` as a child process on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, airlock_env
+
+pytestmark = pytest.mark.integration
+UP_TIMEOUT_S = 30
+
+
+class Stack:
+    def __init__(self, tmp_path: Path, **extra_env: str) -> None:
+        self.data = tmp_path / "data"
+        task = extra_env.pop("task", None)
+        self.env = {**os.environ, **airlock_env(self.data, Path(task) if task else None, **extra_env)}
+        self.env["PYTHONPATH"] = str(ROOT)
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self._up = threading.Event()
+
+    def start(self, *args: str) -> Stack:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "airlock", "up", *args], env=self.env, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        self._pumper.start()
+        if not self._up.wait(UP_TIMEOUT_S):
+            raise AssertionError("airlock up did not come up:\n" + "".join(self.output))
+        return self
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+            if line.startswith("airlock is up"):
+                self._up.set()
+
+    def airlock(self, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "airlock", *args], env=self.env, cwd=ROOT,
+                              input=stdin, capture_output=True, text=True, timeout=timeout)
+
+    def inject(self, *args: str, stdin: str | None = None) -> list[dict]:
+        done = self.airlock("inject", "--json", "--wait", "--wait-timeout", "60", *args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    def calls(self, message_id: str | None = None) -> list[dict]:
+        path = self.data / "calls.jsonl"
+        found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [c for c in found if message_id is None or c["message_id"] == message_id]
+
+    def trace(self, message_id: str | None = None, event: str | None = None) -> list[dict]:
+        path = self.data / "trace.jsonl"
+        found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [r for r in found if (message_id is None or r["message_id"] == message_id)
+                and (event is None or r["event"] == event)]
+
+    def pid(self, service: str) -> int:
+        return int((self.data / "run" / f"{service}.pid").read_text())
+
+    def stop(self) -> int:
+        if self.process is None:
+            return 0
+        try:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(20)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+                    raise AssertionError("airlock up did not stop on SIGTERM") from None
+            return self.process.returncode
+        finally:
+            self._pumper.join(5)
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[callable]:
+    made: list[Stack] = []
+
+    def make(**extra_env: str) -> Stack:
+        made.append(Stack(tmp_path / f"stack{len(made)}", **extra_env))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.stop()
+
+
+def wait_until(predicate, timeout_s: float = 20.0, every_s: float = 0.05) -> bool:
+    """Poll a condition that a real process will make true; False at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every_s)
+    return predicate()

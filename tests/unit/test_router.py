@@ -1,0 +1,248 @@
+"""The broker's routing rules, driven through Router.handle() with no sockets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airlock.wire import (
+    Accepted, Await, Call, Done, Email, Event, Hello, Malformed, Passed, Ping, Reading, Refused,
+    Rejected, Result, Status, Submit, Unreadable, Violation,
+)
+from broker.router import Router, Send
+
+R1, R2, V, A, CLIENT = b"r1", b"r2", b"v", b"a", b"c"
+
+
+@pytest.fixture
+def router(settings) -> Router:
+    return Router(settings, boot=0xABC)
+
+
+def sends(effects, role: str | None = None) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send) and (role is None or e.role == role)]
+
+
+def lines(effects) -> list[dict]:
+    return [json.loads(e) for e in effects if isinstance(e, bytes)]
+
+
+def outcomes(effects) -> list[dict]:
+    return [line for line in lines(effects) if line["event"] == "outcome"]
+
+
+def submit(router: Router, ref: int = 1, raw: bytes = b"Order 4411", now: float = 0.0) -> tuple[str, list]:
+    effects = router.handle("intake", CLIENT, Submit(ref=ref, raw=raw, format="text"), now)
+    (accepted,) = [s.message for s in sends(effects, "intake")]
+    assert isinstance(accepted, Accepted)
+    return accepted.message_id, effects
+
+
+def workers(router: Router, readers=(R1,), credit: int = 1) -> None:
+    for reader in readers:
+        router.handle("reader", reader, Hello(credit=credit), 0.0)
+    router.handle("validator", V, Hello(credit=8), 0.0)
+    router.handle("actor", A, Hello(credit=8), 0.0)
+
+
+def test_full_flow_records_one_outcome(router: Router) -> None:
+    """Email -> reader, Reading -> validator, Passed -> actor, Done -> one outcome line."""
+    workers(router)
+    message_id, effects = submit(router)
+    assert message_id == "abc-1"
+    (to_reader,) = sends(effects, "reader")
+    assert to_reader.identity == R1 and isinstance(to_reader.message, Email)
+    effects = router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model",
+                                                  notes={"subject": "x"}), 1.0)
+    (to_validator,) = sends(effects, "validator")
+    assert to_validator.message == Reading(message_id=message_id, answer="4411", source="model")
+    effects = router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
+    (to_actor,) = sends(effects, "actor")
+    assert to_actor.message == Passed(message_id=message_id, value="4411")
+    call = Call(step=1, server="shop", tool="lookup_order", args={"order_id": "4411"}, status="ok")
+    effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
+    (outcome,) = outcomes(effects)
+    assert outcome["outcome"] == "completed" and outcome["message_id"] == message_id
+    assert [line["event"] for line in lines(effects)] == ["call", "outcome"]
+    assert router.flights == {}
+
+
+def test_reader_notes_go_to_the_trace_not_the_validator(router: Router) -> None:
+    """Notes about the email are recorded, then stripped before the validator."""
+    workers(router)
+    message_id, _ = submit(router)
+    effects = router.handle("reader", R1, Reading(message_id=message_id, answer="x", source="recorded",
+                                                  notes={"subject": "hello"}), 1.0)
+    (answer,) = [line for line in lines(effects) if line["event"] == "model_answer"]
+    assert answer["subject"] == "hello" and answer["source"] == "recorded" and answer["stage"] == "reader"
+    assert sends(effects, "validator")[0].message.notes == {}
+
+
+@pytest.mark.parametrize(("role", "identity", "result", "rule"), [
+    ("reader", R1, lambda m: Unreadable(message_id=m, rule="mail.empty_body", reason="empty"), "mail.empty_body"),
+])
+def test_unreadable_email_is_rejected(router: Router, role, identity, result, rule) -> None:
+    """An email the reader cannot read ends rejected, with the reader's rule."""
+    workers(router)
+    message_id, _ = submit(router)
+    (outcome,) = outcomes(router.handle(role, identity, result(message_id), 1.0))
+    assert (outcome["outcome"], outcome["rule"]) == ("rejected", rule)
+
+
+def test_validator_rejection_ends_the_email(router: Router) -> None:
+    """A Rejected verdict ends the email as rejected and nothing reaches the actor."""
+    workers(router)
+    message_id, _ = submit(router)
+    router.handle("reader", R1, Reading(message_id=message_id, answer="4411 bitte", source="model"), 1.0)
+    effects = router.handle("validator", V, Rejected(message_id=message_id, rule="digits.pattern", reason="no"), 2.0)
+    assert outcomes(effects)[0]["outcome"] == "rejected" and sends(effects, "actor") == []
+
+
+def test_reader_credit_is_never_exceeded(router: Router) -> None:
+    """A reader with credit 1 holds one email; the next waits until it answers."""
+    workers(router)
+    first, effects = submit(router, ref=1)
+    second, effects2 = submit(router, ref=2)
+    assert len(sends(effects, "reader")) == 1 and sends(effects2, "reader") == []
+    effects = router.handle("reader", R1, Reading(message_id=first, answer="1", source="model"), 1.0)
+    (next_email,) = sends(effects, "reader")
+    assert next_email.message.message_id == second
+
+
+def test_work_is_balanced_over_readers(router: Router) -> None:
+    """Two free readers each get an email before either gets a second."""
+    workers(router, readers=(R1, R2))
+    targets = [sends(submit(router, ref=n)[1], "reader")[0].identity for n in range(2)]
+    assert sorted(targets) == [R1, R2]
+
+
+def test_emails_wait_for_a_reader(router: Router) -> None:
+    """With no reader connected, emails queue; a reader's Hello releases them."""
+    message_id, effects = submit(router)
+    assert sends(effects, "reader") == []
+    effects = router.handle("reader", R1, Hello(credit=1), 1.0)
+    assert sends(effects, "reader")[0].message.message_id == message_id
+
+
+def test_passed_from_the_reader_endpoint_is_a_recorded_violation(router: Router) -> None:
+    """A Violation is recorded with its endpoint and kind, and nothing is routed."""
+    workers(router)
+    effects = router.handle("reader", R1, Violation(kind="passed", reason="a reader may not send 'passed'"), 1.0)
+    (line,) = lines(effects)
+    assert (line["event"], line["endpoint"], line["kind"]) == ("violation", "reader", "passed")
+    assert sends(effects) == [] and router.counters["violation.reader"] == 1
+
+
+def test_malformed_frame_is_recorded_and_counted(router: Router) -> None:
+    """Garbage becomes one trace line and a counter, nothing else."""
+    effects = router.handle("actor", A, Malformed(reason="bad", size=3), 1.0)
+    assert lines(effects)[0]["event"] == "malformed_frame" and router.counters["malformed.actor"] == 1
+
+
+def test_result_from_a_worker_that_does_not_hold_the_email_is_ignored(router: Router) -> None:
+    """A reader cannot move another reader's email (or one never sent to it)."""
+    workers(router, readers=(R1, R2))
+    message_id, effects = submit(router)
+    holder = sends(effects, "reader")[0].identity
+    other = R2 if holder == R1 else R1
+    effects = router.handle("reader", other, Reading(message_id=message_id, answer="1", source="model"), 1.0)
+    assert sends(effects, "validator") == [] and "late_result" in [line["event"] for line in lines(effects)]
+
+
+def test_deadline_fails_the_email_once_and_late_answer_changes_nothing(router: Router, settings) -> None:
+    """No answer in time: outcome failed; the late answer is recorded but makes no second outcome."""
+    workers(router)
+    message_id, _ = submit(router)
+    effects = router.tick(settings.read_deadline_s + 1)
+    (outcome,) = outcomes(effects)
+    assert outcome["outcome"] == "failed" and "reader" in outcome["reason"]
+    effects = router.handle("reader", R1, Reading(message_id=message_id, answer="1", source="model"), 100.0)
+    assert outcomes(effects) == [] and sends(effects, "validator") == []
+    assert "late_result" in [line["event"] for line in lines(effects)]
+
+
+def test_too_large_email_is_rejected_with_an_id(router: Router, settings) -> None:
+    """An email over the size limit gets an id and a rejected outcome; no reader sees it."""
+    workers(router)
+    message_id, effects = submit(router, raw=b"x" * (settings.max_email_bytes + 1))
+    (outcome,) = outcomes(effects)
+    assert outcome["outcome"] == "rejected" and outcome["rule"] == "intake.too_large"
+    assert sends(effects, "reader") == []
+
+
+def test_await_answers_finished_pending_and_unknown(router: Router) -> None:
+    """Await answers at once for finished emails, later for pending ones, refuses unknown ids."""
+    workers(router)
+    done_id, _ = submit(router, ref=1)
+    router.handle("reader", R1, Unreadable(message_id=done_id, rule="r", reason="x"), 1.0)
+    pending_id, _ = submit(router, ref=2)
+    effects = router.handle("intake", CLIENT, Await(ref=3, ids=[done_id, pending_id, "nope"]), 2.0)
+    messages = [s.message for s in sends(effects, "intake")]
+    assert Result(message_id=done_id, outcome="rejected", reason="x") in messages
+    assert any(isinstance(m, Refused) and "nope" in m.reason for m in messages)
+    effects = router.handle("reader", R1, Unreadable(message_id=pending_id, rule="r", reason="y"), 3.0)
+    assert Result(message_id=pending_id, outcome="rejected", reason="y") in [s.message for s in sends(effects, "intake")]
+
+
+def test_undeliverable_work_goes_back_to_the_queue(router: Router) -> None:
+    """If a reader vanished, its email is requeued for another reader, not lost."""
+    workers(router, readers=(R1,))
+    message_id, effects = submit(router)
+    (lost,) = sends(effects, "reader")
+    router.undeliverable(lost, 1.0)
+    effects = router.handle("reader", R2, Hello(credit=1), 2.0)
+    assert sends(effects, "reader")[0].message.message_id == message_id
+
+
+def test_worker_events_are_stamped_with_the_endpoint_stage(router: Router) -> None:
+    """A reader cannot write a line that claims to come from the actor."""
+    effects = router.handle("reader", R1, Event(event="note", detail={"stage": "actor", "x": 1}), 0.0)
+    (line,) = lines(effects)
+    assert line["stage"] == "reader" and line["x"] == 1
+
+
+def test_reader_notes_cannot_override_the_answer_or_source(router: Router) -> None:
+    """Notes named like the broker's own fields lose to them, and nothing crashes."""
+    workers(router)
+    message_id, _ = submit(router)
+    notes = {"answer": "forged", "source": "model", "stage": "actor", "event": "outcome"}
+    effects = router.handle("reader", R1, Reading(message_id=message_id, answer="1", source="none", notes=notes), 1.0)
+    (line,) = [line for line in lines(effects) if line["event"] == "model_answer"]
+    assert (line["answer"], line["source"], line["stage"]) == ("1", "none", "reader")
+
+
+def test_status_reports_workers_and_queue(router: Router) -> None:
+    """Ping answers with connected workers per role and the queue length."""
+    workers(router, readers=(R1, R2))
+    (status,) = [s.message for s in sends(router.handle("intake", CLIENT, Ping(ref=9), 0.0))]
+    assert isinstance(status, Status) and status.workers == {"reader": 2, "validator": 1, "actor": 1}
+
+
+def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
+    """Over a mixed run, every accepted id has exactly one outcome line."""
+    workers(router, readers=(R1, R2), credit=4)
+    ids, effects = [], []
+    for ref in range(50):
+        message_id, submitted = submit(router, ref=ref)
+        ids.append(message_id)
+        effects += submitted
+    trace_lines: list[dict] = []
+    while effects:
+        trace_lines += lines(effects)
+        todo, effects = sends(effects), []
+        for send in todo:
+            message = send.message
+            if send.role == "reader":
+                answer = "4411" if int(message.message_id.split("-")[1]) % 3 else "no"
+                result = Reading(message_id=message.message_id, answer=answer, source="model")
+            elif send.role == "validator":
+                result = Passed(message_id=message.message_id, value="4411") if message.answer == "4411" \
+                    else Rejected(message_id=message.message_id, rule="digits.pattern", reason="no")
+            elif send.role == "actor":
+                result = Done(message_id=message.message_id, outcome="completed")
+            else:
+                continue
+            effects += router.handle(send.role, send.identity, result, 1.0)
+    done = [line["message_id"] for line in trace_lines if line["event"] == "outcome"]
+    assert sorted(done) == sorted(ids) and router.flights == {}

@@ -1,0 +1,95 @@
+"""The wire contract: each role's decoder admits its own messages and nothing else."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+import pytest
+
+from airlock import wire
+from airlock.wire import (
+    Done, Email, Hello, Malformed, Passed, Reading, Rejected, Submit, Violation, encode,
+    inbound_decoder, outbound_decoder,
+)
+
+OWN = [
+    pytest.param("intake", Submit(ref=1, raw=b"x", format="text"), id="intake-submit"),
+    pytest.param("reader", Reading(message_id="m", answer="4411", source="model"), id="reader-reading"),
+    pytest.param("validator", Passed(message_id="m", value="4411"), id="validator-passed"),
+    pytest.param("validator", Rejected(message_id="m", rule="r", reason="why"), id="validator-rejected"),
+    pytest.param("actor", Done(message_id="m", outcome="completed"), id="actor-done"),
+    pytest.param("actor", Hello(credit=3), id="actor-hello"),
+]
+
+
+@pytest.mark.parametrize(("role", "message"), OWN)
+def test_each_role_decodes_its_own_messages(role: str, message: wire.Message) -> None:
+    """A message a role may send round-trips through that role's decoder unchanged."""
+    assert inbound_decoder(role)(encode(message)) == message
+
+
+FOREIGN = [
+    pytest.param("reader", Passed(message_id="m", value="4411"), id="reader-sends-passed"),
+    pytest.param("reader", Done(message_id="m", outcome="completed"), id="reader-sends-done"),
+    pytest.param("validator", Email(message_id="m", raw=b"x", format="text"), id="validator-sends-email"),
+    pytest.param("actor", Passed(message_id="m", value="1"), id="actor-sends-passed"),
+    pytest.param("intake", Passed(message_id="m", value="1"), id="intake-sends-passed"),
+    pytest.param("intake", Reading(message_id="m", answer="1", source="model"), id="intake-sends-reading"),
+]
+
+
+@pytest.mark.parametrize(("role", "message"), FOREIGN)
+def test_another_roles_message_is_a_violation(role: str, message: wire.Message) -> None:
+    """A real message from the wrong endpoint is a Violation naming its kind, not a crash."""
+    result = inbound_decoder(role)(encode(message))
+    assert isinstance(result, Violation)
+    assert result.kind == type(message).__struct_config__.tag
+
+
+GARBAGE = [
+    pytest.param(b"", id="empty"),
+    pytest.param(b"\xc1", id="never-used-byte"),
+    pytest.param(b"\x92\x01", id="truncated-array"),
+    pytest.param(msgspec.msgpack.encode({"kind": "reading", "message_id": "m"}), id="missing-fields"),
+    pytest.param(msgspec.msgpack.encode({"kind": "reading", "message_id": "m", "answer": "1",
+                                         "source": "model", "extra": 1}), id="unknown-field"),
+    pytest.param(msgspec.msgpack.encode({"kind": "reading", "message_id": 5, "answer": "1",
+                                         "source": "model"}), id="wrong-type"),
+    pytest.param(msgspec.msgpack.encode({"kind": "reading", "message_id": "m", "answer": "1",
+                                         "source": "guessed"}), id="bad-literal"),
+    pytest.param(msgspec.msgpack.encode({"kind": "nonsense"}), id="unknown-kind"),
+    pytest.param(b"\x91" * 100_000 + b"\xc0", id="deep-nesting"),
+    pytest.param(os.urandom(4096), id="random-bytes"),
+]
+
+
+@pytest.mark.parametrize("role", ["intake", "reader", "validator", "actor"])
+@pytest.mark.parametrize("frame", GARBAGE)
+def test_garbage_is_malformed_with_a_reason(role: str, frame: bytes) -> None:
+    """Any frame that is not a message becomes Malformed with msgspec's reason."""
+    result = inbound_decoder(role)(frame)
+    assert isinstance(result, (Malformed, Violation)), result
+    if isinstance(result, Malformed):
+        assert result.reason and result.size == len(frame)
+
+
+def test_malformed_reason_names_the_path() -> None:
+    """The reason carries msgspec's error path, so a bad field is found fast."""
+    frame = msgspec.msgpack.encode({"kind": "passed", "message_id": "m", "value": [1]})
+    result = inbound_decoder("validator")(frame)
+    assert isinstance(result, Malformed)
+    assert "$.value" in result.reason
+
+
+def test_bool_is_not_a_value_on_the_wire() -> None:
+    """Passed.value is int | str; msgspec keeps True out of it."""
+    frame = msgspec.msgpack.encode({"kind": "passed", "message_id": "m", "value": True})
+    assert isinstance(outbound_decoder("actor")(frame), Malformed)
+
+
+def test_messages_are_frozen() -> None:
+    """Nobody edits a message in flight."""
+    message = Passed(message_id="m", value="1")
+    with pytest.raises(AttributeError):
+        message.value = "2"  # type: ignore[misc]
