@@ -27,7 +27,9 @@ def utc_now() -> str:
 
 def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any]) -> bytes:
     """One trace line; base keys win over any detail key of the same name."""
-    record = {**detail, "at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
+    record: dict[str, Any] = {"at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
+    for key, value in detail.items():
+        record.setdefault(key, value)
     return _json.encode(record) + b"\n"
 
 
@@ -36,7 +38,10 @@ class TraceWriter:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
         self._file = open(path, "ab")
+        if torn:  # a writer died mid-line; end that line so the next one stays whole
+            self._file.write(b"\n")
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
@@ -48,6 +53,12 @@ class TraceWriter:
         self._file.close()
 
 
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1)
+
+
 def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield trace records, optionally for one email; a torn last line is skipped."""
     if not path.exists():
@@ -57,6 +68,18 @@ def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
             record = _decode(raw)
             if record is not None and (message_id is None or record.get("message_id") == message_id):
                 yield record
+
+
+def unfinished(path: Path) -> list[str]:
+    """Ids that were received but have no outcome line: an earlier broker died holding them."""
+    open_ids: dict[str, None] = {}
+    for record in read(path):
+        message_id, event = record.get("message_id"), record.get("event")
+        if event == "received" and isinstance(message_id, str):
+            open_ids[message_id] = None
+        elif event == "outcome":
+            open_ids.pop(message_id, None)
+    return list(open_ids)
 
 
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:

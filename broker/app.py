@@ -49,6 +49,10 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     apply([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path)})])
+    # Until intake is journalled, an email a dead broker held cannot be resumed; it must
+    # still end with exactly one recorded outcome, so it ends here as failed.
+    for message_id in trace.unfinished(settings.trace_path):
+        apply(core.abandon(message_id, "the broker restarted before this email finished"))
     writer.flush()
     try:
         while not stop.is_set():

@@ -63,7 +63,8 @@ class Flight:
 class Router:
     def __init__(self, settings: Settings, boot: int | None = None) -> None:
         self.settings = settings
-        self._prefix = f"{boot if boot is not None else int(time.time()):x}"
+        # Ids are <boot ms in hex>-<counter>: unique across broker restarts on this clock.
+        self._prefix = f"{boot if boot is not None else time.time_ns() // 1_000_000:x}"
         self._counter = 0
         self.flights: dict[str, Flight] = {}
         self.finished: collections.OrderedDict[str, tuple[Outcome, str]] = collections.OrderedDict()
@@ -124,6 +125,12 @@ class Router:
         if worker is not None:
             worker.assigned.discard(message_id)
         self._dispatch(now)
+        return self._take()
+
+    def abandon(self, message_id: str, reason: str) -> list[Send | bytes]:
+        """Give an email a previous broker accepted but never finished its one outcome."""
+        self.counters["outcome.failed"] += 1
+        self._trace("broker", "outcome", message_id, outcome="failed", reason=reason, ended_at="broker")
         return self._take()
 
     def next_deadline(self) -> float | None:
@@ -269,7 +276,9 @@ class Router:
                untrusted: dict[str, Any] | None = None, **fields: Any) -> None:
         """Queue one trace line. `untrusted` details come from a worker: they never
         override the broker's own fields, nor (in trace.line) at/message_id/stage/event."""
-        self.out.append(trace.line(stage, event, message_id, {**(untrusted or {}), **fields}))
+        for key, value in (untrusted or {}).items():
+            fields.setdefault(key, value)
+        self.out.append(trace.line(stage, event, message_id, fields))
 
     def _take(self) -> list[Send | bytes]:
         out, self.out = self.out, []

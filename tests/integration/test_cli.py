@@ -89,3 +89,20 @@ def test_inject_forms_and_trace(stack) -> None:
     assert "outcome=completed" in shown.stdout
     status = s.airlock("status")
     assert status.returncode == 0 and "'reader': 1" in status.stdout
+
+
+def test_trace_follow_prints_new_lines(stack) -> None:
+    """`airlock trace --follow` prints lines as the broker appends them."""
+    s = stack().start()
+    follower = subprocess.Popen([sys.executable, "-m", "airlock", "trace", "--follow", "--json"], cwd=ROOT,
+                                env=s.env, stdout=subprocess.PIPE, text=True)
+    try:
+        (result,) = s.inject(SEED)
+        for line in follower.stdout:
+            record = json.loads(line)
+            if record["message_id"] == result["id"] and record["event"] == "outcome":
+                break
+    finally:
+        follower.terminate()
+        follower.wait(5)
+        follower.stdout.close()

@@ -107,3 +107,21 @@ def test_actor_refuses_a_plan_outside_its_catalog(stack, tmp_path: Path) -> None
     assert done.returncode == 78
     assert "mail/send_everything" in done.stderr and "no such tool" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_broker_killed_mid_stream_every_email_still_has_one_outcome(stack, fake_model) -> None:
+    """kill -9 the broker with emails in flight: after its restart each email has exactly one outcome."""
+    model = fake_model("4411")
+    model.delay_s = 0.5
+    s = stack().start("--model-url", model.url)
+    submitted = s.airlock("inject", "--json", *[SEED] * 6)
+    ids = [line.split('"id":"')[1].split('"')[0] for line in submitted.stdout.splitlines()]
+    assert wait_until(lambda: len(model.requests) >= 1)
+    old = s.pid("broker")
+    os.kill(old, signal.SIGKILL)
+    assert wait_until(lambda: s.pid("broker") != old and len(s.trace(event="outcome")) >= len(ids), timeout_s=30)
+    outcomes = [o for o in s.trace(event="outcome") if o["message_id"] in ids]
+    assert sorted(o["message_id"] for o in outcomes) == sorted(ids)
+    assert any("broker restarted" in o["reason"] for o in outcomes)
+    (result,) = s.inject(SEED)  # and the restarted stack works
+    assert result["outcome"] == "completed"

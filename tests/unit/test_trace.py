@@ -1,0 +1,41 @@
+"""The trace file: base fields win, torn lines heal, unfinished emails are found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from airlock import trace
+
+
+def test_line_base_fields_cannot_be_overridden() -> None:
+    """Details named like base fields never replace them."""
+    record = json.loads(trace.line("reader", "model_answer", "m1", {"stage": "actor", "event": "x", "a": 1}))
+    assert (record["stage"], record["event"], record["message_id"], record["a"]) == ("reader", "model_answer", "m1", 1)
+    assert record["at"].endswith("Z")
+
+
+def test_torn_last_line_is_ended_before_appending(tmp_path: Path) -> None:
+    """A writer that died mid-line does not corrupt the next writer's first line."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(trace.line("broker", "received", "m1", {}) + b'{"at": "torn')
+    writer = trace.TraceWriter(path)
+    writer.write(trace.line("broker", "outcome", "m1", {"outcome": "failed"}))
+    writer.close()
+    assert [r["event"] for r in trace.read(path)] == ["received", "outcome"]
+
+
+def test_unfinished_lists_received_without_outcome(tmp_path: Path) -> None:
+    """Only ids with a received line and no outcome line are unfinished."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"".join([
+        trace.line("broker", "received", "a", {}), trace.line("broker", "received", "b", {}),
+        trace.line("broker", "outcome", "a", {"outcome": "completed"}), trace.line("broker", "started", None, {}),
+    ]))
+    assert trace.unfinished(path) == ["b"]
+
+
+def test_render_escapes_invisible_characters() -> None:
+    """The readable form shows bidi and zero-width characters as escapes."""
+    shown = trace.render(json.loads(trace.line("reader", "model_answer", "m", {"answer": "44\u202e11\u200b"})))
+    assert "\u202e" not in shown and "\\u202e" in shown and "\\u200b" in shown
