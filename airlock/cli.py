@@ -1,4 +1,4 @@
-"""The `airlock` command: up, inject, trace, status, record.
+"""The `airlock` command: up, inject, trace, status, record, verify.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a runtime failure (broker unreachable, missing file), 2 for bad usage, 78 for bad
@@ -123,6 +123,18 @@ def cmd_record(args: argparse.Namespace) -> int:
     return subprocess.call(command + args.files)
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from airlock import verify
+
+    checks = verify.run(args.project or verify.default_project())
+    if args.json:
+        print(_json.encode([{"service": c.service, "check": c.name, "ok": c.ok, "reason": c.reason}
+                            for c in checks]).decode())
+    else:
+        print(verify.table(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"airlock {__version__}")
@@ -154,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = command("status", cmd_status, "show connected workers and queue lengths")
     status.add_argument("--timeout", type=float, default=5.0)
+
+    verify = commands.add_parser("verify", help="prove the running compose lab is isolated",
+                                 description="inspect and probe the running compose lab; exit 1 on any FAIL")
+    verify.set_defaults(handler=cmd_verify)
+    verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
+    verify.add_argument("--json", action="store_true", help="print the checks as JSON")
 
     record = commands.add_parser("record", help="record a live model's answers as samples",
                                  description="record a live model's answers for sample emails")

@@ -6,6 +6,7 @@ Frames that do not decode are reported as trace events, never raised.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -65,4 +66,8 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
     except zmq.ZMQError as exc:
         print(f"{name}: network: {exc}", file=sys.stderr)
         return 1
+    except PermissionError as exc:  # typically a data folder the service's user cannot write
+        print(f"{name}: {exc.strerror}: {exc.filename} (is the data folder writable by uid {os.getuid()}?)",
+              file=sys.stderr)
+        return 78
     return 0

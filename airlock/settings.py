@@ -25,7 +25,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model_url: str | None
     model_name: str
     model_timeout_s: float
-    bind_host: str  # where the broker binds its endpoints
+    bind_hosts: dict[str, str]  # where the broker binds each endpoint (one network each in the lab)
     broker_host: str  # where services and the CLI find the broker
     ports: dict[str, int]
     max_email_bytes: int
@@ -37,7 +37,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     worker_credit: int  # messages the validator or actor may hold at once
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
-        host = self.bind_host if bind else self.broker_host
+        host = self.bind_hosts[name] if bind else self.broker_host
         return f"tcp://{host}:{self.ports[name]}"
 
     @property
@@ -92,7 +92,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "model_url": read("AIRLOCK_MODEL_URL", _optional_url, ""),
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),
-        "bind_host": read("AIRLOCK_BIND_HOST", str, "127.0.0.1"),
+        "bind_hosts": {
+            name: read(f"AIRLOCK_{name.upper()}_BIND_HOST", str, env.get("AIRLOCK_BIND_HOST", "127.0.0.1"))
+            for name in DEFAULT_PORTS
+        },
         "broker_host": read("AIRLOCK_BROKER_HOST", str, "127.0.0.1"),
         "ports": {
             name: read(f"AIRLOCK_{name.upper()}_PORT", _port, str(port))

@@ -1,0 +1,305 @@
+"""`airlock verify`: prove the running lab is isolated, by inspection and by connecting.
+
+Two kinds of evidence, per service of the compose project:
+- what Docker says (`docker inspect`): user, read-only root, capabilities, no-new-privileges,
+  privileged, pids and memory limits, swap, mounts, network mode, networks and `Internal`;
+- what actually happens: connections opened from inside the containers. An `internal`
+  network still lets a container reach the host, so reachability is tested, not inferred.
+
+A probe's result is what the socket said: `connected`, `refused` (a route exists, nothing
+listens), or blocked (`unreachable`, `timeout`, `no-name`). "Cannot reach a host" passes
+only when blocked; "cannot open an endpoint" passes when anything but connected.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airlock.errors import UsageError
+
+# The lab's policy, as data. Change compose.yaml and this together.
+NETWORKS = {
+    "broker": {"edge", "readers", "validators", "actors"},
+    "reader": {"readers", "model"},
+    "validator": {"validators"},
+    "actor": {"actors"},
+    "model": {"model"},
+}
+DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
+DATA_MOUNT = "/data"
+PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "model": 8080}
+OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
+PROBE_TIMEOUT_S = 2.0
+HINTS = {
+    "cannot reach host services": "Docker allows this even on internal networks: run scripts/lab-firewall",
+    "no route outside": "run scripts/lab-firewall",
+}
+
+PROBE = r"""
+import errno, socket, sys
+host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    socket.create_connection((host, port), timeout=timeout).close()
+    print("connected")
+except socket.timeout:
+    print("timeout")
+except ConnectionRefusedError:
+    print("refused")
+except socket.gaierror:
+    print("no-name")
+except OSError as exc:
+    print("unreachable:" + errno.errorcode.get(exc.errno or 0, str(exc.errno)))
+"""
+
+NO_TOOL_CODE = r"""
+import importlib.util, pathlib
+others = [m for m in ("actor", "validator", "broker") if importlib.util.find_spec(m)]
+files = [str(p) for p in pathlib.Path("/app").rglob("*") if p.name in ("catalog.toml", "tools.py")]
+code = [str(p) for p in pathlib.Path("/app").rglob("*.py") if "CallLog" in p.read_text(errors="ignore")]
+print(" ".join(others + files + code) or "clean")
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    service: str
+    name: str
+    ok: bool
+    reason: str
+
+
+def _user(c: dict) -> tuple[bool, str]:
+    user = c["Config"].get("User") or ""
+    return user.split(":")[0] not in ("", "0", "root"), f"User={user or '(image default: root)'}"
+
+
+def _read_only(c: dict) -> tuple[bool, str]:
+    value = c["HostConfig"].get("ReadonlyRootfs")
+    return bool(value), f"ReadonlyRootfs={value}"
+
+
+def _capabilities(c: dict) -> tuple[bool, str]:
+    dropped = [x.upper() for x in c["HostConfig"].get("CapDrop") or []]
+    added = c["HostConfig"].get("CapAdd") or []
+    return "ALL" in dropped and not added, f"CapDrop={dropped} CapAdd={added}"
+
+
+def _no_new_privileges(c: dict) -> tuple[bool, str]:
+    opts = c["HostConfig"].get("SecurityOpt") or []
+    ok = any(o in ("no-new-privileges", "no-new-privileges:true", "no-new-privileges=true") for o in opts)
+    return ok, f"SecurityOpt={opts}"
+
+
+def _not_privileged(c: dict) -> tuple[bool, str]:
+    value = c["HostConfig"].get("Privileged")
+    return not value, f"Privileged={value}"
+
+
+def _pids_limit(c: dict) -> tuple[bool, str]:
+    value = c["HostConfig"].get("PidsLimit")
+    return bool(value and value > 0), f"PidsLimit={value}"
+
+
+def _memory(c: dict) -> tuple[bool, str]:
+    memory, swap = c["HostConfig"].get("Memory") or 0, c["HostConfig"].get("MemorySwap")
+    return memory > 0 and swap == memory, f"Memory={memory} MemorySwap={swap} (equal: no swap)"
+
+
+def _network_mode(c: dict) -> tuple[bool, str]:
+    mode = c["HostConfig"].get("NetworkMode") or ""
+    return mode != "host" and not mode.startswith("container:"), f"NetworkMode={mode}"
+
+
+INSPECTIONS: dict[str, Callable[[dict], tuple[bool, str]]] = {
+    "non-root user": _user, "read-only root": _read_only, "capabilities": _capabilities,
+    "no-new-privileges": _no_new_privileges, "not privileged": _not_privileged,
+    "pids limit": _pids_limit, "memory, no swap": _memory, "network mode": _network_mode,
+}
+
+
+class Lab:
+    """The running compose project, read through the docker SDK."""
+
+    def __init__(self, project: str, client: Any = None) -> None:
+        if client is None:
+            try:
+                import docker
+            except ImportError:
+                raise UsageError("airlock verify needs the docker SDK: pip install 'airlock[lab]'") from None
+            try:
+                client = docker.from_env(version="auto")
+                client.ping()
+            except Exception as exc:
+                raise UsageError(f"no Docker engine answers: {exc}") from None
+        self.client, self.project = client, project
+        label = f"com.docker.compose.project={project}"
+        self.containers: dict[str, Any] = {}
+        for container in client.containers.list(filters={"label": label}):
+            labels = container.labels
+            if labels.get("com.docker.compose.oneoff") == "True":
+                continue  # `docker compose run` tools are not part of the stack
+            service = labels.get("com.docker.compose.service", "")
+            self.containers.setdefault(service, container)
+        self.networks = {n.attrs["Labels"].get("com.docker.compose.network", n.name): n.attrs
+                         for n in client.networks.list(filters={"label": label})}
+
+    def logical_networks(self, container: Any) -> dict[str, dict]:
+        by_full = {attrs["Name"]: name for name, attrs in self.networks.items()}
+        return {by_full.get(full, full): settings
+                for full, settings in container.attrs["NetworkSettings"]["Networks"].items()}
+
+    def ip(self, service: str, network: str) -> str | None:
+        container = self.containers.get(service)
+        if container is None:
+            return None
+        return self.logical_networks(container).get(network, {}).get("IPAddress") or None
+
+    def probe(self, service: str, host: str, port: int) -> str:
+        result = self.containers[service].exec_run(["python3", "-c", PROBE, host, str(port), str(PROBE_TIMEOUT_S)])
+        return result.output.decode(errors="replace").strip() or f"exit {result.exit_code}"
+
+    def gateways(self, service: str) -> list[str]:
+        found = []
+        for name in self.logical_networks(self.containers[service]):
+            for config in (self.networks.get(name, {}).get("IPAM") or {}).get("Config") or []:
+                gateway = config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+                found.append(gateway)
+        return found
+
+
+def inspect(lab: Lab) -> list[Check]:
+    checks = []
+    for service, expected in NETWORKS.items():
+        container = lab.containers.get(service)
+        if container is None:
+            checks.append(Check(service, "running", False, "no running container for this service"))
+            continue
+        container.reload()
+        attrs = container.attrs
+        for name, rule in INSPECTIONS.items():
+            ok, reason = rule(attrs)
+            checks.append(Check(service, name, ok, reason))
+        checks.append(_mounts(service, attrs))
+        networks = set(lab.logical_networks(container))
+        checks.append(Check(service, "networks", networks == expected,
+                            f"on {sorted(networks)}; policy {sorted(expected)}"))
+        for name in sorted(networks):
+            internal = bool(lab.networks.get(name, {}).get("Internal"))
+            if name == "edge":
+                masquerade = (lab.networks.get(name, {}).get("Options") or {}).get(
+                    "com.docker.network.bridge.enable_ip_masquerade")
+                checks.append(Check(service, f"network {name}: no NAT out", masquerade == "false",
+                                    f"enable_ip_masquerade={masquerade} (published ports need a non-internal network)"))
+            else:
+                checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
+    return checks
+
+
+def _mounts(service: str, attrs: dict) -> Check:
+    problems = []
+    for mount in attrs.get("Mounts") or []:
+        source, target, kind = mount.get("Source", ""), mount.get("Destination", ""), mount.get("Type")
+        if "docker.sock" in source or "docker.sock" in target:
+            problems.append(f"Docker socket at {target}")
+        elif kind in ("bind", "volume") and not (service in DATA_WRITERS and target == DATA_MOUNT):
+            problems.append(f"{kind} {source} -> {target}")
+    needs_data = service in DATA_WRITERS
+    has_data = any(m.get("Destination") == DATA_MOUNT for m in attrs.get("Mounts") or [])
+    if needs_data and not has_data:
+        problems.append(f"no data folder at {DATA_MOUNT}")
+    reason = "; ".join(problems) or (f"only the data folder at {DATA_MOUNT}" if needs_data else "no host paths")
+    return Check(service, "mounts", not problems, reason)
+
+
+def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
+    """Plan every connection attempt, run them in parallel (most end in a timeout), report in order."""
+    planned: list[tuple[str, str, str | None, int, str]] = []
+
+    def expect(service: str, name: str, host: str | None, port: int, want: str) -> None:
+        if service in lab.containers:
+            planned.append((service, name, host, port, want))
+
+    broker = lambda network: lab.ip("broker", network)  # noqa: E731
+    model = lab.ip("model", "model")
+    expect("reader", "reaches its broker endpoint", broker("readers"), PORTS["reader"], "connected")
+    expect("reader", "reaches the model", model, PORTS["model"], "connected")
+    for role in ("validator", "actor"):
+        expect("reader", f"cannot open the {role} endpoint", broker(f"{role}s"), PORTS[role], "no connection")
+        expect("reader", f"{role} endpoint not bound on its network", broker("readers"), PORTS[role], "no connection")
+    expect("reader", "cannot open the intake endpoint", broker("edge"), PORTS["intake"], "no connection")
+    expect("reader", "cannot reach the actor", lab.ip("actor", "actors"), PORTS["actor"], "no route")
+    expect("actor", "cannot reach the model", model, PORTS["model"], "no route")
+    expect("validator", "cannot reach the model", model, PORTS["model"], "no route")
+    for service in NETWORKS:
+        if outside_ip is not None:
+            expect(service, "no route outside", outside_ip, 443, "no route")
+        if service in lab.containers:
+            for gateway in lab.gateways(service):
+                expect(service, "cannot reach host services", gateway, host_port, "no route")
+
+    def attempt(plan: tuple[str, str, str | None, int, str]) -> Check:
+        service, name, host, port, want = plan
+        if host is None:
+            return Check(service, name, False, "target address unknown (is every service running?)")
+        got = lab.probe(service, host, port)
+        if want == "connected":
+            ok = got == "connected"
+        elif want == "no connection":
+            ok = got != "connected"
+        else:  # "no route": not even a refusal, which would prove a route exists
+            ok = got not in ("connected", "refused")
+        hint = "" if ok or name not in HINTS else f"; {HINTS[name]}"
+        return Check(service, name, ok, f"{host}:{port} -> {got} (want {want}){hint}")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        checks = list(pool.map(attempt, planned))
+    if "reader" in lab.containers:
+        output = lab.containers["reader"].exec_run(["python3", "-c", NO_TOOL_CODE]).output.decode().strip()
+        checks.append(Check("reader", "image has no tool code", output == "clean",
+                            "no actor/validator/broker package, catalog or call log" if output == "clean" else output))
+    return checks
+
+
+def outside_address() -> str | None:
+    try:
+        return next(a[4][0] for a in socket.getaddrinfo(OUTSIDE_HOST, 443, socket.AF_INET, socket.SOCK_STREAM))
+    except (OSError, StopIteration):
+        return None
+
+
+def default_project(cwd: Path | None = None) -> str:
+    """Compose's default project name: $COMPOSE_PROJECT_NAME, else the folder's name."""
+    name = os.environ.get("COMPOSE_PROJECT_NAME") or (cwd or Path.cwd()).name
+    return re.sub(r"[^-_a-z0-9]", "", name.lower())
+
+
+def run(project: str, lab: Lab | None = None) -> list[Check]:
+    lab = lab or Lab(project)
+    if not lab.containers:
+        raise UsageError(f"no running containers in compose project {project!r} (docker compose up -d first, or --project)")
+    # A listener on every host address: if a container can connect to it through its
+    # network's gateway, that container can reach services on the host.
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(16)
+    try:
+        return inspect(lab) + probes(lab, outside_address(), listener.getsockname()[1])
+    finally:
+        listener.close()
+
+
+def table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    rows = [f"{'service':<10} {'check':<{width}}  result  reason"]
+    rows += [f"{c.service:<10} {c.name:<{width}}  {'PASS' if c.ok else 'FAIL':<6}  {c.reason}" for c in checks]
+    failed = sum(not c.ok for c in checks)
+    rows.append(f"{len(checks)} checks: " + (f"{failed} FAIL" if failed else "all PASS"))
+    return "\n".join(rows)

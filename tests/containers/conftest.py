@@ -1,0 +1,112 @@
+"""The compose lab, built and started once for the container tests.
+
+Skips with one line when no Docker engine answers; AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run)
+turns that skip into a failure, so CI cannot pass without running them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_ports
+
+PROJECT = "airlocklabtest"
+BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
+pytestmark = pytest.mark.containers
+
+
+def compose_command() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return ["docker", "compose"]
+
+
+def engine_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(version="auto").ping()
+        return True
+    except Exception:
+        return False
+
+
+class Lab:
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.env = {**os.environ, "AIRLOCK_DATA": str(data), "AIRLOCK_INTAKE_PORT": str(free_ports(1)[0]),
+                    "COMPOSE_PROJECT_NAME": PROJECT, "PYTHONPATH": str(ROOT)}
+        if os.getuid() != 0:  # the containers write the data folder as this user instead
+            self.env.update(AIRLOCK_UID=str(os.getuid()), AIRLOCK_GID=str(os.getgid()))
+
+    def compose(self, *args: str, files: tuple[str, ...] = (), timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        command = compose_command() + [arg for f in ("compose.yaml", *files) for arg in ("-f", f)]
+        return subprocess.run(command + ["-p", PROJECT, *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def airlock(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "airlock", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def verify(self) -> tuple[int, list[dict]]:
+        done = self.airlock("verify", "--project", PROJECT, "--json")
+        assert done.stdout, done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    def lines(self, name: str) -> list[dict]:
+        path = self.data / name
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
+        import docker
+
+        client = docker.from_env(version="auto")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = client.containers.list(filters={"label": [f"com.docker.compose.project={PROJECT}",
+                                                              f"com.docker.compose.service={service}"]})
+            if found and found[0].attrs["State"].get("Health", {}).get("Status") == "healthy":
+                return
+            time.sleep(1)
+        raise AssertionError(f"{service} did not become healthy in {timeout_s} s")
+
+    def wait_connected(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = self.airlock("status", "--timeout", "1")
+            if done.returncode == 0 and "'reader': 1" in done.stdout and "'actor': 1" in done.stdout:
+                return
+            time.sleep(0.5)
+        raise AssertionError("the lab's workers did not connect to the broker")
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not engine_answers():
+        message = "no Docker engine answers: container tests skipped (.ci/run starts one and makes them mandatory)"
+        if os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1":
+            pytest.fail(message.replace("skipped", "REQUIRED but"))
+        pytest.skip(message)
+    data = tmp_path_factory.mktemp("lab") / "airlock-data"
+    data.mkdir()
+    if os.getuid() == 0:
+        os.chown(data, 10001, 10001)
+    running = Lab(data)
+    running.compose("down", "-v", "--remove-orphans")
+    up = running.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    try:
+        running.wait_healthy("model")
+        running.wait_connected()
+        yield running
+    finally:
+        running.compose("down", "-v", "--remove-orphans")

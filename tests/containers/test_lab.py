@@ -1,0 +1,82 @@
+"""The compose lab on a real engine: the seed email with the real model, and proven isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ROOT
+
+SEED = "samples/seed_4411_de.eml"
+pytestmark = pytest.mark.containers
+
+
+def test_seed_email_runs_the_plan_with_the_real_model(lab) -> None:
+    """Inject from the host: calls.jsonl has the two planned calls with 4411; the answer is the model's."""
+    done = lab.airlock("inject", "--json", "--wait", SEED)
+    assert done.returncode == 0, done.stderr
+    message_id = done.stdout.split('"id":"')[1].split('"')[0]
+    assert '"outcome":"completed"' in done.stdout
+    calls = [c for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
+    assert [(c["server"], c["tool"], c["args"]) for c in calls] == [
+        ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+    (answer,) = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t["event"] == "model_answer"]
+    assert answer["source"] == "model" and answer["answer"] == "4411"
+
+
+def test_verify_passes_on_the_lab(lab) -> None:
+    """Every inspection and every probe passes on the stack as shipped."""
+    code, checks = lab.verify()
+    failed = [c for c in checks if not c["ok"]]
+    assert code == 0 and not failed, failed
+    names = {(c["service"], c["check"]) for c in checks}
+    assert ("reader", "cannot reach the actor") in names and ("actor", "cannot reach the model") in names
+    assert ("reader", "image has no tool code") in names
+
+
+def test_inject_through_compose_run(lab) -> None:
+    """`docker compose run --rm inject FILE` works for users without Python."""
+    done = lab.compose("run", "--rm", "inject", SEED)
+    assert done.returncode == 0, done.stderr
+    assert "completed" in done.stdout
+
+
+WEAKENINGS = [
+    pytest.param("reader:\n    networks: {readers: {}, model: {}, actors: {}}\n",
+                 {("reader", "networks"), ("reader", "cannot reach the actor"),
+                  ("reader", "cannot open the actor endpoint")}, id="reader-on-actor-network"),
+    pytest.param("validator:\n    cap_add: [NET_RAW]\n", {("validator", "capabilities")}, id="validator-gains-a-capability"),
+    pytest.param("actor:\n    read_only: false\n", {("actor", "read-only root")}, id="actor-writable-root"),
+    pytest.param("validator:\n    privileged: true\n",
+                 {("validator", "not privileged")}, id="validator-privileged"),
+]
+
+
+@pytest.mark.parametrize(("override", "expected"), WEAKENINGS)
+def test_a_weakened_override_fails_on_exactly_that_point(lab, tmp_path, override: str, expected: set) -> None:
+    """Each weakening makes verify exit 1, failing exactly the checks about that weakening."""
+    path = tmp_path / "weaker.yaml"
+    path.write_text("services:\n  " + override)
+    service = override.split(":")[0]
+    try:
+        up = lab.compose("up", "-d", "--no-build", "--no-deps", service, files=(str(path),))
+        assert up.returncode == 0, up.stderr
+        code, checks = lab.verify()
+        failed = {(c["service"], c["check"]) for c in checks if not c["ok"]}
+        assert code == 1 and failed == expected, [c for c in checks if not c["ok"]]
+    finally:
+        lab.compose("up", "-d", "--no-build", "--no-deps", service)
+        lab.wait_connected()
+
+
+def test_model_down_falls_back_to_recordings(lab) -> None:
+    """Stop the model: the reader answers from the recording, and the trace says so."""
+    assert lab.compose("stop", "model").returncode == 0
+    try:
+        done = lab.airlock("inject", "--json", "--wait", SEED)
+        message_id = done.stdout.split('"id":"')[1].split('"')[0]
+        assert '"outcome":"completed"' in done.stdout
+        (answer,) = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t["event"] == "model_answer"]
+        assert answer["source"] == "recorded" and answer["model_error"]
+    finally:
+        lab.compose("start", "model")
+        lab.wait_healthy("model")

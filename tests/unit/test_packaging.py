@@ -1,0 +1,52 @@
+"""Images and packaging, read as files: each image holds only what its service runs."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("broker", "reader", "validator", "actor")
+
+
+def copies(dockerfile: Path) -> list[str]:
+    return re.findall(r"^COPY (?:--from=\S+ )?(\S+)", dockerfile.read_text(), flags=re.M)
+
+
+def test_requirements_match_pyproject() -> None:
+    """The images install exactly the runtime dependencies pyproject declares."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    listed = [l.strip() for l in (ROOT / "requirements.txt").read_text().splitlines()
+              if l.strip() and not l.startswith("#")]
+    assert sorted(listed) == sorted(declared)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_image_holds_only_kernel_and_itself(service: str) -> None:
+    """A service image copies the kernel, its own package and data, never another service."""
+    copied = copies(ROOT / service / "Dockerfile")
+    packages = {c.rstrip("/") for c in copied} & set(SERVICES)
+    assert packages == {service}, copied
+    assert "airlock/" in copied
+
+
+@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES] + ["model/Dockerfile", "airlock/Dockerfile"])
+def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
+    """Each image ends as a non-root user, takes its base from a build argument, and
+    installs dependencies before copying source (layer caching)."""
+    text = (ROOT / path).read_text()
+    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.M)
+    users = re.findall(r"^USER (\S+)", text, flags=re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    install = text.find("pip install")
+    first_source = min((text.find(f"COPY {p}/") for p in ("airlock", *SERVICES) if f"COPY {p}/" in text), default=len(text))
+    assert install != -1 and install < first_source
+
+
+def test_reader_image_has_no_tool_code() -> None:
+    """The reader's image copies no actor package and no catalog."""
+    text = (ROOT / "reader" / "Dockerfile").read_text()
+    assert "actor" not in text and "catalog" not in text
