@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,8 @@ class Lab:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             done = self.airlock("status", "--timeout", "1")
-            if done.returncode == 0 and "'reader': 1" in done.stdout and "'actor': 1" in done.stdout:
+            counts = dict(re.findall(r"'(\w+)': (\d+)", done.stdout))
+            if done.returncode == 0 and all(int(counts.get(r, 0)) >= 1 for r in ("reader", "validator", "actor")):
                 return
             time.sleep(0.5)
         raise AssertionError("the lab's workers did not connect to the broker")

@@ -1,0 +1,89 @@
+"""airlock verify's rules, on inspect data and file trees, without a Docker engine."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airlock import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hardened(**host: object) -> dict:
+    config = {"ReadonlyRootfs": True, "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
+              "SecurityOpt": ["no-new-privileges:true"], "PidsLimit": 64, "Memory": 256 << 20,
+              "MemorySwap": 256 << 20, "NetworkMode": "lab_readers"}
+    return {"Config": {"User": "10001:10001"}, "HostConfig": {**config, **host}, "Mounts": []}
+
+
+@pytest.mark.parametrize(("change", "failing"), [
+    ({}, set()),
+    ({"ReadonlyRootfs": False}, {"read-only root"}),
+    ({"CapDrop": []}, {"capabilities"}),
+    ({"CapAdd": ["NET_RAW"]}, {"capabilities"}),
+    ({"SecurityOpt": []}, {"no-new-privileges"}),
+    ({"Privileged": True}, {"not privileged"}),
+    ({"PidsLimit": 0}, {"pids limit"}),
+    ({"MemorySwap": -1}, {"memory, no swap"}),
+    ({"Memory": 0, "MemorySwap": 0}, {"memory, no swap"}),
+    ({"NetworkMode": "host"}, {"network mode"}),
+])
+def test_each_inspection_fails_on_its_own_weakening(change: dict, failing: set) -> None:
+    """Weakening one HostConfig field fails exactly the inspection about it."""
+    attrs = hardened(**change)
+    assert {name for name, rule in verify.INSPECTIONS.items() if not rule(attrs)[0]} == failing
+
+
+@pytest.mark.parametrize("user", ["", "0", "root", "0:0"])
+def test_root_users_fail(user: str) -> None:
+    """An empty user (the image default) or root fails the user check."""
+    attrs = hardened()
+    attrs["Config"]["User"] = user
+    assert not verify.INSPECTIONS["non-root user"](attrs)[0]
+
+
+@pytest.mark.parametrize(("service", "mounts", "ok"), [
+    ("reader", [], True),
+    ("reader", [{"Type": "bind", "Source": "/home/x/airlock-data", "Destination": "/data"}], False),
+    ("actor", [{"Type": "bind", "Source": "/home/x/airlock-data", "Destination": "/data"}], True),
+    ("actor", [], False),
+    ("broker", [{"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/data"}], False),
+    ("validator", [{"Type": "tmpfs", "Source": "", "Destination": "/tmp"}], True),
+])
+def test_mounts_only_the_data_folder_for_its_writers(service: str, mounts: list, ok: bool) -> None:
+    """Only the broker and the actor mount the data folder; nobody mounts the Docker socket."""
+    attrs = hardened()
+    attrs["Mounts"] = mounts
+    assert verify._mounts(service, attrs).ok is ok
+
+
+def run_tool_code_probe(tree: Path) -> str:
+    done = subprocess.run([sys.executable, "-S", "-c", verify.NO_TOOL_CODE, str(tree)],
+                          capture_output=True, text=True, check=True, cwd=tree)
+    return done.stdout.strip()
+
+
+def test_tool_code_probe_passes_the_reader_image_tree(tmp_path: Path) -> None:
+    """A tree holding what the reader image holds (kernel, reader, tasks) is clean."""
+    for name in ("airlock", "reader", "tasks"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    assert run_tool_code_probe(tmp_path) == "clean"
+
+
+def test_tool_code_probe_finds_actor_code(tmp_path: Path) -> None:
+    """The same probe flags the actor package when it is there."""
+    for name in ("airlock", "reader", "actor"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    found = run_tool_code_probe(tmp_path)
+    assert "actor" in found and "catalog.toml" in found and "tools.py" in found
+
+
+def test_summary_line_is_not_a_test_runner_line() -> None:
+    """The table's last line cannot be mistaken for a test runner's 'N passed, N failed'."""
+    table = verify.table([verify.Check("reader", "x", True, "r"), verify.Check("actor", "y", False, "r")])
+    assert table.splitlines()[-1] == "2 checks: 1 FAIL"
