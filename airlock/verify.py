@@ -141,6 +141,8 @@ class Lab:
                 client = docker.from_env(version="auto")
                 client.ping()
             except Exception as exc:
+                if client is not None:
+                    client.close()
                 raise UsageError(f"no Docker engine answers: {exc}") from None
         self.client, self.project = client, project
         label = f"com.docker.compose.project={project}"
