@@ -1,4 +1,4 @@
-"""The `airlock` command: up, inject, trace, status, record, verify.
+"""The `airlock` command: up, inject, trace, status, record, verify, attack, naive, model, corpus.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a runtime failure (broker unreachable, missing file), 2 for bad usage, 78 for bad
@@ -135,6 +135,61 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def cmd_attack(args: argparse.Namespace) -> int:
+    from airlock import attack, score
+    from airlock import task as task_module
+
+    settings = _settings(args)
+    task = task_module.load(settings.task)
+    model_url = args.model_url if args.model_url is not None else settings.model_url
+    if args.mode == "naive" and not model_url:
+        raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
+    result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
+                        attack.progress_bar())
+    if args.report:
+        Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
+    print(score.table(result))
+    if args.report:
+        print(f"  report: {args.report}")
+    return 0
+
+
+def cmd_naive(args: argparse.Namespace) -> int:
+    # The naive agent imports reader and actor code by design; it runs as its own process.
+    command = [sys.executable, "-m", "naive", *args.files]
+    for flag, value in (("--model-url", args.model_url), ("--data-dir", args.data_dir)):
+        if value:
+            command += [flag, value]
+    return subprocess.call(command)
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    import threading
+
+    from airlock.hostile import HostileModel
+    from airlock.service import stop_on_signals
+
+    if not args.hostile:
+        raise UsageError("only the worst-case model is built in (--hostile); for a real one see the README")
+    server = HostileModel(args.host, args.port).start()
+    print(f"hostile model: {server.url}/v1/chat/completions (obeys the last instruction in each email)", flush=True)
+    stop: threading.Event = stop_on_signals()
+    stop.wait()
+    server.close()
+    return 0
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from airlock import corpus
+
+    source = Path(args.source)
+    if not source.is_dir():
+        raise UsageError(f"no corpora folder at {source}")
+    built = corpus.import_public(source, Path(args.out))
+    print(f"{len(built)} emails written to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"airlock {__version__}")
@@ -172,6 +227,36 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(handler=cmd_verify)
     verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+    attack_cmd = command("attack", cmd_attack, "inject a corpus and score the side effects that ran")
+    attack_cmd.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
+    attack_cmd.add_argument("--mode", choices=["separated", "naive"], default="separated")
+    attack_cmd.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
+    attack_cmd.add_argument("--report", help="write the JSON report here")
+    attack_cmd.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    attack_cmd.add_argument("--readers", type=int, default=2, help="readers in the private stack (default 2)")
+    attack_cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
+    attack_cmd.add_argument("--running", action="store_true",
+                            help="attack the running stack of $AIRLOCK_* instead of a private one")
+
+    naive_cmd = command("naive", cmd_naive, "run the naive agent (email and tools in one model call) on emails")
+    naive_cmd.add_argument("files", nargs="+")
+    naive_cmd.add_argument("--model-url")
+
+    model_cmd = commands.add_parser("model", help="serve a worst-case model for tests and demos",
+                                    description="serve an OpenAI-compatible model that obeys the last instruction in the email")
+    model_cmd.set_defaults(handler=cmd_model)
+    model_cmd.add_argument("--hostile", action="store_true", help="obey the email's last instruction (the only model built in)")
+    model_cmd.add_argument("--host", default="127.0.0.1")
+    model_cmd.add_argument("--port", type=int, default=8090)
+
+    corpus_cmd = commands.add_parser("corpus", help="build attack emails from the public corpora",
+                                     description="build attack emails from the public corpora")
+    corpus_sub = corpus_cmd.add_subparsers(dest="corpus_command", required=True)
+    corpus_import = corpus_sub.add_parser("import", help="AgentDojo and BIPIA payloads as .eml files")
+    corpus_import.set_defaults(handler=cmd_corpus)
+    corpus_import.add_argument("--from", dest="source", default="../shared/corpora", help="the corpora folder")
+    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go")
 
     record = commands.add_parser("record", help="record a live model's answers as samples",
                                  description="record a live model's answers for sample emails")

@@ -1,0 +1,184 @@
+"""`airlock attack`: run a campaign through airlock or the naive agent and score it.
+
+Separated mode starts a private airlock stack (`airlock up` on free loopback ports, its own
+data folder), injects every email, waits for every outcome, then reads that stack's
+trace.jsonl and calls.jsonl. `--running` targets the stack your AIRLOCK_* settings point
+at instead (a compose lab, say) and counts only the ids it injected. Naive mode runs the
+naive agent (`python -m naive`) over the same emails. Both are scored by score.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from airlock import campaign, score, trace
+from airlock import settings as settings_module
+from airlock.campaign import CampaignEmail
+from airlock.client import IntakeClient
+from airlock.errors import AirlockError
+from airlock.task import Task
+
+UP_TIMEOUT_S = 60
+Progress = Callable[[int, int], None]
+
+
+def progress_bar(stream: Any = sys.stderr) -> Progress:
+    def show(done: int, total: int) -> None:
+        if not stream.isatty() and done not in (0, total):
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        stream.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} outcomes")
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+class PrivateStack:
+    """`airlock up` in a child process with its own ports and data folder."""
+
+    def __init__(self, data_dir: Path, task: Path, model_url: str | None, readers: int) -> None:
+        ports = dict(zip(("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE"), _free_ports(5)))
+        self.env = {**os.environ, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()},
+                    "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_TASK": str(task),
+                    "AIRLOCK_MODEL_URL": model_url or ""}
+        self.readers = readers
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+
+    def __enter__(self) -> settings_module.Settings:
+        self.process = subprocess.Popen([sys.executable, "-m", "airlock", "up", "--readers", str(self.readers)],
+                                        env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready = threading.Event()
+
+        def pump() -> None:
+            for line in self.process.stdout:
+                self.output.append(line)
+                if line.startswith("airlock is up"):
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(UP_TIMEOUT_S):
+            self.__exit__()
+            raise AirlockError("the private stack did not come up:\n" + "".join(self.output[-20:]))
+        return settings_module.load(self.env)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process and self.process.stdout:
+            self.process.stdout.close()
+
+
+def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float,
+                  progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
+    with IntakeClient(settings, timeout_s=10) as client:
+        accepted = list(client.submit([(e.raw, e.format, e.file) for e in emails]))  # type: ignore[misc]
+        ids = [message_id for _, message_id in accepted]
+        progress(0, len(ids))
+        done: dict[str, Any] = {}
+        for result in client.outcomes(ids, timeout_s):
+            done[result.message_id] = result
+            progress(len(done), len(ids))
+    time.sleep(0.2)  # the broker flushes its trace once per loop turn
+    wanted = set(ids)
+    records: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
+    for record in trace.read(settings.trace_path):
+        message_id = record.get("message_id")
+        if message_id not in wanted:
+            continue
+        if record["event"] == "verdict" and record.get("verdict") == "passed":
+            records[message_id]["value"] = record.get("value")
+        elif record["event"] == "outcome":
+            records[message_id]["ms"] = record.get("ms")
+    calls = _calls_by_id(settings.calls_path, wanted)
+    results = []
+    for item, message_id in zip(emails, ids):
+        outcome = done.get(message_id)
+        results.append(score.EmailResult(
+            item, message_id, outcome.outcome if outcome else "pending", outcome.reason if outcome else "",
+            records[message_id]["value"], calls.get(message_id, []), records[message_id]["ms"]))
+    return results, [i for i in ids if i not in done]
+
+
+def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path, timeout_s: float,
+              progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
+    files = campaign.materialize(emails, data_dir / "emails")
+    env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
+    process = subprocess.Popen([sys.executable, "-m", "naive", *map(str, files)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(timeout_s, process.kill)
+    timer.start()
+    lines: list[dict[str, Any]] = []
+    try:
+        progress(0, len(files))
+        for line in process.stdout:
+            lines.append(json.loads(line))
+            progress(len(lines), len(files))
+        error = process.stderr.read()
+        process.wait()
+    finally:
+        timer.cancel()
+        process.stdout.close()
+        process.stderr.close()
+    if process.returncode not in (0, -9):
+        raise AirlockError(f"the naive agent failed: {error.strip()}")
+    # No value "passes" in the naive design: nothing checks one; the calls say what ran.
+    results = [score.EmailResult(item, line["id"], line["outcome"], line["reason"], None, line["calls"], line["ms"])
+               for item, line in zip(emails, lines)]
+    stragglers = [item.file for item in emails[len(lines):]]
+    return results, stragglers
+
+
+def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            call = json.loads(line)
+            if call["message_id"] in wanted:
+                found.setdefault(call["message_id"], []).append(
+                    {k: call[k] for k in ("step", "server", "tool", "args")})
+    return found
+
+
+def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int, timeout_s: float,
+        running: bool, progress: Progress) -> dict[str, Any]:
+    emails = campaign.load(paths)
+    with tempfile.TemporaryDirectory(prefix="airlock-attack-") as scratch:
+        if mode == "naive":
+            results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, progress)
+        elif running:
+            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, progress)
+        else:
+            with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
+                results, stragglers = run_separated(emails, settings, timeout_s, progress)
+    scorer = score.Scorer(task)
+    return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)

@@ -1,0 +1,55 @@
+"""python -m naive [--model-url URL] [--data-dir DIR] FILES...: one JSON line per email."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import uuid
+from pathlib import Path
+
+import msgspec
+
+from actor import catalog as catalog_module
+from actor.tools import CallLog
+from airlock import settings as settings_module, sources
+from airlock.errors import AirlockError
+from naive.agent import NaiveAgent
+from reader import model
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airlock naive", description="the naive agent (email and tools in one model call)")
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--model-url")
+    parser.add_argument("--data-dir")
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_module.load(data_dir=Path(args.data_dir) if args.data_dir else None)
+        paths = list(sources.expand(args.files))
+    except AirlockError as exc:
+        print(f"airlock naive: {exc}", file=sys.stderr)
+        return 2
+    url = args.model_url or settings.model_url
+    if not url:
+        print("airlock naive: a model URL is needed (--model-url or AIRLOCK_MODEL_URL)", file=sys.stderr)
+        return 2
+    log = CallLog(settings.calls_path)
+    agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
+                                                                timeout_s=settings.model_timeout_s), log)
+    prefix = uuid.uuid4().hex[:8]
+    encode = msgspec.json.Encoder().encode
+    try:
+        for number, path in enumerate(paths, start=1):
+            result = agent.handle(f"naive-{prefix}-{number}", sources.read(path), sources.format_of(path))
+            line = {"id": result.message_id, "file": str(path), "outcome": result.outcome, "reason": result.reason,
+                    "answer": result.answer[:2000], "calls": result.calls, "ms": result.ms}
+            sys.stdout.buffer.write(encode(line) + b"\n")
+            sys.stdout.flush()
+    finally:
+        log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
