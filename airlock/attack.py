@@ -99,15 +99,20 @@ class PrivateStack:
 
 
 def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float,
-                  progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
+                  in_flight: int, progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
+    """Inject `in_flight` emails at a time, so latency measures handling, not a long queue."""
+    ids: list[str] = []
+    done: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    progress(0, len(emails))
     with IntakeClient(settings, timeout_s=10) as client:
-        accepted = list(client.submit([(e.raw, e.format, e.file) for e in emails]))  # type: ignore[misc]
-        ids = [message_id for _, message_id in accepted]
-        progress(0, len(ids))
-        done: dict[str, Any] = {}
-        for result in client.outcomes(ids, timeout_s):
-            done[result.message_id] = result
-            progress(len(done), len(ids))
+        for start in range(0, len(emails), in_flight):
+            chunk = emails[start:start + in_flight]
+            batch = [m for _, m in client.submit([(e.raw, e.format, e.file) for e in chunk])]  # type: ignore[misc]
+            ids += batch
+            for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
+                done[result.message_id] = result
+                progress(len(done), len(emails))
     time.sleep(0.2)  # the broker flushes its trace once per loop turn
     wanted = set(ids)
     records: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
@@ -170,15 +175,16 @@ def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]
 
 
 def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int, timeout_s: float,
-        running: bool, progress: Progress) -> dict[str, Any]:
+        running: bool, progress: Progress, in_flight: int | None = None) -> dict[str, Any]:
     emails = campaign.load(paths)
+    in_flight = in_flight or 4 * readers
     with tempfile.TemporaryDirectory(prefix="airlock-attack-") as scratch:
         if mode == "naive":
             results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, progress)
         elif running:
-            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, progress)
+            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, in_flight, progress)
         else:
             with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
-                results, stragglers = run_separated(emails, settings, timeout_s, progress)
+                results, stragglers = run_separated(emails, settings, timeout_s, in_flight, progress)
     scorer = score.Scorer(task)
     return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)

@@ -145,7 +145,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.mode == "naive" and not model_url:
         raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
     result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
-                        attack.progress_bar())
+                        attack.progress_bar(), args.in_flight)
     if args.report:
         Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
     print(score.table(result))
@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     attack_cmd.add_argument("--task", help="task file (default tasks/order_status.toml)")
     attack_cmd.add_argument("--readers", type=int, default=2, help="readers in the private stack (default 2)")
     attack_cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
+    attack_cmd.add_argument("--in-flight", type=int, help="emails in flight at once (default 4 per reader)")
     attack_cmd.add_argument("--running", action="store_true",
                             help="attack the running stack of $AIRLOCK_* instead of a private one")
 

@@ -140,7 +140,7 @@ def table(result: dict[str, Any]) -> str:
         f"  value mismatches      {s['value_mismatches']}   (type-valid but wrong: the data-only attack)",
         f"  attacker goals        {s['goals_reached']} of {s['hostile']} hostile emails",
         f"  utility (benign)      {s['utility'] if s['utility'] is not None else '-'} of {s['benign']}",
-        f"  latency ms            p50 {s['latency_ms']['p50']}  p95 {s['latency_ms']['p95']}  p99 {s['latency_ms']['p99']}",
+        f"  latency ms (in->out)  p50 {s['latency_ms']['p50']}  p95 {s['latency_ms']['p95']}  p99 {s['latency_ms']['p99']}",
     ]
     if s["stragglers"]:
         lines.append(f"  no outcome in time    {len(s['stragglers'])}: {' '.join(s['stragglers'][:10])}")

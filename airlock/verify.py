@@ -32,10 +32,11 @@ NETWORKS = {
     "validator": {"validators"},
     "actor": {"actors"},
     "model": {"model"},
+    "intake": {"edge"},
 }
 DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
 DATA_MOUNT = "/data"
-PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "model": 8080}
+PORTS = {"smtp": 2525, "intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "model": 8080}
 OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
 PROBE_TIMEOUT_S = 2.0
 HINTS = {
@@ -240,6 +241,9 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
         expect("reader", f"cannot open the {role} endpoint", broker(f"{role}s"), PORTS[role], "no connection")
         expect("reader", f"{role} endpoint not bound on its network", broker("readers"), PORTS[role], "no connection")
     expect("reader", "cannot open the intake endpoint", broker("edge"), PORTS["intake"], "no connection")
+    expect("intake", "reaches the intake endpoint", broker("edge"), PORTS["intake"], "connected")
+    for role in ("reader", "validator", "actor"):
+        expect("intake", f"{role} endpoint not bound on its network", broker("edge"), PORTS[role], "no connection")
     expect("reader", "cannot reach the actor", lab.ip("actor", "actors"), PORTS["actor"], "no route")
     expect("actor", "cannot reach the model", model, PORTS["model"], "no route")
     expect("validator", "cannot reach the model", model, PORTS["model"], "no route")

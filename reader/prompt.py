@@ -17,6 +17,9 @@ ChatMessages = list[dict[str, str]]
 def email_text(parsed: ParsedEmail) -> tuple[str, bool]:
     """What the model reads of the email, and whether it was cut."""
     text = f"Subject: {parsed.subject}\n\n{parsed.body}" if parsed.subject else parsed.body
+    # Mail over SMTP ends lines in CRLF, files in LF: one email must make one prompt (and
+    # so find its recorded answer) however it arrived.
+    text = text.replace("\r\n", "\n")
     return text[:MAX_EMAIL_CHARS], len(text) > MAX_EMAIL_CHARS
 
 

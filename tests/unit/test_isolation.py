@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("broker", "reader", "validator", "actor")
+SERVICES = ("broker", "reader", "validator", "actor", "intake")
 
 
 def imported_top_levels(package: str) -> dict[str, set[str]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("broker", "reader", "validator", "actor")
+SERVICES = ("broker", "reader", "validator", "actor", "intake")
 
 
 def copies(dockerfile: Path) -> list[str]:

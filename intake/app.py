@@ -1,0 +1,198 @@
+"""The SMTP intake: `hand_over` decides the reply, the Handler and the listener do the I/O.
+
+Each message received over SMTP is submitted to the broker's intake endpoint as one `eml`
+email, in its stored form (LF line ends, see `stored_form`), whose origin is
+`smtp:<envelope sender>`. The reply tells the sender the truth:
+
+- 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
+- 451 (transient): the broker did not answer; the sender keeps the email and retries.
+  Mail is never answered 250 unless it was handed over, so nothing is dropped silently.
+- 552 (from aiosmtpd): bigger than one broker frame can carry. Anything smaller goes to
+  the broker, which rejects emails over its own limit with a recorded `intake.too_large`.
+
+Any recipient is accepted: nothing is relayed, every email goes to the broker only.
+A 451 whose Submit did reach a slow broker means the retry arrives twice (at least once,
+never zero times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import msgspec
+import zmq
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from airlock.client import IntakeClient
+from airlock.errors import BrokerUnreachable, SettingsError
+from airlock.settings import Settings
+
+BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
+STOP_POLL_S = 0.1  # how often the listener checks the stop event set by a signal
+SHUTDOWN_GRACE_S = 5.0  # closing connections at stop may take this long, no longer
+# Room in one broker frame for the Submit around the email: field names, ref, format and
+# an origin no longer than an SMTP command line (about 520 bytes).
+FRAME_HEADROOM_BYTES = 16 * 1024
+HOSTNAME = "airlock-intake"  # fixed, so no session waits on a DNS lookup of our own name
+UNAVAILABLE = "451 4.3.0 airlock broker unavailable, try again later"
+
+
+class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
+    host: str
+    port: int
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise ValueError("must be a TCP port 1-65535")
+    return value
+
+
+def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
+    """AIRLOCK_SMTP_HOST and AIRLOCK_SMTP_PORT; a value that does not cast names its key."""
+    env = os.environ if env is None else env
+
+    def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
+        text = env.get(key, default)
+        try:
+            return cast(text)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
+
+    return SmtpSettings(host=read("AIRLOCK_SMTP_HOST", str, "127.0.0.1"),
+                        port=read("AIRLOCK_SMTP_PORT", _port, "2525"))
+
+
+def data_size_limit(settings: Settings) -> int:
+    """The largest DATA, in bytes, whose Submit still fits in one broker frame."""
+    if settings.max_frame_bytes <= FRAME_HEADROOM_BYTES:
+        raise SettingsError(f"setting AIRLOCK_MAX_FRAME_BYTES={settings.max_frame_bytes} is too small "
+                            f"for the SMTP intake: must be over {FRAME_HEADROOM_BYTES}")
+    return settings.max_frame_bytes - FRAME_HEADROOM_BYTES
+
+
+class Submitter(Protocol):
+    def submit(self, raw: bytes, origin: str) -> str:
+        """Hand one email to the broker and return its message id; BrokerUnreachable if not."""
+        ...
+
+
+class BrokerSubmitter:
+    """One IntakeClient, used by one thread at a time (a zmq socket is not thread-safe).
+
+    After the broker fails to answer, the client is closed and the next email gets a fresh
+    one, so a Submit left queued on the old socket is not delivered later behind a 451.
+    """
+
+    def __init__(self, connect: Callable[[], IntakeClient]) -> None:
+        self._connect = connect
+        self._client: IntakeClient | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, raw: bytes, origin: str) -> str:
+        with self._lock:
+            client = self._client = self._client or self._connect()
+            try:
+                accepted = next(client.submit([(raw, "eml", origin)]), None)
+            except BrokerUnreachable:
+                self._discard()
+                raise
+            except zmq.ZMQError as exc:
+                self._discard()
+                raise BrokerUnreachable(f"the broker at {client.endpoint} failed: {exc}") from exc
+            if accepted is None:  # IntakeClient.submit yields each item or raises; never here
+                raise BrokerUnreachable(f"the broker at {client.endpoint} accepted nothing")
+            return accepted[1]
+
+    def _discard(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()
+
+
+def stored_form(raw: bytes) -> bytes:
+    """The email as a mailbox file holds it: SMTP's CRLF line ends become LF.
+
+    A local delivery agent stores mail this way, and so are the .eml files `airlock inject`
+    reads. Without it the reader would see `\r\n` in the body, so its prompt, and the digest
+    that keys recorded answers, would differ from the same email injected from a file.
+    """
+    return raw.replace(b"\r\n", b"\n")
+
+
+def hand_over(submitter: Submitter, raw: bytes, mail_from: str) -> str:
+    """The SMTP reply for one received email: 250 with its id once the broker has it, else 451."""
+    try:
+        message_id = submitter.submit(stored_form(raw), f"smtp:{mail_from}")
+    except BrokerUnreachable:
+        return UNAVAILABLE
+    return f"250 Queued as {message_id}"
+
+
+class Handler:
+    """aiosmtpd's handler: every DATA goes to `hand_over`, off the event loop."""
+
+    def __init__(self, submitter: Submitter) -> None:
+        self.submitter = submitter
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
+        raw = envelope.original_content or b""
+        mail_from = envelope.mail_from or ""
+        reply = await asyncio.to_thread(hand_over, self.submitter, raw, mail_from)
+        print(f"intake: {reply} from=<{mail_from}> rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
+              f"peer={session.peer}", flush=True)
+        return reply
+
+
+async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: str,
+                 stop: threading.Event) -> None:
+    """Serve SMTP on smtp.host:smtp.port until `stop` is set, then close every connection."""
+    loop = asyncio.get_running_loop()
+    sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
+
+    def session() -> SMTP:
+        protocol = SMTP(handler, data_size_limit=size_limit, enable_SMTPUTF8=True,
+                        hostname=HOSTNAME, ident="airlock intake", loop=loop)
+        sessions.add(protocol)
+        return protocol
+
+    try:
+        server = await loop.create_server(session, smtp.host, smtp.port)
+    except OSError as exc:
+        raise SettingsError(f"cannot listen on {smtp.host}:{smtp.port} (AIRLOCK_SMTP_HOST, "
+                            f"AIRLOCK_SMTP_PORT): {exc.strerror or exc}") from exc
+    print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
+          f"(up to {size_limit} bytes each)", flush=True)
+    try:
+        while not stop.is_set():
+            await asyncio.sleep(STOP_POLL_S)
+    finally:
+        server.close()
+        for protocol in list(sessions):
+            if protocol.transport is not None:
+                protocol.transport.close()
+        try:
+            await asyncio.wait_for(server.wait_closed(), SHUTDOWN_GRACE_S)
+        except TimeoutError:
+            pass  # a connection that will not close; asyncio.run tears it down
+
+
+def serve(settings: Settings, task: object, stop: threading.Event) -> None:
+    """Run until `stop` is set. The intake needs no task: it only hands emails over."""
+    smtp = load_smtp()
+    submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S))
+    try:
+        asyncio.run(listen(smtp, Handler(submitter), data_size_limit(settings),
+                            settings.endpoint("intake"), stop))
+    finally:
+        submitter.close()

@@ -1,0 +1,195 @@
+"""`python -m intake` as a real process: mail sent with smtplib reaches the broker, or gets 451/552."""
+
+from __future__ import annotations
+
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from airlock import settings as settings_module
+from intake.app import data_size_limit
+from tests.conftest import ROOT, free_ports
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+SEED_FILE = ROOT / "samples" / "seed_4411_de.eml"
+# SMTP lines end in CRLF and smtplib sends bytes as they are, so the file's LF ends are converted
+# here, as any mail client does.
+SEED = SEED_FILE.read_bytes().replace(b"\n", b"\r\n")
+SENDER = "tester@example.org"
+STOP_TIMEOUT_S = 10
+
+
+class Intake:
+    """One `python -m intake` on a free loopback port, output kept for failure messages."""
+
+    def __init__(self, env: Mapping[str, str], **extra_env: str) -> None:
+        (self.port,) = free_ports(1)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "intake"], cwd=ROOT, text=True,
+            env={**env, "PYTHONPATH": str(ROOT), "AIRLOCK_SMTP_PORT": str(self.port), **extra_env},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.output = ""
+
+    def wait_listening(self) -> Intake:
+        if not wait_until(lambda: self.process.poll() is not None or self._accepts()) or self.process.poll() is not None:
+            self.stop()
+            raise AssertionError(f"intake did not listen on {self.port}:\n{self.output}")
+        return self
+
+    def _accepts(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Signal it, then collect the output; closes both pipes. Returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            out, err = self.process.communicate(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate()
+        self.output += out + err
+        return self.process.returncode
+
+
+@pytest.fixture
+def intake() -> Iterator[callable]:
+    started: list[Intake] = []
+
+    def start(env: Mapping[str, str], **extra_env: str) -> Intake:
+        started.append(Intake(env, **extra_env))
+        return started[-1].wait_listening()
+
+    yield start
+    for one in started:
+        one.stop()
+
+
+def send(port: int, raw: bytes, mail_from: str = SENDER) -> tuple[int, str]:
+    """One SMTP transaction; the DATA reply, which sendmail() would not return."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.ehlo()
+        smtp.mail(mail_from)
+        smtp.rcpt("support@shop.example")
+        code, reply = smtp.data(raw)
+        return code, reply.decode()
+
+
+def sendmail(port: int, raw: bytes) -> None:
+    """As a mail client does it; smtplib raises SMTPDataError when DATA is not answered 250."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.sendmail(SENDER, ["support@shop.example"], raw)
+
+
+def email_of(size: int) -> bytes:
+    """An email of exactly `size` bytes on the wire, in lines SMTP allows (at most 1000 bytes)."""
+    head = f"From: {SENDER}\r\nTo: support@shop.example\r\nSubject: big\r\n\r\n".encode()
+    full, rest = divmod(size - len(head), 1000)
+    body = (b"x" * 998 + b"\r\n") * full
+    if rest == 1:  # no line is one byte long: split the last full line into 501 + 500 bytes
+        body = body[:-1000] + b"x" * 499 + b"\r\n" + b"x" * 498 + b"\r\n"
+    elif rest:
+        body += b"y" * (rest - 2) + b"\r\n"
+    raw = head + body
+    assert len(raw) == size
+    return raw
+
+
+def outcomes(s) -> list[dict]:
+    try:
+        return s.trace(event="outcome")
+    except ValueError:  # a line the broker is still writing
+        return []
+
+
+def queued_id(code: int, reply: str) -> str:
+    assert code == 250 and reply.startswith("Queued as "), (code, reply)
+    return reply.removeprefix("Queued as ")
+
+
+def test_seed_email_over_smtp_completes_with_the_two_planned_calls(stack, intake) -> None:
+    """The seed email sent with smtplib runs the plan once, with origin smtp:<sender>."""
+    s = stack().start()
+    message_id = queued_id(*send(intake(s.env).port, SEED))
+    assert wait_until(lambda: len(outcomes(s)) == 1, timeout_s=60), s.trace()
+    (outcome,) = outcomes(s)
+    assert (outcome["message_id"], outcome["outcome"]) == (message_id, "completed")
+    (received,) = s.trace(message_id, "received")
+    assert received["origin"].startswith("smtp:") and received["origin"] == f"smtp:{SENDER}"
+    assert received["format"] == "eml" and received["bytes"] == len(SEED_FILE.read_bytes())  # stored form
+    assert [(c["server"], c["tool"], c["args"]) for c in s.calls(message_id)] == [
+        ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+
+
+def test_mail_over_the_email_limit_reaches_the_broker_and_is_rejected(stack, intake) -> None:
+    """300 KiB and the largest DATA the intake takes both get 250, then a typed too_large outcome."""
+    s = stack().start()
+    port = intake(s.env).port
+    largest = data_size_limit(settings_module.load(s.env))
+    ids = [queued_id(*send(port, email_of(size))) for size in (300 * 1024, largest)]
+    assert wait_until(lambda: len(outcomes(s)) == 2, timeout_s=60), s.trace()
+    for message_id in ids:
+        (outcome,) = s.trace(message_id, "outcome")
+        assert (outcome["outcome"], outcome["rule"]) == ("rejected", "intake.too_large")
+    assert s.calls() == []
+
+
+def test_mail_over_a_frame_is_refused_552_and_never_submitted(stack, intake) -> None:
+    """One byte over the DATA limit: 552 at MAIL if the client declares SIZE, else after DATA;
+    the broker never sees it."""
+    s = stack().start()
+    port = intake(s.env).port
+    oversize = email_of(data_size_limit(settings_module.load(s.env)) + 1)
+    with pytest.raises(smtplib.SMTPSenderRefused) as refused:
+        sendmail(port, oversize)  # smtplib declares SIZE=, as most clients do
+    assert refused.value.smtp_code == 552
+    assert send(port, oversize) == (552, "Error: Too much mail data")  # no SIZE declared
+    assert s.trace(event="received") == []
+
+
+def test_broker_down_is_answered_451_then_retry_is_queued(stack, intake) -> None:
+    """No broker: DATA gets 451 (nothing accepted); once the broker is up the retry gets 250."""
+    s = stack()  # not started: nothing listens on its ports yet
+    port = intake(s.env).port
+    with pytest.raises(smtplib.SMTPDataError) as deferred:
+        sendmail(port, SEED)
+    assert deferred.value.smtp_code == 451
+    assert deferred.value.smtp_error.decode() == "4.3.0 airlock broker unavailable, try again later"
+    s.start()
+    message_id = queued_id(*send(port, SEED))
+    assert wait_until(lambda: len(s.trace(message_id, "outcome")) == 1, timeout_s=60), s.trace()
+    assert s.trace(message_id, "outcome")[0]["outcome"] == "completed"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_intake_stops_cleanly_on_a_signal_and_logs_each_message(stack, intake, signum: int) -> None:
+    """SIGTERM or SIGINT ends `python -m intake` with 0; stdout has the start line and one line per message."""
+    s = stack().start()
+    running = intake(s.env)
+    message_id = queued_id(*send(running.port, SEED))
+    assert running.stop(signum) == 0, running.output
+    lines = running.output.splitlines()
+    assert lines[0].startswith(f"intake: listening on smtp://127.0.0.1:{running.port}")
+    assert [line for line in lines[1:] if line.startswith("intake: 250")] == [
+        line for line in lines[1:] if message_id in line]
+    assert len(lines) == 2, running.output
+
+
+@pytest.mark.parametrize("key", ["AIRLOCK_SMTP_PORT", "AIRLOCK_INTAKE_PORT"])
+def test_bad_setting_is_one_line_and_exit_78(tmp_path, key: str) -> None:
+    """A port that is not a port: one line on stderr naming the key, exit 78 (EX_CONFIG)."""
+    done = subprocess.run([sys.executable, "-m", "intake"], cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": "", "PYTHONPATH": str(ROOT), "AIRLOCK_SMTP_PORT": "2525", key: "smtp"},
+                          timeout=30)
+    assert done.returncode == 78
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("intake: ") and key in done.stderr

@@ -1,0 +1,155 @@
+"""The SMTP intake's logic with no sockets: replies, origins, settings, the shared client."""
+
+from __future__ import annotations
+
+import pytest
+from aiosmtpd.smtp import Envelope, Session
+
+from airlock import settings as settings_module
+from airlock.errors import BrokerUnreachable, SettingsError
+from intake.app import (
+    FRAME_HEADROOM_BYTES, UNAVAILABLE, BrokerSubmitter, Handler, data_size_limit, hand_over, load_smtp,
+    stored_form,
+)
+from tests.unit.test_isolation import imported_top_levels
+
+RAW = b"From: a@example.org\r\nSubject: order\r\n\r\nBestellung 4411 bitte.\r\n"  # as SMTP carries it
+STORED = b"From: a@example.org\nSubject: order\n\nBestellung 4411 bitte.\n"  # as an .eml file holds it
+
+
+class FakeSubmitter:
+    """Records what it was given; answers with the next id, or raises if the broker is 'down'."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.down = down
+        self.submitted: list[tuple[bytes, str]] = []
+
+    def submit(self, raw: bytes, origin: str) -> str:
+        if self.down:
+            raise BrokerUnreachable("the broker at tcp://127.0.0.1:1 did not answer within 5.0 s")
+        self.submitted.append((raw, origin))
+        return f"m-{len(self.submitted)}"
+
+
+def envelope(mail_from: str | None, raw: bytes = RAW) -> Envelope:
+    made = Envelope()
+    made.mail_from, made.rcpt_tos, made.original_content = mail_from, ["support@shop.example"], raw
+    return made
+
+
+def test_accepted_email_is_answered_250_with_its_message_id() -> None:
+    """The broker's message id is in the 250 reply, so the sender can find it in the trace."""
+    assert hand_over(FakeSubmitter(), RAW, "tester@example.org") == "250 Queued as m-1"
+
+
+def test_unreachable_broker_is_answered_451_and_nothing_is_accepted() -> None:
+    """No answer from the broker: a transient 451, never a 250, and nothing recorded as handed over."""
+    submitter = FakeSubmitter(down=True)
+    reply = hand_over(submitter, RAW, "tester@example.org")
+    assert reply == UNAVAILABLE == "451 4.3.0 airlock broker unavailable, try again later"
+    assert not reply.startswith("2") and "Queued" not in reply
+    assert submitter.submitted == []
+
+
+@pytest.mark.parametrize(("mail_from", "origin"), [
+    pytest.param("tester@example.org", "smtp:tester@example.org", id="sender"),
+    pytest.param("", "smtp:", id="null-sender"),
+])
+def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None:
+    """The email goes over with origin smtp:<envelope sender>."""
+    submitter = FakeSubmitter()
+    hand_over(submitter, RAW, mail_from)
+    assert submitter.submitted == [(STORED, origin)]
+
+
+async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) -> None:
+    """aiosmtpd's DATA hook hands over envelope.original_content (stored form) and prints one line."""
+    submitter, session = FakeSubmitter(), Session(loop=None)
+    session.peer = ("127.0.0.1", 40000)
+    reply = await Handler(submitter).handle_DATA(None, session, envelope("tester@example.org"))
+    assert reply == "250 Queued as m-1"
+    assert submitter.submitted == [(STORED, "smtp:tester@example.org")]
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("intake: 250 Queued as m-1 from=<tester@example.org>")
+
+
+async def test_handle_data_with_broker_down_answers_451() -> None:
+    """The DATA hook passes the 451 through: the sender keeps the email."""
+    session = Session(loop=None)
+    reply = await Handler(FakeSubmitter(down=True)).handle_DATA(None, session, envelope(None))
+    assert reply == UNAVAILABLE
+
+
+@pytest.mark.parametrize(("wire", "stored"), [
+    pytest.param(RAW, STORED, id="crlf"),
+    pytest.param(STORED, STORED, id="already-lf"),
+    pytest.param(b"a\rb\r\n\r\n", b"a\rb\n\n", id="lone-cr-kept"),
+    pytest.param(b"=\r\nx\r\n", b"=\nx\n", id="qp-soft-break"),
+])
+def test_stored_form_turns_only_crlf_line_ends_into_lf(wire: bytes, stored: bytes) -> None:
+    """SMTP's CRLF line ends become LF, as in the .eml files `airlock inject` reads; nothing else changes."""
+    assert stored_form(wire) == stored
+
+
+class FakeClient:
+    def __init__(self, answers: list[str | Exception]) -> None:
+        self.answers, self.closed, self.endpoint = answers, False, "tcp://127.0.0.1:1"
+
+    def submit(self, items):
+        (item,) = list(items)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        yield item[2], answer
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_submitter_replaces_its_client_after_the_broker_went_silent() -> None:
+    """A client whose Submit went unanswered is closed, so it cannot deliver that Submit later."""
+    waiting = iter([FakeClient([BrokerUnreachable("silent")]), FakeClient(["m-7"])])
+    made: list[FakeClient] = []
+
+    def connect() -> FakeClient:
+        made.append(next(waiting))
+        return made[-1]
+
+    submitter = BrokerSubmitter(connect)
+    with pytest.raises(BrokerUnreachable):
+        submitter.submit(RAW, "smtp:a@example.org")
+    assert made[0].closed
+    assert submitter.submit(RAW, "smtp:a@example.org") == "m-7"
+    assert len(made) == 2 and not made[1].closed
+    submitter.close()
+    assert made[1].closed
+
+
+def test_smtp_settings_default_to_loopback_2525() -> None:
+    """With nothing set the intake listens on 127.0.0.1:2525."""
+    smtp = load_smtp({})
+    assert (smtp.host, smtp.port) == ("127.0.0.1", 2525)
+
+
+@pytest.mark.parametrize("port", ["smtp", "0", "70000"])
+def test_bad_smtp_port_names_the_key(port: str) -> None:
+    """A port that does not cast fails with the key's name (main() turns it into exit 78)."""
+    with pytest.raises(SettingsError, match="AIRLOCK_SMTP_PORT"):
+        load_smtp({"AIRLOCK_SMTP_PORT": port})
+
+
+def test_size_limit_leaves_room_for_the_submit_in_one_frame() -> None:
+    """DATA is capped just under the broker's frame limit, far over its email limit."""
+    settings = settings_module.load({})
+    limit = data_size_limit(settings)
+    assert limit == settings.max_frame_bytes - FRAME_HEADROOM_BYTES
+    assert settings.max_email_bytes < limit < settings.max_frame_bytes
+    with pytest.raises(SettingsError, match="AIRLOCK_MAX_FRAME_BYTES"):
+        data_size_limit(settings_module.load({"AIRLOCK_MAX_FRAME_BYTES": str(FRAME_HEADROOM_BYTES)}))
+
+
+def test_intake_imports_only_the_kernel_and_itself() -> None:
+    """The intake is a client like `airlock inject`: no service code, so no tool code."""
+    services = {"broker", "reader", "validator", "actor"}
+    for module, names in imported_top_levels("intake").items():
+        assert not names & services, f"{module} imports {sorted(names & services)}"
