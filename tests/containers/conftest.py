@@ -61,7 +61,9 @@ def engine_answers() -> bool:
 class Lab:
     def __init__(self, data: Path) -> None:
         self.data = data
-        self.env = {**os.environ, "AIRLOCK_DATA": str(data), "AIRLOCK_INTAKE_PORT": str(free_ports(1)[0]),
+        intake_port, smtp_port = free_ports(2)
+        self.env = {**os.environ, "AIRLOCK_DATA": str(data), "AIRLOCK_INTAKE_PORT": str(intake_port),
+                    "AIRLOCK_SMTP_PORT": str(smtp_port),
                     "COMPOSE_PROJECT_NAME": PROJECT, "PYTHONPATH": str(ROOT)}
         if os.getuid() != 0:  # the containers write the data folder as this user instead
             self.env.update(AIRLOCK_UID=str(os.getuid()), AIRLOCK_GID=str(os.getgid()))

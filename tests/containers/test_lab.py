@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import smtplib
+import time
+
 import pytest
 
 from tests.conftest import ROOT
@@ -38,6 +41,24 @@ def test_inject_through_compose_run(lab) -> None:
     done = lab.compose("run", "--rm", "inject", SEED)
     assert done.returncode == 0, done.stderr
     assert "completed" in done.stdout
+
+
+def test_smtp_intake_in_the_lab(lab) -> None:
+    """Mail sent to the published SMTP port runs the plan like an injected file."""
+    raw = (ROOT / SEED).read_bytes()
+    with smtplib.SMTP("127.0.0.1", int(lab.env["AIRLOCK_SMTP_PORT"]), timeout=30) as smtp:
+        smtp.sendmail("tester@example.org", ["support@shop.example"], raw)
+
+    def smtp_outcomes() -> list[dict]:
+        ids = {t["message_id"] for t in lab.lines("trace.jsonl")
+               if t["event"] == "received" and t.get("origin", "").startswith("smtp:tester@example.org")}
+        return [t for t in lab.lines("trace.jsonl") if t["event"] == "outcome" and t["message_id"] in ids]
+
+    deadline = time.monotonic() + 60
+    while not smtp_outcomes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (outcome,) = smtp_outcomes()
+    assert outcome["outcome"] == "completed"
 
 
 WEAKENINGS = [
