@@ -1,58 +1,71 @@
-"""The actor's handle(): Passed in, the plan run with that value, Done out."""
+"""The actor's handle(): Passed in, the plan run through the executor, Done out.
+
+A Decision (a person's answer to an escalated step) resumes that email's plan: steps
+already done are replayed from the call log, never repeated.
+"""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import zmq
 
 from actor import catalog as catalog_module
-from actor.plan import BoundStep, bind
+from actor.executor import Executor, LiveCatalog
+from actor.pending import PendingStore
+from actor.plan import bind
+from actor.preconditions import Approval, Gate, Principals
 from actor.tools import CallLog
 from airlock.service import serve as serve_worker
 from airlock.settings import Settings
 from airlock.task import Task
 from airlock.transport import Channel, ZmqChannel
-from airlock.wire import Call, Done, Message, Passed, outbound_decoder
+from airlock.wire import Decision, Done, Message, Passed, outbound_decoder
 
 
 class Actor:
-    def __init__(self, plan: list[BoundStep], value_type: Any, tools: CallLog) -> None:
-        self.plan, self.value_type, self.tools = plan, value_type, tools
+    def __init__(self, executor: Executor, value_type: Any, tools: CallLog) -> None:
+        self.executor, self.value_type, self.tools = executor, value_type, tools
 
     def handle(self, message: Message) -> list[Message]:
         match message:
-            case Passed(message_id=message_id, value=value):
-                return [self.run(message_id, value)]
-        return []  # this role's decoder admits only Passed
+            case Passed(message_id=message_id, value=value, sender=sender):
+                return [self.run(message_id, value, sender)]
+            case Decision(message_id=message_id, approve=approve, role=role, by=by):
+                return [self.decide(message_id, Approval(approve, role, by))]
+        return []  # this role's decoder admits only Passed and Decision
 
-    def run(self, message_id: str, value: int | str) -> Done:
+    def run(self, message_id: str, value: int | str, sender: str = "") -> Done:
         # The validator already checked the value; checking again costs nothing and means
         # a bug or a forged message upstream still cannot put free text into a tool call.
         try:
             value = msgspec.convert(value, self.value_type, strict=True)
         except msgspec.ValidationError as exc:
             return Done(message_id=message_id, outcome="rejected", reason=f"value is not of the narrow type: {exc}")
-        calls = []
-        for step in self.plan:
-            args = step.arguments(value)
-            call = Call(step=step.number, server=step.tool.server, tool=step.tool.tool, args=args, status="ok")
-            try:
-                self.tools.call(message_id, step.number, step.tool.server, step.tool.tool, args)
-            except Exception as exc:  # the tool boundary: any failure is a typed failed call
-                calls.append(msgspec.structs.replace(call, status="error", error=f"{type(exc).__name__}: {exc}"))
-                return Done(message_id=message_id, outcome="failed", reason=f"step {step.number} failed: {exc}", calls=calls)
-            calls.append(call)
-        return Done(message_id=message_id, outcome="completed", calls=calls)
+        return self.executor.run(message_id, value, sender)
+
+    def decide(self, message_id: str, approval: Approval) -> Done:
+        escalation = self.executor.pending.open.get(message_id)
+        if escalation is None:
+            return Done(message_id=message_id, outcome="failed", reason="no escalated step is waiting for this email")
+        return self.executor.run(message_id, escalation.value, escalation.sender, approval, escalation.step)
+
+    def close(self) -> None:
+        self.executor.close()
+        self.tools.close()
 
 
-def build(settings: Settings, task: Task, catalog_path: Path = catalog_module.DEFAULT_PATH) -> Actor:
-    """Load the catalog and bind the plan; raises CatalogError before any message is read."""
+def build(settings: Settings, task: Task) -> Actor:
+    """Load the catalog, bind the plan and the preconditions; raises before any message."""
+    catalog_path = settings.catalog or catalog_module.DEFAULT_PATH
     plan = bind(task, catalog_module.load(catalog_path))
-    return Actor(plan, task.value_decoder(), CallLog(settings.calls_path))
+    gate = Gate(task.preconditions, Principals.load(task.principals_path))
+    tools = CallLog(settings.calls_path)
+    executor = Executor(plan, LiveCatalog(catalog_path), tools, gate, PendingStore(settings.data_dir / "pending.jsonl"),
+                        settings.max_result_bytes)
+    return Actor(executor, task.value_decoder(), tools)
 
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
@@ -62,4 +75,4 @@ def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channe
         serve_worker(channel, outbound_decoder("actor"), actor.handle, settings.worker_credit, stop)
     finally:
         channel.close()
-        actor.tools.close()
+        actor.close()

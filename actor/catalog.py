@@ -1,10 +1,13 @@
-"""The tool catalog: which server/tool pairs exist and what arguments each takes.
+"""The tool catalog: which server/tool pairs exist, their schemas, permissions and classes.
 
-Loaded strictly at start; a duplicate pair or an unknown key stops the actor.
+Loaded strictly at start; a duplicate pair or an unknown key stops the actor. Each tool's
+pin is the sha256 of its server, name, description and schema: a plan step that pins a
+tool refuses to run it once any of those changes under it (a "rug pull").
 """
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,8 +20,20 @@ DEFAULT_PATH = Path(__file__).with_name("catalog.toml")
 
 
 class Arg(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    type: Literal["str", "int", "bool"]
+    type: Literal["str", "int", "float", "bool"]
     max_length: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    min: int | float | None = None
+    max: int | float | None = None
+    pattern: str | None = None
+
+
+class Mock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How the mock behind a tool behaves: what it returns, and test-only misbehaviour."""
+
+    returns: Literal["ack", "order"] = "ack"
+    delay_s: float = 0.0  # a slow tool
+    result_bytes: int = 0  # an oversized result
+    fail: str = ""  # a tool that raises
 
 
 class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -26,11 +41,23 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tool: str
     description: str
     permission: Literal["read", "write"]
+    blast_radius: Literal["internal", "third_party"]
+    reversibility: Literal["reversible", "irreversible"]
     args: dict[str, Arg] = {}
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    mock: Mock = Mock()
 
     @property
     def pair(self) -> tuple[str, str]:
         return (self.server, self.tool)
+
+    @property
+    def pin(self) -> str:
+        """sha256 over what a caller relies on: identity, description and schema."""
+        schema = {name: msgspec.structs.asdict(arg) for name, arg in sorted(self.args.items())}
+        canonical = msgspec.json.encode({"server": self.server, "tool": self.tool,
+                                         "description": self.description, "args": schema})
+        return hashlib.sha256(canonical).hexdigest()
 
 
 class _CatalogFile(msgspec.Struct, forbid_unknown_fields=True):

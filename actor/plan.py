@@ -1,8 +1,9 @@
 """The plan, bound to the catalog before any message arrives.
 
-Binding checks every step against the catalog by its full server/tool pair, and its
-arguments against the tool's schema (including the type the narrow value will have). If
-anything does not fit, the actor refuses to start: there is no partial plan.
+Binding finds each step's tool by its full server/tool pair (the bound rule of
+selection.py: descriptions never choose), and checks the step's pin, its permission grant
+and its arguments against the tool's schema, including the type the narrow value will
+have. If anything does not fit, the actor refuses to start: there is no partial plan.
 """
 
 from __future__ import annotations
@@ -12,17 +13,21 @@ from typing import Any
 import msgspec
 
 from actor.catalog import Catalog, Tool
+from actor.selection import bound_pair
 from airlock.errors import CatalogError
-from airlock.task import IntegerRange, Task
+from airlock.task import IntegerRange, Step, Task
 
-_PY_TYPE = {"str": str, "int": int, "bool": bool}
+_SAMPLE = {"str": "", "int": 0, "bool": False, "float": 0.0}
+_PY_TYPE = {"str": str, "int": int, "bool": bool, "float": float}
 
 
 class BoundStep(msgspec.Struct, frozen=True):
     number: int
-    tool: Tool
+    pair: tuple[str, str]
     value_into: str | None
     fixed: dict[str, Any]
+    grant: str
+    pin: str | None
 
     def arguments(self, value: int | str) -> dict[str, Any]:
         args = dict(self.fixed)
@@ -31,27 +36,52 @@ class BoundStep(msgspec.Struct, frozen=True):
         return args
 
 
+def structural_problem(step: BoundStep, catalog: Catalog) -> tuple[str, str, Tool | None]:
+    """(rule, reason, tool) for the first structural check the step fails in this catalog,
+    or ("", "", tool) when it passes: plan pair, pin, permission."""
+    pair = bound_pair(catalog.keys(), step.pair)
+    if pair is None:
+        return "plan", f"{step.pair[0]}/{step.pair[1]} is not in the catalog", None
+    tool = catalog[pair]
+    if step.pin is not None and tool.pin != step.pin:
+        return "pin", (f"pin failed for {tool.server}/{tool.tool}: the plan pinned {step.pin[:12]}…, "
+                       f"the catalog now has {tool.pin[:12]}…"), tool
+    if tool.permission == "write" and step.grant != "write":
+        return "permission", f"the step grants {step.grant}, {tool.server}/{tool.tool} needs write", tool
+    return "", "", tool
+
+
 def bind(task: Task, catalog: Catalog) -> list[BoundStep]:
     value_type = "int" if isinstance(task.value, IntegerRange) else "str"
     steps = []
     for number, step in enumerate(task.plan, start=1):
+        bound = BoundStep(number, (step.server, step.tool), step.value_into, dict(step.args), step.grant, step.pin)
         where = f"plan step {number} ({step.call})"
-        tool = catalog.get((step.server, step.tool))
-        if tool is None:
+        rule, reason, tool = structural_problem(bound, catalog)
+        if rule == "plan":
             raise CatalogError(f"{where}: no such tool in the catalog")
-        given = dict(step.args)
-        if step.value_into is not None:
-            if step.value_into in given:
-                raise CatalogError(f"{where}: '{step.value_into}' is both fixed and the value slot")
-            arg = tool.args.get(step.value_into)
-            if arg is None or arg.type != value_type:
-                raise CatalogError(f"{where}: the tool has no {value_type} argument '{step.value_into}'")
-        for name, fixed in given.items():
-            arg = tool.args.get(name)
-            if arg is None or type(fixed) is not _PY_TYPE[arg.type]:
-                raise CatalogError(f"{where}: fixed argument '{name}' does not match the tool's schema")
-        missing = set(tool.args) - set(given) - {step.value_into}
-        if missing:
-            raise CatalogError(f"{where}: arguments {sorted(missing)} are not filled")
-        steps.append(BoundStep(number, tool, step.value_into, given))
+        if rule:
+            raise CatalogError(f"{where}: {reason}")
+        _check_arguments(step, tool, value_type, where)
+        steps.append(bound)
     return steps
+
+
+def _check_arguments(step: Step, tool: Tool, value_type: str, where: str) -> None:
+    given = dict(step.args)
+    if step.value_into is not None:
+        if step.value_into in given:
+            raise CatalogError(f"{where}: '{step.value_into}' is both fixed and the value slot")
+        arg = tool.args.get(step.value_into)
+        if arg is None or arg.type != value_type:
+            raise CatalogError(f"{where}: the tool has no {value_type} argument '{step.value_into}'")
+        given[step.value_into] = _SAMPLE[value_type]
+    unknown = set(given) - set(tool.args)
+    if unknown:
+        raise CatalogError(f"{where}: fixed argument {sorted(unknown)} is not in the tool's schema")
+    missing = set(tool.args) - set(given)
+    if missing:
+        raise CatalogError(f"{where}: arguments {sorted(missing)} are not filled")
+    for name, fixed in step.args.items():
+        if type(fixed) is not _PY_TYPE[tool.args[name].type]:
+            raise CatalogError(f"{where}: fixed argument '{name}' does not match the tool's schema")

@@ -3,30 +3,84 @@
     {"message_id", "step", "server", "tool", "args", "at"}
 
 calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
-model's words.
+model's words. It is also the tools' idempotency ledger: a call whose key (message id and
+step) is already in the file is not made again, the way a payment API honours an
+idempotency key, so a replayed message never repeats a side effect.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import threading
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from actor.catalog import Tool
 from airlock.trace import utc_now
+
+ORDERS_PATH = Path(__file__).with_name("orders.toml")
+
+
+def load_orders(path: Path = ORDERS_PATH) -> dict[str, dict[str, str]]:
+    return tomllib.loads(path.read_text(encoding="utf-8")).get("orders", {})
+
+
+class ToolFailure(Exception):
+    """The mock was told to fail (test catalogs only)."""
 
 
 class CallLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: set[str] = set()
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                try:
+                    call = json.loads(line)
+                    self.done.add(f"{call['message_id']}:{call['step']}")
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line: that call did not complete
         self._file = open(path, "ab")
         self._encode = msgspec.json.Encoder().encode
+        self._lock = threading.Lock()
+        self.orders = load_orders() if orders is None else orders
 
-    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any]) -> None:
-        record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
-                  "args": args, "at": utc_now()}
-        self._file.write(self._encode(record) + b"\n")
-        self._file.flush()  # the line is on disk before the actor reports the call
+    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any]) -> bool:
+        """Log one call; False (and nothing written) if its key was already logged."""
+        key = f"{message_id}:{step}"
+        with self._lock:
+            if key in self.done:
+                return False
+            record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
+                      "args": args, "at": utc_now()}
+            self._file.write(self._encode(record) + b"\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())  # on disk before the actor reports the step done
+            self.done.add(key)
+            return True
+
+    def run(self, tool: Tool, message_id: str, step: int, args: dict[str, Any],
+            cancelled: threading.Event) -> tuple[bool, dict[str, Any]]:
+        """The mock tool: (made now, result). Misbehaviour comes from the catalog's mock."""
+        if tool.mock.delay_s and cancelled.wait(tool.mock.delay_s):
+            raise TimeoutError("cancelled before the side effect")
+        if tool.mock.fail:
+            raise ToolFailure(tool.mock.fail)
+        made = self.call(message_id, step, tool.server, tool.tool, args)
+        return made, self.result(tool, args)
+
+    def result(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
+        if tool.mock.result_bytes:
+            return {"blob": "x" * tool.mock.result_bytes}
+        if tool.mock.returns == "order":
+            order_id = str(next(iter(args.values()), ""))
+            order = self.orders.get(order_id)
+            return {"order_id": order_id, "found": order is not None, **(order or {"customer": None, "status": None})}
+        return {"ok": True}
 
     def close(self) -> None:
         self._file.close()

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airlock import campaign, score, trace
+from airlock import campaign, score, sources, trace
 from airlock import settings as settings_module
 from airlock.campaign import CampaignEmail
-from airlock.client import IntakeClient
+from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.task import Task
 
@@ -108,7 +108,8 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
     with IntakeClient(settings, timeout_s=10) as client:
         for start in range(0, len(emails), in_flight):
             chunk = emails[start:start + in_flight]
-            batch = [m for _, m in client.submit([(e.raw, e.format, e.file) for e in chunk])]  # type: ignore[misc]
+            batch = [m for _, m in client.submit(
+                [Submission(e.raw, e.format, e.file, sources.sender_of(e.raw, e.format)) for e in chunk])]
             ids += batch
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result

@@ -54,19 +54,21 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
-    from airlock.client import IntakeClient
+    from airlock.client import IntakeClient, Submission
 
     settings = _settings(args)
-    items: list[tuple[bytes, str, str]] = []
+    items: list[Submission] = []
     if args.text is not None:
-        items.append((args.text.encode("utf-8"), "text", "--text"))
+        items.append(Submission(args.text.encode("utf-8"), "text", "--text"))
     for name in args.files:
         if name == "-":
             raw = sys.stdin.buffer.read()
-            items.append((raw, sources.sniff(raw), "<stdin>"))
+            fmt = sources.sniff(raw)
+            items.append(Submission(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
             continue
         for path in sources.expand([name]):
-            items.append((sources.read(path), sources.format_of(path), str(path)))
+            raw, fmt = sources.read(path), sources.format_of(path)
+            items.append(Submission(raw, fmt, str(path), sources.sender_of(raw, fmt)))
     if not items:
         raise UsageError("nothing to inject: give files, '-' for standard input, or --text")
     with IntakeClient(settings, timeout_s=args.timeout) as client:

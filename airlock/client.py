@@ -7,6 +7,7 @@ endpoint in the message, never a hang.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 
 import msgspec
@@ -16,11 +17,19 @@ from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
 from airlock.transport import ZmqChannel
 from airlock.wire import (
-    Accepted, Await, EmailFormat, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
+    Accepted, Await, Decide, EmailFormat, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
 )
 
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2
+
+
+@dataclass(frozen=True)
+class Submission:
+    raw: bytes
+    format: EmailFormat
+    origin: str
+    sender: str = ""  # the address the intake vouches for; see wire.Submit
 
 
 class IntakeClient:
@@ -41,27 +50,40 @@ class IntakeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def submit(self, items: Iterable[tuple[bytes, EmailFormat, str]]) -> Iterator[tuple[str, str]]:
-        """Submit (raw, format, origin) items; yield (origin, message_id) as each is accepted."""
+    def submit(self, items: Iterable[Submission]) -> Iterator[tuple[str, str]]:
+        """Submit emails; yield (origin, message_id) as each is accepted."""
         queue = list(items)
-        waiting: dict[int, tuple[bytes, EmailFormat, str]] = {}
+        waiting: dict[int, Submission] = {}
         position = 0
         while position < len(queue) or waiting:
             while position < len(queue) and len(waiting) < WINDOW:
-                self._ref += 1
-                raw, fmt, origin = waiting[self._ref] = queue[position]
-                self._channel.send(Submit(ref=self._ref, raw=raw, format=fmt, origin=origin))
+                self._send(queue[position], waiting)
                 position += 1
-            reply = self._next()
-            match reply:
+            match self._next():
                 case Accepted(ref=ref, message_id=message_id) if ref in waiting:
-                    yield waiting.pop(ref)[2], message_id
+                    yield waiting.pop(ref).origin, message_id
                 case Refused(ref=ref) if ref in waiting:
                     # Back-pressure: the broker's queue is full. Wait, then send it again.
                     time.sleep(BUSY_RETRY_S)
-                    self._ref += 1
-                    raw, fmt, origin = waiting[self._ref] = waiting.pop(ref)
-                    self._channel.send(Submit(ref=self._ref, raw=raw, format=fmt, origin=origin))
+                    self._send(waiting.pop(ref), waiting)
+
+    def _send(self, item: Submission, waiting: dict[int, Submission]) -> None:
+        self._ref += 1
+        waiting[self._ref] = item
+        self._channel.send(Submit(ref=self._ref, raw=item.raw, format=item.format, origin=item.origin,
+                                  sender=item.sender))
+
+    def decide(self, message_id: str, approve: bool, role: str, by: str) -> str:
+        """Send a person's decision on an escalated email; '' if taken, else the broker's reason."""
+        self._ref += 1
+        ref = self._ref
+        self._channel.send(Decide(ref=ref, message_id=message_id, approve=approve, role=role, by=by))
+        while True:
+            match self._next():
+                case Accepted(ref=got) if got == ref:
+                    return ""
+                case Refused(ref=got, reason=reason) if got == ref:
+                    return reason
 
     def outcomes(self, ids: list[str], timeout_s: float) -> Iterator[Result]:
         """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded)."""

@@ -35,6 +35,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     act_deadline_s: float
     reader_credit: int  # messages a reader may hold at once
     worker_credit: int  # messages the validator or actor may hold at once
+    max_result_bytes: int  # a tool result larger than this is a typed error, not an observation
+    catalog: Path | None  # the actor's tool catalog; None: the one shipped with the actor
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -108,6 +110,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "act_deadline_s": read("AIRLOCK_ACT_DEADLINE_S", _positive(float), "30"),
         "reader_credit": read("AIRLOCK_READER_CREDIT", _positive(int), "1"),
         "worker_credit": read("AIRLOCK_WORKER_CREDIT", _positive(int), "64"),
+        "max_result_bytes": read("AIRLOCK_MAX_RESULT_BYTES", _positive(int), str(64 * 1024)),
+        "catalog": read("AIRLOCK_CATALOG", lambda text: Path(text) if text else None, ""),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
+import email.utils
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,24 @@ def expand(paths: list[str]) -> Iterator[Path]:
             yield path
         else:
             raise UsageError(f"no such file or folder: {name}")
+
+
+_ADDRESS = re.compile(r"\A[^@\s<>]{1,64}@[^@\s<>]{1,255}\Z")
+
+
+def sender_of(raw: bytes, fmt: EmailFormat) -> str:
+    """The From address of an .eml, as the injecting client vouches for it ('' if none).
+
+    Structural parsing only, by trusted code: the reader and the model never choose it.
+    """
+    if fmt != "eml":
+        return ""
+    try:
+        headers = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)
+        address = email.utils.parseaddr(str(headers.get("From", "")))[1].strip().lower()
+    except Exception:  # a header the parser cannot read vouches for no one
+        return ""
+    return address if _ADDRESS.match(address) else ""
 
 
 def read(path: Path) -> bytes:

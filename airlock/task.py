@@ -91,6 +91,21 @@ class Code(_Strict, tag="code", tag_field="type"):
 NarrowType = Union[Digits, IntegerRange, Choice, Code]
 
 
+class Precondition(_Strict):
+    """What a class of tools needs before it may run (seed 004). A tool is in the class
+    when it matches every class field given. Rules run in the order listed; the actor
+    refuses to start on a rule name it does not know."""
+
+    rules: Annotated[list[str], msgspec.Meta(min_length=1)]
+    blast_radius: Union[Literal["internal", "third_party"], None] = None
+    reversibility: Union[Literal["reversible", "irreversible"], None] = None
+    evidence: list[str] = []  # fields that must be present and non-null
+    provenance: dict[str, str] = {}  # field -> the lineage it must come from
+    corroborate: list[str] = []  # fields that must agree...
+    min_sources: Annotated[int, msgspec.Meta(ge=1)] = 2  # ...across this many independent lineages
+    approver_role: str = ""
+
+
 class Example(_Strict):
     email: str
     answer: str
@@ -103,11 +118,15 @@ class ReaderSpec(_Strict):
 
 
 class Step(_Strict):
-    """One planned call: a full server/tool pair, and which argument takes the value."""
+    """One planned call: a full server/tool pair, which argument takes the value, the
+    permission granted to this step (read unless the task grants write), and optionally
+    the sha256 pin of the tool's server, name, description and schema."""
 
     call: str
     value_into: Union[str, None] = None
     args: dict[str, Union[str, int, bool]] = {}
+    grant: Literal["read", "write"] = "read"
+    pin: Union[Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")], None] = None
 
     @property
     def server(self) -> str:
@@ -124,7 +143,13 @@ class Task(_Strict):
     value: NarrowType
     plan: Annotated[list[Step], msgspec.Meta(min_length=1)]
     description: str = ""
+    preconditions: list[Precondition] = []
+    principals: str = ""  # file of named people and their roles, for approvals
     path: str = ""  # where it was loaded from; set by load(), not by the file
+
+    @property
+    def principals_path(self) -> Path | None:
+        return (Path(self.path).parent / self.principals).resolve() if self.principals else None
 
     @property
     def recordings_path(self) -> Path | None:

@@ -70,16 +70,22 @@ def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
                 yield record
 
 
-def unfinished(path: Path) -> list[str]:
-    """Ids that were received but have no outcome line: an earlier broker died holding them."""
-    open_ids: dict[str, None] = {}
+def unfinished(path: Path) -> tuple[list[str], list[str]]:
+    """(ids received with no outcome line, ids whose last outcome is `escalated`): what an
+    earlier broker left open when it stopped or died."""
+    state: dict[str, str] = {}
     for record in read(path):
         message_id, event = record.get("message_id"), record.get("event")
-        if event == "received" and isinstance(message_id, str):
-            open_ids[message_id] = None
+        if not isinstance(message_id, str):
+            continue
+        if event == "received":
+            state[message_id] = "open"
         elif event == "outcome":
-            open_ids.pop(message_id, None)
-    return list(open_ids)
+            if record.get("outcome") == "escalated":
+                state[message_id] = "escalated"
+            else:
+                state.pop(message_id, None)
+    return ([i for i, s in state.items() if s == "open"], [i for i, s in state.items() if s == "escalated"])
 
 
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:

@@ -10,16 +10,20 @@ Flow of an email:
 
     intake --Submit--> broker --Email--> reader --Reading--> broker --Reading--> validator
     validator --Passed|Rejected--> broker --Passed--> actor --Done--> broker
-    broker --Accepted|Refused|Outcome|Status--> intake client
+    broker --Accepted|Refused|Result|Status--> intake client
+    intake --Decide--> broker --Decision--> actor (only for an email whose outcome is escalated)
 """
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
 Scalar = Union[str, int, float, bool, None]
+# A decision record or tool result the actor builds itself: nested, but never from a peer
+# it does not trust, and msgspec refuses absurd nesting on decode.
+Record = dict[str, Any]
 # Trace details are flat on purpose: two levels at most, so no decoder ever recurses deep.
 Detail = dict[str, Union[Scalar, list[Scalar], dict[str, Scalar]]]
 
@@ -42,12 +46,18 @@ class Message(
 
 
 class Submit(Message, tag="submit"):
-    """An email for the reader queue. `ref` is the client's own counter, echoed back."""
+    """An email for the reader queue. `ref` is the client's own counter, echoed back.
+
+    `sender` is the address the intake vouches for (the SMTP envelope, or the From header
+    read by the injecting client), never anything a model said. The actor may check it
+    against trusted records (a data-only defence); the reader never sees it.
+    """
 
     ref: int
     raw: bytes
     format: EmailFormat
     origin: str = ""
+    sender: str = ""
 
 
 class Await(Message, tag="await"):
@@ -61,6 +71,16 @@ class Ping(Message, tag="ping"):
     """Ask the broker for a Status."""
 
     ref: int
+
+
+class Decide(Message, tag="decide"):
+    """A person's decision on an escalated step: approve or deny, as a named role."""
+
+    ref: int
+    message_id: str
+    approve: bool
+    role: str
+    by: str
 
 
 class Notice(Message, tag="notice"):
@@ -139,10 +159,23 @@ class Unreadable(Message, tag="unreadable"):
 
 
 class Passed(Message, tag="passed"):
-    """A value of the task's narrow type. The only thing the actor ever receives."""
+    """A value of the task's narrow type: with a Decision, the only thing the actor receives.
+
+    `sender` is set by the broker from the intake, never by the validator.
+    """
 
     message_id: str
     value: Union[int, str]
+    sender: str = ""
+
+
+class Decision(Message, tag="decision"):
+    """The broker passes a person's Decide on to the actor holding the escalated step."""
+
+    message_id: str
+    approve: bool
+    role: str
+    by: str
 
 
 class Rejected(Message, tag="rejected"):
@@ -154,14 +187,19 @@ class Rejected(Message, tag="rejected"):
 
 
 class Call(Message, tag="call"):
-    """One tool call the actor made (or refused to make), for the trace."""
+    """One plan step as the actor handled it, kept in trace layers: the authorization
+    decision record, the execution (status, error type, idempotency key) and the
+    observation (the tool's result, or a summary of it)."""
 
     step: int
     server: str
     tool: str
     args: dict[str, Scalar]
-    status: Literal["ok", "error"]
+    status: Literal["ok", "error", "refused", "escalated", "replayed"]
     error: str = ""
+    key: str = ""
+    decision: Record = {}
+    result: Record = {}
 
 
 class Done(Message, tag="done"):
@@ -181,14 +219,14 @@ class Event(Message, tag="event"):
     detail: Detail = {}
 
 
-FromIntake = Union[Submit, Await, Ping, Notice]
+FromIntake = Union[Submit, Await, Ping, Notice, Decide]
 ToIntake = Union[Accepted, Refused, Result, Status]
 FromReader = Union[Hello, Reading, Unreadable, Event]
 FromValidator = Union[Hello, Passed, Rejected, Event]
 FromActor = Union[Hello, Done, Event]
 AnyMessage = Union[
-    Submit, Await, Ping, Notice, Accepted, Refused, Result, Status,
-    Hello, Email, Reading, Unreadable, Passed, Rejected, Done, Event,
+    Submit, Await, Ping, Notice, Decide, Accepted, Refused, Result, Status,
+    Hello, Email, Reading, Unreadable, Passed, Decision, Rejected, Done, Event,
 ]
 
 Role = Literal["intake", "reader", "validator", "actor"]
@@ -196,7 +234,7 @@ ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
 
 # What each role's endpoint accepts from its peers, and what its peers accept from the broker.
 INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
-OUTBOUND = {"intake": ToIntake, "reader": Email, "validator": Reading, "actor": Passed}
+OUTBOUND = {"intake": ToIntake, "reader": Email, "validator": Reading, "actor": Union[Passed, Decision]}
 
 
 class Malformed(msgspec.Struct, frozen=True):

@@ -51,8 +51,11 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "trace": str(settings.trace_path)})])
     # Until intake is journalled, an email a dead broker held cannot be resumed; it must
     # still end with exactly one recorded outcome, so it ends here as failed.
-    for message_id in trace.unfinished(settings.trace_path):
+    lost, escalated = trace.unfinished(settings.trace_path)
+    for message_id in lost:
         apply(core.abandon(message_id, "the broker restarted before this email finished"))
+    for message_id in escalated:
+        core.still_escalated(message_id, time.monotonic())
     writer.flush()
     try:
         while not stop.is_set():

@@ -27,13 +27,14 @@ import msgspec
 from airlock import trace
 from airlock.settings import Settings
 from airlock.wire import (
-    Accepted, Await, Done, Email, Event, Hello, Malformed, Message, Notice, Outcome, Passed,
-    Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
+    Accepted, Await, Decide, Decision, Done, Email, Event, Hello, Malformed, Message, Notice, Outcome,
+    Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
 
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
+PARSE_RULES = (".empty", ".length", ".syntax", ".pattern")  # text that is not even the right shape
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ class Worker:
 @dataclass
 class Flight:
     message_id: str
-    stage: str  # the role that holds it now: reader, validator or actor
+    stage: str  # the role that holds it now: reader, validator or actor; or escalated
     started: float
+    sender: str = ""  # what the intake vouched for; given to the actor, never to the reader
     worker: bytes | None = None
     epoch: int = 0  # bumps at each hand-off, so an old deadline cannot fail a later stage
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
@@ -127,6 +129,10 @@ class Router:
         self._dispatch(now)
         return self._take()
 
+    def still_escalated(self, message_id: str, now: float) -> None:
+        """An email an earlier broker left waiting for a decision keeps waiting here."""
+        self.flights[message_id] = Flight(message_id, "escalated", now)
+
     def abandon(self, message_id: str, reason: str) -> list[Send | bytes]:
         """Give an email a previous broker accepted but never finished its one outcome."""
         self.counters["outcome.failed"] += 1
@@ -144,11 +150,11 @@ class Router:
             return
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
-        flight = Flight(message_id, "reader", now)
+        flight = Flight(message_id, "reader", now, sender=message.sender)
         self.flights[message_id] = flight
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
-                    bytes=len(message.raw))
+                    bytes=len(message.raw), sender=message.sender)
         if len(message.raw) > self.settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {self.settings.max_email_bytes}-byte limit"
             self._finish(flight, "rejected", reason, now, rule="intake.too_large")
@@ -160,10 +166,24 @@ class Router:
             if message_id in self.finished:
                 outcome, reason = self.finished[message_id]
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome=outcome, reason=reason)))
+            elif message_id in self.flights and self.flights[message_id].stage == "escalated":
+                self.out.append(Send(role, identity, Result(message_id=message_id, outcome="escalated",
+                                                            reason="waiting for a person's decision")))
             elif message_id in self.flights:
                 self.flights[message_id].waiters.append((identity, message.ref))
             else:
                 self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"unknown message id {message_id}")))
+
+    def _on_decide(self, role: str, identity: bytes, message: Decide, now: float) -> None:
+        flight = self.flights.get(message.message_id)
+        if flight is None or flight.stage != "escalated":
+            self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"{message.message_id} is not waiting for a decision")))
+            return
+        self._trace("broker", "decision", message.message_id, layer="authorization", approve=message.approve,
+                    role=message.role, by=message.by)
+        self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message.message_id)))
+        self._hand_off(flight, "actor", Decision(message_id=message.message_id, approve=message.approve,
+                                                 role=message.role, by=message.by), now)
 
     def _on_ping(self, role: str, identity: bytes, message: Ping, now: float) -> None:
         workers = {r: len(ws) for r, ws in self.workers.items()}
@@ -179,7 +199,7 @@ class Router:
     def _on_reading(self, role: str, identity: bytes, message: Reading, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "model_answer")
         answer = message.answer
-        self._trace("reader", "model_answer", message.message_id, message.notes,
+        self._trace("reader", "model_answer", message.message_id, message.notes, layer="model_output",
                     answer=answer[:TRACE_TEXT_LIMIT], answer_chars=len(answer),
                     source=message.source, truncated=message.truncated)
         if flight is not None:
@@ -187,20 +207,22 @@ class Router:
 
     def _on_unreadable(self, role: str, identity: bytes, message: Unreadable, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "unreadable")
-        self._trace("reader", "unreadable", message.message_id, message.notes,
+        self._trace("reader", "unreadable", message.message_id, message.notes, layer="parser",
                     rule=message.rule, reason=message.reason)
         if flight is not None:
             self._finish(flight, "rejected", message.reason, now, rule=message.rule)
 
     def _on_passed(self, role: str, identity: bytes, message: Passed, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
-        self._trace("validator", "verdict", message.message_id, verdict="passed", value=message.value)
+        self._trace("validator", "verdict", message.message_id, layer="validator", verdict="passed", value=message.value)
         if flight is not None:
-            self._hand_off(flight, "actor", message, now)
+            # The sender comes from the intake, whatever the validator put there.
+            self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
 
     def _on_rejected(self, role: str, identity: bytes, message: Rejected, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
-        self._trace("validator", "verdict", message.message_id, verdict="rejected",
+        layer = "parser" if message.rule.endswith(PARSE_RULES) else "validator"
+        self._trace("validator", "verdict", message.message_id, layer=layer, verdict="rejected",
                     rule=message.rule, reason=message.reason)
         if flight is not None:
             self._finish(flight, "rejected", message.reason, now, rule=message.rule)
@@ -208,9 +230,20 @@ class Router:
     def _on_done(self, role: str, identity: bytes, message: Done, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "done")
         for call in message.calls:
-            self._trace("actor", "call", message.message_id, step=call.step, server=call.server,
-                        tool=call.tool, args=call.args, status=call.status, error=call.error)
-        if flight is not None:
+            where = {"step": call.step, "server": call.server, "tool": call.tool}
+            self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
+                        key=call.key, decision=call.decision)
+            if call.status in ("refused", "escalated"):
+                continue
+            self._trace("actor", "call", message.message_id, layer="execution", **where, args=call.args,
+                        status=call.status, error=call.error, key=call.key)
+            self._trace("actor", "observation", message.message_id, layer="observation", **where,
+                        result=call.result)
+        if flight is None:
+            return
+        if message.outcome == "escalated":
+            self._escalate(flight, message.reason, now)
+        else:
             self._finish(flight, message.outcome, message.reason, now)
 
     def _result(self, role: str, identity: bytes, message_id: str, event: str) -> Flight | None:
@@ -260,6 +293,18 @@ class Router:
                 heapq.heappush(self._deadlines, (now + self._deadline_s[role], message.message_id, flight.epoch))
                 self.out.append(Send(role, identity, message))
 
+    def _escalate(self, flight: Flight, reason: str, now: float) -> None:
+        """Record `escalated` and park the email until a person decides (no deadline)."""
+        flight.stage, flight.worker = "escalated", None
+        flight.epoch += 1
+        self.counters["outcome.escalated"] += 1
+        self._trace("broker", "outcome", flight.message_id, outcome="escalated", reason=reason,
+                    ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3))
+        for identity, _ in flight.waiters:
+            self.out.append(Send("intake", identity, Result(
+                message_id=flight.message_id, outcome="escalated", reason=reason)))
+        flight.waiters.clear()
+
     def _finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, **detail: Any) -> None:
         del self.flights[flight.message_id]
         self.finished[flight.message_id] = (outcome, reason)
@@ -267,7 +312,7 @@ class Router:
             self.finished.popitem(last=False)
         self.counters[f"outcome.{outcome}"] += 1
         self._trace("broker", "outcome", flight.message_id, outcome=outcome, reason=reason,
-                    ended_at=flight.stage, ms=round((now - flight.started) * 1000, 3), **detail)
+                    ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3), **detail)
         for identity, _ in flight.waiters:
             self.out.append(Send("intake", identity, Result(
                 message_id=flight.message_id, outcome=outcome, reason=reason)))

@@ -28,7 +28,7 @@ import msgspec
 import zmq
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from airlock.client import IntakeClient
+from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock.settings import Settings
 
@@ -78,7 +78,7 @@ def data_size_limit(settings: Settings) -> int:
 
 
 class Submitter(Protocol):
-    def submit(self, raw: bytes, origin: str) -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
         """Hand one email to the broker and return its message id; BrokerUnreachable if not."""
         ...
 
@@ -95,11 +95,11 @@ class BrokerSubmitter:
         self._client: IntakeClient | None = None
         self._lock = threading.Lock()
 
-    def submit(self, raw: bytes, origin: str) -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
         with self._lock:
             client = self._client = self._client or self._connect()
             try:
-                accepted = next(client.submit([(raw, "eml", origin)]), None)
+                accepted = next(client.submit([Submission(raw, "eml", origin, sender)]), None)
             except BrokerUnreachable:
                 self._discard()
                 raise
@@ -133,7 +133,8 @@ def stored_form(raw: bytes) -> bytes:
 def hand_over(submitter: Submitter, raw: bytes, mail_from: str) -> str:
     """The SMTP reply for one received email: 250 with its id once the broker has it, else 451."""
     try:
-        message_id = submitter.submit(stored_form(raw), f"smtp:{mail_from}")
+        # The envelope sender is what this intake vouches for (a lab intake: no SMTP AUTH).
+        message_id = submitter.submit(stored_form(raw), f"smtp:{mail_from}", sender=mail_from.strip().lower())
     except BrokerUnreachable:
         return UNAVAILABLE
     return f"250 Queued as {message_id}"

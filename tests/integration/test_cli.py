@@ -85,7 +85,10 @@ def test_inject_forms_and_trace(stack) -> None:
     assert text[0]["outcome"] == "rejected"
     shown = s.airlock("trace", from_stdin[0]["id"])
     assert shown.returncode == 0
-    assert [l.split()[2] for l in shown.stdout.splitlines()] == ["broker", "reader", "validator", "actor", "actor", "broker"]
+    assert [l.split()[2:4] for l in shown.stdout.splitlines()] == [
+        ["broker", "received"], ["reader", "model_answer"], ["validator", "verdict"],
+        ["actor", "authorization"], ["actor", "call"], ["actor", "observation"],
+        ["actor", "authorization"], ["actor", "call"], ["actor", "observation"], ["broker", "outcome"]]
     assert "outcome=completed" in shown.stdout
     status = s.airlock("status")
     assert status.returncode == 0 and "'reader': 1" in status.stdout

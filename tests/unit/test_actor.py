@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actor import catalog as catalog_module
@@ -30,7 +31,7 @@ def make_actor(settings):
 
     yield make
     for actor in made:
-        actor.tools.close()
+        actor.close()
 
 
 def calls(settings) -> list[dict]:
@@ -66,13 +67,16 @@ def test_value_outside_the_narrow_type_makes_no_call(settings, make_actor, value
 
 
 def test_a_failing_tool_fails_the_email(settings, tmp_path: Path) -> None:
-    """A tool that cannot log its call gives outcome failed, never an invented success."""
-    plan = bind(task_module.load(ORDER), catalog_module.load())
-    log = CallLog(tmp_path / "calls.jsonl")
-    log.close()  # writing to a closed log raises, like a full disk would
-    actor = Actor(plan, task_module.load(ORDER).value_decoder(), log)
-    done = actor.run("m3", "4411")
-    assert done.outcome == "failed" and "step 1" in done.reason
+    """A tool that raises gives outcome failed with a typed error, never an invented success."""
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text((ROOT / "actor" / "catalog.toml").read_text().replace(
+        'mock = { returns = "order" }', 'mock = { returns = "order", fail = "disk full" }'))
+    actor = build(msgspec.structs.replace(settings, catalog=catalog), task_module.load(ORDER))
+    try:
+        done = actor.run("m3", "4411")
+    finally:
+        actor.close()
+    assert done.outcome == "failed" and "step 1" in done.reason and "disk full" in done.reason
     assert [(c.step, c.status) for c in done.calls] == [(1, "error")]
 
 

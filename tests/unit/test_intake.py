@@ -23,11 +23,13 @@ class FakeSubmitter:
     def __init__(self, down: bool = False) -> None:
         self.down = down
         self.submitted: list[tuple[bytes, str]] = []
+        self.senders: list[str] = []
 
-    def submit(self, raw: bytes, origin: str) -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
         if self.down:
             raise BrokerUnreachable("the broker at tcp://127.0.0.1:1 did not answer within 5.0 s")
         self.submitted.append((raw, origin))
+        self.senders.append(sender)
         return f"m-{len(self.submitted)}"
 
 
@@ -56,10 +58,11 @@ def test_unreachable_broker_is_answered_451_and_nothing_is_accepted() -> None:
     pytest.param("", "smtp:", id="null-sender"),
 ])
 def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None:
-    """The email goes over with origin smtp:<envelope sender>."""
+    """The email goes over with origin smtp:<envelope sender>, and the sender as the intake vouches for it."""
     submitter = FakeSubmitter()
     hand_over(submitter, RAW, mail_from)
     assert submitter.submitted == [(STORED, origin)]
+    assert submitter.senders == [mail_from.lower()]
 
 
 async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) -> None:
@@ -100,7 +103,7 @@ class FakeClient:
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        yield item[2], answer
+        yield item.origin, answer
 
     def close(self) -> None:
         self.closed = True

@@ -64,7 +64,8 @@ def test_full_flow_records_one_outcome(router: Router) -> None:
     effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
     (outcome,) = outcomes(effects)
     assert outcome["outcome"] == "completed" and outcome["message_id"] == message_id
-    assert [line["event"] for line in lines(effects)] == ["call", "outcome"]
+    assert [line["event"] for line in lines(effects)] == ["authorization", "call", "observation", "outcome"]
+    assert [line["layer"] for line in lines(effects)[:3]] == ["authorization", "execution", "observation"]
     assert router.flights == {}
 
 

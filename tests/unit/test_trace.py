@@ -32,7 +32,18 @@ def test_unfinished_lists_received_without_outcome(tmp_path: Path) -> None:
         trace.line("broker", "received", "a", {}), trace.line("broker", "received", "b", {}),
         trace.line("broker", "outcome", "a", {"outcome": "completed"}), trace.line("broker", "started", None, {}),
     ]))
-    assert trace.unfinished(path) == ["b"]
+    assert trace.unfinished(path) == (["b"], [])
+
+
+def test_escalated_emails_stay_open(tmp_path: Path) -> None:
+    """An escalated outcome keeps the email open until a final outcome follows."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"".join([
+        trace.line("broker", "received", "a", {}), trace.line("broker", "outcome", "a", {"outcome": "escalated"}),
+        trace.line("broker", "received", "b", {}), trace.line("broker", "outcome", "b", {"outcome": "escalated"}),
+        trace.line("broker", "outcome", "b", {"outcome": "completed"}),
+    ]))
+    assert trace.unfinished(path) == ([], ["a"])
 
 
 def test_render_escapes_invisible_characters() -> None:

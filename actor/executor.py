@@ -1,0 +1,122 @@
+"""The executor (seed 003): every check before any side effect, typed results after.
+
+For each plan step, in order:
+  authorization   the pair is in the plan and the live catalog (bound rule), its pin still
+                  holds, the step's grant covers the tool's permission, the arguments fit
+                  the schema exactly, and the tool class's preconditions allow it;
+  execution       the mock tool runs under a timeout, keyed by message id and step so a
+                  replayed message never repeats a side effect;
+  observation     the result, capped in size; facts it carries feed later preconditions.
+A failure at any point is a typed result in the trace, never an invented success.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actor import catalog as catalog_module, schema
+from actor.catalog import Catalog, Tool
+from actor.pending import Escalation, PendingStore
+from actor.plan import BoundStep, structural_problem
+from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
+from actor.tools import CallLog
+from airlock.wire import Call, Done
+
+_json = msgspec.json.Encoder()
+
+
+class LiveCatalog:
+    """The catalog as it is now: re-read when its file changes, as a live tool server's
+    list would. An unreadable catalog is an empty one: every step is refused."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._stamp, self._catalog = path, None, {}
+
+    def __call__(self) -> Catalog:
+        try:
+            stamp = self.path.stat().st_mtime_ns
+        except OSError:
+            return {}
+        if stamp != self._stamp:
+            try:
+                self._catalog = catalog_module.load(self.path)
+            except Exception:
+                self._catalog = {}
+            self._stamp = stamp
+        return self._catalog
+
+
+class Executor:
+    def __init__(self, plan: list[BoundStep], catalog: Callable[[], Catalog], tools: CallLog, gate: Gate,
+                 pending: PendingStore, max_result_bytes: int) -> None:
+        self.plan, self.catalog, self.tools, self.gate = plan, catalog, tools, gate
+        self.pending, self.max_result_bytes = pending, max_result_bytes
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool")
+
+    def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
+            approval_step: int = 0) -> Done:
+        facts = {"value": Fact(value, "email", "reader, validator"),
+                 "sender": Fact(sender or None, "intake", "intake")}
+        calls: list[Call] = []
+        for step in self.plan:
+            args = step.arguments(value)
+            verdict, tool = self.authorize(step, args, facts, approval if step.number == approval_step else None)
+            call = Call(step=step.number, server=step.pair[0], tool=step.pair[1], args=args, status="ok",
+                        key=f"{message_id}:{step.number}", decision=verdict.record())
+            where = f"step {step.number} {step.pair[0]}/{step.pair[1]}"
+            if verdict.verdict == "refuse":
+                calls.append(msgspec.structs.replace(call, status="refused"))
+                self.pending.resolve(message_id)
+                return Done(message_id=message_id, outcome="refused", reason=f"{where}: {verdict.reason}", calls=calls)
+            if verdict.verdict == "escalate":
+                calls.append(msgspec.structs.replace(call, status="escalated"))
+                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to))
+                return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
+            call = self.execute(call, tool, message_id, step, args)
+            calls.append(call)
+            if call.status == "error":
+                return Done(message_id=message_id, outcome="failed", reason=f"{where}: {call.error}", calls=calls)
+            if tool.mock.returns == "order":
+                for name in ("customer", "status", "found"):
+                    facts[f"order.{name}"] = Fact(call.result.get(name), "order_store", where)
+        self.pending.resolve(message_id)
+        return Done(message_id=message_id, outcome="completed", calls=calls)
+
+    def authorize(self, step: BoundStep, args: dict[str, Any], facts: dict[str, Fact],
+                  approval: Approval | None) -> tuple[Verdict, Tool | None]:
+        rule, reason, tool = structural_problem(step, self.catalog())
+        if not rule and tool is not None:
+            problem = schema.problem(tool, args)
+            if problem:
+                rule, reason = "schema", f"arguments do not match the schema: {problem}"
+        if rule:
+            return Verdict("refuse", reason, rules=[RuleResult(rule, "refuse", reason, {"args": args})]), tool
+        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "schema")]
+        verdict = self.gate.check(tool, facts, approval)
+        verdict.rules = checks + verdict.rules
+        return verdict, tool
+
+    def execute(self, call: Call, tool: Tool, message_id: str, step: BoundStep, args: dict[str, Any]) -> Call:
+        cancelled = threading.Event()
+        future = self._pool.submit(self.tools.run, tool, message_id, step.number, args, cancelled)
+        try:
+            made, result = future.result(timeout=tool.timeout_s)
+        except concurrent.futures.TimeoutError:
+            cancelled.set()  # the mock stops before its side effect; a real tool would be asked to
+            return msgspec.structs.replace(call, status="error", error=f"timeout: no result within {tool.timeout_s} s")
+        except Exception as exc:  # the tool boundary: any failure is a typed failed call
+            return msgspec.structs.replace(call, status="error", error=f"tool_error: {type(exc).__name__}: {exc}")
+        size = len(_json.encode(result))
+        if size > self.max_result_bytes:
+            return msgspec.structs.replace(call, status="error", result={"bytes": size, "cap": self.max_result_bytes},
+                                           error=f"result_too_large: {size} bytes, cap {self.max_result_bytes}")
+        return msgspec.structs.replace(call, status="ok" if made else "replayed", result=result)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,175 @@
+"""Preconditions on consequential tools (seed 004), evaluated in code before the call.
+
+Data: facts the actor holds for one email, each with its value, its provenance (which
+step or channel produced it) and its lineage (the upstream it was copied from): the
+validated value (lineage email), the sender the intake vouched for (lineage intake), and
+what earlier plan steps returned (lineage order_store for the order lookup).
+Readers: the executor, for every step whose tool is in a precondition's class.
+Rationale: a schema-valid call can still be the wrong call. Required evidence, independent
+corroboration and a named approver are requirements written down, so each refusal is a
+record (rules run, values read, which rule refused, who approved), not a hope in a prompt.
+
+Each rule ends allow, refuse (with a reason) or escalate (to a named role). Rules run in
+the declared order and the first that does not allow decides. An unknown rule name is a
+configuration error: the actor does not start.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actor.catalog import Tool
+from airlock.errors import CatalogError
+from airlock.task import Precondition
+
+
+@dataclass(frozen=True)
+class Fact:
+    value: Any
+    lineage: str  # the upstream this value was copied from; independence is counted on it
+    provenance: str  # the step or channel that delivered it
+
+
+@dataclass(frozen=True)
+class Approval:
+    approve: bool
+    role: str
+    by: str
+
+
+@dataclass
+class RuleResult:
+    rule: str
+    verdict: str  # allow, refuse, escalate
+    reason: str = ""
+    read: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    verdict: str = "allow"
+    reason: str = ""
+    escalate_to: str = ""
+    approver: str = ""
+    rules: list[RuleResult] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        """The decision record for the trace: rules run, values read, who decided."""
+        refused_by = next((r.rule for r in self.rules if r.verdict != "allow"), None)
+        return {"verdict": self.verdict, "reason": self.reason, "refused_by": refused_by,
+                "escalated_to": self.escalate_to or None, "approver": self.approver or None,
+                "rules": [{"rule": r.rule, "verdict": r.verdict, "reason": r.reason, "read": r.read}
+                          for r in self.rules]}
+
+
+def _shown(fact: Fact | None) -> Any:
+    return None if fact is None else {"value": fact.value, "lineage": fact.lineage, "provenance": fact.provenance}
+
+
+def evidence(pre: Precondition, facts: dict[str, Fact], approval: Approval | None) -> RuleResult:
+    read = {name: _shown(facts.get(name)) for name in pre.evidence}
+    for name in pre.evidence:
+        fact = facts.get(name)
+        if fact is None or fact.value is None or fact.value == "":
+            return RuleResult("evidence", "refuse", f"required evidence '{name}' is missing", read)
+        wanted = pre.provenance.get(name)
+        if wanted and fact.lineage != wanted:
+            return RuleResult("evidence", "refuse", f"'{name}' comes from {fact.lineage}, not {wanted}", read)
+    return RuleResult("evidence", "allow", "", read)
+
+
+def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval | None) -> RuleResult:
+    present = {name: facts[name] for name in pre.corroborate if name in facts and facts[name].value not in (None, "")}
+    read = {name: _shown(facts.get(name)) for name in pre.corroborate}
+    lineages_by_value: dict[str, set[str]] = {}
+    for fact in present.values():
+        # Two fields copied from one upstream are one source, not two.
+        lineages_by_value.setdefault(str(fact.value).casefold(), set()).add(fact.lineage)
+    best = max((len(lineages) for lineages in lineages_by_value.values()), default=0)
+    if best >= pre.min_sources:
+        return RuleResult("corroboration", "allow", f"{best} independent sources agree", read)
+    shown = ", ".join(f"{name}={fact.value} ({fact.lineage})" for name, fact in present.items()) or "nothing"
+    return RuleResult("corroboration", "refuse",
+                      f"{best} of {pre.min_sources} independent sources agree: {shown}", read)
+
+
+class Principals:
+    """Named people and their roles; an approval counts only from a listed name in its role."""
+
+    def __init__(self, roles: dict[str, set[str]]) -> None:
+        self.roles = roles
+
+    @classmethod
+    def load(cls, path: Path | None) -> Principals:
+        if path is None:
+            return cls({})
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            people = msgspec.convert(data.get("principals", []), list[dict[str, Any]], strict=True)
+            return cls({p["name"]: set(p["roles"]) for p in people})
+        except (OSError, tomllib.TOMLDecodeError, msgspec.ValidationError, KeyError, TypeError) as exc:
+            raise CatalogError(f"principals file {path}: {exc}") from exc
+
+    def holds(self, name: str, role: str) -> bool:
+        return role in self.roles.get(name, set())
+
+
+def approval_rule(principals: Principals) -> Callable[[Precondition, dict[str, Fact], Approval | None], RuleResult]:
+    def approval(pre: Precondition, facts: dict[str, Fact], given: Approval | None) -> RuleResult:
+        read = {"role": pre.approver_role, "approval": None if given is None else
+                {"approve": given.approve, "role": given.role, "by": given.by}}
+        if given is None:
+            return RuleResult("approval", "escalate", f"needs approval by a {pre.approver_role}", read)
+        if given.role != pre.approver_role or not principals.holds(given.by, given.role):
+            return RuleResult("approval", "escalate", f"{given.by} is not a listed {pre.approver_role}", read)
+        if not given.approve:
+            return RuleResult("approval", "refuse", f"denied by {given.by} ({given.role})", read)
+        return RuleResult("approval", "allow", f"approved by {given.by} ({given.role})", read)
+
+    return approval
+
+
+Rule = Callable[[Precondition, dict[str, Fact], "Approval | None"], RuleResult]
+
+
+class Gate:
+    """The preconditions of one task, checked against the rule registry at start."""
+
+    def __init__(self, preconditions: list[Precondition], principals: Principals) -> None:
+        self.rules: dict[str, Rule] = {"evidence": evidence, "corroboration": corroboration,
+                                       "approval": approval_rule(principals)}
+        for pre in preconditions:
+            unknown = [name for name in pre.rules if name not in self.rules]
+            if unknown:
+                raise CatalogError(f"precondition rules {unknown} are unknown (known: {sorted(self.rules)})")
+            if "approval" in pre.rules and not pre.approver_role:
+                raise CatalogError("an approval rule needs approver_role")
+        self.preconditions = preconditions
+
+    def applies(self, pre: Precondition, tool: Tool) -> bool:
+        return (pre.blast_radius in (None, tool.blast_radius)
+                and pre.reversibility in (None, tool.reversibility))
+
+    def check(self, tool: Tool, facts: dict[str, Fact], approval: Approval | None) -> Verdict:
+        verdict = Verdict()
+        for pre in self.preconditions:
+            if not self.applies(pre, tool):
+                continue
+            for name in pre.rules:
+                result = self.rules[name](pre, facts, approval)
+                verdict.rules.append(result)
+                if result.verdict == "allow":
+                    if name == "approval" and approval is not None:
+                        verdict.approver = f"{approval.by} ({approval.role})"
+                    continue
+                verdict.verdict, verdict.reason = result.verdict, result.reason
+                if result.verdict == "escalate":
+                    verdict.escalate_to = pre.approver_role
+                return verdict
+        return verdict
