@@ -1,4 +1,5 @@
-"""The `airlock` command: up, inject, trace, status, record, verify, attack, naive, model, corpus.
+"""The `airlock` command: up, inject, trace, status, pending, approve, deny, record, verify,
+attack, naive, model, corpus.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a runtime failure (broker unreachable, missing file), 2 for bad usage, 78 for bad
@@ -192,6 +193,36 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pending(args: argparse.Namespace) -> int:
+    """Escalated emails with no decision yet, read from the trace with their decision records."""
+    path = _settings(args).trace_path
+    _, waiting = trace.unfinished(path)
+    if not waiting:
+        print("nothing is waiting for a decision")
+        return 0
+    for message_id in waiting:
+        records = list(trace.read(path, message_id))
+        escalation = next(r for r in reversed(records) if r["event"] == "authorization"
+                          and (r.get("decision") or {}).get("verdict") == "escalate")
+        decision = escalation["decision"]
+        print(f"{message_id}  step {escalation['step']} {escalation['server']}/{escalation['tool']}  "
+              f"needs a {decision.get('escalated_to')}: {decision.get('reason')}")
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from airlock.client import IntakeClient
+
+    with IntakeClient(_settings(args), timeout_s=args.timeout) as client:
+        refusal = client.decide(args.id, args.command == "approve", args.role, args.by)
+        if refusal:
+            raise UsageError(refusal)
+        result = next(client.outcomes([args.id], args.wait_timeout), None)
+    outcome = result.outcome if result else "pending"
+    print(f"{args.id}  {outcome}" + (f"  ({result.reason})" if result and result.reason else ""))
+    return 0 if result else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"airlock {__version__}")
@@ -229,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(handler=cmd_verify)
     verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+    pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
+    for verb in ("approve", "deny"):
+        decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
+        decide.add_argument("id", help="the message id from `airlock pending`")
+        decide.add_argument("--as", dest="role", required=True, help="the role you act in, e.g. support-lead")
+        decide.add_argument("--by", required=True, help="your name, as listed in the task's principals file")
+        decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
+        decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
 
     attack_cmd = command("attack", cmd_attack, "inject a corpus and score the side effects that ran")
     attack_cmd.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
