@@ -10,7 +10,6 @@ import threading
 from typing import Any
 
 import msgspec
-import zmq
 
 from actor import catalog as catalog_module
 from actor.executor import Executor, LiveCatalog
@@ -18,10 +17,10 @@ from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Gate, Principals
 from actor.tools import CallLog
-from airlock.service import serve as serve_worker
+from airlock.service import Liveness, serve as serve_worker
 from airlock.settings import Settings
 from airlock.task import Task
-from airlock.transport import Channel, ZmqChannel
+from airlock.transport import Channel, connector
 from airlock.wire import Decision, Done, Message, Passed, outbound_decoder
 
 
@@ -70,9 +69,8 @@ def build(settings: Settings, task: Task) -> Actor:
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     actor = build(settings, task)
-    channel = channel or ZmqChannel(zmq.Context.instance(), settings.endpoint("actor"), settings.max_frame_bytes)
     try:
-        serve_worker(channel, outbound_decoder("actor"), actor.handle, settings.worker_credit, stop)
+        serve_worker(connector(settings, "actor", channel), outbound_decoder("actor"), actor.handle,
+                     settings.worker_credit, stop, Liveness.of(settings))
     finally:
-        channel.close()
         actor.close()

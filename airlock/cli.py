@@ -38,6 +38,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.model_url is not None:
         env["AIRLOCK_MODEL_URL"] = args.model_url
+    if args.dashboard_port is not None:
+        env["AIRLOCK_DASHBOARD_PORT"] = str(args.dashboard_port)
     settings = settings_module.load(env, data_dir=Path(args.data_dir) if args.data_dir else None,
                                     task=Path(args.task) if args.task else None)
     check_config(settings)
@@ -49,8 +51,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     for name in settings.ports:
         print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
     print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
+    if args.dashboard:
+        host, port = env.get("AIRLOCK_DASHBOARD_HOST", "127.0.0.1"), env.get("AIRLOCK_DASHBOARD_PORT", "8088")
+        print(f"  dashboard:  http://{host}:{port}/")
     print("  Ctrl-C stops everything.", flush=True)
-    supervisor = Supervisor(settings, child_env(settings, env), args.readers)
+    supervisor = Supervisor(settings, child_env(settings, env), args.readers, dashboard=args.dashboard)
     return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
 
 
@@ -238,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
     up.add_argument("--task", help="task file (default tasks/order_status.toml)")
     up.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
+    up.add_argument("--dashboard", action="store_true", help="also run the trainers' live page (python -m dashboard)")
+    up.add_argument("--dashboard-port", type=int, help="its port (default $AIRLOCK_DASHBOARD_PORT or 8088)")
 
     inject = command("inject", cmd_inject, "put emails into the reader queue")
     inject.add_argument("files", nargs="*", help=".eml or .txt files, folders of them, or - for stdin")

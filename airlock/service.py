@@ -1,7 +1,11 @@
 """The loop every worker runs: receive a frame, decode it for this role, handle it, reply.
 
 The loop is all the I/O a worker does with the broker; `handle` is the service's pure logic.
-Frames that do not decode are reported as trace events, never raised.
+Frames that do not decode are reported as trace events, never raised. Liveness both ways:
+the worker says Hello every heartbeat interval (to a broker that knows it, a heartbeat; to
+a restarted one, a registration), and if it hears nothing from the broker for `liveness`
+intervals it drops its socket and connects again, waiting twice as long each time up to a
+cap (zguide's Paranoid Pirate).
 """
 
 from __future__ import annotations
@@ -10,32 +14,72 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import zmq
 
 from airlock.transport import Channel
-from airlock.wire import Event, Hello, Malformed, Message, RoleDecoder, Violation
-
-IDLE_HELLO_S = 1.0  # an idle worker re-announces itself, so a restarted broker finds it
+from airlock.wire import Event, Heartbeat, Hello, Malformed, Message, RoleDecoder, Violation
 
 
-def serve(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], Iterable[Message]],
-          credit: int, stop: threading.Event) -> None:
-    channel.send(Hello(credit=credit))
+@dataclass(frozen=True)
+class Liveness:
+    interval_s: float = 1.0
+    liveness: int = 3
+    backoff_max_s: float = 8.0
+
+    @classmethod
+    def of(cls, settings: object) -> Liveness:
+        return cls(settings.heartbeat_interval_s, settings.heartbeat_liveness,  # type: ignore[attr-defined]
+                   settings.reconnect_backoff_max_s)  # type: ignore[attr-defined]
+
+
+def serve(connect: Callable[[], Channel], decode: RoleDecoder,
+          handle: Callable[[Message], Iterable[Message]], credit: int, stop: threading.Event,
+          timing: Liveness = Liveness()) -> None:
+    backoff = timing.interval_s
     while not stop.is_set():
-        frame = channel.recv(IDLE_HELLO_S)
-        if frame is None:
+        channel = connect()
+        try:
+            heard = _session(channel, decode, handle, credit, stop, timing)
+        finally:
+            channel.close()
+        if stop.is_set():
+            return
+        backoff = timing.interval_s if heard else min(backoff * 2, timing.backoff_max_s)
+        stop.wait(backoff)
+
+
+def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], Iterable[Message]],
+             credit: int, stop: threading.Event, timing: Liveness) -> bool:
+    """One connection's life; returns whether the broker was heard at all."""
+    channel.send(Hello(credit=credit))
+    last_heard = last_said = time.monotonic()
+    heard = False
+    while not stop.is_set():
+        frame = channel.recv(timing.interval_s / 2)
+        now = time.monotonic()
+        if frame is not None:
+            last_heard, heard = now, True
+            match decode(frame):
+                case Malformed(reason=reason, size=size):
+                    channel.send(Event(event="malformed_frame", detail={"reason": reason, "bytes": size}))
+                case Violation(kind=kind, reason=reason):
+                    channel.send(Event(event="violation", detail={"kind": kind, "reason": reason}))
+                case Heartbeat():
+                    pass
+                case message:
+                    for output in handle(message):
+                        channel.send(output)
+            now = time.monotonic()
+        if now - last_said >= timing.interval_s:
             channel.send(Hello(credit=credit))
-            continue
-        match decode(frame):
-            case Malformed(reason=reason, size=size):
-                channel.send(Event(event="malformed_frame", detail={"reason": reason, "bytes": size}))
-            case Violation(kind=kind, reason=reason):
-                channel.send(Event(event="violation", detail={"kind": kind, "reason": reason}))
-            case message:
-                for output in handle(message):
-                    channel.send(output)
+            last_said = now
+        if now - last_heard > timing.interval_s * timing.liveness:
+            return heard  # the broker went quiet: a fresh socket, after a backoff
+    return heard
 
 
 def stop_on_signals() -> threading.Event:

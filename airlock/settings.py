@@ -37,6 +37,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     worker_credit: int  # messages the validator or actor may hold at once
     max_result_bytes: int  # a tool result larger than this is a typed error, not an observation
     catalog: Path | None  # the actor's tool catalog; None: the one shipped with the actor
+    heartbeat_interval_s: float  # broker and workers each say "alive" this often...
+    heartbeat_liveness: int  # ...and a peer silent for this many intervals is dead
+    reconnect_backoff_max_s: float  # a worker's reconnect delay doubles up to this cap
+    max_attempts: int  # deliveries of one email to one stage before it ends failed
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -112,6 +116,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "worker_credit": read("AIRLOCK_WORKER_CREDIT", _positive(int), "64"),
         "max_result_bytes": read("AIRLOCK_MAX_RESULT_BYTES", _positive(int), str(64 * 1024)),
         "catalog": read("AIRLOCK_CATALOG", lambda text: Path(text) if text else None, ""),
+        "heartbeat_interval_s": read("AIRLOCK_HEARTBEAT_INTERVAL_S", _positive(float), "1.0"),
+        "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", _positive(int), "3"),
+        "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", _positive(float), "8"),
+        "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
     }
     for key, value in overrides.items():
         if key not in values:

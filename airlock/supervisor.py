@@ -42,11 +42,13 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, env: dict[str, str], readers: int) -> None:
+    def __init__(self, settings: Settings, env: dict[str, str], readers: int, dashboard: bool = False) -> None:
         self.settings, self.env = settings, env
         self.run_dir = settings.data_dir / "run"
         self.children = [Child("broker", "broker"), Child("validator", "validator"), Child("actor", "actor")]
         self.children += [Child(f"reader-{n}", "reader") for n in range(1, readers + 1)]
+        if dashboard:  # opt-in: the trainers' page, a reader of the trace like any other client
+            self.children.append(Child("dashboard", "dashboard"))
 
     def run(self, stop: threading.Event, announce=print) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,12 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
     return ([i for i, s in state.items() if s == "open"], [i for i, s in state.items() if s == "escalated"])
 
 
+def finished(path: Path) -> set[str]:
+    """Ids with a final (not escalated) outcome line."""
+    return {r["message_id"] for r in read(path)
+            if r.get("event") == "outcome" and r.get("outcome") != "escalated" and isinstance(r.get("message_id"), str)}
+
+
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
     """Yield records as they are appended, like `tail -f`; never returns on its own."""
     while not path.exists():

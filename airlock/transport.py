@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import zmq
@@ -95,6 +96,15 @@ class ZmqChannel:
 
     def close(self) -> None:
         self._sock.close(linger=LINGER_MS)
+
+
+def connector(settings: object, role: str, given: Channel | None = None) -> Callable[[], Channel]:
+    """How a worker gets a fresh channel to its endpoint (each call: a new socket, so a new
+    identity to the broker). A test may pass one channel instead: it is reused."""
+    if given is not None:
+        return lambda: given
+    return lambda: ZmqChannel(zmq.Context.instance(), settings.endpoint(role),  # type: ignore[attr-defined]
+                              settings.max_frame_bytes)  # type: ignore[attr-defined]
 
 
 class MemoryChannel:

@@ -122,9 +122,15 @@ class Status(Message, tag="status"):
 
 
 class Hello(Message, tag="hello"):
-    """A worker announces itself and how many messages it may hold at once."""
+    """A worker announces itself and how many messages it may hold at once. Sent again
+    every heartbeat interval: to a broker that knows the worker it is a heartbeat, to a
+    restarted broker it is a fresh registration."""
 
     credit: int
+
+
+class Heartbeat(Message, tag="heartbeat"):
+    """The broker is alive. A worker that hears nothing for a few intervals reconnects."""
 
 
 class Email(Message, tag="email"):
@@ -226,7 +232,7 @@ FromValidator = Union[Hello, Passed, Rejected, Event]
 FromActor = Union[Hello, Done, Event]
 AnyMessage = Union[
     Submit, Await, Ping, Notice, Decide, Accepted, Refused, Result, Status,
-    Hello, Email, Reading, Unreadable, Passed, Decision, Rejected, Done, Event,
+    Hello, Heartbeat, Email, Reading, Unreadable, Passed, Decision, Rejected, Done, Event,
 ]
 
 Role = Literal["intake", "reader", "validator", "actor"]
@@ -234,7 +240,8 @@ ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
 
 # What each role's endpoint accepts from its peers, and what its peers accept from the broker.
 INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
-OUTBOUND = {"intake": ToIntake, "reader": Email, "validator": Reading, "actor": Union[Passed, Decision]}
+OUTBOUND = {"intake": ToIntake, "reader": Union[Email, Heartbeat], "validator": Union[Reading, Heartbeat],
+            "actor": Union[Passed, Decision, Heartbeat]}
 
 
 class Malformed(msgspec.Struct, frozen=True):

@@ -1,4 +1,10 @@
-"""The broker's loop: sockets in, Router decisions, sockets and trace file out."""
+"""The broker's loop: sockets in, Router decisions, then journal, sockets and trace out.
+
+Each turn reads up to BATCH frames per socket, then carries out the turn's effects in an
+order that makes the guarantees hold: journal entries are written and fsynced once for the
+whole turn (group commit) before any Accepted reply leaves, and trace lines are flushed at
+the end of the turn.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,33 @@ from airlock import trace
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, recv_routed, router
 from airlock.wire import ROLES, Malformed, encode, inbound_decoder
+from broker import journal as journal_module
+from broker.journal import Entry, Journal
 from broker.router import Router, Send
 
 BATCH = 256  # frames read from one socket per turn, so no endpoint starves the others
 IDLE_POLL_S = 0.1
+
+
+def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
+    """Re-dispatch what an earlier broker accepted and never finished; keep escalations open."""
+    lost, escalated = trace.unfinished(settings.trace_path)
+    finished = trace.finished(settings.trace_path)
+    journalled = set()
+    for entry in journal_module.entries(settings.data_dir / "journal.bin"):
+        journalled.add(entry.message_id)
+        if entry.message_id in escalated:
+            core.still_escalated(entry.message_id, now)
+        elif entry.message_id not in finished:
+            core.recover(entry, now)
+    effects: list[Send | bytes | Entry] = []
+    for message_id in lost:
+        if message_id not in journalled:  # received but never acknowledged: nothing to resume
+            effects += core.abandon(message_id, "the broker stopped before accepting this email")
+    for message_id in escalated:
+        if message_id not in journalled:
+            core.still_escalated(message_id, now)
+    return effects + core.tick(now)
 
 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
@@ -28,13 +57,20 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)
+    journal = Journal(settings.data_dir / "journal.bin")
     core = Router(settings)
     poller = zmq.Poller()
     for sock in sockets.values():
         poller.register(sock, zmq.POLLIN)
 
-    def apply(effects: list[Send | bytes]) -> None:
+    def carry_out(effects: list[Send | bytes | Entry]) -> None:
         for effect in effects:
+            if isinstance(effect, Entry):
+                journal.append(effect)
+        journal.sync()  # before any Accepted below: an acknowledged email is on disk
+        for effect in effects:
+            if isinstance(effect, Entry):
+                continue
             if isinstance(effect, bytes):
                 writer.write(effect)
                 publisher.send(effect)
@@ -44,23 +80,18 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 sock.send(effect.identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(encode(effect.message), zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
-                apply(core.undeliverable(effect, time.monotonic()))
+                carry_out(core.undeliverable(effect, time.monotonic()))
 
-    apply([trace.line("broker", "started", None, {
+    carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path)})])
-    # Until intake is journalled, an email a dead broker held cannot be resumed; it must
-    # still end with exactly one recorded outcome, so it ends here as failed.
-    lost, escalated = trace.unfinished(settings.trace_path)
-    for message_id in lost:
-        apply(core.abandon(message_id, "the broker restarted before this email finished"))
-    for message_id in escalated:
-        core.still_escalated(message_id, time.monotonic())
+    carry_out(recover(core, settings, time.monotonic()))
     writer.flush()
     try:
         while not stop.is_set():
             deadline = core.next_deadline()
             wait_s = IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
+            effects: list[Send | bytes | Entry] = []
             for sock, _ in poller.poll(int(wait_s * 1000)):
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
                 for _ in range(BATCH):
@@ -70,12 +101,14 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                         break
                     message = decode(payload) if payload is not None else Malformed(
                         reason="expected exactly one frame", size=0)
-                    apply(core.handle(role, identity, message, time.monotonic()))
-            apply(core.tick(time.monotonic()))
+                    effects += core.handle(role, identity, message, time.monotonic())
+            effects += core.tick(time.monotonic())
+            carry_out(effects)
             writer.flush()
     finally:
-        apply([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
+        carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
         writer.close()
+        journal.close()
         for sock in (*sockets.values(), publisher):
             sock.close(linger=LINGER_MS)
         ctx.term()

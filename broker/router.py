@@ -9,9 +9,13 @@
 - Work is pulled, not pushed: a worker's Hello grants credit, each result returns one, and
   the broker never sends a worker more than its credit. So a ROUTER's high-water mark is
   never what limits a queue, and nothing is dropped there.
-- Every accepted email gets an id and exactly one `outcome` line; a stage that does not
-  answer before its deadline ends the email as `failed`, and a late answer is recorded but
-  changes nothing.
+- Every accepted email gets an id, is journalled (the loop fsyncs the journal before any
+  Accepted leaves), and gets exactly one final `outcome` line.
+- Delivery is at least once: a hand-off is acknowledged by its result. Work held by a
+  worker that goes silent (no heartbeat for `liveness` intervals) or that misses its stage
+  deadline is sent again, to any worker of that role, up to `max_attempts`; then the email
+  ends `failed`. A late or duplicate answer is recorded but changes nothing, and the actor's
+  idempotency keys make a redelivered step a replay, not a second side effect.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import msgspec
 from airlock import trace
 from airlock.settings import Settings
 from airlock.wire import (
-    Accepted, Await, Decide, Decision, Done, Email, Event, Hello, Malformed, Message, Notice, Outcome,
-    Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
+    Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
+    Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
+from broker.journal import Entry
 
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
@@ -48,6 +53,7 @@ class Send:
 class Worker:
     identity: bytes
     credit: int
+    last_seen: float = 0.0
     assigned: set[str] = field(default_factory=set)
 
 
@@ -60,6 +66,8 @@ class Flight:
     worker: bytes | None = None
     epoch: int = 0  # bumps at each hand-off, so an old deadline cannot fail a later stage
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
+    message: Message | None = None  # what the current stage was (or will be) sent, to send again
+    attempts: int = 0  # deliveries to the current stage
 
 
 class Router:
@@ -80,12 +88,16 @@ class Router:
             "validator": settings.validate_deadline_s,
             "actor": settings.act_deadline_s,
         }
-        self.out: list[Send | bytes] = []
+        self.out: list[Send | bytes | Entry] = []
+        self._last_heartbeat = 0.0
 
     # --- entry points -------------------------------------------------------------------
 
     def handle(self, role: str, identity: bytes, message: Message | Malformed | Violation,
-               now: float) -> list[Send | bytes]:
+               now: float) -> list[Send | bytes | Entry]:
+        worker = self.workers.get(role, {}).get(identity)
+        if worker is not None:
+            worker.last_seen = now  # any frame is a sign of life
         match message:
             case Malformed(reason=reason, size=size):
                 self.counters[f"malformed.{role}"] += 1
@@ -94,7 +106,7 @@ class Router:
                 self.counters[f"violation.{role}"] += 1
                 self._trace("broker", "violation", None, endpoint=role, kind=kind, reason=reason)
             case Hello(credit=credit):
-                self._hello(role, identity, credit)
+                self._hello(role, identity, credit, now)
             case Event(event=event, message_id=message_id, detail=detail):
                 self._trace(role, event, message_id, detail)
             case _:
@@ -102,38 +114,71 @@ class Router:
         self._dispatch(now)
         return self._take()
 
-    def tick(self, now: float) -> list[Send | bytes]:
-        """Expire deadlines and hand out queued work."""
+    def tick(self, now: float) -> list[Send | bytes | Entry]:
+        """Heartbeats out, silent workers buried, missed deadlines redelivered, queues served."""
+        interval = self.settings.heartbeat_interval_s
+        if now - self._last_heartbeat >= interval:
+            self._last_heartbeat = now
+            for role, workers in self.workers.items():
+                self.out.extend(Send(role, identity, Heartbeat()) for identity in workers)
+        # A silent idle worker is gone. A silent busy one may be inside a slow model call:
+        # its stage deadline judges it, and a crashed one is caught sooner, when the next
+        # heartbeat to it finds its connection closed.
+        silent_after = interval * self.settings.heartbeat_liveness
+        for role, workers in self.workers.items():
+            for identity in [i for i, w in workers.items() if now - w.last_seen > silent_after and not w.assigned]:
+                self._bury(role, identity, f"no heartbeat for {silent_after:.1f} s", now)
         while self._deadlines and self._deadlines[0][0] <= now:
             _, message_id, epoch = heapq.heappop(self._deadlines)
             flight = self.flights.get(message_id)
             if flight is not None and flight.epoch == epoch:
-                self._finish(flight, "failed", f"no answer from the {flight.stage} in time", now)
+                self._redeliver(flight, f"no answer from the {flight.stage} in time", now)
         self._dispatch(now)
         return self._take()
 
-    def undeliverable(self, send: Send, now: float) -> list[Send | bytes]:
-        """The socket refused a message (peer gone): forget the peer, requeue the work."""
+    def recover(self, entry: Entry, now: float) -> None:
+        """Queue a journalled email that an earlier broker accepted but never finished."""
+        flight = Flight(entry.message_id, "reader", now, sender=entry.sender)
+        self.flights[entry.message_id] = flight
+        self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw))
+        self._hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
+
+    def undeliverable(self, send: Send, now: float) -> list[Send | bytes | Entry]:
+        """The socket refused a message (peer gone): forget the peer, send its work again."""
         if send.role == "intake":
             self._trace("broker", "client_gone", getattr(send.message, "message_id", None))
             return self._take()
-        worker = self.workers[send.role].pop(send.identity, None)
-        message_id = getattr(send.message, "message_id")
-        self._trace("broker", "worker_gone", message_id, role=send.role)
-        flight = self.flights.get(message_id)
-        if flight is not None and flight.stage == send.role:
-            flight.worker = None
-            self._pending[send.role].appendleft(send.message)
-        if worker is not None:
-            worker.assigned.discard(message_id)
+        self._bury(send.role, send.identity, "its connection is gone", now)
         self._dispatch(now)
         return self._take()
+
+    def _bury(self, role: str, identity: bytes, why: str, now: float) -> None:
+        worker = self.workers[role].pop(identity, None)
+        if worker is None:
+            return
+        self.counters[f"worker_lost.{role}"] += 1
+        self._trace("broker", "worker_lost", None, role=role, reason=why, held=len(worker.assigned))
+        for message_id in sorted(worker.assigned):
+            flight = self.flights.get(message_id)
+            if flight is not None and flight.stage == role and flight.worker == identity:
+                self._redeliver(flight, f"the {role} holding it was lost ({why})", now)
+
+    def _redeliver(self, flight: Flight, why: str, now: float) -> None:
+        if flight.attempts >= self.settings.max_attempts:
+            self._finish(flight, "failed", f"{why}; gave up after {flight.attempts} deliveries", now)
+            return
+        self.counters[f"redelivered.{flight.stage}"] += 1
+        self._trace("broker", "redelivery", flight.message_id, to=flight.stage, reason=why,
+                    attempt=flight.attempts + 1)
+        flight.worker = None
+        flight.epoch += 1  # the old deadline and the old holder's answer no longer count
+        self._pending[flight.stage].appendleft(flight.message)
 
     def still_escalated(self, message_id: str, now: float) -> None:
         """An email an earlier broker left waiting for a decision keeps waiting here."""
         self.flights[message_id] = Flight(message_id, "escalated", now)
 
-    def abandon(self, message_id: str, reason: str) -> list[Send | bytes]:
+    def abandon(self, message_id: str, reason: str) -> list[Send | bytes | Entry]:
         """Give an email a previous broker accepted but never finished its one outcome."""
         self.counters["outcome.failed"] += 1
         self._trace("broker", "outcome", message_id, outcome="failed", reason=reason, ended_at="broker")
@@ -152,14 +197,19 @@ class Router:
         message_id = f"{self._prefix}-{self._counter}"
         flight = Flight(message_id, "reader", now, sender=message.sender)
         self.flights[message_id] = flight
-        self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
                     bytes=len(message.raw), sender=message.sender)
         if len(message.raw) > self.settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {self.settings.max_email_bytes}-byte limit"
+            self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
             self._finish(flight, "rejected", reason, now, rule="intake.too_large")
             return
-        self._pending["reader"].append(Email(message_id=message_id, raw=message.raw, format=message.format))
+        # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
+        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender))
+        self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
+        email = Email(message_id=message_id, raw=message.raw, format=message.format)
+        flight.message = email
+        self._pending["reader"].append(email)
 
     def _on_await(self, role: str, identity: bytes, message: Await, now: float) -> None:
         for message_id in message.ids:
@@ -261,16 +311,16 @@ class Router:
 
     # --- moving work ----------------------------------------------------------------------
 
-    def _hello(self, role: str, identity: bytes, credit: int) -> None:
+    def _hello(self, role: str, identity: bytes, credit: int, now: float) -> None:
         if identity in self.workers[role]:
-            return  # an idle worker's keep-alive; its credit is already counted
+            return  # a heartbeat; its credit is already counted
         credit = max(1, min(credit, 10_000))
-        self.workers[role][identity] = Worker(identity, credit)
+        self.workers[role][identity] = Worker(identity, credit, last_seen=now)
         self._ready[role].extend([identity] * credit)
         self._trace("broker", "worker_joined", None, role=role, credit=credit)
 
     def _hand_off(self, flight: Flight, stage: str, message: Message, now: float) -> None:
-        flight.stage, flight.worker = stage, None
+        flight.stage, flight.worker, flight.message, flight.attempts = stage, None, message, 0
         flight.epoch += 1
         self._pending[stage].append(message)
 
@@ -289,6 +339,7 @@ class Router:
                     continue
                 flight.worker = identity
                 flight.epoch += 1
+                flight.attempts += 1
                 worker.assigned.add(message.message_id)
                 heapq.heappush(self._deadlines, (now + self._deadline_s[role], message.message_id, flight.epoch))
                 self.out.append(Send(role, identity, message))
@@ -325,6 +376,6 @@ class Router:
             fields.setdefault(key, value)
         self.out.append(trace.line(stage, event, message_id, fields))
 
-    def _take(self) -> list[Send | bytes]:
+    def _take(self) -> list[Send | bytes | Entry]:
         out, self.out = self.out, []
         return out

@@ -6,12 +6,10 @@ import functools
 import threading
 from collections.abc import Callable
 
-import zmq
-
-from airlock.service import serve as serve_worker
+from airlock.service import Liveness, serve as serve_worker
 from airlock.settings import Settings
 from airlock.task import Task
-from airlock.transport import Channel, ZmqChannel
+from airlock.transport import Channel, connector
 from airlock.wire import Email, Message, Reading, Unreadable, outbound_decoder
 from reader import mail, model, prompt, recordings
 from reader.recordings import Recording
@@ -70,9 +68,5 @@ def build(settings: Settings, task: Task) -> Reader:
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     reader = build(settings, task)
-    ctx = zmq.Context.instance()
-    channel = channel or ZmqChannel(ctx, settings.endpoint("reader"), settings.max_frame_bytes)
-    try:
-        serve_worker(channel, outbound_decoder("reader"), reader.handle, settings.reader_credit, stop)
-    finally:
-        channel.close()
+    serve_worker(connector(settings, "reader", channel), outbound_decoder("reader"), reader.handle,
+                 settings.reader_credit, stop, Liveness.of(settings))

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import zmq
-
-from airlock.service import serve as serve_worker
+from airlock.service import Liveness, serve as serve_worker
 from airlock.settings import Settings
 from airlock.task import NarrowType, Task
-from airlock.transport import Channel, ZmqChannel
+from airlock.transport import Channel, connector
 from airlock.wire import Message, Passed, Reading, Rejected, outbound_decoder
 from validator.narrow import Value, read_value
 
@@ -31,10 +29,5 @@ class Validator:
 
 def serve(settings: Settings, task: Task, stop: threading.Event,
           channel: Channel | None = None) -> None:
-    channel = channel or ZmqChannel(zmq.Context.instance(), settings.endpoint("validator"),
-                                    settings.max_frame_bytes)
-    try:
-        serve_worker(channel, outbound_decoder("validator"), Validator(task.value).handle,
-                     settings.worker_credit, stop)
-    finally:
-        channel.close()
+    serve_worker(connector(settings, "validator", channel), outbound_decoder("validator"),
+                 Validator(task.value).handle, settings.worker_credit, stop, Liveness.of(settings))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from airlock.wire import (
-    Accepted, Await, Call, Done, Email, Event, Hello, Malformed, Passed, Ping, Reading, Refused,
+    Accepted, Await, Call, Done, Email, Event, Heartbeat, Hello, Malformed, Passed, Ping, Reading, Refused,
     Rejected, Result, Status, Submit, Unreadable, Violation,
 )
+from broker.journal import Entry
 from broker.router import Router, Send
 
 R1, R2, V, A, CLIENT = b"r1", b"r2", b"v", b"a", b"c"
@@ -151,16 +153,71 @@ def test_result_from_a_worker_that_does_not_hold_the_email_is_ignored(router: Ro
     assert sends(effects, "validator") == [] and "late_result" in [line["event"] for line in lines(effects)]
 
 
-def test_deadline_fails_the_email_once_and_late_answer_changes_nothing(router: Router, settings) -> None:
-    """No answer in time: outcome failed; the late answer is recorded but makes no second outcome."""
+def test_deadline_fails_the_email_once_and_late_answer_changes_nothing(settings) -> None:
+    """Out of deliveries: outcome failed; the late answer is recorded but makes no second outcome."""
+    router = Router(msgspec.structs.replace(settings, max_attempts=1), boot=0xABC)
     workers(router)
     message_id, _ = submit(router)
+    router.handle("reader", R1, Hello(credit=1), settings.read_deadline_s)  # alive, just slow
     effects = router.tick(settings.read_deadline_s + 1)
     (outcome,) = outcomes(effects)
-    assert outcome["outcome"] == "failed" and "reader" in outcome["reason"]
+    assert outcome["outcome"] == "failed" and "reader" in outcome["reason"] and "1 deliveries" in outcome["reason"]
     effects = router.handle("reader", R1, Reading(message_id=message_id, answer="1", source="model"), 100.0)
     assert outcomes(effects) == [] and sends(effects, "validator") == []
     assert "late_result" in [line["event"] for line in lines(effects)]
+
+
+def test_missed_deadline_is_redelivered_to_another_worker(router: Router, settings) -> None:
+    """A reader that does not answer in time loses the email to another reader; the first answer loses."""
+    workers(router, readers=(R1, R2))
+    message_id, effects = submit(router)
+    holder = sends(effects, "reader")[0].identity
+    other = R2 if holder == R1 else R1
+    later = settings.read_deadline_s + 1
+    for role, identity in (("reader", holder), ("reader", other), ("validator", V), ("actor", A)):
+        router.handle(role, identity, Hello(credit=1), later - 0.5)  # all alive, one just slow
+    effects = router.tick(later)
+    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
+    assert again.identity == other and again.message.message_id == message_id
+    assert [l["event"] for l in lines(effects)].count("redelivery") == 1
+    late = router.handle("reader", holder, Reading(message_id=message_id, answer="1", source="model"), later + 1)
+    assert sends(late, "validator") == []
+    on_time = router.handle("reader", other, Reading(message_id=message_id, answer="1", source="model"), later + 1)
+    assert len(sends(on_time, "validator")) == 1
+
+
+def test_silent_idle_worker_is_buried(router: Router, settings) -> None:
+    """No heartbeat for liveness x interval from a worker holding nothing: it is dropped."""
+    workers(router, readers=(R1,))
+    effects = router.tick(settings.heartbeat_interval_s * settings.heartbeat_liveness + 0.5)
+    assert R1 not in router.workers["reader"] and "worker_lost" in [l["event"] for l in lines(effects)]
+
+
+def test_lost_connection_redelivers_the_work(router: Router) -> None:
+    """A busy worker whose connection is gone (the heartbeat to it bounced) loses its emails to another."""
+    workers(router, readers=(R1,))
+    message_id, effects = submit(router)
+    (held,) = sends(effects, "reader")
+    router.handle("reader", R2, Hello(credit=1), 1.0)
+    effects = router.undeliverable(Send("reader", R1, Heartbeat()), 1.5)
+    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
+    assert again.identity == R2 and again.message.message_id == message_id
+
+
+def test_broker_sends_heartbeats(router: Router) -> None:
+    """Every worker hears from the broker each interval, so it can tell a dead broker."""
+    workers(router)
+    beats = [s for s in sends(router.tick(5.0)) if isinstance(s.message, Heartbeat)]
+    assert {(s.role, s.identity) for s in beats} == {("reader", R1), ("validator", V), ("actor", A)}
+
+
+def test_accepted_emails_are_journalled_before_the_reply(router: Router) -> None:
+    """The Entry comes before the Accepted in the effects, so the loop can fsync in between."""
+    effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 4411", format="text", sender="a@b"), 0.0)
+    kinds = [type(e).__name__ for e in effects if not isinstance(e, bytes)]
+    assert kinds.index("Entry") < kinds.index("Send")
+    (entry,) = [e for e in effects if isinstance(e, Entry)]
+    assert (entry.raw, entry.sender) == (b"Order 4411", "a@b")
 
 
 def test_too_large_email_is_rejected_with_an_id(router: Router, settings) -> None:
