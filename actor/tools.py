@@ -44,7 +44,10 @@ class CallLog:
                     self.done.add(f"{call['message_id']}:{call['step']}")
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn last line: that call did not complete
+        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
         self._file = open(path, "ab")
+        if torn:  # killed mid-line: that call never completed; end the line so the log stays whole
+            self._file.write(b"\n")
         self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
         self.orders = load_orders() if orders is None else orders

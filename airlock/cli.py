@@ -119,6 +119,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     with IntakeClient(_settings(args), timeout_s=args.timeout) as client:
         status = client.status()
     print(f"workers: {status.workers}  queued: {status.queued}  in flight: {status.in_flight}")
+    if status.counters:
+        print("counters: " + "  ".join(f"{k}={v}" for k, v in sorted(status.counters.items())))
     return 0
 
 

@@ -41,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_liveness: int  # ...and a peer silent for this many intervals is dead
     reconnect_backoff_max_s: float  # a worker's reconnect delay doubles up to this cap
     max_attempts: int  # deliveries of one email to one stage before it ends failed
+    restart_backoff_max_s: float  # `airlock up` restarts a dead child after a delay doubling to this
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -120,6 +121,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", _positive(int), "3"),
         "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", _positive(float), "8"),
         "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
+        "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
     }
     for key, value in overrides.items():
         if key not in values:

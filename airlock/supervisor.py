@@ -24,7 +24,6 @@ from airlock.settings import Settings
 
 EX_CONFIG = 78
 BACKOFF_FIRST_S = 0.5
-BACKOFF_CAP_S = 10.0
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
 STOP_GRACE_S = 5.0
 READY_TIMEOUT_S = 30.0
@@ -52,7 +51,7 @@ class Supervisor:
 
     def run(self, stop: threading.Event, announce=print) -> int:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "up.pid").write_text(f"{os.getpid()}\n")
+        _write_atomically(self.run_dir / "up.pid", f"{os.getpid()}\n")
         client = IntakeClient(self.settings, timeout_s=1.0)
         try:
             for child in self.children:
@@ -70,7 +69,7 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         child.process = subprocess.Popen([sys.executable, "-m", child.module], env=self.env)
         child.started, child.restart_at = time.monotonic(), None
-        (self.run_dir / f"{child.name}.pid").write_text(f"{child.process.pid}\n")
+        _write_atomically(self.run_dir / f"{child.name}.pid", f"{child.process.pid}\n")
 
     def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -109,7 +108,7 @@ class Supervisor:
             child.restart_at = now + child.backoff_s
             announce(f"airlock: {child.name} exited with {code}; restarting in {child.backoff_s:.1f} s")
             client.notice("service_restarted", service=child.name, exit_code=code, backoff_s=child.backoff_s)
-            child.backoff_s = min(child.backoff_s * 2, BACKOFF_CAP_S)
+            child.backoff_s = min(child.backoff_s * 2, self.settings.restart_backoff_max_s)
         return None
 
     def _stop_all(self) -> None:
@@ -134,6 +133,13 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 child.process.wait()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers of a pid file never see it half written."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:

@@ -116,6 +116,7 @@ class Status(Message, tag="status"):
     workers: dict[str, int]
     queued: int
     in_flight: int
+    counters: dict[str, int] = {}  # refused frames, violations, redeliveries, outcomes
 
 
 # --- broker <-> workers
