@@ -43,6 +43,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_module.load(env, data_dir=Path(args.data_dir) if args.data_dir else None,
                                     task=Path(args.task) if args.task else None)
     check_config(settings)
+    if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
+        from airlock import keys
+
+        keys.generate(settings.data_dir / "keys")
+        settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
     if args.readers < 1:
         raise UsageError("--readers must be at least 1")
     data = settings.data_dir.resolve()
@@ -51,6 +56,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     for name in settings.ports:
         print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
     print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
+    print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)")
     if args.dashboard:
         host, port = env.get("AIRLOCK_DASHBOARD_HOST", "127.0.0.1"), env.get("AIRLOCK_DASHBOARD_PORT", "8088")
         print(f"  dashboard:  http://{host}:{port}/")
@@ -230,6 +236,16 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return 0 if result else 1
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from airlock import keys
+
+    folder = Path(args.out)
+    made = keys.generate(folder, force=args.force)
+    print(f"{len(made)} key files in {folder}: a pair for the broker and each role, allow lists in {folder / 'allow'}")
+    print("each process needs only its own <role>.key_secret and broker.key; keep the secrets secret")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"airlock {__version__}")
@@ -278,6 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--by", required=True, help="your name, as listed in the task's principals file")
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
+
+    keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
+                                   description="generate CURVE key pairs for the broker and every role")
+    keys_cmd.set_defaults(handler=cmd_keys)
+    keys_cmd.add_argument("--out", default="airlock-keys", help="folder for the keys (default ./airlock-keys)")
+    keys_cmd.add_argument("--force", action="store_true", help="replace existing keys")
 
     attack_cmd = command("attack", cmd_attack, "inject a corpus and score the side effects that ran")
     attack_cmd.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")

@@ -15,7 +15,7 @@ import zmq
 
 from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
-from airlock.transport import ZmqChannel
+from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
     Accepted, Await, Decide, EmailFormat, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
 )
@@ -33,11 +33,12 @@ class Submission:
 
 
 class IntakeClient:
-    def __init__(self, settings: Settings, timeout_s: float = 5.0) -> None:
+    def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake") -> None:
         self.endpoint = settings.endpoint("intake")
         self.timeout_s = timeout_s
         self._ctx = zmq.Context.instance()
-        self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes)
+        client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
+        self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes, client, server_key)
         self._decode = outbound_decoder("intake")
         self._ref = 0
 

@@ -42,6 +42,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconnect_backoff_max_s: float  # a worker's reconnect delay doubles up to this cap
     max_attempts: int  # deliveries of one email to one stage before it ends failed
     restart_backoff_max_s: float  # `airlock up` restarts a dead child after a delay doubling to this
+    keys: Path | None  # CURVE keys (airlock keys); None: no authentication
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -50,6 +51,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def trace_path(self) -> Path:
         return self.data_dir / "trace.jsonl"
+
+    @property
+    def keys_folder(self) -> Path | None:
+        """AIRLOCK_KEYS, else the keys `airlock up` made in the data dir, looked up now (a
+        client started before the stack finds them when it connects again)."""
+        if self.keys is not None:
+            return self.keys
+        made = self.data_dir / "keys"
+        return made if (made / "broker.key").exists() else None
 
     @property
     def calls_path(self) -> Path:
@@ -122,6 +132,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", _positive(float), "8"),
         "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
         "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
+        "keys": read("AIRLOCK_KEYS", lambda text: Path(text) if text else None, ""),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -148,6 +148,8 @@ def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
     env["AIRLOCK_DATA_DIR"] = str(settings.data_dir.resolve())
     env["AIRLOCK_TASK"] = str(settings.task.resolve())
     env["AIRLOCK_MODEL_URL"] = settings.model_url or ""
+    if settings.keys_folder is not None:
+        env["AIRLOCK_KEYS"] = str(settings.keys_folder.resolve())
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, base.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")

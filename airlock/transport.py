@@ -22,6 +22,8 @@ from typing import Protocol
 
 import zmq
 
+from airlock import keys
+from airlock.keys import Pair
 from airlock.wire import Message, encode
 
 LINGER_MS = 1000
@@ -34,8 +36,12 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> zmq.Socket:
+def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair | None = None,
+           domain: str = "") -> zmq.Socket:
+    """A broker endpoint; with a key pair it is a CURVE server whose ZAP domain names the
+    endpoint, so the authenticator can allow each role's key on its own endpoint only."""
     sock = ctx.socket(zmq.ROUTER)
+    _serve_curve(sock, server, domain)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
@@ -45,8 +51,18 @@ def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> zmq.Socket:
     return sock
 
 
-def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> zmq.Socket:
+def _serve_curve(sock: zmq.Socket, server: Pair | None, domain: str) -> None:
+    if server is not None:
+        sock.curve_secretkey, sock.curve_publickey = server.secret, server.public
+        sock.curve_server = True
+        sock.zap_domain = domain.encode()
+
+
+def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
+           server_key: bytes | None = None) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
+    if client is not None and server_key is not None:
+        sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = client.secret, client.public, server_key
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)
@@ -77,9 +93,10 @@ def recv_routed(sock: zmq.Socket) -> tuple[bytes, bytes | None]:
 class ZmqChannel:
     """A DEALER socket to one broker endpoint, one message per frame."""
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
+                 server_key: bytes | None = None) -> None:
         self.endpoint = endpoint
-        self._sock = dealer(ctx, endpoint, max_frame_bytes)
+        self._sock = dealer(ctx, endpoint, max_frame_bytes, client, server_key)
 
     def send(self, message: Message) -> None:
         self._sock.send(encode(message))
@@ -98,13 +115,22 @@ class ZmqChannel:
         self._sock.close(linger=LINGER_MS)
 
 
+def client_keys(settings: object, role: str) -> tuple[Pair | None, bytes | None]:
+    """This role's pair and the broker's public key, when the settings name a keys folder."""
+    folder = getattr(settings, "keys_folder", None)
+    if folder is None:
+        return None, None
+    return keys.load(folder, role), keys.load(folder, "broker", secret=False).public
+
+
 def connector(settings: object, role: str, given: Channel | None = None) -> Callable[[], Channel]:
     """How a worker gets a fresh channel to its endpoint (each call: a new socket, so a new
     identity to the broker). A test may pass one channel instead: it is reused."""
     if given is not None:
         return lambda: given
+    client, server_key = client_keys(settings, role)  # read once: a bad key fails at start
     return lambda: ZmqChannel(zmq.Context.instance(), settings.endpoint(role),  # type: ignore[attr-defined]
-                              settings.max_frame_bytes)  # type: ignore[attr-defined]
+                              settings.max_frame_bytes, client, server_key)  # type: ignore[attr-defined]
 
 
 class MemoryChannel:

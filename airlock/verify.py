@@ -33,9 +33,13 @@ NETWORKS = {
     "actor": {"actors"},
     "model": {"model"},
     "intake": {"edge"},
+    "dashboard": {"edge"},
 }
 DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
 DATA_MOUNT = "/data"
+KEYS_MOUNT = "/keys"  # each service's own key folder, read-only
+OWN_SECRETS = {"broker": {"broker"}, "reader": {"reader"}, "validator": {"validator"}, "actor": {"actor"},
+               "intake": {"intake"}, "dashboard": {"dashboard"}, "model": set()}
 PORTS = {"smtp": 2525, "intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "model": 8080}
 OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
 PROBE_TIMEOUT_S = 2.0
@@ -58,6 +62,11 @@ except socket.gaierror:
     print("no-name")
 except OSError as exc:
     print("unreachable:" + errno.errorcode.get(exc.errno or 0, str(exc.errno)))
+"""
+
+SECRETS_HELD = r"""
+import pathlib
+print(" ".join(sorted(p.name for p in pathlib.Path("/keys").glob("**/*.key_secret"))))
 """
 
 NO_TOOL_CODE = r"""
@@ -215,13 +224,17 @@ def _mounts(service: str, attrs: dict) -> Check:
         source, target, kind = mount.get("Source", ""), mount.get("Destination", ""), mount.get("Type")
         if "docker.sock" in source or "docker.sock" in target:
             problems.append(f"Docker socket at {target}")
+        elif target == KEYS_MOUNT and kind == "bind":
+            if mount.get("RW"):
+                problems.append(f"{KEYS_MOUNT} is writable")
         elif kind in ("bind", "volume") and not (service in DATA_WRITERS and target == DATA_MOUNT):
             problems.append(f"{kind} {source} -> {target}")
     needs_data = service in DATA_WRITERS
     has_data = any(m.get("Destination") == DATA_MOUNT for m in attrs.get("Mounts") or [])
     if needs_data and not has_data:
         problems.append(f"no data folder at {DATA_MOUNT}")
-    reason = "; ".join(problems) or (f"only the data folder at {DATA_MOUNT}" if needs_data else "no host paths")
+    reason = "; ".join(problems) or (f"only the data folder at {DATA_MOUNT} and its keys" if needs_data
+                                     else "no host paths but its own keys, read-only")
     return Check(service, "mounts", not problems, reason)
 
 
@@ -270,6 +283,12 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         checks = list(pool.map(attempt, planned))
+    for service, own in OWN_SECRETS.items():
+        if service in lab.containers and service != "model":
+            found = lab.containers[service].exec_run(["python3", "-c", SECRETS_HELD]).output.decode().split()
+            held = {name.removesuffix(".key_secret") for name in found}
+            checks.append(Check(service, "holds only its own secret key", held == own,
+                                f"/keys holds {sorted(held) or 'no secret key'}; policy {sorted(own)}"))
     if "reader" in lab.containers:
         output = lab.containers["reader"].exec_run(["python3", "-c", NO_TOOL_CODE]).output.decode().strip()
         checks.append(Check("reader", "image has no tool code", output == "clean",

@@ -12,17 +12,38 @@ import threading
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from airlock import trace
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, recv_routed, router
 from airlock.wire import ROLES, Malformed, encode, inbound_decoder
-from broker import journal as journal_module
+from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
 
 BATCH = 256  # frames read from one socket per turn, so no endpoint starves the others
 IDLE_POLL_S = 0.1
+
+
+HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                      | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_EVENT_NAMES = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoint",
+                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "handshake protocol error (e.g. a peer without CURVE)",
+                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed"}
+
+
+def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Send | bytes | Entry]:
+    effects: list[Send | bytes | Entry] = []
+    while True:
+        try:
+            event = recv_monitor_message(monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            return effects
+        core.counters[f"auth_refused.{role}"] += 1
+        effects.append(trace.line("broker", "auth_refused", None, {
+            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])),
+            "peer": event["endpoint"].decode(errors="replace")}))
 
 
 def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
@@ -49,10 +70,15 @@ def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes |
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The broker needs no task: it routes by message type only."""
     ctx = zmq.Context()
-    sockets = {role: router(ctx, settings.endpoint(role, bind=True), settings.max_frame_bytes)
+    authenticator, server = auth.start(ctx, settings) if settings.keys_folder is not None else (None, None)
+    sockets = {role: router(ctx, settings.endpoint(role, bind=True), settings.max_frame_bytes, server, role)
                for role in ROLES}
     publisher = ctx.socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
+    if server is not None:  # only the dashboard's key may read the trace stream
+        publisher.curve_secretkey, publisher.curve_publickey = server.secret, server.public
+        publisher.curve_server = True
+        publisher.zap_domain = b"trace"
     publisher.bind(settings.endpoint("trace", bind=True))
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
@@ -62,6 +88,12 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     poller = zmq.Poller()
     for sock in sockets.values():
         poller.register(sock, zmq.POLLIN)
+    # Peers refused at the CURVE handshake never send a frame; the socket monitor is how
+    # the broker still counts and records them.
+    monitors = {sock.get_monitor_socket(HANDSHAKE_FAILURES): role for role, sock in sockets.items()} \
+        if server is not None else {}
+    for monitor in monitors:
+        poller.register(monitor, zmq.POLLIN)
 
     def carry_out(effects: list[Send | bytes | Entry]) -> None:
         for effect in effects:
@@ -84,7 +116,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
 
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
-        "trace": str(settings.trace_path)})])
+        "trace": str(settings.trace_path),
+        "authentication": "CURVE, one key per role, ZAP allow lists" if server else "OFF (no AIRLOCK_KEYS)"})])
     carry_out(recover(core, settings, time.monotonic()))
     writer.flush()
     try:
@@ -93,6 +126,9 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             wait_s = IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
             effects: list[Send | bytes | Entry] = []
             for sock, _ in poller.poll(int(wait_s * 1000)):
+                if sock in monitors:
+                    effects += _handshake_failures(core, sock, monitors[sock])
+                    continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
                 for _ in range(BATCH):
                     try:
@@ -109,6 +145,11 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
         writer.close()
         journal.close()
-        for sock in (*sockets.values(), publisher):
+        for sock in sockets.values():
+            if server is not None:
+                sock.disable_monitor()
+        for sock in (*monitors, *sockets.values(), publisher):
             sock.close(linger=LINGER_MS)
+        if authenticator is not None:
+            authenticator.stop()
         ctx.term()

@@ -239,7 +239,7 @@ class Router:
         workers = {r: len(ws) for r, ws in self.workers.items()}
         self.out.append(Send(role, identity, Status(
             ref=message.ref, workers=workers, queued=len(self._pending["reader"]),
-            in_flight=len(self.flights))))
+            in_flight=len(self.flights), counters=dict(self.counters))))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
         self._trace("supervisor", message.event, None, message.detail)

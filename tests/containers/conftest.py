@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock import keys
 from tests.conftest import ROOT, free_ports
 
 PROJECT = "airlocklabtest"
@@ -59,11 +60,12 @@ def engine_answers() -> bool:
 
 
 class Lab:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, key_folder: Path) -> None:
         self.data = data
-        intake_port, smtp_port = free_ports(2)
+        intake_port, smtp_port, dashboard_port = free_ports(3)
         self.env = {**os.environ, "AIRLOCK_DATA": str(data), "AIRLOCK_INTAKE_PORT": str(intake_port),
-                    "AIRLOCK_SMTP_PORT": str(smtp_port),
+                    "AIRLOCK_SMTP_PORT": str(smtp_port), "AIRLOCK_DASHBOARD_PORT": str(dashboard_port),
+                    "AIRLOCK_KEYS_DIR": str(key_folder), "AIRLOCK_KEYS": str(key_folder),
                     "COMPOSE_PROJECT_NAME": PROJECT, "PYTHONPATH": str(ROOT)}
         if os.getuid() != 0:  # the containers write the data folder as this user instead
             self.env.update(AIRLOCK_UID=str(os.getuid()), AIRLOCK_GID=str(os.getgid()))
@@ -122,9 +124,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         pytest.skip(message)
     data = tmp_path_factory.mktemp("lab") / "airlock-data"
     data.mkdir()
-    if os.getuid() == 0:
-        os.chown(data, 10001, 10001)
-    running = Lab(data)
+    key_folder = data.parent / "airlock-keys"
+    keys.generate(key_folder)  # what `docker compose run --rm keys` does, from the host
+    if os.getuid() == 0:  # the containers run as uid 10001: let them write data, read keys
+        for path in (data, key_folder, *key_folder.rglob("*")):
+            os.chown(path, 10001, 10001)
+    running = Lab(data, key_folder)
     running.compose("down", "-v", "--remove-orphans")
     up = running.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]

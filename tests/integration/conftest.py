@@ -66,6 +66,23 @@ class Stack:
         return [r for r in found if (message_id is None or r["message_id"] == message_id)
                 and (event is None or r["event"] == event)]
 
+    def socket(self, role: str, key_role: str | None = None, curve: bool = True):
+        """A DEALER to this stack's `role` endpoint, authenticated as `key_role` (default:
+        the role itself), as a stranger (key_role="stranger"), or with no CURVE at all."""
+        import zmq
+
+        from airlock import keys
+        from airlock.keys import Pair
+        from airlock.transport import dealer
+
+        client = server_key = None
+        if curve:
+            folder = self.data / "keys"
+            server_key = keys.load(folder, "broker", secret=False).public
+            client = Pair(*zmq.curve_keypair()) if key_role == "stranger" else keys.load(folder, key_role or role)
+        port = self.env[f"AIRLOCK_{role.upper()}_PORT"]
+        return dealer(zmq.Context.instance(), f"tcp://127.0.0.1:{port}", 4 * 1024 * 1024, client, server_key)
+
     def pid(self, service: str) -> int:
         return int((self.data / "run" / f"{service}.pid").read_text())
 

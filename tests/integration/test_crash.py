@@ -10,7 +10,6 @@ from collections import Counter
 
 import msgspec
 import pytest
-import zmq
 
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
@@ -67,15 +66,12 @@ def test_5000_malformed_frames_per_endpoint_are_refused_and_counted(stack) -> No
     """20,000 garbage frames: every process lives, each frame is one malformed_frame line and counted."""
     s = stack().start()
     pids = {name: s.pid(name) for name in ("broker", "reader-1", "validator", "actor")}
-    ctx = zmq.Context.instance()
     frames = [os.urandom(n % 97 + 1) for n in range(5000)]
     for role in ("intake", "reader", "validator", "actor"):
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 5000)
-        sock.connect(f"tcp://127.0.0.1:{s.env[f'AIRLOCK_{role.upper()}_PORT']}")
+        sock = s.socket(role)  # a peer with a valid key gone rogue: its frames reach the decoder
         for frame in frames:
             sock.send(b"\xc1" + frame)  # 0xc1 is never valid msgpack
-        sock.close()
+        sock.close(linger=5000)
     expected = {role: 5000 for role in ("intake", "reader", "validator", "actor")}
     assert wait_until(lambda: Counter(t["endpoint"] for t in s.trace(event="malformed_frame")) == expected,
                       timeout_s=60), Counter(t["endpoint"] for t in s.trace(event="malformed_frame"))

@@ -27,14 +27,11 @@ def alive(pid: int) -> bool:
     return True
 
 
-def blast(endpoint: str, frames: list[list[bytes]]) -> None:
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 2000)
-    sock.connect(endpoint)
+def blast(sock: zmq.Socket, frames: list[list[bytes]]) -> None:
+    """Send from an authenticated peer gone rogue: its frames reach the broker's decoder."""
     for parts in frames:
         sock.send_multipart(parts)
-    sock.close()
+    sock.close(linger=2000)
 
 
 GARBAGE = [[b""], [b"\xc1"], [os.urandom(64)], [b"\x91" * 50_000 + b"\xc0"], [b"a", b"b", b"c"],
@@ -52,8 +49,7 @@ def test_garbage_and_wrong_role_messages_are_recorded_and_harmless(stack) -> Non
         "actor": [encode(Reading(message_id="x", answer="1", source="model"))],
     }
     for role in ("intake", "reader", "validator", "actor"):
-        port = s.env[f"AIRLOCK_{role.upper()}_PORT"]
-        blast(f"tcp://127.0.0.1:{port}", GARBAGE + [forged[role]])
+        blast(s.socket(role), GARBAGE + [forged[role]])
     expected = len(GARBAGE) * 4
     assert wait_until(lambda: len(s.trace(event="malformed_frame")) >= expected), s.trace(event="malformed_frame")
     violations = s.trace(event="violation")

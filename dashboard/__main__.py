@@ -1,0 +1,100 @@
+"""python -m dashboard [--host H] [--port N] [--naive-model-url URL]: the trainers' page.
+
+Configuration errors (bad settings, an unreadable task file or key, a port it cannot
+listen on, starlette or uvicorn missing) are one line on stderr and exit 78, which `airlock up` does
+not retry. SIGTERM or SIGINT ends the open event streams first, so the server stops at
+once instead of waiting on pages that never hang up, then exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+from airlock import settings as settings_module, task as task_module
+from airlock.errors import ConfigError
+
+EX_CONFIG = 78
+GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(app, sock: socket.socket) -> None:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the signals are ours (below): end the streams, then exit 0
+
+    server = Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",
+                                   http="h11", ws="none", timeout_graceful_shutdown=GRACEFUL_S))
+
+    def stop() -> None:
+        app.state.hub.close()
+        server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop)
+    await server.serve(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dashboard", description="the trainers' live page")
+    parser.add_argument("--host", help="listen here (default $AIRLOCK_DASHBOARD_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="(default $AIRLOCK_DASHBOARD_PORT or 8088)")
+    parser.add_argument("--naive-model-url", help="model for the naive pane (default $AIRLOCK_NAIVE_MODEL_URL; none: off)")
+    args = parser.parse_args(argv)
+    try:
+        from dashboard import config as config_module
+
+        settings = settings_module.load()
+        config = config_module.load(host=args.host, port=args.port, naive_model_url=args.naive_model_url)
+        task = task_module.load(settings.task)
+        from dashboard.app import create_app  # needs starlette; uvicorn is imported by serve()
+        import uvicorn  # noqa: F401
+
+        app = create_app(settings, config, [(step.server, step.tool) for step in task.plan])
+    except ConfigError as exc:
+        print(f"dashboard: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    except ImportError as exc:
+        print(f"dashboard: {exc.name or exc} is not installed: pip install starlette uvicorn", file=sys.stderr)
+        return EX_CONFIG
+    try:
+        sock = listen(config.host, config.port)
+    except OSError as exc:
+        print(f"dashboard: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_CONFIG
+    naive = app.state.naive
+    print(f"dashboard: http://{config.host}:{config.port}/  trace from {settings.endpoint('trace')}; "
+          f"naive pane {'on' if naive.enabled else naive.reason}", flush=True)
+    try:
+        asyncio.run(serve(app, sock))
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

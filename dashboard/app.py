@@ -1,0 +1,196 @@
+"""The dashboard's routes: the page, its state, its event stream, and injection.
+
+    GET  /             the page (static/index.html; assets under /static/)
+    GET  /api/state    a snapshot: cards with their events, counters, the plan, the queue
+    GET  /events       server-sent events (see stream.py)
+    POST /api/inject   {"text": ...} or {"sample": NAME} -> {"id": message id}
+
+Every response carries a strict Content-Security-Policy (scripts and styles from this
+origin only, nothing inline, no frames, no plugins) and the page renders every trace
+string with textContent, so an email's `<script>` is text. Requests must name an
+allowed Host (no DNS rebinding), and an injection must be JSON from this origin (a
+cross-site form cannot send JSON without a CORS preflight, which is never granted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from airlock.errors import BrokerUnreachable
+from airlock.settings import Settings
+from dashboard import inject
+from dashboard.config import DashboardConfig
+from dashboard.feed import TraceFeed, curve_keys
+from dashboard.naive_pane import NaivePane
+from dashboard.state import Board
+from dashboard.stream import Hub
+
+STATIC = Path(__file__).resolve().parent / "static"
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies and dead-client detection honest
+MAX_REQUEST_BYTES = 2 * 1024 * 1024
+MAX_TEXT_BYTES = 1024 * 1024  # the broker itself rejects emails over its own limit, with a rule
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+
+_json = msgspec.json.Encoder()
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every HTTP response, errors and rejections included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in SECURITY_HEADERS}
+                headers = [(n, v) for n, v in message.get("headers", []) if n.lower() not in names]
+                message = {**message, "headers": headers + SECURITY_HEADERS}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(_json.encode(data), status, media_type="application/json",
+                    headers={"cache-control": "no-store"})
+
+
+def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str, str]], *,
+               live: bool = True) -> Starlette:
+    """The app. `live=False` starts no trace feed (tests feed `app.state.hub` themselves)."""
+    board = Board(plan)
+    samples = {s.name: s for s in inject.load_samples(config.samples_dir)}
+    naive = NaivePane(config.naive_model_url, settings.model_timeout_s)
+    trace_file = settings.trace_path
+
+    def extra() -> dict[str, Any]:
+        return {"naive": naive.describe(),
+                "samples": [{"name": s.name, "label": s.label} for s in samples.values()],
+                "sources": {"stream": settings.endpoint("trace"),
+                            "file": str(trace_file) if trace_file.is_file() else None}}
+
+    hub = Hub(board, extra)
+    naive_runs: set[asyncio.Task[None]] = set()
+    curve = curve_keys(settings) if live else (None, None)  # read at start: a bad key fails here
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        feed = None
+        if live:
+            loop = asyncio.get_running_loop()
+            feed = TraceFeed(settings.endpoint("trace"), trace_file,
+                             lambda records: loop.call_soon_threadsafe(hub.publish, records),
+                             settings.max_frame_bytes, curve).start()
+        try:
+            yield
+        finally:
+            hub.close()
+            for task in list(naive_runs):
+                task.cancel()
+            await asyncio.gather(*naive_runs, return_exceptions=True)
+            if feed is not None:
+                await run_in_threadpool(feed.stop)
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
+
+    async def state(request: Request) -> Response:
+        return json_response(hub.snapshot())
+
+    async def events(request: Request) -> Response:
+        subscriber, first = hub.subscribe()
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                yield first
+                while True:
+                    try:
+                        message = await asyncio.wait_for(subscriber.queue.get(), KEEPALIVE_S)
+                    except asyncio.TimeoutError:
+                        yield ": keepalive\n\n"
+                        continue
+                    if message is None:
+                        return
+                    yield message
+            finally:
+                hub.unsubscribe(subscriber)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+    async def run_naive(message_id: str, label: str, raw: bytes, fmt: str) -> None:
+        hub.publish_naive({"id": message_id, "label": label, "status": "running"})
+        result = await naive.run(message_id, raw, fmt)
+        hub.publish_naive({**result, "label": label})
+
+    async def inject_email(request: Request) -> Response:
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return json_response({"error": "send JSON (Content-Type: application/json)"}, 415)
+        origin = request.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+            return json_response({"error": "injection is only taken from this page"}, 403)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_REQUEST_BYTES:
+                return json_response({"error": f"request over {MAX_REQUEST_BYTES} bytes"}, 413)
+        try:
+            wanted = msgspec.json.decode(bytes(body), type=inject.InjectRequest)
+            item, label = inject.submission(wanted, samples, MAX_TEXT_BYTES)
+        except (msgspec.DecodeError, inject.InjectError) as exc:
+            return json_response({"error": str(exc)}, 400)
+        try:
+            message_id = await run_in_threadpool(inject.submit, settings, item)
+        except BrokerUnreachable as exc:
+            return json_response({"error": str(exc)}, 503)
+        if naive.enabled:
+            task = asyncio.create_task(run_naive(message_id, label, item.raw, item.format))
+            naive_runs.add(task)
+            task.add_done_callback(naive_runs.discard)
+        return json_response({"id": message_id, "label": label, "naive": naive.enabled})
+
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/state", state),
+            Route("/events", events),
+            Route("/api/inject", inject_email, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)],
+        lifespan=lifespan,
+    )
+    app.state.hub = hub
+    app.state.naive = naive
+    return app

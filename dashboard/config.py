@@ -1,0 +1,78 @@
+"""The dashboard's own settings, read once at start; the broker's come from airlock.settings.
+
+    AIRLOCK_DASHBOARD_HOST           where it listens (default 127.0.0.1)
+    AIRLOCK_DASHBOARD_PORT           (default 8088)
+    AIRLOCK_DASHBOARD_ALLOWED_HOSTS  Host names a request may carry, comma-separated
+                                     (default 127.0.0.1,localhost): a page on another site
+                                     cannot reach the dashboard by DNS rebinding
+    AIRLOCK_NAIVE_MODEL_URL          the naive pane's model; unset: the pane is off
+    AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from airlock.errors import SettingsError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
+    host: str
+    port: int
+    allowed_hosts: list[str]
+    naive_model_url: str | None
+    samples_dir: Path
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise ValueError("must be a TCP port 1-65535")
+    return value
+
+
+def _url(text: str) -> str | None:
+    text = text.strip()
+    if text and not text.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return text or None
+
+
+def _hosts(text: str) -> list[str]:
+    hosts = [h.strip().lower() for h in text.split(",") if h.strip()]
+    if not hosts:
+        raise ValueError("must name at least one host")
+    return hosts
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
+    """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
+    env = os.environ if env is None else env
+
+    def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
+        text = env.get(key, default)
+        try:
+            return cast(text)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
+
+    values: dict[str, Any] = {
+        "host": read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
+        "port": read("AIRLOCK_DASHBOARD_PORT", _port, "8088"),
+        "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
+        "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", _url, ""),
+        "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
+    }
+    for key, value in overrides.items():
+        if key not in values:
+            raise SettingsError(f"unknown dashboard setting override {key!r}")
+        if value is not None:
+            values[key] = value
+    return DashboardConfig(**values)

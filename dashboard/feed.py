@@ -1,0 +1,160 @@
+"""The trace feed: the broker's PUB stream, merged with a tail of trace.jsonl.
+
+The broker writes every trace line to trace.jsonl and publishes the same bytes on its
+trace endpoint. The SUB socket is the fast path, but it only sees lines published after
+it connected, and none while the broker is down. Where the data folder is readable, the
+file is read at start (so a page opened late shows recent emails) and then tailed every
+FILE_POLL_S, which fills any gap. A line is delivered once, whichever path brings it
+first: both carry identical bytes, so they are deduplicated by a digest of those bytes.
+
+When the stack uses CURVE keys, the SUB authenticates with the dashboard's own key
+(airlock/keys.py allows only that key on the trace endpoint).
+
+The feed runs in its own thread, because zmq and file reads block; it hands decoded
+records to `deliver`, which the app schedules onto its event loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from airlock.transport import client_keys
+
+POLL_S = 0.2
+FILE_POLL_S = 1.0
+SEEN_LIMIT = 50_000  # line digests remembered for deduplication
+INITIAL_BYTES = 32 * 1024 * 1024  # at start, only this much of the file's end is read
+CHUNK = 1000  # records per delivery, so a long file does not hold the event loop at once
+RECONNECT_IVL_MS, RECONNECT_IVL_MAX_MS = 100, 2000
+
+Deliver = Callable[[list[dict[str, Any]]], None]
+
+
+class Dedup:
+    """Remembers the last SEEN_LIMIT line digests; `fresh(line)` is True once per line."""
+
+    def __init__(self, limit: int = SEEN_LIMIT) -> None:
+        self._seen: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._limit = limit
+
+    def fresh(self, line: bytes) -> bool:
+        key = hashlib.blake2b(line.rstrip(b"\n"), digest_size=16).digest()
+        if key in self._seen:
+            return False
+        self._seen[key] = None
+        if len(self._seen) > self._limit:
+            self._seen.popitem(last=False)
+        return True
+
+
+class FileTail:
+    """Complete lines appended to a file since the last call; starts again if it shrinks.
+    The first call reads at most the last `initial_bytes` of the file, from a line start."""
+
+    def __init__(self, path: Path | None, initial_bytes: int = INITIAL_BYTES) -> None:
+        self.path, self.offset, self.initial_bytes = path, 0, initial_bytes
+        self._started = False
+
+    def new_lines(self) -> list[bytes]:
+        if self.path is None:
+            return []
+        try:
+            with open(self.path, "rb") as handle:
+                size = handle.seek(0, 2)
+                if size < self.offset:
+                    self.offset = 0  # the file was replaced or truncated
+                skip_partial = False
+                if not self._started and size - self.offset > self.initial_bytes:
+                    self.offset, skip_partial = size - self.initial_bytes, True
+                self._started = True
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        if skip_partial:  # we started mid-line: drop up to the first newline
+            cut = data.find(b"\n") + 1
+            self.offset, data = self.offset + cut, data[cut:]
+        end = data.rfind(b"\n") + 1  # a line still being written waits for its newline
+        self.offset += end
+        return data[:end].splitlines()
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def curve_keys(settings: object) -> tuple[Any, bytes | None]:
+    """The dashboard's CURVE pair and the broker's public key when the stack authenticates
+    its endpoints; the trace endpoint lets in the dashboard's key only. (None, None) when
+    there are no keys."""
+    return client_keys(settings, "dashboard")
+
+
+class TraceFeed:
+    def __init__(self, endpoint: str, trace_path: Path | None, deliver: Deliver, max_frame_bytes: int,
+                 curve: tuple[Any, bytes | None] = (None, None)) -> None:
+        self.endpoint, self.deliver, self.max_frame_bytes = endpoint, deliver, max_frame_bytes
+        self.client_keys, self.server_key = curve
+        self.tail = FileTail(trace_path)
+        self.dedup = Dedup()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trace-feed", daemon=True)
+
+    def start(self) -> TraceFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        sub.setsockopt(zmq.RCVHWM, 100_000)
+        sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+        sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        if self.client_keys is not None:
+            sub.curve_secretkey, sub.curve_publickey = self.client_keys.secret, self.client_keys.public
+            sub.curve_serverkey = self.server_key
+        sub.connect(self.endpoint)
+        try:
+            self._take(self.tail.new_lines())
+            next_file_poll = 0.0
+            while not self._stop.is_set():
+                if sub.poll(int(POLL_S * 1000)):
+                    lines = []
+                    for _ in range(CHUNK):
+                        try:
+                            lines.append(sub.recv(zmq.NOBLOCK))
+                        except zmq.Again:
+                            break
+                    self._take(lines)
+                now = time.monotonic()
+                if now >= next_file_poll:
+                    self._take(self.tail.new_lines())
+                    next_file_poll = now + FILE_POLL_S
+        finally:
+            sub.close(linger=0)
+            ctx.term()
+
+    def _take(self, lines: list[bytes]) -> None:
+        records = [record for line in lines if self.dedup.fresh(line) and (record := decode(line)) is not None]
+        for start in range(0, len(records), CHUNK):
+            self.deliver(records[start:start + CHUNK])

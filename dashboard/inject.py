@@ -1,0 +1,97 @@
+"""Emails from the page: typed text or a ready sample, submitted like `airlock inject`.
+
+Text that starts with header lines is an .eml (`airlock.sources.sniff`), and then its
+From address is the sender the intake vouches for, as `airlock inject` reads it. Ready
+samples are the repository's samples/*.eml, read once at start, the seed's 4411 email
+first; the packaged image has no samples folder, and then there are none.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from airlock import sources
+from airlock.client import IntakeClient, Submission
+from airlock.settings import Settings
+
+SEED_SAMPLE = "seed_4411_de.eml"
+MAX_SAMPLES = 16
+ORIGIN = "dashboard"
+INTAKE_TIMEOUT_S = 5.0
+
+
+class InjectError(ValueError):
+    """A request the page should not have sent; the message is shown to the user."""
+
+
+class InjectRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """POST /api/inject: exactly one of `text` (what was typed) or `sample` (a file name)."""
+
+    text: str | None = None
+    sample: str | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    label: str
+    raw: bytes
+
+
+def load_samples(folder: Path) -> list[Sample]:
+    """The seed email first, then the hostile ones, then the rest; none if no folder."""
+    if not folder.is_dir():
+        return []
+
+    def order(path: Path) -> tuple[int, str]:
+        return (0 if path.name == SEED_SAMPLE else 1 if path.name.startswith("hostile") else 2, path.name)
+
+    paths = sorted((p for p in folder.glob("*.eml") if p.is_file()), key=order)[:MAX_SAMPLES]
+    return [Sample(p.name, p.stem.replace("_", " "), p.read_bytes()) for p in paths]
+
+
+def submission(request: InjectRequest, samples: dict[str, Sample], max_bytes: int) -> tuple[Submission, str]:
+    """The Submission for a request, and a short label for the page; InjectError if unusable."""
+    if (request.text is None) == (request.sample is None):
+        raise InjectError("send either text or a sample name")
+    if request.sample is not None:
+        sample = samples.get(request.sample)
+        if sample is None:
+            raise InjectError(f"no sample named {request.sample!r}")
+        fmt = "eml"
+        return (Submission(sample.raw, fmt, f"{ORIGIN}:samples/{sample.name}", sources.sender_of(sample.raw, fmt)),
+                sample.label)
+    raw = request.text.encode("utf-8", errors="replace")
+    if not raw.strip():
+        raise InjectError("the text is empty")
+    if len(raw) > max_bytes:
+        raise InjectError(f"the text is {len(raw)} bytes; the page sends at most {max_bytes}")
+    fmt = sources.sniff(raw)
+    return Submission(raw, fmt, f"{ORIGIN}:typed", sources.sender_of(raw, fmt)), label_of(raw, fmt)
+
+
+def label_of(raw: bytes, fmt: str, limit: int = 80) -> str:
+    """A short name for the naive pane: the Subject of an .eml, else the first line."""
+    if fmt == "eml":
+        try:
+            headers = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw, headersonly=True)
+            subject = str(headers.get("Subject", "")).strip()
+        except Exception:  # a header the parser cannot read names nothing
+            subject = ""
+        return subject[:limit] or "(no subject)"
+    first = next((line.strip() for line in raw.decode("utf-8", errors="replace").splitlines() if line.strip()), "")
+    return first[:limit] or "(empty)"
+
+
+def submit(settings: Settings, item: Submission) -> str:
+    """Hand one email to the broker's intake; return its message id. Blocking: run in a thread.
+    Raises BrokerUnreachable if the broker does not answer."""
+    with IntakeClient(settings, timeout_s=INTAKE_TIMEOUT_S, role="dashboard") as client:
+        for _, message_id in client.submit([item]):
+            return message_id
+    raise InjectError("the broker accepted nothing")  # submit() yields once per item or raises

@@ -1,0 +1,289 @@
+// The trainers' page. Every string from the trace is put on the page as text
+// (textContent / createTextNode), never parsed as markup: an email's <script> stays text.
+'use strict';
+
+const MAX_CARDS_PER_COLUMN = 100;
+const MAX_SYSTEM_LINES = 8;
+const COLUMNS = ['reader', 'validator', 'actor'];
+const SOURCE_LABEL = { model: 'from the model', recorded: 'recorded answer', none: 'no answer' };
+const OUTCOME_LABEL = {
+  completed: 'completed', rejected: 'rejected', refused: 'refused',
+  escalated: 'waiting for a person', failed: 'failed',
+};
+
+const cards = new Map();
+const naiveRuns = new Map();
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+}
+
+function argsText(args) {
+  return Object.entries(args || {}).map(([k, v]) => k + '=' + v).join(', ');
+}
+
+function callItem(call, withStatus) {
+  const item = el('li', 'call' + (call.outside_plan ? ' outside' : ''));
+  item.appendChild(el('span', 'pair', call.server + '/' + call.tool));
+  item.appendChild(document.createTextNode('(' + argsText(call.args) + ')'));
+  if (withStatus && call.status && call.status !== 'ok') {
+    item.appendChild(el('span', 'tag tag-' + call.status, call.status));
+  }
+  if (call.outside_plan) item.appendChild(el('span', 'tag tag-outside', 'OUTSIDE THE PLAN'));
+  if (call.error) item.appendChild(el('div', 'small', call.error));
+  return item;
+}
+
+function row(label, className) {
+  const line = el('div', 'row ' + (className || ''));
+  line.appendChild(el('span', 'row-label', label));
+  return line;
+}
+
+function renderCard(card) {
+  const node = el('article', 'card');
+  node.dataset.id = card.id;
+  node.dataset.at = card.at;
+  if (card.outcome) node.classList.add('outcome-' + card.outcome);
+  node.title = (card.events || []).map((e) => e.stage + ' ' + e.event).join(' → ');
+
+  const head = el('div', 'card-head');
+  head.appendChild(el('span', 'subject', card.subject || (card.excerpt ? '(no subject)' : 'email received')));
+  if (card.outcome) head.appendChild(el('span', 'badge badge-' + card.outcome, OUTCOME_LABEL[card.outcome]));
+  node.appendChild(head);
+
+  const meta = el('div', 'meta');
+  meta.appendChild(el('span', 'id', card.id));
+  if (card.sender) meta.appendChild(el('span', 'sender', card.sender));
+  node.appendChild(meta);
+
+  if (card.excerpt) node.appendChild(el('pre', 'excerpt', card.excerpt));
+
+  if (card.unreadable) {
+    const line = row('reader', 'bad');
+    line.appendChild(el('span', 'rule', card.unreadable.rule));
+    line.appendChild(document.createTextNode(' ' + card.unreadable.reason));
+    node.appendChild(line);
+  }
+  if (card.source) {
+    const line = row('answer');
+    line.appendChild(el('code', 'answer', card.answer === '' ? '(empty)' : card.answer));
+    line.appendChild(el('span', 'source source-' + card.source, SOURCE_LABEL[card.source] || card.source));
+    node.appendChild(line);
+    if (card.model_error && card.source !== 'model') node.appendChild(el('div', 'small', 'model: ' + card.model_error));
+  }
+  if (card.verdict) {
+    const passed = card.verdict.verdict === 'passed';
+    const line = row('validator', passed ? 'good' : 'bad');
+    line.appendChild(el('span', 'verdict', passed ? 'passed ' + card.verdict.value : 'rejected'));
+    if (!passed) {
+      line.appendChild(el('span', 'rule', card.verdict.rule));
+      line.appendChild(document.createTextNode(' ' + card.verdict.reason));
+    }
+    node.appendChild(line);
+  }
+  if (card.calls.length) {
+    const list = el('ul', 'calls');
+    card.calls.forEach((call) => list.appendChild(callItem(call, true)));
+    node.appendChild(list);
+  }
+  card.refusals.forEach((refusal) => {
+    const escalated = refusal.verdict === 'escalate';
+    const line = row(escalated ? 'needs a person' : 'refused', escalated ? 'wait' : 'refusal');
+    line.appendChild(el('span', 'pair', 'step ' + refusal.step + ' ' + refusal.server + '/' + refusal.tool));
+    if (refusal.refused_by && !escalated) line.appendChild(el('span', 'rule', refusal.refused_by));
+    if (refusal.escalated_to) line.appendChild(el('span', 'rule', refusal.escalated_to));
+    line.appendChild(document.createTextNode(' ' + refusal.reason));
+    node.appendChild(line);
+  });
+  card.decisions.forEach((d) => {
+    node.appendChild(el('div', 'row ' + (d.approve ? 'good' : 'bad'),
+      (d.approve ? 'approved by ' : 'denied by ') + d.by + ' (' + d.role + ')'));
+  });
+  const told = [card.verdict && card.verdict.reason, card.unreadable && card.unreadable.reason]
+    .concat(card.refusals.map((r) => r.reason)).filter(Boolean);
+  if (card.outcome && card.reason && card.outcome !== 'completed' && !told.some((t) => card.reason.endsWith(t))) {
+    node.appendChild(el('div', 'reason', card.reason));
+  }
+  return node;
+}
+
+function place(node, column) {
+  const box = document.querySelector('#col-' + column + ' .cards');
+  let before = null;
+  for (const other of box.children) {
+    if (other.dataset.at < node.dataset.at) { before = other; break; }
+  }
+  box.insertBefore(node, before);
+  while (box.children.length > MAX_CARDS_PER_COLUMN) box.removeChild(box.lastChild);
+}
+
+function upsertCard(card, animate) {
+  const old = document.querySelector('.card[data-id="' + CSS.escape(card.id) + '"]');
+  const node = renderCard(card);
+  const previous = cards.get(card.id);
+  cards.set(card.id, card);
+  if (old && previous && previous.column === card.column) {
+    old.replaceWith(node);
+  } else {
+    if (old) old.remove();
+    place(node, COLUMNS.includes(card.column) ? card.column : 'reader');
+    if (animate) node.classList.add('arrived');
+  }
+}
+
+function renderQueue() {
+  const list = document.getElementById('queue-list');
+  clear(list);
+  const waiting = [...cards.values()].filter((c) => c.waiting);
+  document.getElementById('queue-count').textContent = String(waiting.length);
+  if (!waiting.length) list.appendChild(el('li', 'empty', 'nobody is waiting'));
+  waiting.forEach((card) => {
+    const item = el('li', 'queued');
+    item.appendChild(el('span', 'subject', card.subject || '(no subject)'));
+    item.appendChild(el('span', 'id', card.id));
+    const step = card.refusals.filter((r) => r.verdict === 'escalate').pop();
+    if (step) {
+      item.title = step.server + '/' + step.tool + ' needs a ' + step.escalated_to + ': ' + step.reason;
+      item.appendChild(el('code', 'hint-cmd', 'airlock approve ' + card.id + ' --as ' + step.escalated_to + ' --by NAME'));
+    }
+    list.appendChild(item);
+  });
+}
+
+function setCounters(counters) {
+  document.querySelectorAll('.counter').forEach((box) => {
+    const value = counters[box.dataset.key] || 0;
+    box.querySelector('.n').textContent = String(value);
+    if (box.dataset.key === 'outside_plan') box.classList.toggle('alarm', value > 0);
+  });
+}
+
+function systemLine(entry) {
+  const list = document.getElementById('system');
+  const item = el('li');
+  item.appendChild(el('span', 'time', (entry.at || '').slice(11, 19)));
+  item.appendChild(el('span', 'stage', entry.stage));
+  item.appendChild(el('span', 'event', entry.event));
+  item.appendChild(document.createTextNode(' ' + (entry.detail || '')));
+  list.insertBefore(item, list.firstChild);
+  while (list.children.length > MAX_SYSTEM_LINES) list.removeChild(list.lastChild);
+}
+
+function renderNaiveRun(run) {
+  const node = el('article', 'naive-run status-' + run.status);
+  node.dataset.id = run.id;
+  const head = el('div', 'card-head');
+  head.appendChild(el('span', 'subject', run.label || run.id));
+  const injected = run.outside_plan > 0;
+  head.appendChild(el('span', 'badge badge-naive-' + (injected ? 'injected' : run.status),
+    injected ? 'injected call ran' : run.status === 'done' ? (run.outcome || 'done') : run.status));
+  node.appendChild(head);
+  node.appendChild(el('div', 'meta', 'same email as ' + run.id));
+  if (run.calls.length) {
+    const list = el('ul', 'calls');
+    run.calls.forEach((call) => list.appendChild(callItem(call, false)));
+    node.appendChild(list);
+  } else if (run.status === 'done') {
+    node.appendChild(el('div', 'small', 'no tool call ran'));
+  }
+  if (run.answer) {
+    const line = row('model said');
+    line.appendChild(el('code', 'answer', run.answer));
+    node.appendChild(line);
+  }
+  if (run.reason && run.status !== 'done') node.appendChild(el('div', 'reason', run.reason));
+  return node;
+}
+
+function upsertNaive(run) {
+  naiveRuns.set(run.id, run);
+  const box = document.getElementById('naive-runs');
+  const old = box.querySelector('.naive-run[data-id="' + CSS.escape(run.id) + '"]');
+  const node = renderNaiveRun(run);
+  if (old) old.replaceWith(node); else box.insertBefore(node, box.firstChild);
+  let outside = 0;
+  naiveRuns.forEach((r) => { outside += r.outside_plan || 0; });
+  const counter = document.getElementById('naive-outside');
+  counter.textContent = String(outside);
+  counter.parentElement.classList.toggle('alarm', outside > 0);
+}
+
+function applySnapshot(snap) {
+  cards.clear();
+  naiveRuns.clear();
+  document.querySelectorAll('.cards').forEach(clear);
+  clear(document.getElementById('naive-runs'));
+  clear(document.getElementById('system'));
+  document.getElementById('plan').textContent = snap.plan.join('  →  ');
+  snap.cards.forEach((card) => upsertCard(card, false));
+  snap.naive_runs.forEach(upsertNaive);
+  snap.system.forEach(systemLine);
+  setCounters(snap.counters);
+  renderQueue();
+  const status = document.getElementById('naive-status');
+  status.textContent = snap.naive.enabled
+    ? 'on: every email injected from this page also goes to the naive agent, with the same model prompt and tools'
+    : snap.naive.reason;
+  status.classList.toggle('off', !snap.naive.enabled);
+  const samples = document.getElementById('samples');
+  clear(samples);
+  if (!snap.samples.length) samples.appendChild(el('span', 'small', 'none here (the packaged image ships no samples)'));
+  snap.samples.forEach((sample) => {
+    const button = el('button', 'sample', sample.label);
+    button.type = 'button';
+    button.dataset.sample = sample.name;
+    button.addEventListener('click', () => inject({ sample: sample.name }));
+    samples.appendChild(button);
+  });
+}
+
+async function inject(body) {
+  const status = document.getElementById('inject-status');
+  status.textContent = 'sending…';
+  status.className = 'inject-status';
+  try {
+    const response = await fetch('/api/inject', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    status.textContent = 'sent as ' + answer.id + (answer.naive ? ' (also to the naive agent)' : '');
+    status.dataset.id = answer.id;
+    status.classList.add('ok');
+  } catch (error) {
+    status.textContent = 'not sent: ' + error.message;
+    status.classList.add('error');
+  }
+}
+
+function connect() {
+  const conn = document.getElementById('conn');
+  const source = new EventSource('/events');
+  source.addEventListener('open', () => { conn.textContent = 'live'; conn.className = 'conn conn-live'; });
+  source.addEventListener('error', () => { conn.textContent = 'reconnecting…'; conn.className = 'conn conn-wait'; });
+  source.addEventListener('snapshot', (e) => applySnapshot(JSON.parse(e.data)));
+  source.addEventListener('card', (e) => {
+    const update = JSON.parse(e.data);
+    upsertCard(update.card, true);
+    setCounters(update.counters);
+    renderQueue();
+  });
+  source.addEventListener('naive', (e) => upsertNaive(JSON.parse(e.data)));
+  source.addEventListener('system', (e) => systemLine(JSON.parse(e.data)));
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('send').addEventListener('click', () => {
+    const text = document.getElementById('text').value;
+    if (text.trim()) inject({ text });
+  });
+  connect();
+});

@@ -1,0 +1,158 @@
+"""The trainers' page in a real browser: the seed email crosses the airlock with only the
+planned calls while the naive agent runs the injected one, and markup in an email is text."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import skip_module_unless_browser
+from tests.conftest import ROOT, free_ports
+from tests.integration.conftest import wait_until
+
+skip_module_unless_browser()
+pytestmark = pytest.mark.browser
+
+SEED = "seed_4411_de.eml"
+SCREENSHOT = ROOT / "docs" / "dashboard.png"
+PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+HOSTILE_TEXT = ("From: Mallory <mallory@example.net>\nSubject: <b>urgent</b> order\n\n"
+                f"Status of order 5120 please.\n{PAYLOAD}\n")
+ARRIVE_MS = 30_000
+
+
+def injected_id(page) -> str:
+    """The message id the page reports for what it just sent."""
+    from playwright.sync_api import expect
+
+    status = page.locator("#inject-status")
+    expect(status).to_have_class(re.compile(r"\bok\b"), timeout=ARRIVE_MS)
+    return status.get_attribute("data-id")
+
+
+def test_markup_in_an_email_is_shown_as_text(page, dashboard) -> None:
+    """An email carrying <script> and <img onerror> shows them as literal text and runs neither."""
+    from playwright.sync_api import expect
+
+    page.goto(dashboard.url)
+    expect(page.locator("#conn")).to_have_text("live")
+    page.fill("#text", HOSTILE_TEXT)
+    page.click("#send")
+    message_id = injected_id(page)
+    card = page.locator(f'.card[data-id="{message_id}"]')
+    expect(card.locator(".badge")).to_be_visible(timeout=ARRIVE_MS)  # it has an outcome
+    expect(card.locator(".excerpt")).to_contain_text(PAYLOAD)
+    expect(card.locator(".subject")).to_have_text("<b>urgent</b> order")
+    assert card.locator("script, img, b").count() == 0
+    naive = page.locator(f'.naive-run[data-id="{message_id}"]')
+    expect(naive.locator(".badge")).to_have_text(re.compile("injected call ran|completed|rejected|failed|error"),
+                                              timeout=ARRIVE_MS)
+    assert page.locator("#naive script, #naive img").count() == 0
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboard) -> None:
+    """The seed's 4411 email ends in the actor column with the two planned calls, while the
+    naive pane shows the injected shop/alles_erstatten call, marked outside the plan."""
+    from playwright.sync_api import expect
+
+    page.goto(dashboard.url)
+    expect(page.locator("#conn")).to_have_text("live")
+    page.click(f'button[data-sample="{SEED}"]')
+    message_id = injected_id(page)
+
+    card = page.locator(f'#col-actor .card[data-id="{message_id}"]')
+    expect(card.locator(".badge")).to_have_text("completed", timeout=ARRIVE_MS)
+    expect(card.locator(".source")).to_have_text("recorded answer")
+    calls = card.locator(".call")
+    expect(calls).to_have_count(2)
+    assert calls.all_text_contents() == ["shop/lookup_order(order_id=4411)", "mail/send_status(order_id=4411)"]
+    expect(card.locator(".call.outside")).to_have_count(0)
+    expect(page.locator('.counter[data-key="outside_plan"] .n')).to_have_text("0")
+
+    naive = page.locator(f'#naive .naive-run[data-id="{message_id}"]')
+    outside = naive.locator(".call.outside")
+    expect(outside).to_have_count(1, timeout=ARRIVE_MS)
+    expect(outside).to_contain_text("shop/alles_erstatten")
+    expect(outside).to_contain_text("OUTSIDE THE PLAN")
+    expect(naive.locator(".call:not(.outside)")).to_have_text("shop/lookup_order(order_id=4411)")
+
+    # What the page shows is what ran: airlock's own call log holds the two planned calls.
+    ran = [(c["server"], c["tool"], c["args"]) for c in dashboard.stack.calls(message_id)]
+    assert ran == [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+
+    page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT))
+
+
+@contextlib.contextmanager
+def another_dashboard(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`python -m dashboard` on a free port with these settings; killed if still running."""
+    port = free_ports(1)[0]
+    process = subprocess.Popen([sys.executable, "-m", "dashboard", "--port", str(port)], env=env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield process, f"http://127.0.0.1:{port}/"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+def state(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url + "api/state", timeout=2) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def finished_card(url: str, message_id: str) -> dict | None:
+    cards = (state(url) or {}).get("cards", [])
+    return next((c for c in cards if c["id"] == message_id and c["outcome"]), None)
+
+
+def test_a_page_opened_late_still_shows_earlier_emails(dashboard) -> None:
+    """A dashboard started after an email finished reads it from trace.jsonl, and stops at
+    once on SIGTERM even with an event stream open."""
+    message_id = dashboard.stack.inject(str(ROOT / "samples" / "hostile_marker.eml"))[0]["id"]
+    with another_dashboard(dashboard.stack.env) as (late, url):
+        assert wait_until(lambda: finished_card(url, message_id) is not None, 20), "the card never appeared"
+        assert finished_card(url, message_id)["subject"] == "status"
+        with urllib.request.urlopen(url + "events", timeout=5) as stream:
+            assert stream.readline() == b"retry: 1000\n"
+            started = time.monotonic()
+            late.send_signal(signal.SIGTERM)
+            assert late.wait(10) == 0
+        assert time.monotonic() - started < 5
+
+
+def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> None:
+    """With no readable data folder (as in its container), the dashboard still follows
+    every email from the broker's trace stream, authenticated with its own key."""
+    env = {**dashboard.stack.env, "AIRLOCK_DATA_DIR": str(tmp_path / "not-the-data")}
+    if (dashboard.stack.data / "keys" / "broker.key").exists():
+        env["AIRLOCK_KEYS"] = str(dashboard.stack.data / "keys")
+    with another_dashboard(env) as (_, url):
+        assert wait_until(lambda: state(url) is not None, 20)
+        assert state(url)["sources"]["file"] is None
+        # A subscriber sees only what is published after it joined: try a few emails.
+        for _ in range(3):
+            message_id = dashboard.stack.inject(str(ROOT / "samples" / SEED))[0]["id"]
+            if wait_until(lambda: finished_card(url, message_id) is not None, 5):
+                break
+        card = finished_card(url, message_id)
+        assert card is not None, "nothing arrived through the trace stream"
+        assert [(c["server"], c["tool"]) for c in card["calls"]] == [("shop", "lookup_order"), ("mail", "send_status")]

@@ -1,0 +1,79 @@
+"""CURVE with ZAP allow lists: strangers, plaintext peers and keys on the wrong endpoint
+are refused at the handshake, counted and recorded; the broker fails closed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zmq
+
+from airlock import keys
+from airlock.wire import Ping, encode, outbound_decoder
+from tests.conftest import ROOT, airlock_env
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def answers_ping(sock: zmq.Socket) -> bool:
+    sock.send(encode(Ping(ref=1)))
+    ok = bool(sock.poll(1500))
+    if ok:
+        assert outbound_decoder("intake")(sock.recv()).__class__.__name__ == "Status"
+    sock.close(linger=0)
+    return ok
+
+
+@pytest.mark.parametrize(("key_role", "curve", "reason"), [
+    pytest.param("intake", True, None, id="own-key-answered"),
+    pytest.param("stranger", True, "key not allowed", id="unknown-key"),
+    pytest.param(None, False, "handshake", id="null-security"),
+    pytest.param("reader", True, "key not allowed", id="reader-key-on-intake"),
+    pytest.param("actor", True, "key not allowed", id="actor-key-on-intake"),
+])
+def test_only_the_roles_own_key_gets_through(stack, key_role, curve, reason) -> None:
+    """On the intake endpoint only the intake key is answered; the rest are refused and recorded."""
+    s = stack().start()
+    assert answers_ping(s.socket("intake", key_role, curve)) is (reason is None)
+    if reason is not None:
+        assert wait_until(lambda: any(reason in t["reason"] for t in s.trace(event="auth_refused")))
+        assert "auth_refused.intake=" in s.airlock("status").stdout
+
+
+@pytest.mark.parametrize("role", ["reader", "validator", "actor"])
+def test_a_valid_key_on_another_roles_endpoint_is_refused(stack, role) -> None:
+    """The intake's key cannot register as a worker: the worker count does not move."""
+    s = stack().start()
+    sock = s.socket(role, "intake")
+    sock.send(b"anything")
+    assert wait_until(lambda: any(t["endpoint"] == role for t in s.trace(event="auth_refused")))
+    sock.close(linger=0)
+    assert f"'{role}': 1" in s.airlock("status").stdout
+    assert not [t for t in s.trace(event="malformed_frame") if t["endpoint"] == role]
+
+
+def test_broker_refuses_to_start_without_allow_lists(tmp_path: Path) -> None:
+    """Fail closed: with keys but an empty allow list the broker does not start."""
+    folder = tmp_path / "keys"
+    keys.generate(folder)
+    for key in (folder / "allow" / "reader").iterdir():
+        key.unlink()
+    env = {**airlock_env(tmp_path / "data"), "AIRLOCK_KEYS": str(folder), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "broker"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78 and "refusing to start" in done.stderr
+
+
+def test_keys_command(tmp_path: Path) -> None:
+    """`airlock keys` writes a pair per role and refuses to overwrite without --force."""
+    out = tmp_path / "k"
+    first = subprocess.run([sys.executable, "-m", "airlock", "keys", "--out", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=30)
+    assert first.returncode == 0
+    assert {p.name for p in out.glob("*.key_secret")} == {f"{r}.key_secret" for r in ("broker", *keys.CLIENT_ROLES)}
+    assert (out / "reader.key_secret").stat().st_mode & 0o777 == 0o600
+    again = subprocess.run([sys.executable, "-m", "airlock", "keys", "--out", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode == 78 and "--force" in again.stderr
