@@ -71,6 +71,6 @@ def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channe
     actor = build(settings, task)
     try:
         serve_worker(connector(settings, "actor", channel), outbound_decoder("actor"), actor.handle,
-                     settings.worker_credit, stop, Liveness.of(settings))
+                     settings.worker_credit, stop, Liveness.of(settings), before_replies=actor.tools.sync)
     finally:
         actor.close()

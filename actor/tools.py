@@ -50,6 +50,7 @@ class CallLog:
             self._file.write(b"\n")
         self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
+        self._dirty = False
         self.orders = load_orders() if orders is None else orders
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any]) -> bool:
@@ -62,9 +63,17 @@ class CallLog:
                       "args": args, "at": utc_now()}
             self._file.write(self._encode(record) + b"\n")
             self._file.flush()
-            os.fsync(self._file.fileno())  # on disk before the actor reports the step done
+            self._dirty = True
             self.done.add(key)
             return True
+
+    def sync(self) -> None:
+        """fsync what was logged since the last sync. The worker loop calls this before it
+        sends any Done, so a step is on disk before it is acknowledged (group commit)."""
+        with self._lock:
+            if self._dirty:
+                os.fsync(self._file.fileno())
+                self._dirty = False
 
     def run(self, tool: Tool, message_id: str, step: int, args: dict[str, Any],
             cancelled: threading.Event) -> tuple[bool, dict[str, Any]]:
@@ -86,4 +95,5 @@ class CallLog:
         return {"ok": True}
 
     def close(self) -> None:
+        self.sync()
         self._file.close()
