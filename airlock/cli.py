@@ -236,6 +236,13 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return 0 if result else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    # The baseline chains the services' handle() in one process, so the benchmark lives in
+    # its own package and runs as its own process: the kernel imports no service.
+    command = [sys.executable, "-m", "bench", *args.rest]
+    return subprocess.call(command)
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from airlock import keys
 
@@ -295,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
 
+    bench_cmd = commands.add_parser("bench", help="measure what the separation costs (python -m bench)",
+                                    description="measure throughput, latency, CPU and memory of the pipeline "
+                                                "against the same handle() functions in one process; "
+                                                "options: --emails N --readers N --json FILE --model-url URL --latency-emails N")
+    bench_cmd.set_defaults(handler=cmd_bench)
+    bench_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to python -m bench")
+
     keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
                                    description="generate CURVE key pairs for the broker and every role")
     keys_cmd.set_defaults(handler=cmd_keys)
@@ -342,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
+        return subprocess.call([sys.executable, "-m", "bench", *argv[1:]])  # its options are its own
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -15,7 +15,7 @@ from tests.conftest import ROOT, airlock_env
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 pytestmark = pytest.mark.integration
 COMMANDS = ["up", "inject", "trace", "status", "pending", "approve", "deny", "record", "verify", "attack", "naive",
-            "model", "corpus", "keys"]
+            "model", "corpus", "keys", "bench"]
 
 
 def run(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,94 @@
+"""python -m bench [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
+
+Without --model-url: the separated throughput run, the low-rate latency run (both on one
+private `airlock up` with recorded answers), then the in-process baseline. With
+--model-url: a small batch, one email in flight, through that endpoint. A table goes to
+stdout, progress to stderr, every figure to --json FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from airlock import sources
+from airlock.attack import PrivateStack, progress_bar
+from airlock.client import Submission
+from airlock.errors import AirlockError
+from bench import SAMPLE, TASK, baseline, pipeline, report
+
+DEFAULT_EMAILS = 20_000
+DEFAULT_MODEL_EMAILS = 50
+DEFAULT_LATENCY_EMAILS = 500
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--emails", type=int, help=f"emails to push (default {DEFAULT_EMAILS:,}; "
+                                                   f"{DEFAULT_MODEL_EMAILS} with --model-url)")
+    parser.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
+    parser.add_argument("--json", metavar="FILE", help="write every figure here as JSON")
+    parser.add_argument("--model-url", help="an OpenAI-compatible endpoint: measure airlock's share of each email")
+    parser.add_argument("--latency-emails", type=int, default=DEFAULT_LATENCY_EMAILS,
+                        help=f"emails for the one-in-flight latency run (default {DEFAULT_LATENCY_EMAILS})")
+    args = parser.parse_args(argv)
+    if args.emails is None:
+        args.emails = DEFAULT_MODEL_EMAILS if args.model_url else DEFAULT_EMAILS
+    for name in ("emails", "readers", "latency_emails"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    raw = SAMPLE.read_bytes()
+    sender = sources.sender_of(raw, "eml")
+    email = Submission(raw, "eml", SAMPLE.name, sender)
+    figures: dict[str, Any] = {"machine": report.machine(), "sample": SAMPLE.name, "task": TASK.name}
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-") as scratch:
+        if args.model_url:
+            say(f"starting airlock up with the model at {args.model_url}")
+            with PrivateStack(Path(scratch) / "model", TASK, args.model_url, args.readers) as settings:
+                say(f"{args.emails} emails through the model, one in flight")
+                figures["model"] = pipeline.with_model(settings, email, args.emails, progress_bar())
+        else:
+            say(f"starting airlock up with {args.readers} reader(s), no model (recorded answers)")
+            with PrivateStack(Path(scratch) / "stack", TASK, None, args.readers) as settings:
+                say(f"separated: {args.emails:,} emails as fast as the intake takes them")
+                figures["separated"] = pipeline.throughput(settings, email, args.emails, args.readers, progress_bar())
+                say(f"low rate: {args.latency_emails} emails, one in flight")
+                figures["low_rate"] = pipeline.low_rate(settings, email, args.latency_emails, progress_bar())
+            say(f"baseline: {args.emails:,} emails through the handle() chain in this process")
+            figures["baseline"] = baseline.run(Path(scratch) / "baseline", TASK, raw, sender, args.emails,
+                                               progress_bar())
+            separated, alone = figures["separated"]["emails_per_s"], figures["baseline"]["emails_per_s"]
+            figures["ratio"] = round(separated / alone, 4) if separated and alone else None
+    figures["bench_s"] = round(time.perf_counter() - started, 1)
+    figures["machine"]["loadavg_end"] = report.loadavg()
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        figures = run(args)
+    except AirlockError as exc:
+        say(str(exc))
+        return 1
+    print(report.table(figures))
+    if args.json:
+        report.write_json(args.json, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

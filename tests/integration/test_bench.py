@@ -1,0 +1,74 @@
+"""`python -m bench`: every figure is there with a sane type. Speed is never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+BENCH_TIMEOUT_S = 120
+SERVICES = ("broker", "reader", "validator", "actor")
+
+
+def bench(tmp_path: Path, *args: str) -> tuple[dict, str]:
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "bench", *args, "--json", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text()), done.stdout
+
+
+def assert_ordered(figures: dict) -> None:
+    assert all(isinstance(figures[p], (int, float)) for p in ("p50", "p95", "p99"))
+    assert 0 <= figures["p50"] <= figures["p95"] <= figures["p99"]
+
+
+def test_bench_reports_every_figure(tmp_path: Path) -> None:
+    """300 emails: throughput, latency, CPU and memory per service, baseline, ratio, correctness."""
+    figures, table = bench(tmp_path, "--emails", "300", "--latency-emails", "30")
+    assert {"nproc", "cpu_model", "python", "date"} <= figures["machine"].keys()
+    separated = figures["separated"]
+    assert separated["emails"] == 300 and separated["emails_per_s"] > 0 and separated["wall_s"] > 0
+    assert_ordered(separated["latency_ms"])
+    for service in SERVICES:
+        assert separated["services"][service]["cpu_s_per_1000"] >= 0
+        assert separated["services"][service]["peak_rss_mb"] > 0
+        assert separated["services"][service]["busy_pct"] >= 0
+    correctness = separated["correctness"]
+    assert (correctness["completed"], correctness["calls_lines"], correctness["calls_expected"]) == (300, 600, 600)
+    assert (correctness["missing"], correctness["other_outcomes"], correctness["restarted"]) == (0, {}, [])
+    assert correctness["trace_outcome_lines"] == 300
+    baseline = figures["baseline"]
+    assert baseline["emails_per_s"] > 0 and baseline["cpu_s_per_1000"] > 0
+    assert (baseline["correctness"]["completed"], baseline["correctness"]["calls_lines"]) == (300, 600)
+    assert figures["ratio"] > 0
+    low = figures["low_rate"]
+    assert low["emails"] == 30 and low["outcomes"] == {"completed": 30}
+    assert_ordered(low["round_trip_ms"])
+    assert_ordered(low["trace_ms"])
+    for stage in ("reader", "validator", "actor"):
+        assert_ordered(separated["stages_ms"][stage])
+        assert_ordered(low["stages_ms"][stage])
+    assert "ratio separated/baseline" in table
+
+
+def test_bench_with_a_model_reports_airlocks_share(tmp_path: Path, fake_model) -> None:
+    """--model-url: five emails through a model endpoint; airlock's share is a percentage."""
+    model = fake_model("4411")
+    figures, table = bench(tmp_path, "--model-url", model.url, "--emails", "5")
+    run = figures["model"]
+    assert run["emails"] == 5 and run["model_answers"] == 5 and run["sources"] == {"model": 5}
+    assert run["outcomes"] == {"completed": 5}
+    assert run["total_ms_mean"] > 0 and run["model_ms_mean"] > 0
+    assert 0 <= run["airlock_share_pct"] <= 100
+    assert len(model.requests) == 5
+    assert "airlock's share" in table
