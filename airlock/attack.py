@@ -46,7 +46,8 @@ def progress_bar(stream: Any = sys.stderr) -> Progress:
     return show
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """Distinct ports the kernel just handed out on loopback (bound together, then freed)."""
     socks = [socket.socket() for _ in range(count)]
     try:
         for sock in socks:
@@ -61,7 +62,7 @@ class PrivateStack:
     """`airlock up` in a child process with its own ports and data folder."""
 
     def __init__(self, data_dir: Path, task: Path, model_url: str | None, readers: int) -> None:
-        ports = dict(zip(("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE"), _free_ports(5)))
+        ports = dict(zip(("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE"), free_ports(5)))
         self.env = {**os.environ, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()},
                     "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_TASK": str(task),
                     "AIRLOCK_MODEL_URL": model_url or ""}

@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
 
-    pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
+    command("pending", cmd_pending, "list escalated calls waiting for a person")
     for verb in ("approve", "deny"):
         decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
         decide.add_argument("id", help="the message id from `airlock pending`")

@@ -76,14 +76,14 @@ def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def _port(text: str) -> int:
+def port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:
         raise ValueError("must be a TCP port 1-65535")
     return value
 
 
-def _optional_url(text: str) -> str | None:
+def optional_url(text: str) -> str | None:
     text = text.strip()
     if not text:
         return None
@@ -92,9 +92,9 @@ def _optional_url(text: str) -> str | None:
     return text
 
 
-def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Build Settings from `env` (default os.environ); keyword overrides win (CLI flags)."""
-    env = os.environ if env is None else env
+def reader(env: Mapping[str, str]) -> Callable[[str, Callable[[str], Any], str], Any]:
+    """read(key, cast, default): the cast value, or SettingsError naming the key. Other
+    processes (the SMTP intake, the dashboard) read their own keys with it."""
 
     def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
         text = env.get(key, default)
@@ -103,10 +103,17 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         except (ValueError, TypeError) as exc:
             raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
 
+    return read
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build Settings from `env` (default os.environ); keyword overrides win (CLI flags)."""
+    env = os.environ if env is None else env
+    read = reader(env)
     values: dict[str, Any] = {
         "data_dir": read("AIRLOCK_DATA_DIR", Path, "airlock-data"),
         "task": read("AIRLOCK_TASK", Path, "tasks/order_status.toml"),
-        "model_url": read("AIRLOCK_MODEL_URL", _optional_url, ""),
+        "model_url": read("AIRLOCK_MODEL_URL", optional_url, ""),
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),
         "bind_hosts": {
@@ -115,8 +122,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         },
         "broker_host": read("AIRLOCK_BROKER_HOST", str, "127.0.0.1"),
         "ports": {
-            name: read(f"AIRLOCK_{name.upper()}_PORT", _port, str(port))
-            for name, port in DEFAULT_PORTS.items()
+            name: read(f"AIRLOCK_{name.upper()}_PORT", port, str(default_port))
+            for name, default_port in DEFAULT_PORTS.items()
         },
         "max_email_bytes": read("AIRLOCK_MAX_EMAIL_BYTES", _positive(int), str(256 * 1024)),
         "max_frame_bytes": read("AIRLOCK_MAX_FRAME_BYTES", _positive(int), str(4 * 1024 * 1024)),

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import msgspec
 

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from airlock import settings as settings_module
 from airlock.errors import SettingsError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,20 +32,6 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     samples_dir: Path
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise ValueError("must be a TCP port 1-65535")
-    return value
-
-
-def _url(text: str) -> str | None:
-    text = text.strip()
-    if text and not text.startswith(("http://", "https://")):
-        raise ValueError("must start with http:// or https://")
-    return text or None
-
-
 def _hosts(text: str) -> list[str]:
     hosts = [h.strip().lower() for h in text.split(",") if h.strip()]
     if not hosts:
@@ -54,20 +41,12 @@ def _hosts(text: str) -> list[str]:
 
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
     """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
-    env = os.environ if env is None else env
-
-    def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
-        text = env.get(key, default)
-        try:
-            return cast(text)
-        except (ValueError, TypeError) as exc:
-            raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
-
+    read = settings_module.reader(os.environ if env is None else env)
     values: dict[str, Any] = {
         "host": read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
-        "port": read("AIRLOCK_DASHBOARD_PORT", _port, "8088"),
+        "port": read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"),
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
-        "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", _url, ""),
+        "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
     }
     for key, value in overrides.items():

@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import zmq
@@ -30,6 +30,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
+from airlock import settings as settings_module
 from airlock.settings import Settings
 
 BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
@@ -47,26 +48,11 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
     port: int
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise ValueError("must be a TCP port 1-65535")
-    return value
-
-
 def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
     """AIRLOCK_SMTP_HOST and AIRLOCK_SMTP_PORT; a value that does not cast names its key."""
-    env = os.environ if env is None else env
-
-    def read(key: str, cast: Callable[[str], Any], default: str) -> Any:
-        text = env.get(key, default)
-        try:
-            return cast(text)
-        except (ValueError, TypeError) as exc:
-            raise SettingsError(f"setting {key}={text!r} is invalid: {exc}") from None
-
+    read = settings_module.reader(os.environ if env is None else env)
     return SmtpSettings(host=read("AIRLOCK_SMTP_HOST", str, "127.0.0.1"),
-                        port=read("AIRLOCK_SMTP_PORT", _port, "2525"))
+                        port=read("AIRLOCK_SMTP_PORT", settings_module.port, "2525"))
 
 
 def data_size_limit(settings: Settings) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,20 +12,11 @@ from pathlib import Path
 import pytest
 
 from airlock import settings as settings_module
+from airlock.attack import free_ports  # the tests' free ports come from the same helper
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out; bound together so they are distinct."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def airlock_env(data_dir: Path, task: Path | None = None, **extra: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 import zmq
 
-from airlock.wire import Done, Passed, Reading, Submit, encode
+from airlock.wire import Done, Passed, Reading, encode
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 

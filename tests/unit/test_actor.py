@@ -11,7 +11,6 @@ import pytest
 from actor import catalog as catalog_module
 from actor.app import Actor, build
 from actor.plan import bind
-from actor.tools import CallLog
 from airlock import task as task_module
 from airlock.errors import CatalogError
 from airlock.wire import Done, Passed

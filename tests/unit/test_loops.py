@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from airlock import task as task_module
 from airlock.transport import MemoryChannel
-from airlock.wire import Done, Email, Event, Hello, Passed, Reading, Rejected, encode, inbound_decoder
+from airlock.wire import Done, Email, Event, Hello, Passed, Reading, Rejected, inbound_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from airlock import task as task_module
 from airlock.campaign import CampaignEmail, load
