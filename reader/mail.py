@@ -6,6 +6,7 @@ hostile text. Nothing here guesses: an unknown charset or an empty body is a Mai
 
 from __future__ import annotations
 
+import codecs
 import email.parser
 import email.policy
 from email.message import EmailMessage
@@ -36,7 +37,7 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         return _checked(ParsedEmail(sender="", subject="", body=body))
     try:
         message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
-        return _checked(_from_message(message))
+        return _charset_problem(message) or _checked(_from_message(message))
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
     except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
@@ -63,10 +64,36 @@ def _from_message(message: EmailMessage) -> ParsedEmail:
     )
 
 
+# Codecs an email may not choose: they are not character sets but ways to rewrite text
+# (an email in unicode_escape decides that "\u0034" means "4"), or they yield lone
+# surrogates. Decoding with them would be a guess at what the sender meant.
+NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "punycode", "idna", "utf-7", "unicode-internal"}
+
+
 def _checked(parsed: ParsedEmail) -> ParsedEmail | MailProblem:
+    for text in (parsed.body, parsed.subject, parsed.sender):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return MailProblem("mail.charset", "the declared charset decodes to text that is not valid Unicode")
     if not parsed.body.strip():
         return MailProblem("mail.empty_body", "the email has no readable body text")
     return parsed
+
+
+def _charset_problem(message: EmailMessage) -> MailProblem | None:
+    parts = message.walk() if message.is_multipart() else [message]
+    for part in parts:
+        charset = part.get_content_charset()
+        if not charset:
+            continue
+        try:
+            name = codecs.lookup(charset).name
+        except LookupError:
+            continue  # get_content() reports an unknown charset itself
+        if name in NOT_CHARSETS:
+            return MailProblem("mail.charset", f"'{charset}' is not a character set an email may use")
+    return None
 
 
 class _TextOnly(HTMLParser):

@@ -31,6 +31,8 @@ class Broken(msgspec.Struct, frozen=True):
 
 def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False) -> Value | Broken:
     name = narrow.__struct_config__.tag
+    if not _valid_unicode(answer):  # lone surrogates: not text at all, whatever the type
+        return Broken(f"{name}.syntax", "the answer is not valid Unicode text")
     if truncated:
         return Broken(f"{name}.length", "the answer was too long and was cut by the reader")
     if not answer:
@@ -45,6 +47,14 @@ def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False) -> V
     except msgspec.ValidationError as exc:
         detail = f" ({exc})" if isinstance(narrow, IntegerRange) else ""
         return Broken(_rule(narrow), f"{_show(answer)} is not {narrow.describe()}{detail}")
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _rule(narrow: NarrowType) -> str:
