@@ -30,11 +30,6 @@ NAIVE_PROMPT_SIGN = "call these tools"
 DASHBOARD_UP_S = 30.0
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Until pyproject.toml's markers list has this line too (then this is a harmless repeat).
-    config.addinivalue_line("markers", "browser: drives a real browser (Playwright + Debian's chromium)")
-
-
 def missing() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "the playwright package is not installed (pip install playwright)"
@@ -50,7 +45,7 @@ def skip_module_unless_browser() -> None:
         pytest.skip(f"{reason}: browser tests skipped", allow_module_level=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # not session: Playwright's loop must end before other tests use asyncio
 def browser() -> Iterator[object]:
     reason = missing()
     if reason is not None:
