@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys
 from tests.conftest import ROOT, free_ports
 
 PROJECT = "airlocklabtest"
@@ -125,12 +124,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     data = tmp_path_factory.mktemp("lab") / "airlock-data"
     data.mkdir()
     key_folder = data.parent / "airlock-keys"
-    keys.generate(key_folder)  # what `docker compose run --rm keys` does, from the host
-    if os.getuid() == 0:  # the containers run as uid 10001: let them write data, read keys
-        for path in (data, key_folder, *key_folder.rglob("*")):
+    key_folder.mkdir()
+    if os.getuid() == 0:  # the containers run as uid 10001: let them write data and keys
+        for path in (data, key_folder):
             os.chown(path, 10001, 10001)
     running = Lab(data, key_folder)
     running.compose("down", "-v", "--remove-orphans")
+    # The tools are in a profile that `up --build` skips: build them so they run this code.
+    built = running.compose("build", "keys", "inject", timeout=BUILD_TIMEOUT_S)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    made = running.compose("run", "--rm", "keys")  # the documented way to make the lab's keys
+    assert made.returncode == 0 and (key_folder / "services" / "reader" / "reader.key_secret").exists(), made.stderr
     up = running.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     try:
