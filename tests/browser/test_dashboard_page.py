@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -61,7 +62,7 @@ def test_markup_in_an_email_is_shown_as_text(page, dashboard) -> None:
     assert page.evaluate("typeof window.__pwned") == "undefined"
 
 
-def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboard) -> None:
+def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboard, tmp_path) -> None:
     """The seed's 4411 email ends in the actor column with the two planned calls, while the
     naive pane shows the injected shop/alles_erstatten call, marked outside the plan."""
     from playwright.sync_api import expect
@@ -92,8 +93,11 @@ def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboar
     assert ran == [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
     page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT))
+    # The README's picture is refreshed on request only, so a test run leaves the tree clean.
+    target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
+    target.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(target))
+    assert target.stat().st_size > 10_000
 
 
 @contextlib.contextmanager
