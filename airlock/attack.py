@@ -28,7 +28,7 @@ from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.task import Task
 
-UP_TIMEOUT_S = 60
+UP_TIMEOUT_S = 120
 Progress = Callable[[int, int], None]
 
 

@@ -72,11 +72,15 @@ class Supervisor:
         _write_atomically(self.run_dir / f"{child.name}.pid", f"{child.process.pid}\n")
 
     def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not stop.is_set() and time.monotonic() < deadline:
+        """Until every role has connected (however long a busy machine takes), then say so."""
+        slow_after = time.monotonic() + READY_TIMEOUT_S
+        while not stop.is_set():
             code = self._watch(client, announce)
             if code is not None:
                 return code
+            if slow_after is not None and time.monotonic() > slow_after:
+                announce(f"airlock: services are not all connected after {READY_TIMEOUT_S:.0f} s; still trying")
+                slow_after = None
             try:
                 status = client.status()
             except BrokerUnreachable:
@@ -85,8 +89,6 @@ class Supervisor:
                 announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
                 return None
             stop.wait(POLL_S)
-        if not stop.is_set():
-            announce(f"airlock: services are not all connected after {READY_TIMEOUT_S:.0f} s; still trying")
         return None
 
     def _watch(self, client: IntakeClient, announce) -> int | None:

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT, airlock_env
 
 pytestmark = pytest.mark.integration
-UP_TIMEOUT_S = 30
+UP_TIMEOUT_S = 120  # generous: CI runs this right after building images and fuzzing
 
 
 class Stack:
@@ -37,7 +37,8 @@ class Stack:
         self._pumper = threading.Thread(target=self._pump, daemon=True)
         self._pumper.start()
         if not self._up.wait(UP_TIMEOUT_S):
-            raise AssertionError("airlock up did not come up:\n" + "".join(self.output))
+            trace_tail = (self.data / "trace.jsonl").read_text()[-3000:] if (self.data / "trace.jsonl").exists() else ""
+            raise AssertionError("airlock up did not come up:\n" + "".join(self.output) + "\ntrace:\n" + trace_tail)
         return self
 
     def _pump(self) -> None:
