@@ -65,14 +65,14 @@ def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
         return
     with open(path, "rb") as handle:
         for raw in handle:
-            record = _decode(raw)
+            record = decode_line(raw)
             if record is not None and (message_id is None or record.get("message_id") == message_id):
                 yield record
 
 
-def unfinished(path: Path) -> tuple[list[str], list[str]]:
-    """(ids received with no outcome line, ids whose last outcome is `escalated`): what an
-    earlier broker left open when it stopped or died."""
+def states(path: Path) -> dict[str, str]:
+    """Each email's state in one pass over the trace: `open` (received, no outcome yet),
+    `escalated` (its last outcome waits for a person) or `final`."""
     state: dict[str, str] = {}
     for record in read(path):
         message_id, event = record.get("message_id"), record.get("event")
@@ -81,17 +81,15 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
         if event == "received":
             state[message_id] = "open"
         elif event == "outcome":
-            if record.get("outcome") == "escalated":
-                state[message_id] = "escalated"
-            else:
-                state.pop(message_id, None)
+            state[message_id] = "escalated" if record.get("outcome") == "escalated" else "final"
+    return state
+
+
+def unfinished(path: Path) -> tuple[list[str], list[str]]:
+    """(ids received with no outcome line, ids whose last outcome is `escalated`): what an
+    earlier broker left open when it stopped or died."""
+    state = states(path)
     return ([i for i, s in state.items() if s == "open"], [i for i, s in state.items() if s == "escalated"])
-
-
-def finished(path: Path) -> set[str]:
-    """Ids with a final (not escalated) outcome line."""
-    return {r["message_id"] for r in read(path)
-            if r.get("event") == "outcome" and r.get("outcome") != "escalated" and isinstance(r.get("message_id"), str)}
 
 
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
@@ -108,12 +106,13 @@ def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> It
             pending += chunk
             if not pending.endswith(b"\n"):
                 continue  # a line still being written
-            record, pending = _decode(pending), b""
+            record, pending = decode_line(pending), b""
             if record is not None and (message_id is None or record.get("message_id") == message_id):
                 yield record
 
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
+def decode_line(raw: bytes) -> dict[str, Any] | None:
+    """One trace line as a dict, or None for a torn or foreign line."""
     try:
         record = msgspec.json.decode(raw)
     except msgspec.DecodeError:

@@ -48,21 +48,18 @@ def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Se
 
 def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
     """Re-dispatch what an earlier broker accepted and never finished; keep escalations open."""
-    lost, escalated = trace.unfinished(settings.trace_path)
-    finished = trace.finished(settings.trace_path)
-    journalled = set()
+    state = trace.states(settings.trace_path)
     for entry in journal_module.entries(settings.data_dir / "journal.bin"):
-        journalled.add(entry.message_id)
-        if entry.message_id in escalated:
+        if state.get(entry.message_id) == "escalated":
             core.still_escalated(entry.message_id, now)
-        elif entry.message_id not in finished:
+        elif state.get(entry.message_id) != "final":
             core.recover(entry, now)
+        state[entry.message_id] = "journalled"
     effects: list[Send | bytes | Entry] = []
-    for message_id in lost:
-        if message_id not in journalled:  # received but never acknowledged: nothing to resume
+    for message_id, what in state.items():
+        if what == "open":  # received but never acknowledged: nothing to resume
             effects += core.abandon(message_id, "the broker stopped before accepting this email")
-    for message_id in escalated:
-        if message_id not in journalled:
+        elif what == "escalated":
             core.still_escalated(message_id, now)
     return effects + core.tick(now)
 
