@@ -34,9 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
+from airlock.transport import client_keys
 from dashboard import inject
 from dashboard.config import DashboardConfig
-from dashboard.feed import TraceFeed, curve_keys
+from dashboard.feed import TraceFeed
 from dashboard.naive_pane import NaivePane
 from dashboard.state import Board
 from dashboard.stream import Hub
@@ -102,7 +103,8 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
 
     hub = Hub(board, extra)
     naive_runs: set[asyncio.Task[None]] = set()
-    curve = curve_keys(settings) if live else (None, None)  # read at start: a bad key fails here
+    # The trace endpoint lets in the dashboard's key only; read at start: a bad key fails here.
+    curve = client_keys(settings, "dashboard") if live else (None, None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

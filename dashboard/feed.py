@@ -24,10 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import zmq
 
-from airlock.transport import client_keys
+from airlock.trace import decode_line as decode  # the trace module owns its line format
 
 POLL_S = 0.2
 FILE_POLL_S = 1.0
@@ -86,21 +85,6 @@ class FileTail:
         end = data.rfind(b"\n") + 1  # a line still being written waits for its newline
         self.offset += end
         return data[:end].splitlines()
-
-
-def decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = msgspec.json.decode(line)
-    except msgspec.DecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def curve_keys(settings: object) -> tuple[Any, bytes | None]:
-    """The dashboard's CURVE pair and the broker's public key when the stack authenticates
-    its endpoints; the trace endpoint lets in the dashboard's key only. (None, None) when
-    there are no keys."""
-    return client_keys(settings, "dashboard")
 
 
 class TraceFeed:
