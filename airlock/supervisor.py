@@ -27,6 +27,7 @@ BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
 STOP_GRACE_S = 5.0
 READY_TIMEOUT_S = 30.0
+BROKER_SILENT_S = 20.0  # a broker process that has not answered since it started this long ago is stuck
 POLL_S = 0.2
 
 
@@ -84,12 +85,24 @@ class Supervisor:
             try:
                 status = client.status()
             except BrokerUnreachable:
+                self._unstick_broker(client, announce)
                 continue
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
                 announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
                 return None
             stop.wait(POLL_S)
         return None
+
+    def _unstick_broker(self, client: IntakeClient, announce) -> None:
+        """A broker that is running but has not answered once since it started is stuck (seen
+        rarely on a loaded machine, before its first trace line): kill it, so _watch starts
+        a fresh one with the usual backoff, and say so."""
+        broker = self.children[0]
+        alive = broker.process is not None and broker.process.poll() is None
+        if alive and time.monotonic() - broker.started > BROKER_SILENT_S:
+            announce(f"airlock: the broker has not answered in {BROKER_SILENT_S:.0f} s; restarting it")
+            broker.process.kill()
+            broker.process.wait()
 
     def _watch(self, client: IntakeClient, announce) -> int | None:
         """Restart children that died; return an exit code if the stack must stop."""
