@@ -7,6 +7,7 @@ hostile text. Nothing here guesses: an unknown charset or an empty body is a Mai
 from __future__ import annotations
 
 import codecs
+import email.headerregistry
 import email.parser
 import email.policy
 from email.message import EmailMessage
@@ -36,12 +37,65 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
             return MailProblem("mail.charset", f"text is not valid UTF-8: {exc.reason} at byte {exc.start}")
         return _checked(ParsedEmail(sender="", subject="", body=body))
     try:
-        message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
+        message = _PARSER.parsebytes(raw)
         return _charset_problem(message) or _checked(_from_message(message))
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
     except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
+
+
+class _Part(EmailMessage):
+    """policy.default's EmailMessage, reading each header value once.
+
+    EmailMessage parses a header through the header registry every time it is read, and
+    get_body alone reads Content-Type several times per part: that was 0.8 ms of a
+    0.85 ms email. The parsed header is kept per part, keyed by its name and raw value,
+    so the result is what policy.default gives, and nothing is shared between emails.
+    """
+
+    def get(self, name: str, failobj: object = None) -> object:
+        name = name.lower()
+        for key, raw in self._headers:
+            if key.lower() == name:
+                parsed = self.__dict__.setdefault("_parsed", {})
+                found = parsed.get((name, raw))
+                if found is None:
+                    found = parsed[(name, raw)] = self.policy.header_fetch_parse(key, raw)
+                return found
+        return failobj
+
+
+class _Registry(email.headerregistry.HeaderRegistry):
+    """The stdlib's header registry, making each header class once: its own __getitem__
+    builds a new class with type() on every header it parses (about 11 µs each)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)
+        self._made: dict[str, type] = {}
+
+    def __getitem__(self, name: str) -> type:
+        made = self._made.get(name.lower())
+        if made is None:
+            made = self._made[name.lower()] = super().__getitem__(name)
+        return made
+
+
+_POLICY = email.policy.default.clone(header_factory=_Registry())
+_PARSER = email.parser.BytesParser(_class=_Part, policy=_POLICY)
+# Both shown headers are decoded as unstructured text (encoded words decoded, folding
+# undone): From is shown as the sender wrote it, not re-rendered by an address parser,
+# which cost 0.08 ms an email for text that is only ever displayed.
+_AS_TEXT = email.policy.default.clone(header_factory=_Registry(
+    default_class=email.headerregistry.UnstructuredHeader, use_default_map=False))
+
+
+def _header(message: EmailMessage, name: str) -> str:
+    """The first `name` header as text."""
+    for key, raw in message.raw_items():
+        if key.lower() == name:
+            return str(_AS_TEXT.header_fetch_parse(key, raw))
+    return ""
 
 
 def _from_message(message: EmailMessage) -> ParsedEmail:
@@ -56,8 +110,8 @@ def _from_message(message: EmailMessage) -> ParsedEmail:
     attachments = [str(p.get_filename() or p.get_content_type()) for p in message.iter_attachments()] \
         if message.is_multipart() else []
     return ParsedEmail(
-        sender=str(message.get("from", "")),
-        subject=str(message.get("subject", "")),
+        sender=_header(message, "from"),
+        subject=_header(message, "subject"),
         body=body,
         attachments=attachments,
         defects=[type(d).__name__ for d in message.defects],
