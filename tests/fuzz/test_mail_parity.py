@@ -14,7 +14,6 @@ import email.parser
 import email.policy
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 
 from reader import mail
