@@ -7,6 +7,7 @@ tool refuses to run it once any of those changes under it (a "rug pull").
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tomllib
 from pathlib import Path
@@ -36,7 +37,7 @@ class Mock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fail: str = ""  # a tool that raises
 
 
-class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):  # dict: for cached_property
     server: str
     tool: str
     description: str
@@ -51,7 +52,7 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def pair(self) -> tuple[str, str]:
         return (self.server, self.tool)
 
-    @property
+    @functools.cached_property  # a Tool never changes; a changed catalog file makes new ones
     def pin(self) -> str:
         """sha256 over what a caller relies on: identity, description and schema."""
         schema = {name: msgspec.structs.asdict(arg) for name, arg in sorted(self.args.items())}
