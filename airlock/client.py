@@ -6,18 +6,18 @@ endpoint in the message, never a hang.
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 
-import msgspec
 import zmq
 
 from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
-    Accepted, Await, Decide, EmailFormat, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
+    Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
 )
 
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
@@ -40,6 +40,7 @@ class IntakeClient:
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
         self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes, client, server_key)
         self._decode = outbound_decoder("intake")
+        self._inbox: collections.deque[object] = collections.deque()
         self._ref = 0
 
     def __enter__(self) -> IntakeClient:
@@ -57,22 +58,26 @@ class IntakeClient:
         waiting: dict[int, Submission] = {}
         position = 0
         while position < len(queue) or waiting:
-            while position < len(queue) and len(waiting) < WINDOW:
-                self._send(queue[position], waiting)
-                position += 1
+            room = min(WINDOW - len(waiting), len(queue) - position)
+            if room > 0:  # a batch: the broker accepts them in one turn, with one fsync
+                self._send(queue[position:position + room], waiting)
+                position += room
             match self._next():
                 case Accepted(ref=ref, message_id=message_id) if ref in waiting:
                     yield waiting.pop(ref).origin, message_id
                 case Refused(ref=ref) if ref in waiting:
                     # Back-pressure: the broker's queue is full. Wait, then send it again.
                     time.sleep(BUSY_RETRY_S)
-                    self._send(waiting.pop(ref), waiting)
+                    self._send([waiting.pop(ref)], waiting)
 
-    def _send(self, item: Submission, waiting: dict[int, Submission]) -> None:
-        self._ref += 1
-        waiting[self._ref] = item
-        self._channel.send(Submit(ref=self._ref, raw=item.raw, format=item.format, origin=item.origin,
+    def _send(self, items: list[Submission], waiting: dict[int, Submission]) -> None:
+        submits: list[Message] = []
+        for item in items:
+            self._ref += 1
+            waiting[self._ref] = item
+            submits.append(Submit(ref=self._ref, raw=item.raw, format=item.format, origin=item.origin,
                                   sender=item.sender))
+        self._channel.send_all(submits)
 
     def decide(self, message_id: str, approve: bool, role: str, by: str) -> str:
         """Send a person's decision on an escalated email; '' if taken, else the broker's reason."""
@@ -117,11 +122,14 @@ class IntakeClient:
         self._channel.send(Notice(event=event, detail=detail))  # type: ignore[arg-type]
 
     def _next(self, timeout_s: float | None = None, raise_on_silence: bool = True) -> object:
-        frame = self._channel.recv(self.timeout_s if timeout_s is None else timeout_s)
-        if frame is None:
-            if raise_on_silence:
-                raise BrokerUnreachable(
-                    f"the broker at {self.endpoint} did not answer within {self.timeout_s} s; is `airlock up` running?")
-            return None
-        message = self._decode(frame)
-        return message if isinstance(message, msgspec.Struct) else None
+        """The next message from the broker (a frame may carry several), or None."""
+        if not self._inbox:
+            frame = self._channel.recv(self.timeout_s if timeout_s is None else timeout_s)
+            if frame is None:
+                if raise_on_silence:
+                    raise BrokerUnreachable(f"the broker at {self.endpoint} did not answer within "
+                                            f"{self.timeout_s} s; is `airlock up` running?")
+                return None
+            self._inbox.extend(self._decode.frame(frame))
+        message = self._inbox.popleft()
+        return message if isinstance(message, Message) else None  # Malformed: not from a broker

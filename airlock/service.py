@@ -36,7 +36,8 @@ class Liveness:
                    settings.reconnect_backoff_max_s)  # type: ignore[attr-defined]
 
 
-BATCH = 256  # frames handled before their replies go out together
+BATCH = 256  # frames handled before their replies go out together, in as few frames as fit
+BATCH_S = 0.005  # ... or this long, whichever comes first
 
 
 def serve(connect: Callable[[], Channel], decode: RoleDecoder,
@@ -71,14 +72,17 @@ def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], 
             last_heard, heard = now, True
             replies: list[Message] = []
             for _ in range(BATCH):
-                replies += _one(decode(frame), handle)
+                for decoded in decode.frame(frame):
+                    replies += _one(decoded, handle)
+                # A slow handler (a model call) sends what it has rather than hold it back.
+                if time.monotonic() - now > BATCH_S:
+                    break
                 frame = channel.recv(0)
                 if frame is None:
                     break
             if replies:
                 before_replies()
-                for reply in replies:
-                    channel.send(reply)
+                channel.send_all(replies)
             now = time.monotonic()
         if now - last_said >= timing.interval_s:
             channel.send(Hello(credit=credit))

@@ -33,7 +33,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     read_deadline_s: float  # a reader must answer within this, or the email fails
     validate_deadline_s: float
     act_deadline_s: float
-    reader_credit: int  # messages a reader may hold at once
+    reader_credit: int  # messages a reader may hold at once (see load)
     worker_credit: int  # messages the validator or actor may hold at once
     max_result_bytes: int  # a tool result larger than this is a typed error, not an observation
     catalog: Path | None  # the actor's tool catalog; None: the one shipped with the actor
@@ -110,10 +110,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build Settings from `env` (default os.environ); keyword overrides win (CLI flags)."""
     env = os.environ if env is None else env
     read = reader(env)
+    model_url = read("AIRLOCK_MODEL_URL", optional_url, "")
     values: dict[str, Any] = {
         "data_dir": read("AIRLOCK_DATA_DIR", Path, "airlock-data"),
         "task": read("AIRLOCK_TASK", Path, "tasks/order_status.toml"),
-        "model_url": read("AIRLOCK_MODEL_URL", optional_url, ""),
+        "model_url": model_url,
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),
         "bind_hosts": {
@@ -130,7 +131,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "read_deadline_s": read("AIRLOCK_READ_DEADLINE_S", _positive(float), "60"),
         "validate_deadline_s": read("AIRLOCK_VALIDATE_DEADLINE_S", _positive(float), "10"),
         "act_deadline_s": read("AIRLOCK_ACT_DEADLINE_S", _positive(float), "30"),
-        "reader_credit": read("AIRLOCK_READER_CREDIT", _positive(int), "1"),
+        # A reader that asks a model holds one email at a time: the model call is the slow
+        # part, and another reader may take the next email meanwhile. One that answers from
+        # recordings is as quick as any worker and would only idle between round trips.
+        "reader_credit": read("AIRLOCK_READER_CREDIT", _positive(int), "1" if model_url else "64"),
         "worker_credit": read("AIRLOCK_WORKER_CREDIT", _positive(int), "64"),
         "max_result_bytes": read("AIRLOCK_MAX_RESULT_BYTES", _positive(int), str(64 * 1024)),
         "catalog": read("AIRLOCK_CATALOG", lambda text: Path(text) if text else None, ""),

@@ -24,7 +24,7 @@ import zmq
 
 from airlock import keys
 from airlock.keys import Pair
-from airlock.wire import Message, encode
+from airlock.wire import Message, encode, frames
 
 LINGER_MS = 1000
 HWM = 100_000
@@ -32,6 +32,7 @@ HWM = 100_000
 
 class Channel(Protocol):
     def send(self, message: Message) -> None: ...
+    def send_all(self, messages: list[Message]) -> None: ...
     def recv(self, timeout_s: float) -> bytes | None: ...
     def close(self) -> None: ...
 
@@ -101,6 +102,11 @@ class ZmqChannel:
     def send(self, message: Message) -> None:
         self._sock.send(encode(message))
 
+    def send_all(self, messages: list[Message]) -> None:
+        """In order, batched into as few frames as wire.frames allows."""
+        for _, frame in frames(messages):
+            self._sock.send(frame)
+
     def recv(self, timeout_s: float) -> bytes | None:
         if not self._sock.poll(int(timeout_s * 1000)):
             return None
@@ -148,6 +154,10 @@ class MemoryChannel:
 
     def send(self, message: Message) -> None:
         self.send_frame(encode(message))
+
+    def send_all(self, messages: list[Message]) -> None:
+        for _, frame in frames(messages):
+            self.send_frame(frame)
 
     def send_frame(self, frame: bytes) -> None:
         with self._ready:

@@ -1,10 +1,13 @@
 """The wire contract: every message airlock sends, and who may send it.
 
-Every message is a msgspec Struct encoded as msgpack, one ZeroMQ frame each. The broker
-binds one endpoint per role; what a role may send is a union below, and each endpoint
-decodes with its own typed decoder, built once. A frame that does not decode as the
-role's union becomes a `Malformed` value (with msgspec's error path, e.g. "at $.value");
-one that decodes as *another* role's message is a `Violation`. Neither is ever raised.
+Every message is a msgspec Struct encoded as msgpack (a map). A ZeroMQ frame carries one
+message, or a batch: a msgpack array of up to MAX_BATCH messages, sent when several go to
+the same peer at once (a ZeroMQ send and a CURVE box per frame cost more than the message).
+The broker binds one endpoint per role; what a role may send is a union below, and each
+endpoint decodes with its own typed decoder, built once. A message that does not decode
+as the role's union becomes a `Malformed` value (with msgspec's error path, e.g. "at
+$.value"); one that decodes as *another* role's message is a `Violation`. Neither is ever
+raised, and in a batch each message is judged on its own.
 
 Flow of an email:
 
@@ -262,9 +265,40 @@ class Violation(msgspec.Struct, frozen=True):
 _encoder = msgspec.msgpack.Encoder()
 _any_decoder = msgspec.msgpack.Decoder(AnyMessage)
 
+MAX_BATCH = 1024  # messages in one frame
+BATCH_BYTES = 256 * 1024  # a batch closes past this; a single message may still be larger
+_ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])  # msgpack fixarray, array 16, array 32
+_batch_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
 
 def encode(message: Message) -> bytes:
     return _encoder.encode(message)
+
+
+def _array_header(count: int) -> bytes:
+    return bytes([0x90 | count]) if count < 16 else b"\xdc" + count.to_bytes(2, "big")
+
+
+def frames(messages: list[Message]) -> list[tuple[int, bytes]]:
+    """The frames that carry `messages` in order, each with how many it carries: one
+    message as itself, several as an array (each encoded once, joined, not re-encoded)."""
+    out: list[tuple[int, bytes]] = []
+    group: list[bytes] = []
+    size = 0
+    for message in messages:
+        encoded = _encoder.encode(message)
+        if group and (len(group) >= MAX_BATCH or size + len(encoded) > BATCH_BYTES):
+            out.append(_frame(group))
+            group, size = [], 0
+        group.append(encoded)
+        size += len(encoded)
+    if group:
+        out.append(_frame(group))
+    return out
+
+
+def _frame(group: list[bytes]) -> tuple[int, bytes]:
+    return len(group), group[0] if len(group) == 1 else _array_header(len(group)) + b"".join(group)
 
 
 class RoleDecoder:
@@ -274,7 +308,20 @@ class RoleDecoder:
         self._decoder = msgspec.msgpack.Decoder(union)
         self.role = role
 
-    def __call__(self, frame: bytes) -> Message | Malformed | Violation:
+    def frame(self, frame: bytes) -> list[Message | Malformed | Violation]:
+        """Every message a frame carries, each decoded on its own; a frame that is not a
+        message nor a batch of at most MAX_BATCH of them is one Malformed."""
+        if not frame or frame[0] not in _ARRAY_MARKERS:
+            return [self(frame)]
+        try:
+            parts = _batch_decoder.decode(frame)
+        except Exception as exc:
+            return [Malformed(reason=f"not a batch of messages: {exc}", size=len(frame))]
+        if not 1 <= len(parts) <= MAX_BATCH:
+            return [Malformed(reason=f"a batch holds 1 to {MAX_BATCH} messages, not {len(parts)}", size=len(frame))]
+        return [self(part) for part in parts]
+
+    def __call__(self, frame: bytes | msgspec.Raw) -> Message | Malformed | Violation:
         try:
             return self._decoder.decode(frame)
         except msgspec.DecodeError as exc:

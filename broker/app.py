@@ -1,9 +1,10 @@
 """The broker's loop: sockets in, Router decisions, then journal, sockets and trace out.
 
-Each turn reads up to BATCH frames per socket, then carries out the turn's effects in an
+Each turn reads up to BATCH messages per socket, then carries out the turn's effects in an
 order that makes the guarantees hold: journal entries are written and fsynced once for the
 whole turn (group commit) before any Accepted reply leaves, and trace lines are flushed at
-the end of the turn.
+the end of the turn. What goes to one peer in a turn leaves as one batch frame (wire.frames),
+and the turn's trace lines as one published frame per PUBLISH_BYTES.
 """
 
 from __future__ import annotations
@@ -17,13 +18,28 @@ from zmq.utils.monitor import recv_monitor_message
 from airlock import trace
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, recv_routed, router
-from airlock.wire import ROLES, Malformed, encode, inbound_decoder
+from airlock.wire import ROLES, Malformed, frames, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
 
-BATCH = 256  # frames read from one socket per turn, so no endpoint starves the others
+BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
 IDLE_POLL_S = 0.1
+PUBLISH_BYTES = 256 * 1024  # trace lines go out (and to the file) in chunks of about this
+
+
+def _chunks(lines: list[bytes]) -> list[bytes]:
+    """Whole lines joined into chunks of about PUBLISH_BYTES: one PUB frame each."""
+    chunks, group, size = [], [], 0
+    for line in lines:
+        if group and size + len(line) > PUBLISH_BYTES:
+            chunks.append(b"".join(group))
+            group, size = [], 0
+        group.append(line)
+        size += len(line)
+    if group:
+        chunks.append(b"".join(group))
+    return chunks
 
 
 HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -97,19 +113,26 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             if isinstance(effect, Entry):
                 journal.append(effect)
         journal.sync()  # before any Accepted below: an acknowledged email is on disk
+        lines: list[bytes] = []
+        outgoing: dict[tuple[str, bytes], list[Send]] = {}  # per peer, in order: one batch each
         for effect in effects:
-            if isinstance(effect, Entry):
-                continue
             if isinstance(effect, bytes):
-                writer.write(effect)
-                publisher.send(effect)
-                continue
-            try:
-                sock = sockets[effect.role]
-                sock.send(effect.identity, zmq.SNDMORE | zmq.NOBLOCK)
-                sock.send(encode(effect.message), zmq.NOBLOCK)
-            except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
-                carry_out(core.undeliverable(effect, time.monotonic()))
+                lines.append(effect)
+            elif isinstance(effect, Send):
+                outgoing.setdefault((effect.role, effect.identity), []).append(effect)
+        for chunk in _chunks(lines):
+            writer.write(chunk)
+            publisher.send(chunk)  # subscribers split a frame at its newlines
+        for (role, identity), sends in outgoing.items():
+            sock, sent = sockets[role], 0
+            for count, frame in frames([send.message for send in sends]):
+                try:
+                    sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
+                    sock.send(frame, zmq.NOBLOCK)
+                except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
+                    for send in sends[sent:sent + count]:
+                        carry_out(core.undeliverable(send, time.monotonic()))
+                sent += count
 
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
@@ -127,14 +150,18 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                     effects += _handshake_failures(core, sock, monitors[sock])
                     continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
-                for _ in range(BATCH):
+                taken = 0
+                while taken < BATCH:
                     try:
                         identity, payload = recv_routed(sock)
                     except zmq.Again:
                         break
-                    message = decode(payload) if payload is not None else Malformed(
-                        reason="expected exactly one frame", size=0)
-                    effects += core.handle(role, identity, message, time.monotonic())
+                    messages = decode.frame(payload) if payload is not None else [Malformed(
+                        reason="expected exactly one frame", size=0)]
+                    now = time.monotonic()
+                    for message in messages:
+                        effects += core.handle(role, identity, message, now)
+                    taken += len(messages)
             effects += core.tick(time.monotonic())
             carry_out(effects)
             writer.flush()

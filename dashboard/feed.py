@@ -126,7 +126,7 @@ class TraceFeed:
                     lines = []
                     for _ in range(CHUNK):
                         try:
-                            lines.append(sub.recv(zmq.NOBLOCK))
+                            lines += sub.recv(zmq.NOBLOCK).splitlines()  # a frame holds whole lines
                         except zmq.Again:
                             break
                     self._take(lines)

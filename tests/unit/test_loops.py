@@ -28,11 +28,15 @@ def run_worker(settings):
         thread.start()
         started.append((thread, stop))
         decode = inbound_decoder(role)
+        arrived: list[object] = []
 
         def receive():
-            frame = broker_end.recv(5.0)
-            assert frame is not None, "the worker did not answer"
-            return decode(frame)
+            """The next message; a worker may send several in one frame (a batch)."""
+            if not arrived:
+                frame = broker_end.recv(5.0)
+                assert frame is not None, "the worker did not answer"
+                arrived.extend(decode.frame(frame))
+            return arrived.pop(0)
 
         return broker_end, receive
 
@@ -43,11 +47,12 @@ def run_worker(settings):
 
 
 def test_reader_loop(run_worker) -> None:
-    """The reader greets with its credit, then answers an Email with a Reading."""
+    """The reader greets with its credit (no model: a batch, see settings), then answers an
+    Email with a Reading."""
     from reader.app import serve
 
     channel, receive = run_worker(serve, "reader")
-    assert receive() == Hello(credit=1)
+    assert receive() == Hello(credit=64)
     channel.send(Email(message_id="m", raw=SEED, format="eml"))
     reading = receive()
     assert isinstance(reading, Reading) and (reading.answer, reading.source) == ("4411", "recorded")

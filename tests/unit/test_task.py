@@ -75,6 +75,15 @@ def test_settings_defaults() -> None:
     assert loaded.max_email_bytes == 256 * 1024
 
 
+def test_reader_credit_follows_the_model() -> None:
+    """A reader that asks a model holds one email at a time; one answering from recordings
+    takes work in batches like any worker; an explicit setting wins either way."""
+    assert settings_module.load({}).reader_credit == 64
+    assert settings_module.load({"AIRLOCK_MODEL_URL": "http://m:8080"}).reader_credit == 1
+    assert settings_module.load({"AIRLOCK_MODEL_URL": "http://m:8080", "AIRLOCK_READER_CREDIT": "4"}).reader_credit == 4
+    assert settings_module.load({"AIRLOCK_READER_CREDIT": "2"}).reader_credit == 2
+
+
 @pytest.mark.parametrize(("key", "value"), [
     ("AIRLOCK_INTAKE_PORT", "seventy"), ("AIRLOCK_INTAKE_PORT", "70000"),
     ("AIRLOCK_MODEL_TIMEOUT_S", "-1"), ("AIRLOCK_MODEL_URL", "ftp://x"), ("AIRLOCK_READER_CREDIT", "0"),

@@ -93,3 +93,57 @@ def test_messages_are_frozen() -> None:
     message = Passed(message_id="m", value="1")
     with pytest.raises(AttributeError):
         message.value = "2"  # type: ignore[misc]
+
+
+# --- batches: several messages in one frame
+
+
+def test_one_message_goes_as_itself() -> None:
+    """A lone message is its own frame, byte for byte what encode() gives."""
+    message = Passed(message_id="m", value="4411")
+    assert wire.frames([message]) == [(1, encode(message))]
+    assert wire.frames([]) == []
+
+
+def test_a_batch_round_trips_in_order() -> None:
+    messages = [Reading(message_id=f"m{n}", answer=str(n), source="model") for n in range(40)]
+    [(count, frame)] = wire.frames(messages)
+    assert count == 40 and inbound_decoder("reader").frame(frame) == messages
+
+
+def test_batches_are_capped_by_count_and_bytes() -> None:
+    """No frame carries more than MAX_BATCH messages or (past its first) BATCH_BYTES."""
+    many = [Hello(credit=1)] * (wire.MAX_BATCH * 2 + 5)
+    assert [count for count, _ in wire.frames(many)] == [wire.MAX_BATCH, wire.MAX_BATCH, 5]
+    big = [Submit(ref=n, raw=b"x" * (wire.BATCH_BYTES // 3), format="text") for n in range(7)]
+    sent = wire.frames(big)
+    assert sum(count for count, _ in sent) == 7 and all(len(frame) <= wire.BATCH_BYTES + 100 for _, frame in sent)
+    decoded = [m for _, frame in sent for m in inbound_decoder("intake").frame(frame)]
+    assert decoded == big
+
+
+def test_each_message_of_a_batch_is_judged_alone() -> None:
+    """A forbidden or broken message in a batch is its own Violation or Malformed; the
+    rest of the batch still decodes."""
+    good = Reading(message_id="m", answer="4411", source="model")
+    forbidden = Done(message_id="m", outcome="completed")
+    [(_, frame)] = wire.frames([good, forbidden, good])
+    got = inbound_decoder("reader").frame(frame)
+    assert got[0] == good and got[2] == good and isinstance(got[1], Violation) and "done" in got[1].reason
+    broken = b"\x93" + encode(good) + b"\xc1" + encode(good)  # an array of three, one not msgpack
+    got = inbound_decoder("reader").frame(broken)
+    assert len(got) == 1 and isinstance(got[0], Malformed)  # not a batch at all: one Malformed
+    wrong = b"\x92" + encode(good) + msgspec.msgpack.encode({"kind": "reading"})
+    got = inbound_decoder("reader").frame(wrong)
+    assert got[0] == good and isinstance(got[1], Malformed)
+
+
+@pytest.mark.parametrize("frame", [
+    pytest.param(b"\x90", id="empty-batch"),
+    pytest.param(b"\xdc\x04\x01" + b"\x80" * 1025, id="over-max-batch"),
+    pytest.param(b"\x91\x91" + encode(Hello(credit=1)), id="nested-batch"),
+    pytest.param(b"\xdd\xff\xff\xff\xff", id="huge-declared-length"),
+])
+def test_bad_batches_are_malformed(frame: bytes) -> None:
+    got = inbound_decoder("actor").frame(frame)
+    assert got and all(isinstance(m, Malformed) for m in got), got
