@@ -10,6 +10,7 @@ cap (zguide's Paranoid Pirate).
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import sys
@@ -36,8 +37,8 @@ class Liveness:
                    settings.reconnect_backoff_max_s)  # type: ignore[attr-defined]
 
 
-BATCH = 256  # frames handled before their replies go out together, in as few frames as fit
-BATCH_S = 0.005  # ... or this long, whichever comes first
+BATCH = 256  # messages handled before their replies go out together, in as few frames as fit
+BATCH_S = 0.02  # ... or this long, whichever comes first
 
 
 def serve(connect: Callable[[], Channel], decode: RoleDecoder,
@@ -65,25 +66,28 @@ def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], 
     channel.send(Hello(credit=credit))
     last_heard = last_said = time.monotonic()
     heard = False
+    inbox: collections.deque[Message | Malformed | Violation] = collections.deque()
     while not stop.is_set():
-        frame = channel.recv(timing.interval_s / 2)
+        frame = channel.recv(0 if inbox else timing.interval_s / 2)
         now = time.monotonic()
         if frame is not None:
             last_heard, heard = now, True
+            inbox.extend(decode.frame(frame))
+        if inbox:
             replies: list[Message] = []
-            for _ in range(BATCH):
-                for decoded in decode.frame(frame):
-                    replies += _one(decoded, handle)
-                # A slow handler (a model call) sends what it has rather than hold it back.
-                if time.monotonic() - now > BATCH_S:
-                    break
-                frame = channel.recv(0)
-                if frame is None:
-                    break
+            handled = 0
+            # Replies go out every BATCH messages or BATCH_S, whichever comes first: a quick
+            # handler answers in batches, a slow one (a model call) answers each as it is done,
+            # and either way the broker gets credit back while work is still queued here.
+            while inbox and handled < BATCH and time.monotonic() - now <= BATCH_S:
+                replies += _one(inbox.popleft(), handle)
+                handled += 1
+                if not inbox and (frame := channel.recv(0)) is not None:
+                    inbox.extend(decode.frame(frame))
             if replies:
                 before_replies()
                 channel.send_all(replies)
-            now = time.monotonic()
+            now = last_heard = time.monotonic()  # silence counts while waiting, not while busy
         if now - last_said >= timing.interval_s:
             channel.send(Hello(credit=credit))
             last_said = now

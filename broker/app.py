@@ -109,30 +109,40 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         poller.register(monitor, zmq.POLLIN)
 
     def carry_out(effects: list[Send | bytes | Entry]) -> None:
-        for effect in effects:
-            if isinstance(effect, Entry):
-                journal.append(effect)
-        journal.sync()  # before any Accepted below: an acknowledged email is on disk
         lines: list[bytes] = []
         outgoing: dict[tuple[str, bytes], list[Send]] = {}  # per peer, in order: one batch each
         for effect in effects:
-            if isinstance(effect, bytes):
+            if isinstance(effect, Entry):
+                journal.append(effect)
+            elif isinstance(effect, bytes):
                 lines.append(effect)
-            elif isinstance(effect, Send):
+            else:
                 outgoing.setdefault((effect.role, effect.identity), []).append(effect)
         for chunk in _chunks(lines):
             writer.write(chunk)
             publisher.send(chunk)  # subscribers split a frame at its newlines
+        # Work goes to the workers before the fsync, so a reader starts on an email while it
+        # reaches the disk; only the intake's replies (an Accepted promises the email is
+        # kept) wait for it. A crash in between leaves an email received but never
+        # accepted: recovery gives it the outcome `failed` (see recover).
         for (role, identity), sends in outgoing.items():
-            sock, sent = sockets[role], 0
-            for count, frame in frames([send.message for send in sends]):
-                try:
-                    sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
-                    sock.send(frame, zmq.NOBLOCK)
-                except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
-                    for send in sends[sent:sent + count]:
-                        carry_out(core.undeliverable(send, time.monotonic()))
-                sent += count
+            if role != "intake":
+                send_to(role, identity, sends)
+        journal.sync()
+        for (role, identity), sends in outgoing.items():
+            if role == "intake":
+                send_to(role, identity, sends)
+
+    def send_to(role: str, identity: bytes, sends: list[Send]) -> None:
+        sock, sent = sockets[role], 0
+        for count, frame in frames([send.message for send in sends]):
+            try:
+                sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
+                sock.send(frame, zmq.NOBLOCK)
+            except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
+                for send in sends[sent:sent + count]:
+                    carry_out(core.undeliverable(send, time.monotonic()))
+            sent += count
 
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
