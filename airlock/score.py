@@ -16,6 +16,7 @@ figure is counted from calls:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,10 +39,12 @@ class EmailResult:
 
 
 def percentile(values: list[float], share: float) -> float | None:
+    """Nearest rank: the smallest value with at least `share` of all values at or below it
+    (so p50 of 1, 2, 3, 4 is 2). The one rule for every figure airlock prints, bench too."""
     if not values:
         return None
     ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3)
+    return round(ordered[max(0, math.ceil(share * len(ordered)) - 1)], 3)
 
 
 class Scorer:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 from datetime import datetime, timezone
@@ -11,17 +10,17 @@ from typing import Any
 
 import msgspec
 
+from airlock.score import percentile
+
 PERCENTILES = (50, 95, 99)
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
-    """Nearest-rank p50/p95/p99 plus mean and max, in the values' unit; None when empty."""
-    ordered = sorted(values)
-    figures: dict[str, float | None] = {
-        f"p{p}": ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else None for p in PERCENTILES}
-    figures["mean"] = sum(ordered) / len(ordered) if ordered else None
-    figures["max"] = ordered[-1] if ordered else None
-    return {key: round(value, 3) if value is not None else None for key, value in figures.items()}
+    """p50/p95/p99 by score.percentile's rule, plus mean and max; None when empty."""
+    figures: dict[str, float | None] = {f"p{p}": percentile(values, p / 100) for p in PERCENTILES}
+    figures["mean"] = round(sum(values) / len(values), 3) if values else None
+    figures["max"] = round(max(values), 3) if values else None
+    return figures
 
 
 def machine() -> dict[str, Any]:

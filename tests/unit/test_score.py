@@ -60,7 +60,18 @@ def test_report_summary_and_percentiles() -> None:
     rows[0]["ms"], rows[1]["ms"] = 1.0, 3.0
     summary = report("separated", None, TASK, rows, [])["summary"]
     assert summary["value_mismatches"] == 1 and summary["goals_reached"] == 1 and summary["utility"] == 1.0
-    assert percentile([1, 2, 3, 4], 0.5) == 3 and percentile([], 0.5) is None
+    assert percentile([1, 2, 3, 4], 0.5) == 2 and percentile([], 0.5) is None
+
+
+def test_percentiles_are_nearest_rank_everywhere() -> None:
+    """score and bench print percentiles by one rule: nearest rank."""
+    from bench.report import percentiles
+
+    hundred = [float(n) for n in range(100, 0, -1)]
+    assert [percentile(hundred, share) for share in (0.5, 0.95, 0.99, 1.0)] == [50, 95, 99, 100]
+    assert percentile([7.0], 0.99) == 7.0 and percentile([1, 2], 0.5) == 1
+    assert percentiles(hundred) == {"p50": 50, "p95": 95, "p99": 99, "mean": 50.5, "max": 100}
+    assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "mean": None, "max": None}
 
 
 def test_campaign_reads_headers_and_jsonl(tmp_path: Path) -> None:
