@@ -1,7 +1,8 @@
 """The SMTP intake: `hand_over` decides the reply, the Handler and the listener do the I/O.
 
 Each message received over SMTP is submitted to the broker's intake endpoint as one `eml`
-email, in its stored form (LF line ends, see `stored_form`), whose origin is
+email, byte for byte as it arrived (CRLF line ends and all: the journal and the trace keep
+what came in; the reader's prompt evens out line ends), whose origin is
 `smtp:<envelope sender>`. The reply tells the sender the truth:
 
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
@@ -106,21 +107,11 @@ class BrokerSubmitter:
             self._discard()
 
 
-def stored_form(raw: bytes) -> bytes:
-    """The email as a mailbox file holds it: SMTP's CRLF line ends become LF.
-
-    A local delivery agent stores mail this way, and so are the .eml files `airlock inject`
-    reads. Without it the reader would see `\r\n` in the body, so its prompt, and the digest
-    that keys recorded answers, would differ from the same email injected from a file.
-    """
-    return raw.replace(b"\r\n", b"\n")
-
-
 def hand_over(submitter: Submitter, raw: bytes, mail_from: str) -> str:
     """The SMTP reply for one received email: 250 with its id once the broker has it, else 451."""
     try:
         # The envelope sender is what this intake vouches for (a lab intake: no SMTP AUTH).
-        message_id = submitter.submit(stored_form(raw), f"smtp:{mail_from}", sender=mail_from.strip().lower())
+        message_id = submitter.submit(raw, f"smtp:{mail_from}", sender=mail_from.strip().lower())
     except BrokerUnreachable:
         return UNAVAILABLE
     return f"250 Queued as {message_id}"

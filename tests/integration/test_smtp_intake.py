@@ -126,7 +126,7 @@ def test_seed_email_over_smtp_completes_with_the_two_planned_calls(stack, intake
     assert (outcome["message_id"], outcome["outcome"]) == (message_id, "completed")
     (received,) = s.trace(message_id, "received")
     assert received["origin"].startswith("smtp:") and received["origin"] == f"smtp:{SENDER}"
-    assert received["format"] == "eml" and received["bytes"] == len(SEED_FILE.read_bytes())  # stored form
+    assert received["format"] == "eml" and received["bytes"] == len(SEED)  # as it arrived, CRLF and all
     assert [(c["server"], c["tool"], c["args"]) for c in s.calls(message_id)] == [
         ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from aiosmtpd.smtp import Envelope, Session
 
-from airlock import settings as settings_module
+from airlock import settings as settings_module, task as task_module
 from airlock.errors import BrokerUnreachable, SettingsError
 from intake.app import (
     FRAME_HEADROOM_BYTES, UNAVAILABLE, BrokerSubmitter, Handler, data_size_limit, hand_over, load_smtp,
-    stored_form,
 )
+from reader import mail, prompt
 from tests.unit.test_isolation import imported_top_levels
 
 RAW = b"From: a@example.org\r\nSubject: order\r\n\r\nBestellung 4411 bitte.\r\n"  # as SMTP carries it
 STORED = b"From: a@example.org\nSubject: order\n\nBestellung 4411 bitte.\n"  # as an .eml file holds it
+TASK = task_module.load(Path(__file__).resolve().parents[2] / "tasks" / "order_status.toml")
 
 
 class FakeSubmitter:
@@ -61,17 +64,17 @@ def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None
     """The email goes over with origin smtp:<envelope sender>, and the sender as the intake vouches for it."""
     submitter = FakeSubmitter()
     hand_over(submitter, RAW, mail_from)
-    assert submitter.submitted == [(STORED, origin)]
+    assert submitter.submitted == [(RAW, origin)]
     assert submitter.senders == [mail_from.lower()]
 
 
 async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) -> None:
-    """aiosmtpd's DATA hook hands over envelope.original_content (stored form) and prints one line."""
+    """aiosmtpd's DATA hook hands over envelope.original_content as it came and prints one line."""
     submitter, session = FakeSubmitter(), Session(loop=None)
     session.peer = ("127.0.0.1", 40000)
     reply = await Handler(submitter).handle_DATA(None, session, envelope("tester@example.org"))
     assert reply == "250 Queued as m-1"
-    assert submitter.submitted == [(STORED, "smtp:tester@example.org")]
+    assert submitter.submitted == [(RAW, "smtp:tester@example.org")]
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("intake: 250 Queued as m-1 from=<tester@example.org>")
 
@@ -85,13 +88,18 @@ async def test_handle_data_with_broker_down_answers_451() -> None:
 
 @pytest.mark.parametrize(("wire", "stored"), [
     pytest.param(RAW, STORED, id="crlf"),
-    pytest.param(STORED, STORED, id="already-lf"),
-    pytest.param(b"a\rb\r\n\r\n", b"a\rb\n\n", id="lone-cr-kept"),
-    pytest.param(b"=\r\nx\r\n", b"=\nx\n", id="qp-soft-break"),
+    pytest.param(b"From: a@b\r\nSubject: =?utf-8?q?Bestellung?=\r\n 4411\r\n\r\nOrder=\r\n 4411\r\n",
+                 b"From: a@b\nSubject: =?utf-8?q?Bestellung?=\n 4411\n\nOrder=\n 4411\n", id="folded-and-soft-break"),
 ])
-def test_stored_form_turns_only_crlf_line_ends_into_lf(wire: bytes, stored: bytes) -> None:
-    """SMTP's CRLF line ends become LF, as in the .eml files `airlock inject` reads; nothing else changes."""
-    assert stored_form(wire) == stored
+def test_crlf_and_lf_forms_make_one_prompt(wire: bytes, stored: bytes) -> None:
+    """The intake keeps SMTP's CRLF; the reader makes the same prompt (and so finds the same
+    recorded answer) as for the .eml file with LF line ends."""
+    prompts = []
+    for raw in (wire, stored):
+        parsed = mail.parse(raw, "eml")
+        assert isinstance(parsed, mail.ParsedEmail), parsed
+        prompts.append(prompt.digest(prompt.build(TASK.reader, prompt.email_text(parsed)[0])))
+    assert prompts[0] == prompts[1]
 
 
 class FakeClient:
