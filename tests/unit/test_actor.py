@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from actor import catalog as catalog_module
-from actor.app import Actor, build
+from actor.app import build
 from actor.plan import bind
 from airlock import task as task_module
 from airlock.errors import CatalogError
@@ -19,31 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ORDER = ROOT / "tasks" / "order_status.toml"
 
 
-@pytest.fixture
-def make_actor(settings):
-    """Build actors on this test's data dir and close their call logs afterwards."""
-    made: list[Actor] = []
-
-    def make(task_path: Path = ORDER) -> Actor:
-        made.append(build(settings, task_module.load(task_path)))
-        return made[-1]
-
-    yield make
-    for actor in made:
-        actor.close()
-
-
-def calls(settings) -> list[dict]:
-    path = settings.calls_path
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def test_passed_value_runs_the_plan(settings, make_actor) -> None:
+def test_passed_value_runs_the_plan(make_actor, logged_calls) -> None:
     """One Passed value makes exactly the planned calls, in order, with that value."""
     actor = make_actor()
     (done,) = actor.handle(Passed(message_id="m1", value="4411"))
     assert isinstance(done, Done) and done.outcome == "completed"
-    logged = calls(settings)
+    logged = logged_calls()
     assert [(c["server"], c["tool"], c["args"], c["step"]) for c in logged] == [
         ("shop", "lookup_order", {"order_id": "4411"}, 1),
         ("mail", "send_status", {"order_id": "4411"}, 2),
@@ -57,12 +37,12 @@ def test_passed_value_runs_the_plan(settings, make_actor) -> None:
     pytest.param(4411, id="int-for-digits"), pytest.param(True, id="bool"),
     pytest.param("４４１１", id="fullwidth"), pytest.param("", id="empty"),
 ])
-def test_value_outside_the_narrow_type_makes_no_call(settings, make_actor, value) -> None:
+def test_value_outside_the_narrow_type_makes_no_call(make_actor, value, logged_calls) -> None:
     """Even a forged Passed cannot put a non-narrow value into a tool call."""
     actor = make_actor()
     done = actor.run("m2", value)
     assert done.outcome == "rejected" and "narrow type" in done.reason
-    assert calls(settings) == []
+    assert logged_calls() == []
 
 
 def test_a_failing_tool_fails_the_email(settings, tmp_path: Path) -> None:
@@ -79,12 +59,12 @@ def test_a_failing_tool_fails_the_email(settings, tmp_path: Path) -> None:
     assert [(c.step, c.status) for c in done.calls] == [(1, "error")]
 
 
-def test_refund_task_binds_without_code(settings, make_actor) -> None:
+def test_refund_task_binds_without_code(make_actor, logged_calls) -> None:
     """The second task runs on the same actor code: tasks are data."""
-    actor = make_actor(ROOT / "tasks" / "refund_request.toml")
+    actor = make_actor("refund_request.toml")
     (done,) = actor.handle(Passed(message_id="r1", value="damaged"))
     assert done.outcome == "completed"
-    assert [c["tool"] for c in calls(settings)] == ["open_refund_case", "send_refund_confirmation"]
+    assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
 
 
 def _task(tmp_path: Path, plan: str, value: str = 'type = "digits"\nmax_length = 6') -> task_module.Task:
