@@ -11,6 +11,7 @@ cap (zguide's Paranoid Pirate).
 from __future__ import annotations
 
 import collections
+import faulthandler
 import os
 import signal
 import sys
@@ -125,6 +126,8 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
     """
     from airlock import settings as settings_module, task as task_module
     from airlock.errors import ConfigError
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where is it stuck?
 
     try:
         settings = settings_module.load(env)

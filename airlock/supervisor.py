@@ -28,6 +28,7 @@ STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
 STOP_GRACE_S = 5.0
 READY_TIMEOUT_S = 30.0
 BROKER_SILENT_S = 20.0  # a broker process that has not answered since it started this long ago is stuck
+STACK_DUMP_S = 0.5  # time a stuck broker gets to print its stacks before it is killed
 POLL_S = 0.2
 
 
@@ -100,7 +101,12 @@ class Supervisor:
         broker = self.children[0]
         alive = broker.process is not None and broker.process.poll() is None
         if alive and time.monotonic() - broker.started > BROKER_SILENT_S:
-            announce(f"airlock: the broker has not answered in {BROKER_SILENT_S:.0f} s; restarting it")
+            # Each service dumps its threads' stacks to stderr on SIGUSR1 (service.main): the
+            # stall is rare and not yet understood, so the next one shows where it stood.
+            broker.process.send_signal(signal.SIGUSR1)
+            time.sleep(STACK_DUMP_S)
+            announce(f"airlock: the broker has not answered in {BROKER_SILENT_S:.0f} s; restarting it "
+                     "(its threads' stacks are above)")
             broker.process.kill()
             broker.process.wait()
 
