@@ -38,8 +38,7 @@ class Liveness:
                    settings.reconnect_backoff_max_s)  # type: ignore[attr-defined]
 
 
-BATCH = 256  # messages handled before their replies go out together, in as few frames as fit
-BATCH_S = 0.02  # ... or this long, whichever comes first
+BATCH_S = 0.02  # replies wait at most this long for the rest of their batch
 
 
 def serve(connect: Callable[[], Channel], decode: RoleDecoder,
@@ -65,6 +64,7 @@ def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], 
              credit: int, stop: threading.Event, timing: Liveness, before_replies: Callable[[], None]) -> bool:
     """One connection's life; returns whether the broker was heard at all."""
     channel.send(Hello(credit=credit))
+    batch = max(1, credit // 4)
     last_heard = last_said = time.monotonic()
     heard = False
     inbox: collections.deque[Message | Malformed | Violation] = collections.deque()
@@ -77,10 +77,11 @@ def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], 
         if inbox:
             replies: list[Message] = []
             handled = 0
-            # Replies go out every BATCH messages or BATCH_S, whichever comes first: a quick
-            # handler answers in batches, a slow one (a model call) answers each as it is done,
-            # and either way the broker gets credit back while work is still queued here.
-            while inbox and handled < BATCH and time.monotonic() - now <= BATCH_S:
+            # Replies go out every quarter of the credit or BATCH_S, whichever comes first: a
+            # quick handler answers in batches, a slow one (a model call) answers each as it is
+            # done, and the broker gets credit back (and sends more) while three quarters of
+            # the work is still queued here, so this worker never waits for it.
+            while inbox and handled < batch and time.monotonic() - now <= BATCH_S:
                 replies += _one(inbox.popleft(), handle)
                 handled += 1
                 if not inbox and (frame := channel.recv(0)) is not None:
