@@ -70,6 +70,18 @@ class _Part(EmailMessage):
                 return found
         return failobj
 
+    def _get_params_preserve(self, failobj: object, header: str) -> object:
+        """Message's parameter split, done once per header object and kept on it: charset
+        and boundary are asked for several times per part, each time a full re-split."""
+        value = self.get(header)
+        if value is None:
+            return failobj
+        params = getattr(value, "_airlock_params", None)
+        if params is None:
+            params = super()._get_params_preserve(failobj, header)
+            value._airlock_params = params  # type: ignore[attr-defined]  # header objects are immutable values
+        return list(params)
+
 
 _STRUCTURAL = frozenset({"content-type", "content-transfer-encoding", "content-disposition", "mime-version"})
 _COMMON: dict[tuple[str, str], object] = {}
