@@ -37,10 +37,9 @@ def utc_now() -> str:
 
 def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any]) -> bytes:
     """One trace line; base keys win over any detail key of the same name."""
-    record: dict[str, Any] = {"at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
-    for key, value in detail.items():
-        record.setdefault(key, value)
-    return _json.encode(record) + b"\n"
+    base = {"at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
+    # Base keys first, then the details in their order; the second **base wins any clash.
+    return _json.encode({**base, **detail, **base}) + b"\n"
 
 
 class TraceWriter:

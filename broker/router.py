@@ -372,8 +372,8 @@ class Router:
                untrusted: dict[str, Any] | None = None, **fields: Any) -> None:
         """Queue one trace line. `untrusted` details come from a worker: they never
         override the broker's own fields, nor (in trace.line) at/message_id/stage/event."""
-        for key, value in (untrusted or {}).items():
-            fields.setdefault(key, value)
+        if untrusted:
+            fields = {**fields, **untrusted, **fields}  # the broker's own fields first, and they win
         self.out.append(trace.line(stage, event, message_id, fields))
 
     def _take(self) -> list[Send | bytes | Entry]:
