@@ -96,7 +96,7 @@ class ZmqChannel:
 
     def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
                  server_key: bytes | None = None) -> None:
-        self.endpoint = endpoint
+        self.endpoint, self.max_frame_bytes = endpoint, max_frame_bytes
         self._sock = dealer(ctx, endpoint, max_frame_bytes, client, server_key)
 
     def send(self, message: Message) -> None:
@@ -104,7 +104,7 @@ class ZmqChannel:
 
     def send_all(self, messages: list[Message]) -> None:
         """In order, batched into as few frames as wire.frames allows."""
-        for _, frame in frames(messages):
+        for _, frame in frames(messages, self.max_frame_bytes):
             self._sock.send(frame)
 
     def recv(self, timeout_s: float) -> bytes | None:

@@ -266,7 +266,7 @@ _encoder = msgspec.msgpack.Encoder()
 _any_decoder = msgspec.msgpack.Decoder(AnyMessage)
 
 MAX_BATCH = 1024  # messages in one frame
-BATCH_BYTES = 256 * 1024  # a batch closes past this; a single message may still be larger
+BATCH_BYTES = 256 * 1024  # a batch stays within this; a single message may still be larger
 _ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])  # msgpack fixarray, array 16, array 32
 _batch_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
@@ -279,15 +279,19 @@ def _array_header(count: int) -> bytes:
     return bytes([0x90 | count]) if count < 16 else b"\xdc" + count.to_bytes(2, "big")
 
 
-def frames(messages: list[Message]) -> list[tuple[int, bytes]]:
+def frames(messages: list[Message], max_frame_bytes: int = BATCH_BYTES) -> list[tuple[int, bytes]]:
     """The frames that carry `messages` in order, each with how many it carries: one
-    message as itself, several as an array (each encoded once, joined, not re-encoded)."""
+    message as itself, several as an array (each encoded once, joined, not re-encoded).
+    A batch stays within BATCH_BYTES and `max_frame_bytes` (the receiver's cap: libzmq
+    drops the connection over it); a message bigger than that goes alone, as it would
+    unbatched."""
+    limit = min(BATCH_BYTES, max_frame_bytes) - 5  # room for the array header
     out: list[tuple[int, bytes]] = []
     group: list[bytes] = []
     size = 0
     for message in messages:
         encoded = _encoder.encode(message)
-        if group and (len(group) >= MAX_BATCH or size + len(encoded) > BATCH_BYTES):
+        if group and (len(group) >= MAX_BATCH or size + len(encoded) > limit):
             out.append(_frame(group))
             group, size = [], 0
         group.append(encoded)

@@ -28,11 +28,13 @@ IDLE_POLL_S = 0.1
 PUBLISH_BYTES = 256 * 1024  # trace lines go out (and to the file) in chunks of about this
 
 
-def _chunks(lines: list[bytes]) -> list[bytes]:
-    """Whole lines joined into chunks of about PUBLISH_BYTES: one PUB frame each."""
+def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
+    """Whole lines joined into chunks within PUBLISH_BYTES and a subscriber's frame cap:
+    one PUB frame each."""
+    limit = min(PUBLISH_BYTES, max_frame_bytes)
     chunks, group, size = [], [], 0
     for line in lines:
-        if group and size + len(line) > PUBLISH_BYTES:
+        if group and size + len(line) > limit:
             chunks.append(b"".join(group))
             group, size = [], 0
         group.append(line)
@@ -118,7 +120,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 lines.append(effect)
             else:
                 outgoing.setdefault((effect.role, effect.identity), []).append(effect)
-        for chunk in _chunks(lines):
+        for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
             publisher.send(chunk)  # subscribers split a frame at its newlines
         # Work goes to the workers before the fsync, so a reader starts on an email while it
@@ -135,7 +137,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
 
     def send_to(role: str, identity: bytes, sends: list[Send]) -> None:
         sock, sent = sockets[role], 0
-        for count, frame in frames([send.message for send in sends]):
+        for count, frame in frames([send.message for send in sends], settings.max_frame_bytes):
             try:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)

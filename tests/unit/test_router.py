@@ -304,3 +304,15 @@ def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
             effects += router.handle(send.role, send.identity, result, 1.0)
     done = [line["message_id"] for line in trace_lines if line["event"] == "outcome"]
     assert sorted(done) == sorted(ids) and router.flights == {}
+
+
+def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
+    """The broker publishes a turn's trace lines in chunks: whole lines, in order, each chunk
+    within the subscriber's frame cap (a single longer line goes alone)."""
+    from broker.app import _chunks
+
+    lines = [f'{{"n":{n},"pad":"{"x" * (n % 7) * 40}"}}\n'.encode() for n in range(500)]
+    chunks = _chunks(lines, 1_000)
+    assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
+    assert all(len(c) <= 1_000 for c in chunks)
+    assert _chunks([b"y" * 5_000 + b"\n", b"z\n"], 1_000) == [b"y" * 5_000 + b"\n", b"z\n"]

@@ -147,3 +147,13 @@ def test_each_message_of_a_batch_is_judged_alone() -> None:
 def test_bad_batches_are_malformed(frame: bytes) -> None:
     got = inbound_decoder("actor").frame(frame)
     assert got and all(isinstance(m, Malformed) for m in got), got
+
+
+def test_a_batch_never_outgrows_the_receivers_frame_cap() -> None:
+    """With a small AIRLOCK_MAX_FRAME_BYTES, batches stay under it (libzmq would drop the
+    connection); a message bigger than the cap alone goes alone, as it did unbatched."""
+    cap = 2_000
+    messages = [Submit(ref=n, raw=b"x" * 300, format="text") for n in range(40)]
+    sent = wire.frames(messages, cap)
+    assert all(len(frame) <= cap for _, frame in sent) and sum(count for count, _ in sent) == 40
+    assert [count for count, _ in wire.frames([Submit(ref=1, raw=b"x" * 5000, format="text")] * 2, cap)] == [1, 1]
