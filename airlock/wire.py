@@ -267,6 +267,9 @@ _any_decoder = msgspec.msgpack.Decoder(AnyMessage)
 
 MAX_BATCH = 1024  # messages in one frame
 BATCH_BYTES = 256 * 1024  # a batch stays within this; a single message may still be larger
+# Under a frame cap, a batch leaves room for its array header and for CURVE's box around it:
+# libzmq applies the cap to the message as it arrives, and drops the connection over it.
+FRAME_OVERHEAD_BYTES = 1024
 _ARRAY_MARKERS = frozenset([*range(0x90, 0xA0), 0xDC, 0xDD])  # msgpack fixarray, array 16, array 32
 _batch_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
@@ -285,7 +288,7 @@ def frames(messages: list[Message], max_frame_bytes: int = BATCH_BYTES) -> list[
     A batch stays within BATCH_BYTES and `max_frame_bytes` (the receiver's cap: libzmq
     drops the connection over it); a message bigger than that goes alone, as it would
     unbatched."""
-    limit = min(BATCH_BYTES, max_frame_bytes) - 5  # room for the array header
+    limit = max(1, min(BATCH_BYTES, max_frame_bytes - FRAME_OVERHEAD_BYTES))
     out: list[tuple[int, bytes]] = []
     group: list[bytes] = []
     size = 0

@@ -18,7 +18,7 @@ from zmq.utils.monitor import recv_monitor_message
 from airlock import trace
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, recv_routed, router
-from airlock.wire import ROLES, Malformed, frames, inbound_decoder
+from airlock.wire import FRAME_OVERHEAD_BYTES, ROLES, Malformed, frames, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
@@ -29,9 +29,9 @@ PUBLISH_BYTES = 256 * 1024  # trace lines go out (and to the file) in chunks of 
 
 
 def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
-    """Whole lines joined into chunks within PUBLISH_BYTES and a subscriber's frame cap:
-    one PUB frame each."""
-    limit = min(PUBLISH_BYTES, max_frame_bytes)
+    """Whole lines joined into chunks within PUBLISH_BYTES and a subscriber's frame cap
+    (less CURVE's overhead): one PUB frame each."""
+    limit = max(1, min(PUBLISH_BYTES, max_frame_bytes - FRAME_OVERHEAD_BYTES))
     chunks, group, size = [], [], 0
     for line in lines:
         if group and size + len(line) > limit:

@@ -143,3 +143,14 @@ def test_bad_emails_get_a_typed_rejection(stack, tmp_path: Path, raw: bytes, nam
     (outcome,) = s.trace(result["id"], "outcome")
     assert outcome["rule"] == rule
     assert s.calls() == []
+
+
+def test_a_small_frame_cap_still_carries_batches(stack) -> None:
+    """With AIRLOCK_MAX_FRAME_BYTES at 20 kB, 64 emails for a reader (25 kB) cannot share one
+    frame; the batches are split under the cap, no connection is dropped, and 150 copies of
+    the seed email all complete once."""
+    s = stack(AIRLOCK_MAX_FRAME_BYTES="20000", AIRLOCK_MAX_EMAIL_BYTES="16000").start()
+    results = s.inject(*[SEED] * 150)
+    assert [r["outcome"] for r in results] == ["completed"] * 150
+    one_outcome_each(s, [r["id"] for r in results])
+    assert len(s.calls()) == 300

@@ -309,10 +309,12 @@ def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
 def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
     """The broker publishes a turn's trace lines in chunks: whole lines, in order, each chunk
     within the subscriber's frame cap (a single longer line goes alone)."""
+    from airlock.wire import FRAME_OVERHEAD_BYTES
     from broker.app import _chunks
 
     lines = [f'{{"n":{n},"pad":"{"x" * (n % 7) * 40}"}}\n'.encode() for n in range(500)]
-    chunks = _chunks(lines, 1_000)
+    cap = 2_000 + FRAME_OVERHEAD_BYTES
+    chunks = _chunks(lines, cap)
     assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
-    assert all(len(c) <= 1_000 for c in chunks)
-    assert _chunks([b"y" * 5_000 + b"\n", b"z\n"], 1_000) == [b"y" * 5_000 + b"\n", b"z\n"]
+    assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
+    assert _chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]
