@@ -55,6 +55,7 @@ class Worker:
     credit: int
     last_seen: float = 0.0
     assigned: set[str] = field(default_factory=set)
+    suspect: str | None = None  # a redelivered email it holds alone (see _dispatch)
 
 
 @dataclass
@@ -302,6 +303,8 @@ class Router:
         if worker is not None and message_id in worker.assigned:
             worker.assigned.discard(message_id)
             self._ready[role].append(identity)
+            if worker.suspect == message_id:
+                worker.suspect = None
         flight = self.flights.get(message_id)
         if flight is None or flight.stage != role or flight.worker != identity:
             self.counters[f"late.{role}"] += 1
@@ -327,22 +330,34 @@ class Router:
     def _dispatch(self, now: float) -> None:
         for role, pending in self._pending.items():
             ready, workers = self._ready[role], self.workers[role]
+            passed_over: list[bytes] = []
             while pending and ready:
                 identity = ready.popleft()
                 worker = workers.get(identity)
                 if worker is None:
                     continue  # a token left by a worker that has gone
-                message = pending.popleft()
-                flight = self.flights.get(message.message_id)
+                flight = self.flights.get(pending[0].message_id)
                 if flight is None or flight.stage != role:
+                    pending.popleft()  # stale: that email moved on or ended meanwhile
                     ready.appendleft(identity)
                     continue
+                # A redelivered email may be what killed or stalled its last worker. It goes
+                # alone to a worker holding nothing, which gets nothing more until it answers:
+                # one poisonous email then fails alone, not with a whole credit of others.
+                suspect = flight.attempts > 0
+                if worker.suspect is not None or (suspect and worker.assigned):
+                    passed_over.append(identity)
+                    continue
+                message = pending.popleft()
                 flight.worker = identity
                 flight.epoch += 1
                 flight.attempts += 1
                 worker.assigned.add(message.message_id)
+                if suspect:
+                    worker.suspect = message.message_id
                 heapq.heappush(self._deadlines, (now + self._deadline_s[role], message.message_id, flight.epoch))
                 self.out.append(Send(role, identity, message))
+            ready.extendleft(reversed(passed_over))
 
     def _escalate(self, flight: Flight, reason: str, now: float) -> None:
         """Record `escalated` and park the email until a person decides (no deadline)."""

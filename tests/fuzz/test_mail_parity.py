@@ -7,6 +7,10 @@ a 0.8 ms email. The reference below runs the same steps on a plain policy.defaul
 Both must agree on every email of the corpus and on every email hypothesis builds (the
 fuzz strategies of test_mail_fuzz): the same body, subject, sender, attachments and
 defects, or a problem under the same rule.
+
+Both take the sender the way reader.mail._header does, on purpose: From is shown as text,
+not re-rendered by policy.default's address parser (so a From that parser cannot read no
+longer makes the whole email `mail.broken`; the sender is only ever displayed).
 """
 
 from __future__ import annotations

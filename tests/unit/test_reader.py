@@ -137,3 +137,25 @@ def test_odd_unicode_passes_through_untouched() -> None:
     seen = []
     read(Reader(TASK, lambda m: seen.append(m) or ModelAnswer("1", 1.0), {}), "44\u200b11 \u202e".encode(), "text")
     assert "44\u200b11 \u202e" in seen[0][-1]["content"]
+
+
+def test_shared_header_cache_stays_small_under_hostile_variety() -> None:
+    """Thousands of emails, each with its own worst-case short Content-Type: what the reader
+    keeps between emails stays within a few megabytes (the parse trees are large)."""
+    import tracemalloc
+
+    from reader import mail
+
+    shapes = ["a/b; c={}x@y.x@y.x@y.x@y.x@y.x@y.x@y.x@y.x@y.x@", 'a/b; c="{} y x y x y x y x y x y x y x y x y x y x y',
+              "a/b; c*0*=utf-8''{}%41%41%41%41%41%41%41%41%41%41%41; d=1"]
+    mail._COMMON.clear()
+    tracemalloc.start()
+    try:
+        for n in range(3_000):
+            value = shapes[n % 3].format(n)[:64]
+            mail.parse(f"Content-Type: {value}\n\nOrder 4411\n".encode(), "eml")
+        kept, entries = tracemalloc.get_traced_memory()[0], len(mail._COMMON)
+    finally:
+        tracemalloc.stop()
+        mail._COMMON.clear()
+    assert entries <= mail._COMMON_MAX and kept < 16_000_000, (entries, kept)

@@ -318,3 +318,36 @@ def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
     assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
     assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
     assert _chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]
+
+
+def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
+    """A reader holding four emails dies. The four come back as suspects: each goes alone to
+    a reader holding nothing. The one that kills every reader it reaches fails by itself
+    after max_attempts; the three others complete."""
+    router.settings = msgspec.structs.replace(settings, max_attempts=3)
+    workers(router, readers=(R1,), credit=4)
+    ids = [submit(router, ref=n)[0] for n in range(4)]
+    assert all(ids[n] in router.workers["reader"][R1].assigned for n in range(4))
+    poison = ids[1]
+    dead = R1
+    finished: list[dict] = []
+    for attempt in range(40):
+        effects = router.undeliverable(Send("reader", dead, Heartbeat()), float(attempt))  # it died
+        fresh = f"r-{attempt}".encode()
+        effects += router.handle("reader", fresh, Hello(credit=4), float(attempt))
+        while True:
+            held = sends(effects, "reader")
+            assert len(held) <= 1, "a suspect never shares its reader"
+            finished += outcomes(effects)
+            if not held:
+                break
+            message_id = held[0].message.message_id
+            if message_id == poison:
+                dead = fresh  # this reader dies too
+                break
+            effects = router.handle("reader", fresh, Reading(message_id=message_id, answer="1", source="model"), 1.0)
+            effects += router.handle("validator", V, Rejected(message_id=message_id, rule="r", reason="x"), 1.0)
+        if len(finished) == 4:
+            break
+    by_id = {line["message_id"]: line["outcome"] for line in finished}
+    assert by_id == {ids[0]: "rejected", poison: "failed", ids[2]: "rejected", ids[3]: "rejected"}

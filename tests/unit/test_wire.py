@@ -158,3 +158,19 @@ def test_a_batch_never_outgrows_the_receivers_frame_cap() -> None:
     assert all(len(frame) <= cap - wire.FRAME_OVERHEAD_BYTES for _, frame in sent)
     assert sum(count for count, _ in sent) == 40
     assert [count for count, _ in wire.frames([Submit(ref=1, raw=b"x" * 5000, format="text")] * 2, cap)] == [1, 1]
+
+
+def test_a_huge_declared_batch_costs_nothing() -> None:
+    """4 MiB of one-byte elements under one array header: refused from the header, before
+    any element is read (decoding first peaked at 236 MB, enough to kill the broker)."""
+    import tracemalloc
+
+    frame = b"\xdd" + (4_000_000).to_bytes(4, "big") + b"\xc0" * 4_000_000
+    tracemalloc.start()
+    try:
+        (got,) = inbound_decoder("reader").frame(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(got, Malformed) and "1024" in got.reason
+    assert peak < 1_000_000
