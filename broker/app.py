@@ -120,13 +120,12 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 lines.append(effect)
             else:
                 outgoing.setdefault((effect.role, effect.identity), []).append(effect)
-        for chunk in _chunks(lines, settings.max_frame_bytes):
-            writer.write(chunk)
-            publisher.send(chunk)  # subscribers split a frame at its newlines
-        # Work goes to the workers before the fsync, so a reader starts on an email while it
-        # reaches the disk; only the intake's replies (an Accepted promises the email is
-        # kept) wait for it. A crash in between leaves an email received but never
-        # accepted: recovery gives it the outcome `failed` (see recover).
+        # Work goes to the workers first, before the fsync, so a reader starts on an email
+        # while it reaches the disk; only the intake's replies (an Accepted promises the
+        # email is kept) wait for it. A crash in between leaves an email received but never
+        # accepted: recovery gives it the outcome `failed` (see recover). The trace lines
+        # come last: they reach the file at the end of the turn either way, and every
+        # message that waits for them waits at every hop.
         for (role, identity), sends in outgoing.items():
             if role != "intake":
                 send_to(role, identity, sends)
@@ -134,6 +133,9 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         for (role, identity), sends in outgoing.items():
             if role == "intake":
                 send_to(role, identity, sends)
+        for chunk in _chunks(lines, settings.max_frame_bytes):
+            writer.write(chunk)
+            publisher.send(chunk)  # subscribers split a frame at its newlines
 
     def send_to(role: str, identity: bytes, sends: list[Send]) -> None:
         sock, sent = sockets[role], 0
