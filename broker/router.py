@@ -330,6 +330,8 @@ class Router:
     def _dispatch(self, now: float) -> None:
         for role, pending in self._pending.items():
             ready, workers = self._ready[role], self.workers[role]
+            if not (pending and ready):
+                continue  # the usual case, on every message: keep it cheap
             passed_over: list[bytes] = []
             while pending and ready:
                 identity = ready.popleft()
