@@ -119,9 +119,13 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
                                 rss.get(name), count, wall_s) for name in meter.pids}
     processes["bench client"] = _process(client_after - client_before, None, count, wall_s)
     outcomes = collections.Counter(results.values())
+    cpu_total = sum(proc["cpu_s"] or 0.0 for proc in processes.values())
     return {
         "emails": count, "readers": readers, "wall_s": round(wall_s, 3),
         "emails_per_s": round(len(results) / wall_s, 1) if wall_s > 0 else None,
+        # What the CPUs allow: every process's CPU per email, all of them busy all the time.
+        "cpu_s_per_1000_total": round(cpu_total / count * 1000, 4),
+        "cpu_bound_emails_per_s": round(len(os.sched_getaffinity(0)) * count / cpu_total, 1) if cpu_total else None,
         "latency_ms": percentiles([f["ms"] for f in facts.values() if "ms" in f]),
         "stages_ms": stages_ms(facts),
         "processes": processes,

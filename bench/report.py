@@ -80,6 +80,8 @@ def _separated(run: dict[str, Any]) -> list[str]:
     for name, proc in run["processes"].items():
         lines.append(f"  {name:<14} {_num(proc['cpu_s_per_1000'], 3):>21} {_num(proc['cpu_s'], 2):>8} "
                      f"{_num(proc['busy_pct'], 1):>15} {_num(proc['peak_rss_mb'], 1):>12}")
+    lines.append(f"  {'all of them':<14} {_num(run['cpu_s_per_1000_total'], 3):>21}   so the CPUs allow at most "
+                 f"{_num(run['cpu_bound_emails_per_s'], 0)} emails/s")
     return lines
 
 

@@ -43,6 +43,9 @@ def test_bench_reports_every_figure(tmp_path: Path) -> None:
         assert separated["services"][service]["cpu_s_per_1000"] >= 0
         assert separated["services"][service]["peak_rss_mb"] > 0
         assert separated["services"][service]["busy_pct"] >= 0
+    per_process = sum(p["cpu_s_per_1000"] for p in separated["processes"].values())
+    assert abs(separated["cpu_s_per_1000_total"] - per_process) < 0.01
+    assert separated["cpu_bound_emails_per_s"] > 0 and "so the CPUs allow at most" in table
     correctness = separated["correctness"]
     assert (correctness["completed"], correctness["calls_lines"], correctness["calls_expected"]) == (300, 600, 600)
     assert (correctness["missing"], correctness["other_outcomes"], correctness["restarted"]) == (0, {}, [])
