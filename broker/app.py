@@ -126,27 +126,32 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         # accepted: recovery gives it the outcome `failed` (see recover). The trace lines
         # come last: they reach the file at the end of the turn either way, and every
         # message that waits for them waits at every hop.
+        later: list[Send | bytes | Entry] = []
         for (role, identity), sends in outgoing.items():
             if role != "intake":
-                send_to(role, identity, sends)
+                later += send_to(role, identity, sends)
         journal.sync()
         for (role, identity), sends in outgoing.items():
             if role == "intake":
-                send_to(role, identity, sends)
+                later += send_to(role, identity, sends)
         for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
             publisher.send(chunk)  # subscribers split a frame at its newlines
+        if later:  # what a refused send led to comes after this turn's lines, as it happened
+            carry_out(later)
 
-    def send_to(role: str, identity: bytes, sends: list[Send]) -> None:
-        sock, sent = sockets[role], 0
+    def send_to(role: str, identity: bytes, sends: list[Send]) -> list[Send | bytes | Entry]:
+        """Send in batches; the Router's effects for what the socket refused."""
+        sock, sent, refused = sockets[role], 0, []
         for count, frame in frames([send.message for send in sends], settings.max_frame_bytes):
             try:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
                 for send in sends[sent:sent + count]:
-                    carry_out(core.undeliverable(send, time.monotonic()))
+                    refused += core.undeliverable(send, time.monotonic())
             sent += count
+        return refused
 
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
