@@ -115,18 +115,14 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result
                 progress(len(done), len(emails))
-    time.sleep(0.2)  # the broker flushes its trace once per loop turn
-    wanted = set(ids)
     records: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
-    for record in trace.read(settings.trace_path):
-        message_id = record.get("message_id")
-        if message_id not in wanted:
-            continue
-        if record["event"] == "verdict" and record.get("verdict") == "passed":
-            records[message_id]["value"] = record.get("value")
-        elif record["event"] == "outcome":
-            records[message_id]["ms"] = record.get("ms")
-    calls = _calls_by_id(settings.calls_path, wanted)
+    for message_id, lines in trace.settled(settings.trace_path, ids, len(done)).items():
+        for record in lines:
+            if record.get("event") == "verdict" and record.get("verdict") == "passed":
+                records[message_id]["value"] = record.get("value")
+            elif record.get("event") == "outcome":
+                records[message_id]["ms"] = record.get("ms")
+    calls = _calls_by_id(settings.calls_path, set(ids))
     results = []
     for item, message_id in zip(emails, ids):
         outcome = done.get(message_id)
@@ -165,14 +161,17 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
     return results, stragglers
 
 
+CALL_KEYS = ("step", "server", "tool", "args")
+
+
 def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """calls.jsonl by message id; a torn line (an actor killed mid-write) is skipped."""
     found: dict[str, list[dict[str, Any]]] = {}
     if path.exists():
-        for line in path.read_text().splitlines():
-            call = json.loads(line)
-            if call["message_id"] in wanted:
-                found.setdefault(call["message_id"], []).append(
-                    {k: call[k] for k in ("step", "server", "tool", "args")})
+        for line in path.read_bytes().splitlines():
+            call = trace.decode_line(line)  # the same JSON-lines reader as the trace's
+            if call is not None and call.get("message_id") in wanted and all(k in call for k in CALL_KEYS):
+                found.setdefault(call["message_id"], []).append({k: call[k] for k in CALL_KEYS})
     return found
 
 

@@ -79,6 +79,24 @@ def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
                 yield record
 
 
+def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
+            poll_s: float = 0.1) -> dict[str, list[dict[str, Any]]]:
+    """Each id's records, read once `finished` of the ids have an outcome line, or at the
+    deadline. The broker answers a client before it writes that turn's trace lines, so
+    whoever reads the trace right after its results must wait for them here."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
+        for record in read(path):
+            records = found.get(record.get("message_id"))  # type: ignore[arg-type]
+            if records is not None:
+                records.append(record)
+        ended = sum(any(r.get("event") == "outcome" for r in records) for records in found.values())
+        if ended >= finished or time.monotonic() > deadline:
+            return found
+        time.sleep(poll_s)
+
+
 def states(path: Path) -> dict[str, str]:
     """Each email's state in one pass over the trace: `open` (received, no outcome yet),
     `escalated` (its last outcome waits for a person) or `final`."""

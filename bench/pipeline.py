@@ -28,8 +28,7 @@ from bench.report import percentiles
 
 STALL_S = 60.0  # no outcome at all for this long: the run is stuck, stragglers are counted
 AWAIT_CHUNK = 1000  # ids per Await
-TRACE_WAIT_S = 10.0  # the broker flushes its trace once per loop turn; wait this long for it
-TRACE_POLL_S = 0.1
+TRACE_WAIT_S = 10.0  # the broker writes its trace after its answers; wait this long for it
 CLIENT_TIMEOUT_S = 30.0
 STAGES = (("reader", "received", "model_answer"), ("validator", "model_answer", "verdict"),
           ("actor", "verdict", "outcome"))
@@ -247,14 +246,11 @@ def with_model(settings: Settings, email: Submission, count: int, progress: Prog
 
 def trace_facts(path: Path, ids: list[str], expected: int) -> dict[str, dict[str, Any]]:
     """Per id: outcome `ms`, the number of outcome lines, and the model answer's source and
-    `model_ms`; waits (up to TRACE_WAIT_S) until `expected` ids have an outcome line."""
-    deadline = time.monotonic() + TRACE_WAIT_S
-    while True:
-        facts: dict[str, dict[str, Any]] = {message_id: {} for message_id in ids}
-        for record in trace.read(path):
-            found = facts.get(record.get("message_id"))  # type: ignore[arg-type]
-            if found is None:
-                continue
+    `model_ms`, once `expected` ids have an outcome line (see trace.settled)."""
+    facts: dict[str, dict[str, Any]] = {}
+    for message_id, records in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
+        found = facts[message_id] = {}
+        for record in records:
             if record["event"] in STAGE_EVENTS:
                 found.setdefault(f"at.{record['event']}", record["at"])  # the first: a redelivery comes later
             if record["event"] == "outcome":
@@ -264,9 +260,7 @@ def trace_facts(path: Path, ids: list[str], expected: int) -> dict[str, dict[str
                 found["source"] = record.get("source")
                 if isinstance(record.get("model_ms"), (int, float)):
                     found["model_ms"] = record["model_ms"]
-        if sum("ms" in f for f in facts.values()) >= expected or time.monotonic() > deadline:
-            return facts
-        time.sleep(TRACE_POLL_S)
+    return facts
 
 
 def stages_ms(facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
