@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock import trace
 from tests.conftest import ROOT, airlock_env
 
 pytestmark = pytest.mark.integration
@@ -56,16 +57,13 @@ class Stack:
         assert done.returncode == 0, done.stderr
         return [json.loads(line) for line in done.stdout.splitlines()]
 
+    # Both files are JSON lines read with the kernel's reader, which skips a line a killed
+    # process left half written (the crash tests poll these while they kill).
     def calls(self, message_id: str | None = None) -> list[dict]:
-        path = self.data / "calls.jsonl"
-        found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        return [c for c in found if message_id is None or c["message_id"] == message_id]
+        return list(trace.read(self.data / "calls.jsonl", message_id))
 
     def trace(self, message_id: str | None = None, event: str | None = None) -> list[dict]:
-        path = self.data / "trace.jsonl"
-        found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        return [r for r in found if (message_id is None or r["message_id"] == message_id)
-                and (event is None or r["event"] == event)]
+        return [r for r in trace.read(self.data / "trace.jsonl", message_id) if event is None or r["event"] == event]
 
     def socket(self, role: str, key_role: str | None = None, curve: bool = True):
         """A DEALER to this stack's `role` endpoint, authenticated as `key_role` (default:

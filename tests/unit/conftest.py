@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import msgspec
 import pytest
 
 from actor.app import Actor, build
-from airlock import task as task_module
+from airlock import task as task_module, trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "tasks"
@@ -38,8 +37,4 @@ def make_actor(settings, tmp_path: Path) -> Iterator[Callable[..., Actor]]:
 def logged_calls(settings) -> Callable[[], list[dict]]:
     """The mock tools' calls.jsonl so far, one dict a line."""
 
-    def read() -> list[dict]:
-        path = settings.calls_path
-        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-    return read
+    return lambda: list(trace.read(settings.calls_path))
