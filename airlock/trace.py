@@ -103,8 +103,8 @@ def states(path: Path) -> dict[str, str]:
     state: dict[str, str] = {}
     for record in read(path):
         message_id, event = record.get("message_id"), record.get("event")
-        if not isinstance(message_id, str):
-            continue
+        if not isinstance(message_id, str) or record.get("stage") != "broker":
+            continue  # only the broker's own lines say where an email stands
         if event == "received":
             state[message_id] = "open"
         elif event == "outcome":

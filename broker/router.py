@@ -36,6 +36,14 @@ from airlock.wire import (
 )
 from broker.journal import Entry
 
+# The events the broker writes from what it checked itself. Recovery, scoring and the
+# dashboard read them, so a worker's Event or a client's Notice may not take these names
+# (a forged "outcome" would make recovery skip an email, a forged "received" redo one).
+BROKER_EVENTS = frozenset({
+    "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
+    "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
+    "auth_refused", "started", "stopped",
+})
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
@@ -108,6 +116,10 @@ class Router:
                 self._trace("broker", "violation", None, endpoint=role, kind=kind, reason=reason)
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
+            case Event(event=event) | Notice(event=event) if event in BROKER_EVENTS:
+                self.counters[f"violation.{role}"] += 1
+                self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
+                            reason=f"a peer on the {role} endpoint may not write the trace event '{event}'")
             case Event(event=event, message_id=message_id, detail=detail):
                 self._trace(role, event, message_id, detail)
             case _:

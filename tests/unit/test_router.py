@@ -9,7 +9,7 @@ import pytest
 
 from airlock.wire import (
     Accepted, Await, Call, Done, Email, Event, Heartbeat, Hello, Malformed, Passed, Ping, Reading, Refused,
-    Rejected, Result, Status, Submit, Unreadable, Violation,
+    Notice, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
 from broker.journal import Entry
 from broker.router import Router, Send
@@ -351,3 +351,30 @@ def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
             break
     by_id = {line["message_id"]: line["outcome"] for line in finished}
     assert by_id == {ids[0]: "rejected", poison: "failed", ids[2]: "rejected", ids[3]: "rejected"}
+
+
+@pytest.mark.parametrize(("role", "identity", "message"), [
+    pytest.param("actor", A, Event(event="outcome", message_id="abc-1", detail={"outcome": "completed"}), id="actor-outcome"),
+    pytest.param("reader", R1, Event(event="received", message_id="abc-1"), id="reader-received"),
+    pytest.param("reader", R1, Event(event="verdict", message_id="abc-1", detail={"verdict": "passed"}), id="reader-verdict"),
+    pytest.param("intake", CLIENT, Notice(event="outcome", detail={"outcome": "failed"}), id="client-outcome"),
+])
+def test_peers_cannot_forge_the_brokers_own_events(router: Router, role, identity, message) -> None:
+    """Recovery and scoring read received/outcome/verdict lines: a worker's Event or a
+    client's Notice under such a name is a recorded violation, not a trace line of that name."""
+    (line,) = lines(router.handle(role, identity, message, 0.0))
+    assert (line["stage"], line["event"], line["endpoint"]) == ("broker", "violation", role)
+    assert router.counters[f"violation.{role}"] == 1
+
+
+def test_recovery_reads_only_the_brokers_lines(tmp_path) -> None:
+    """Even a forged line in the file (say, written by hand) cannot close or reopen an email."""
+    from airlock import trace
+
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"".join([
+        trace.line("broker", "received", "m-1", {}), trace.line("actor", "outcome", "m-1", {"outcome": "completed"}),
+        trace.line("broker", "received", "m-2", {}), trace.line("broker", "outcome", "m-2", {"outcome": "completed"}),
+        trace.line("reader", "received", "m-2", {}),
+    ]))
+    assert trace.states(path) == {"m-1": "open", "m-2": "final"}
