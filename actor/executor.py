@@ -25,7 +25,7 @@ from actor.catalog import Catalog, Tool
 from actor.pending import Escalation, PendingStore
 from actor.plan import BoundStep, structural_problem
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
-from actor.tools import CallLog
+from actor.tools import CallLog, call_key
 from airlock.wire import Call, Done
 
 _json = msgspec.json.Encoder()
@@ -61,6 +61,13 @@ class Executor:
 
     def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
             approval_step: int = 0) -> Done:
+        done = self._steps(message_id, value, sender, approval, approval_step)
+        if done.outcome != "escalated":  # whatever ended it, nothing waits for a person now
+            self.pending.resolve(message_id)
+        return done
+
+    def _steps(self, message_id: str, value: int | str, sender: str, approval: Approval | None,
+               approval_step: int) -> Done:
         facts = {"value": Fact(value, "email", "reader, validator"),
                  "sender": Fact(sender or None, "intake", "intake")}
         calls: list[Call] = []
@@ -68,11 +75,10 @@ class Executor:
             args = step.arguments(value)
             verdict, tool = self.authorize(step, args, facts, approval if step.number == approval_step else None)
             call = Call(step=step.number, server=step.pair[0], tool=step.pair[1], args=args, status="ok",
-                        key=f"{message_id}:{step.number}", decision=verdict.record())
+                        key=call_key(message_id, step.number), decision=verdict.record())
             where = f"step {step.number} {step.pair[0]}/{step.pair[1]}"
             if verdict.verdict == "refuse":
                 calls.append(msgspec.structs.replace(call, status="refused"))
-                self.pending.resolve(message_id)
                 return Done(message_id=message_id, outcome="refused", reason=f"{where}: {verdict.reason}", calls=calls)
             if verdict.verdict == "escalate":
                 calls.append(msgspec.structs.replace(call, status="escalated"))
@@ -85,7 +91,6 @@ class Executor:
             if tool.mock.returns == "order":
                 for name in ("customer", "status", "found"):
                     facts[f"order.{name}"] = Fact(call.result.get(name), "order_store", where)
-        self.pending.resolve(message_id)
         return Done(message_id=message_id, outcome="completed", calls=calls)
 
     def authorize(self, step: BoundStep, args: dict[str, Any], facts: dict[str, Fact],

@@ -29,6 +29,12 @@ def load_orders(path: Path = ORDERS_PATH) -> dict[str, dict[str, str]]:
     return tomllib.loads(path.read_text(encoding="utf-8")).get("orders", {})
 
 
+def call_key(message_id: str, step: int) -> str:
+    """The idempotency key of one step for one email: the executor reports it, the ledger
+    honours it. One definition, so a replay can never miss its earlier call."""
+    return f"{message_id}:{step}"
+
+
 class ToolFailure(Exception):
     """The mock was told to fail (test catalogs only)."""
 
@@ -41,7 +47,7 @@ class CallLog:
             for line in path.read_bytes().splitlines():
                 try:
                     call = json.loads(line)
-                    self.done.add(f"{call['message_id']}:{call['step']}")
+                    self.done.add(call_key(call["message_id"], call["step"]))
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn last line: that call did not complete
         torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
@@ -55,7 +61,7 @@ class CallLog:
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any]) -> bool:
         """Log one call; False (and nothing written) if its key was already logged."""
-        key = f"{message_id}:{step}"
+        key = call_key(message_id, step)
         with self._lock:
             if key in self.done:
                 return False

@@ -241,3 +241,13 @@ def test_executor_unit_without_files(tmp_path: Path) -> None:
     assert done.outcome == "completed"
     assert [r["rule"] for r in done.calls[1].decision["rules"]] == [
         "plan", "pin", "permission", "schema", "evidence", "corroboration"]
+
+
+def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
+    """Approved, then the tool fails: the email ends failed and nothing is left waiting."""
+    failing = CATALOG.replace('tool = "send_refund_confirmation"', 'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
+    actor = make_actor("refund_with_approval.toml", catalog_text=failing)
+    assert actor.run("r1", "damaged", "lena@example.de").outcome == "escalated"
+    done = actor.decide("r1", Approval(True, "support-lead", "dana"))
+    assert done.outcome == "failed" and "mail server down" in done.reason
+    assert "r1" not in actor.executor.pending.open
