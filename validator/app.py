@@ -14,12 +14,12 @@ from validator.narrow import Value, read_value
 
 class Validator:
     def __init__(self, narrow: NarrowType) -> None:
-        self.narrow = narrow
+        self.narrow, self.value_type = narrow, narrow.msgspec_type()
 
     def handle(self, message: Message) -> list[Message]:
         match message:
             case Reading(message_id=message_id, answer=answer, truncated=truncated):
-                match read_value(answer, self.narrow, truncated=truncated):
+                match read_value(answer, self.narrow, truncated=truncated, value_type=self.value_type):
                     case Value(value=value):
                         return [Passed(message_id=message_id, value=value)]
                     case broken:

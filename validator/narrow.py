@@ -11,6 +11,7 @@ that matches the declared type in full survives, decoded strictly by msgspec:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 
@@ -29,7 +30,9 @@ class Broken(msgspec.Struct, frozen=True):
     reason: str
 
 
-def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False) -> Value | Broken:
+def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False,
+               value_type: Any = None) -> Value | Broken:
+    """`value_type` is narrow.msgspec_type(), built once by a caller that reads many answers."""
     name = narrow.__struct_config__.tag
     if not _valid_unicode(answer):  # lone surrogates: not text at all, whatever the type
         return Broken(f"{name}.syntax", "the answer is not valid Unicode text")
@@ -43,7 +46,7 @@ def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False) -> V
             return Broken("integer.syntax", f"{_show(answer)} is not an integer in ASCII digits")
         candidate = int(answer)
     try:
-        return Value(msgspec.convert(candidate, narrow.msgspec_type(), strict=True))
+        return Value(msgspec.convert(candidate, value_type or narrow.msgspec_type(), strict=True))
     except msgspec.ValidationError as exc:
         detail = f" ({exc})" if isinstance(narrow, IntegerRange) else ""
         return Broken(_rule(narrow), f"{_show(answer)} is not {narrow.describe()}{detail}")
