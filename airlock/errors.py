@@ -40,3 +40,8 @@ class BrokerUnreachable(AirlockError):
 
 class UsageError(AirlockError):
     """A CLI request that cannot be carried out (missing file, bad flag value)."""
+
+
+# The exit code of a process that refused its configuration (sysexits' EX_CONFIG). The
+# supervisor does not restart such a child: restarting cannot fix a bad file.
+EX_CONFIG = 78

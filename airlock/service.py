@@ -126,7 +126,7 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
     restarting cannot fix a bad task file. Everything else is one line on stderr too.
     """
     from airlock import settings as settings_module, task as task_module
-    from airlock.errors import ConfigError
+    from airlock.errors import EX_CONFIG, ConfigError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where is it stuck?
 
@@ -136,12 +136,12 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
         serve_fn(settings, task, stop_on_signals())
     except ConfigError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
-        return 78
+        return EX_CONFIG
     except zmq.ZMQError as exc:
         print(f"{name}: network: {exc}", file=sys.stderr)
         return 1
     except PermissionError as exc:  # typically a data folder the service's user cannot write
         print(f"{name}: {exc.strerror}: {exc.filename} (is the data folder writable by uid {os.getuid()}?)",
               file=sys.stderr)
-        return 78
+        return EX_CONFIG
     return 0

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airlock.client import IntakeClient
-from airlock.errors import BrokerUnreachable
+from airlock.errors import EX_CONFIG, BrokerUnreachable
 from airlock.settings import Settings
 
-EX_CONFIG = 78
 BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
 STOP_GRACE_S = 5.0

@@ -17,9 +17,8 @@ import sys
 from collections.abc import Iterator
 
 from airlock import settings as settings_module, task as task_module
-from airlock.errors import ConfigError
+from airlock.errors import EX_CONFIG, ConfigError
 
-EX_CONFIG = 78
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
 
 
