@@ -42,7 +42,7 @@ def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair |
     """A broker endpoint; with a key pair it is a CURVE server whose ZAP domain names the
     endpoint, so the authenticator can allow each role's key on its own endpoint only."""
     sock = ctx.socket(zmq.ROUTER)
-    _serve_curve(sock, server, domain)
+    serve_curve(sock, server, domain)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
@@ -52,18 +52,24 @@ def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair |
     return sock
 
 
-def _serve_curve(sock: zmq.Socket, server: Pair | None, domain: str) -> None:
+def serve_curve(sock: zmq.Socket, server: Pair | None, domain: str) -> None:
+    """Make `sock` a CURVE server whose ZAP domain names its endpoint (no pair: plain)."""
     if server is not None:
         sock.curve_secretkey, sock.curve_publickey = server.secret, server.public
         sock.curve_server = True
         sock.zap_domain = domain.encode()
 
 
+def use_curve(sock: zmq.Socket, client: Pair | None, server_key: bytes | None) -> None:
+    """Make `sock` a CURVE client of the server with `server_key` (no keys: plain)."""
+    if client is not None and server_key is not None:
+        sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = client.secret, client.public, server_key
+
+
 def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
            server_key: bytes | None = None) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
-    if client is not None and server_key is not None:
-        sock.curve_secretkey, sock.curve_publickey, sock.curve_serverkey = client.secret, client.public, server_key
+    use_curve(sock, client, server_key)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)

@@ -17,7 +17,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from airlock import trace
 from airlock.settings import Settings
-from airlock.transport import LINGER_MS, recv_routed, router
+from airlock.transport import LINGER_MS, recv_routed, router, serve_curve
 from airlock.wire import FRAME_OVERHEAD_BYTES, ROLES, Malformed, frames, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal
@@ -90,10 +90,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                for role in ROLES}
     publisher = ctx.socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
-    if server is not None:  # only the dashboard's key may read the trace stream
-        publisher.curve_secretkey, publisher.curve_publickey = server.secret, server.public
-        publisher.curve_server = True
-        publisher.zap_domain = b"trace"
+    serve_curve(publisher, server, "trace")  # only the dashboard's key may read the trace stream
     publisher.bind(settings.endpoint("trace", bind=True))
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}

@@ -27,6 +27,7 @@ from typing import Any
 import zmq
 
 from airlock.trace import decode_line as decode  # the trace module owns its line format
+from airlock.transport import use_curve
 
 POLL_S = 0.2
 FILE_POLL_S = 1.0
@@ -114,9 +115,7 @@ class TraceFeed:
         sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
         sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
-        if self.client_keys is not None:
-            sub.curve_secretkey, sub.curve_publickey = self.client_keys.secret, self.client_keys.public
-            sub.curve_serverkey = self.server_key
+        use_curve(sub, self.client_keys, self.server_key)
         sub.connect(self.endpoint)
         try:
             self._take(self.tail.new_lines())
