@@ -213,12 +213,19 @@ def cmd_pending(args: argparse.Namespace) -> int:
     if not waiting:
         print("nothing is waiting for a decision")
         return 0
+    wanted, escalations = set(waiting), {}
+    for record in trace.read(path):  # one pass; the last escalating authorization of each wins
+        decision = record.get("decision")
+        if (record.get("message_id") in wanted and record.get("event") == "authorization"
+                and isinstance(decision, dict) and decision.get("verdict") == "escalate"):
+            escalations[record["message_id"]] = record
     for message_id in waiting:
-        records = list(trace.read(path, message_id))
-        escalation = next(r for r in reversed(records) if r["event"] == "authorization"
-                          and (r.get("decision") or {}).get("verdict") == "escalate")
+        escalation = escalations.get(message_id)
+        if escalation is None:
+            print(f"{message_id}  escalated (its authorization record is not in the trace)")
+            continue
         decision = escalation["decision"]
-        print(f"{message_id}  step {escalation['step']} {escalation['server']}/{escalation['tool']}  "
+        print(f"{message_id}  step {escalation.get('step')} {escalation.get('server')}/{escalation.get('tool')}  "
               f"needs a {decision.get('escalated_to')}: {decision.get('reason')}")
     return 0
 
