@@ -70,6 +70,16 @@ class IntakeClient:
                     time.sleep(BUSY_RETRY_S)
                     self._send([waiting.pop(ref)], waiting)
 
+    def submit_one(self, item: Submission) -> str:
+        """Submit one email and return its message id, or raise BrokerUnreachable (a socket
+        error included): what the SMTP intake and the dashboard hand over, one at a time."""
+        try:
+            for _, message_id in self.submit([item]):
+                return message_id
+        except zmq.ZMQError as exc:
+            raise BrokerUnreachable(f"the broker at {self.endpoint} failed: {exc}") from exc
+        raise BrokerUnreachable(f"the broker at {self.endpoint} accepted nothing")  # submit yields or raises
+
     def _send(self, items: list[Submission], waiting: dict[int, Submission]) -> None:
         submits: list[Message] = []
         for item in items:

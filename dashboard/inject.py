@@ -92,6 +92,4 @@ def submit(settings: Settings, item: Submission) -> str:
     """Hand one email to the broker's intake; return its message id. Blocking: run in a thread.
     Raises BrokerUnreachable if the broker does not answer."""
     with IntakeClient(settings, timeout_s=INTAKE_TIMEOUT_S, role="dashboard") as client:
-        for _, message_id in client.submit([item]):
-            return message_id
-    raise InjectError("the broker accepted nothing")  # submit() yields once per item or raises
+        return client.submit_one(item)

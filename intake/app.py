@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import msgspec
-import zmq
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from airlock.client import IntakeClient, Submission
@@ -87,16 +86,10 @@ class BrokerSubmitter:
         with self._lock:
             client = self._client = self._client or self._connect()
             try:
-                accepted = next(client.submit([Submission(raw, "eml", origin, sender)]), None)
+                return client.submit_one(Submission(raw, "eml", origin, sender))
             except BrokerUnreachable:
                 self._discard()
                 raise
-            except zmq.ZMQError as exc:
-                self._discard()
-                raise BrokerUnreachable(f"the broker at {client.endpoint} failed: {exc}") from exc
-            if accepted is None:  # IntakeClient.submit yields each item or raises; never here
-                raise BrokerUnreachable(f"the broker at {client.endpoint} accepted nothing")
-            return accepted[1]
 
     def _discard(self) -> None:
         if self._client is not None:

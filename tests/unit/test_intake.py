@@ -106,12 +106,11 @@ class FakeClient:
     def __init__(self, answers: list[str | Exception]) -> None:
         self.answers, self.closed, self.endpoint = answers, False, "tcp://127.0.0.1:1"
 
-    def submit(self, items):
-        (item,) = list(items)
+    def submit_one(self, item) -> str:
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        yield item.origin, answer
+        return answer
 
     def close(self) -> None:
         self.closed = True
@@ -164,3 +163,19 @@ def test_intake_imports_only_the_kernel_and_itself() -> None:
     services = {"broker", "reader", "validator", "actor"}
     for module, names in imported_top_levels("intake").items():
         assert not names & services, f"{module} imports {sorted(names & services)}"
+
+
+def test_submit_one_turns_a_socket_error_into_broker_unreachable(settings) -> None:
+    """The client is the edge where ZeroMQ's errors become airlock's: the intake and the
+    dashboard both see BrokerUnreachable (a 451, a 503), never a raw ZMQError."""
+    import zmq
+
+    from airlock.client import IntakeClient, Submission
+
+    def broken(messages) -> None:
+        raise zmq.ZMQError(zmq.EHOSTUNREACH)
+
+    with IntakeClient(settings, timeout_s=0.2) as client:
+        client._channel.send_all = broken
+        with pytest.raises(BrokerUnreachable, match="failed"):
+            client.submit_one(Submission(RAW, "eml", "smtp:x"))
