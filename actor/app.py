@@ -51,6 +51,12 @@ class Actor:
             return Done(message_id=message_id, outcome="failed", reason="no escalated step is waiting for this email")
         return self.executor.run(message_id, escalation.value, escalation.sender, approval, escalation.step)
 
+    def sync(self) -> None:
+        """Before any answer leaves (the worker loop's group commit): the calls made and the
+        escalations opened or closed are on disk."""
+        self.tools.sync()
+        self.executor.pending.sync()
+
     def close(self) -> None:
         self.executor.close()
         self.tools.close()
@@ -71,6 +77,6 @@ def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channe
     actor = build(settings, task)
     try:
         serve_worker(connector(settings, "actor", channel), outbound_decoder("actor"), actor.handle,
-                     settings.worker_credit, stop, Liveness.of(settings), before_replies=actor.tools.sync)
+                     settings.worker_credit, stop, Liveness.of(settings), before_replies=actor.sync)
     finally:
         actor.close()

@@ -128,3 +128,4 @@ class Executor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.pending.close()

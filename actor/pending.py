@@ -1,10 +1,17 @@
-"""Escalated steps waiting for a person, kept on disk so they survive an actor restart."""
+"""Escalated steps waiting for a person, kept on disk so they survive an actor restart.
+
+pending.jsonl is synced with the call log before the actor answers (Actor.sync), so an
+email the broker records as `escalated` is still waiting here after a crash of the host.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from airlock import trace
 
 
 @dataclass(frozen=True)
@@ -16,20 +23,19 @@ class Escalation:
     role: str
 
 
+ESCALATION_FIELDS = {f.name for f in fields(Escalation)}
+
+
 class PendingStore:
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.open: dict[str, Escalation] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if entry.pop("resolved", False):
-                    self.open.pop(entry["message_id"], None)
-                else:
-                    self.open[entry["message_id"]] = Escalation(**entry)
+        for entry in trace.read(path):  # a torn last line (a crash mid-write) is skipped
+            if entry.pop("resolved", False):
+                self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
+            elif entry.keys() == ESCALATION_FIELDS:
+                self.open[entry["message_id"]] = Escalation(**entry)
+        self._file = trace.open_lines(path)
+        self._dirty = False
 
     def add(self, escalation: Escalation) -> None:
         self.open[escalation.message_id] = escalation
@@ -39,7 +45,17 @@ class PendingStore:
         if self.open.pop(message_id, None) is not None:
             self._append({"message_id": message_id, "resolved": True})
 
+    def sync(self) -> None:
+        if self._dirty:
+            os.fsync(self._file.fileno())
+            self._dirty = False
+
+    def close(self) -> None:
+        self.sync()
+        self._file.close()
+
     def _append(self, entry: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(entry) + "\n")
+        self._file.write(json.dumps(entry).encode() + b"\n")
+        self._file.flush()
+        self._dirty = True
+

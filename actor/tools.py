@@ -10,7 +10,6 @@ idempotency key, so a replayed message never repeats a side effect.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import tomllib
@@ -20,6 +19,7 @@ from typing import Any
 import msgspec
 
 from actor.catalog import Tool
+from airlock import trace
 from airlock.trace import utc_now
 
 ORDERS_PATH = Path(__file__).with_name("orders.toml")
@@ -41,19 +41,10 @@ class ToolFailure(Exception):
 
 class CallLog:
     def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.done: set[str] = set()
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                try:
-                    call = json.loads(line)
-                    self.done.add(call_key(call["message_id"], call["step"]))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line: that call did not complete
-        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
-        self._file = open(path, "ab")
-        if torn:  # killed mid-line: that call never completed; end the line so the log stays whole
-            self._file.write(b"\n")
+        # A torn last line is a call that never completed: trace.read skips it.
+        self.done = {call_key(call["message_id"], call["step"]) for call in trace.read(path)
+                     if isinstance(call.get("message_id"), str) and isinstance(call.get("step"), int)}
+        self._file = trace.open_lines(path)
         self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
         self._dirty = False

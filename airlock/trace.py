@@ -12,7 +12,7 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -42,15 +42,23 @@ def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any])
     return _json.encode({**base, **detail, **base}) + b"\n"
 
 
+def open_lines(path: Path) -> BinaryIO:
+    """A JSON-lines file (trace, call log, pending escalations) opened for appending. If a
+    writer died mid-line, that line is ended first: the torn record stays unreadable (the
+    readers skip it) and the next one stays whole instead of merging with it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+    handle = open(path, "ab")
+    if torn:
+        handle.write(b"\n")
+    return handle
+
+
 class TraceWriter:
     """Appends lines; flush() is called once per broker loop turn, not per line."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-        self._file = open(path, "ab")
-        if torn:  # a writer died mid-line; end that line so the next one stays whole
-            self._file.write(b"\n")
+        self._file = open_lines(path)
 
     def write(self, data: bytes) -> None:
         self._file.write(data)

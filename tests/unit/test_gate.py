@@ -251,3 +251,17 @@ def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
     done = actor.decide("r1", Approval(True, "support-lead", "dana"))
     assert done.outcome == "failed" and "mail server down" in done.reason
     assert "r1" not in actor.executor.pending.open
+
+
+def test_pending_store_survives_a_torn_line(tmp_path: Path) -> None:
+    """A crash mid-write leaves half a line: it is skipped, and the next entry stays whole."""
+    from actor.pending import Escalation
+
+    path = tmp_path / "pending.jsonl"
+    path.write_text('{"message_id": "r1", "value": "damaged", "sender": "a@b", "step": 2, "role": "lead"}\n'
+                    '{"message_id": "r2", "val')
+    store = PendingStore(path)
+    assert list(store.open) == ["r1"]
+    store.add(Escalation("r3", "late", "a@b", 2, "lead"))
+    store.close()
+    assert sorted(PendingStore(path).open) == ["r1", "r3"]
