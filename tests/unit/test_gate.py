@@ -264,4 +264,6 @@ def test_pending_store_survives_a_torn_line(tmp_path: Path) -> None:
     assert list(store.open) == ["r1"]
     store.add(Escalation("r3", "late", "a@b", 2, "lead"))
     store.close()
-    assert sorted(PendingStore(path).open) == ["r1", "r3"]
+    again = PendingStore(path)
+    again.close()
+    assert sorted(again.open) == ["r1", "r3"]
