@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import heapq
 import time
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ import msgspec
 from airlock import trace
 from airlock.settings import Settings
 from airlock.wire import (
-    Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
+    INBOUND, Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
     Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
 from broker.journal import Entry
@@ -99,6 +100,17 @@ class Router:
         }
         self.out: list[Send | bytes | Entry] = []
         self._last_heartbeat = 0.0
+        self._handlers = {
+            Submit: self._on_submit, Await: self._on_await, Decide: self._on_decide, Ping: self._on_ping,
+            Notice: self._on_notice, Reading: self._on_reading, Unreadable: self._on_unreadable,
+            Passed: self._on_passed, Rejected: self._on_rejected, Done: self._on_done,
+        }
+        # Every message a peer may send has its handler: checked here, at start, not on the
+        # first such message (Hello and Event are handled in handle() itself).
+        missing = {kind for union in INBOUND.values() for kind in typing.get_args(union)} - {Hello, Event}
+        missing -= self._handlers.keys()
+        if missing:
+            raise RuntimeError(f"the broker has no handler for {sorted(kind.__name__ for kind in missing)}")
 
     # --- entry points -------------------------------------------------------------------
 
@@ -123,7 +135,7 @@ class Router:
             case Event(event=event, message_id=message_id, detail=detail):
                 self._trace(role, event, message_id, detail)
             case _:
-                getattr(self, f"_on_{type(message).__name__.lower()}")(role, identity, message, now)
+                self._handlers[type(message)](role, identity, message, now)
         self._dispatch(now)
         return self._take()
 
