@@ -17,11 +17,11 @@ from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Gate, Principals
 from actor.tools import CallLog
-from airlock.service import Liveness, serve as serve_worker
+from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task
-from airlock.transport import Channel, connector
-from airlock.wire import Decision, Done, Message, Passed, outbound_decoder
+from airlock.transport import Channel
+from airlock.wire import Decision, Done, Message, Passed
 
 
 class Actor:
@@ -76,7 +76,6 @@ def build(settings: Settings, task: Task) -> Actor:
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     actor = build(settings, task)
     try:
-        serve_worker(connector(settings, "actor", channel), outbound_decoder("actor"), actor.handle,
-                     settings.worker_credit, stop, Liveness.of(settings), before_replies=actor.sync)
+        serve_role(settings, "actor", actor.handle, settings.worker_credit, stop, channel, before_replies=actor.sync)
     finally:
         actor.close()

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import zmq
 
-from airlock.transport import Channel
-from airlock.wire import Event, Heartbeat, Hello, Malformed, Message, RoleDecoder, Violation
+from airlock.transport import Channel, connector
+from airlock.wire import Event, Heartbeat, Hello, Malformed, Message, RoleDecoder, Violation, outbound_decoder
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,15 @@ def serve(connect: Callable[[], Channel], decode: RoleDecoder,
             return
         backoff = timing.interval_s if heard else min(backoff * 2, timing.backoff_max_s)
         stop.wait(backoff)
+
+
+def serve_role(settings: object, role: str, handle: Callable[[Message], Iterable[Message]], credit: int,
+               stop: threading.Event, channel: Channel | None = None,
+               before_replies: Callable[[], None] = lambda: None) -> None:
+    """serve() for the worker of `role` as the settings describe it: its endpoint, its keys,
+    the broker's decoder for it and the heartbeat timing. A test may pass its own channel."""
+    serve(connector(settings, role, channel), outbound_decoder(role), handle, credit, stop,
+          Liveness.of(settings), before_replies)
 
 
 def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], Iterable[Message]],

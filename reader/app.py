@@ -6,11 +6,11 @@ import functools
 import threading
 from collections.abc import Callable
 
-from airlock.service import Liveness, serve as serve_worker
+from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task
-from airlock.transport import Channel, connector
-from airlock.wire import Email, Message, Reading, Unreadable, outbound_decoder
+from airlock.transport import Channel
+from airlock.wire import Email, Message, Reading, Unreadable
 from reader import mail, model, prompt, recordings
 from reader.recordings import Recording
 
@@ -68,5 +68,4 @@ def build(settings: Settings, task: Task) -> Reader:
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     reader = build(settings, task)
-    serve_worker(connector(settings, "reader", channel), outbound_decoder("reader"), reader.handle,
-                 settings.reader_credit, stop, Liveness.of(settings))
+    serve_role(settings, "reader", reader.handle, settings.reader_credit, stop, channel)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from airlock.service import Liveness, serve as serve_worker
+from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import NarrowType, Task
-from airlock.transport import Channel, connector
-from airlock.wire import Message, Passed, Reading, Rejected, outbound_decoder
+from airlock.transport import Channel
+from airlock.wire import Message, Passed, Reading, Rejected
 from validator.narrow import Value, read_value
 
 
@@ -29,5 +29,4 @@ class Validator:
 
 def serve(settings: Settings, task: Task, stop: threading.Event,
           channel: Channel | None = None) -> None:
-    serve_worker(connector(settings, "validator", channel), outbound_decoder("validator"),
-                 Validator(task.value).handle, settings.worker_credit, stop, Liveness.of(settings))
+    serve_role(settings, "validator", Validator(task.value).handle, settings.worker_credit, stop, channel)
