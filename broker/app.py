@@ -154,6 +154,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path),
         "authentication": "CURVE, one key per role, ZAP allow lists" if server else "OFF (no AIRLOCK_KEYS)"})])
+    writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     carry_out(recover(core, settings, time.monotonic()))
     writer.flush()
     try:
