@@ -284,30 +284,35 @@ def _array_header(count: int) -> bytes:
     return bytes([0x90 | count]) if count < 16 else b"\xdc" + count.to_bytes(2, "big")
 
 
-def frames(messages: list[Message], max_frame_bytes: int = BATCH_BYTES) -> list[tuple[int, bytes]]:
-    """The frames that carry `messages` in order, each with how many it carries: one
-    message as itself, several as an array (each encoded once, joined, not re-encoded).
-    A batch stays within BATCH_BYTES and `max_frame_bytes` (the receiver's cap: libzmq
-    drops the connection over it); a message bigger than that goes alone, as it would
-    unbatched."""
-    limit = max(1, min(BATCH_BYTES, max_frame_bytes - FRAME_OVERHEAD_BYTES))
-    out: list[tuple[int, bytes]] = []
+def batch_limit(max_frame_bytes: int) -> int:
+    """The bytes a batch may take: BATCH_BYTES, and room under a receiver's frame cap."""
+    return max(1, min(BATCH_BYTES, max_frame_bytes - FRAME_OVERHEAD_BYTES))
+
+
+def grouped(items: list[bytes], limit: int, max_count: int | None = None) -> list[list[bytes]]:
+    """`items` in order, in groups of at most `limit` bytes and `max_count` items; an item
+    bigger than the limit goes alone, as it would ungrouped."""
+    groups: list[list[bytes]] = []
     group: list[bytes] = []
     size = 0
-    for message in messages:
-        encoded = _encoder.encode(message)
-        if group and (len(group) >= MAX_BATCH or size + len(encoded) > limit):
-            out.append(_frame(group))
+    for item in items:
+        if group and (len(group) == max_count or size + len(item) > limit):
+            groups.append(group)
             group, size = [], 0
-        group.append(encoded)
-        size += len(encoded)
+        group.append(item)
+        size += len(item)
     if group:
-        out.append(_frame(group))
-    return out
+        groups.append(group)
+    return groups
 
 
-def _frame(group: list[bytes]) -> tuple[int, bytes]:
-    return len(group), group[0] if len(group) == 1 else _array_header(len(group)) + b"".join(group)
+def frames(messages: list[Message], max_frame_bytes: int = BATCH_BYTES) -> list[tuple[int, bytes]]:
+    """The frames that carry `messages` in order, each with how many it carries: one
+    message as itself, several as an array (each encoded once, joined, not re-encoded),
+    within batch_limit (the receiver's cap: libzmq drops the connection over it)."""
+    groups = grouped([_encoder.encode(message) for message in messages], batch_limit(max_frame_bytes), MAX_BATCH)
+    return [(1, group[0]) if len(group) == 1 else (len(group), _array_header(len(group)) + b"".join(group))
+            for group in groups]
 
 
 class RoleDecoder:

@@ -4,7 +4,7 @@ Each turn reads up to BATCH messages per socket, then carries out the turn's eff
 order that makes the guarantees hold: journal entries are written and fsynced once for the
 whole turn (group commit) before any Accepted reply leaves, and trace lines are flushed at
 the end of the turn. What goes to one peer in a turn leaves as one batch frame (wire.frames),
-and the turn's trace lines as one published frame per PUBLISH_BYTES.
+and the turn's trace lines in as few published frames as fit.
 """
 
 from __future__ import annotations
@@ -18,30 +18,18 @@ from zmq.utils.monitor import recv_monitor_message
 from airlock import trace
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, recv_routed, router, serve_curve
-from airlock.wire import FRAME_OVERHEAD_BYTES, ROLES, Malformed, frames, inbound_decoder
+from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
 IDLE_POLL_S = 0.1
-PUBLISH_BYTES = 256 * 1024  # trace lines go out (and to the file) in chunks of about this
 
 
 def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
-    """Whole lines joined into chunks within PUBLISH_BYTES and a subscriber's frame cap
-    (less CURVE's overhead): one PUB frame each."""
-    limit = max(1, min(PUBLISH_BYTES, max_frame_bytes - FRAME_OVERHEAD_BYTES))
-    chunks, group, size = [], [], 0
-    for line in lines:
-        if group and size + len(line) > limit:
-            chunks.append(b"".join(group))
-            group, size = [], 0
-        group.append(line)
-        size += len(line)
-    if group:
-        chunks.append(b"".join(group))
-    return chunks
+    """Whole trace lines joined into chunks a subscriber's frame cap takes: one PUB frame each."""
+    return [b"".join(group) for group in grouped(lines, batch_limit(max_frame_bytes))]
 
 
 HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
