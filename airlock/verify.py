@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airlock import keys, settings as settings_module
 from airlock.errors import UsageError
 
 # The lab's policy, as data. Change compose.yaml and this together.
@@ -38,9 +39,10 @@ NETWORKS = {
 DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
 DATA_MOUNT = "/data"
 KEYS_MOUNT = "/keys"  # each service's own key folder, read-only
-OWN_SECRETS = {"broker": {"broker"}, "reader": {"reader"}, "validator": {"validator"}, "actor": {"actor"},
-               "intake": {"intake"}, "dashboard": {"dashboard"}, "model": set()}
-PORTS = {"smtp": 2525, "intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "model": 8080}
+# The secret keys each container may hold: what `airlock keys` gives its folder (the model: none).
+OWN_SECRETS = {service: set(roles) for service, roles in keys.SERVICE_KEYS.items() if service != "inject"} \
+    | {"model": set()}
+PORTS = {**settings_module.DEFAULT_PORTS, "smtp": 2525, "model": 8080}  # the lab's: compose.yaml
 OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
 PROBE_TIMEOUT_S = 2.0
 HINTS = {
