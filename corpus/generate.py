@@ -15,19 +15,19 @@ from __future__ import annotations
 import base64
 import json
 import random
-import shutil
 import sys
 import textwrap
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime
 from pathlib import Path
 
+from airlock.corpus import FIRST_DATE, MAX_LINE_BYTES, recreate  # the same dates, lines and care
+from airlock.errors import UsageError
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "handmade"
-FIRST_DATE = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
-MAX_LINE_BYTES = 998  # RFC 5322: longer lines need quoted-printable
 LONG_FILLER_BYTES = 120_000  # long emails must land between 100 and 200 KB
 
 
@@ -471,18 +471,8 @@ def add_part(message: EmailMessage, part: Part) -> None:
         message.add_attachment(part.content, subtype=subtype, filename=part.filename, cte=cte)
 
 
-def fresh_folder(out: Path) -> None:
-    """Recreate `out`, refusing to delete a folder that holds anything but .eml files."""
-    if out.exists():
-        strays = [p.name for p in out.iterdir() if not (p.is_file() and p.suffix == ".eml")]
-        if strays:
-            raise SystemExit(f"{out} holds {strays[:3]}, not only .eml files; refusing to delete it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-
-
 def write_corpus(out: Path = DEFAULT_OUT) -> list[Path]:
-    fresh_folder(out)
+    recreate(out)
     mails = [mail for category in CATEGORIES for mail in category()]
     counters: dict[str, int] = {}
     written = []
@@ -497,7 +487,10 @@ def write_corpus(out: Path = DEFAULT_OUT) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else DEFAULT_OUT
-    written = write_corpus(out)
+    try:
+        written = write_corpus(out)
+    except UsageError as exc:
+        raise SystemExit(str(exc)) from None
     print(f"wrote {len(written)} emails to {out}")
     return 0
 
