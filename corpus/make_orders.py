@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import email.utils
 from pathlib import Path
+
+from airlock import sources
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = {  # the sample emails' orders, and the victim of the seed's data-only example
@@ -25,8 +26,9 @@ def main() -> None:
     owners = dict(FIXED)
     parser = email.parser.BytesParser(policy=email.policy.compat32)
     for path in sorted((ROOT / "corpus" / "handmade").glob("*.eml")):
-        headers = parser.parsebytes(path.read_bytes(), headersonly=True)
-        sender = email.utils.parseaddr(str(headers.get("From", "")))[1].lower()
+        raw = path.read_bytes()
+        headers = parser.parsebytes(raw, headersonly=True)
+        sender = sources.sender_of(raw, "eml")  # the address the intake vouches for and the actor checks
         expect = (headers.get("X-Airlock-Expect") or "").strip()
         goal = (headers.get("X-Airlock-Goal") or "").strip()
         if expect.isdigit() and sender:
