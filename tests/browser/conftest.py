@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from airlock.hostile import TOOLS_PROMPT_SIGN  # how a model tells the naive agent's prompt
 from tests.conftest import FakeModel, free_ports
 from tests.integration.conftest import Stack, wait_until
 
@@ -26,7 +27,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 VIEWPORT = {"width": 1680, "height": 1050}
 # What the naive agent's model answers: the seed's real order, then the injected tool.
 NAIVE_REPLY = "shop/lookup_order(order_id=4411)\nshop/alles_erstatten()"
-NAIVE_PROMPT_SIGN = "call these tools"
 DASHBOARD_UP_S = 30.0
 
 
@@ -93,7 +93,7 @@ def answers(url: str) -> bool:
 def dashboard(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     """The separated stack with NO model (the reader answers from its recordings), its
     dashboard on a free port, and a fake model for the naive pane only."""
-    model = FakeModel(lambda messages: NAIVE_REPLY if NAIVE_PROMPT_SIGN in (messages[0].get("content") or "").lower()
+    model = FakeModel(lambda messages: NAIVE_REPLY if TOOLS_PROMPT_SIGN in (messages[0].get("content") or "").lower()
                       else None)
     port = free_ports(1)[0]
     stack = Stack(tmp_path_factory.mktemp("dashboard"), AIRLOCK_MODEL_URL="", AIRLOCK_NAIVE_MODEL_URL=model.url)
