@@ -116,8 +116,8 @@ class IntakeClient:
                 case Result(message_id=message_id) as result if message_id in missing:
                     missing.discard(message_id)
                     yield result
-                case Refused(reason=reason) if reason.startswith("unknown message id"):
-                    missing.discard(reason.rsplit(" ", 1)[-1])
+                case Refused(message_id=message_id) if message_id in missing:
+                    missing.discard(message_id)  # unknown to the broker: no outcome will come
 
     def status(self) -> Status:
         self._ref += 1

@@ -104,6 +104,7 @@ class Accepted(Message, tag="accepted"):
 class Refused(Message, tag="refused"):
     ref: int
     reason: str
+    message_id: str = ""  # the email it is about, when it names one (an Await for an unknown id)
 
 
 class Result(Message, tag="result"):

@@ -247,7 +247,8 @@ class Router:
             elif message_id in self.flights:
                 self.flights[message_id].waiters.append((identity, message.ref))
             else:
-                self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"unknown message id {message_id}")))
+                self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"unknown message id {message_id}",
+                                                            message_id=message_id)))
 
     def _on_decide(self, role: str, identity: bytes, message: Decide, now: float) -> None:
         flight = self.flights.get(message.message_id)
