@@ -37,8 +37,7 @@ class Reader:
         parsed = mail.parse(message.raw, message.format)
         if isinstance(parsed, mail.MailProblem):
             return Unreadable(message_id=message.message_id, rule=parsed.rule, reason=parsed.reason)
-        text, cut = prompt.email_text(parsed)
-        messages = prompt.build(self.task.reader, text)
+        messages, cut = prompt.for_email(self.task.reader, parsed)
         key = prompt.digest(messages)
         notes = {
             "sender": parsed.sender[:200], "subject": parsed.subject[:200],

@@ -23,6 +23,13 @@ def email_text(parsed: ParsedEmail) -> tuple[str, bool]:
     return text[:MAX_EMAIL_CHARS], len(text) > MAX_EMAIL_CHARS
 
 
+def for_email(spec: ReaderSpec, parsed: ParsedEmail) -> tuple[ChatMessages, bool]:
+    """The prompt for one parsed email, and whether its text was cut: the reader asks it,
+    `airlock record` records an answer for it, so both must build it the same way."""
+    text, cut = email_text(parsed)
+    return build(spec, text), cut
+
+
 def build(spec: ReaderSpec, text: str) -> ChatMessages:
     messages = [{"role": "system", "content": spec.instruction}]
     for example in spec.examples:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(parsed, mail.MailProblem):
             print(f"skip  {path}: {parsed.reason}")
             continue
-        messages = prompt.build(task.reader, prompt.email_text(parsed)[0])
+        messages, _ = prompt.for_email(task.reader, parsed)
         answer = model.ask(args.model_url, settings.model_name, messages, settings.model_timeout_s)
         if isinstance(answer, model.ModelFailure):
             print(f"FAIL  {path}: {answer.kind}: {answer.detail}")

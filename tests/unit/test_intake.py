@@ -98,7 +98,7 @@ def test_crlf_and_lf_forms_make_one_prompt(wire: bytes, stored: bytes) -> None:
     for raw in (wire, stored):
         parsed = mail.parse(raw, "eml")
         assert isinstance(parsed, mail.ParsedEmail), parsed
-        prompts.append(prompt.digest(prompt.build(TASK.reader, prompt.email_text(parsed)[0])))
+        prompts.append(prompt.digest(prompt.for_email(TASK.reader, parsed)[0]))
     assert prompts[0] == prompts[1]
 
 

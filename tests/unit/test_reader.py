@@ -73,7 +73,7 @@ def test_every_shipped_sample_has_a_recording() -> None:
     recorded = recordings.load(TASK.recordings_path)
     for path in sorted((ROOT / "samples").glob("*.eml")):
         parsed = parse(path.read_bytes(), "eml")
-        key = prompt.digest(prompt.build(TASK.reader, prompt.email_text(parsed)[0]))
+        key = prompt.digest(prompt.for_email(TASK.reader, parsed)[0])
         assert key in recorded, f"{path.name} has no recording (run airlock record)"
 
 
