@@ -80,23 +80,6 @@ def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair |
     return sock
 
 
-def recv_routed(sock: zmq.Socket) -> tuple[bytes, bytes | None]:
-    """Read one routed message (identity, payload) without blocking.
-
-    Explicit frame calls are several times cheaper than recv_multipart. A message with other
-    than exactly one payload frame returns payload None, after draining its frames.
-    """
-    identity = sock.recv(zmq.NOBLOCK)
-    if not sock.getsockopt(zmq.RCVMORE):
-        return identity, None
-    payload = sock.recv()
-    if sock.getsockopt(zmq.RCVMORE):
-        while sock.getsockopt(zmq.RCVMORE):
-            sock.recv()
-        return identity, None
-    return identity, payload
-
-
 class ZmqChannel:
     """A DEALER socket to one broker endpoint, one message per frame."""
 
