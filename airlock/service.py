@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from airlock.settings import Settings
 from airlock.transport import Channel, connector
 from airlock.wire import Event, Heartbeat, Hello, Malformed, Message, RoleDecoder, Violation, outbound_decoder
 
@@ -33,9 +34,8 @@ class Liveness:
     backoff_max_s: float = 8.0
 
     @classmethod
-    def of(cls, settings: object) -> Liveness:
-        return cls(settings.heartbeat_interval_s, settings.heartbeat_liveness,  # type: ignore[attr-defined]
-                   settings.reconnect_backoff_max_s)  # type: ignore[attr-defined]
+    def of(cls, settings: Settings) -> Liveness:
+        return cls(settings.heartbeat_interval_s, settings.heartbeat_liveness, settings.reconnect_backoff_max_s)
 
 
 BATCH_S = 0.02  # replies wait at most this long for the rest of their batch
@@ -60,7 +60,7 @@ def serve(connect: Callable[[], Channel], decode: RoleDecoder,
         stop.wait(backoff)
 
 
-def serve_role(settings: object, role: str, handle: Callable[[Message], Iterable[Message]], credit: int,
+def serve_role(settings: Settings, role: str, handle: Callable[[Message], Iterable[Message]], credit: int,
                stop: threading.Event, channel: Channel | None = None,
                before_replies: Callable[[], None] = lambda: None) -> None:
     """serve() for the worker of `role` as the settings describe it: its endpoint, its keys,

@@ -24,6 +24,7 @@ import zmq
 
 from airlock import keys
 from airlock.keys import Pair
+from airlock.settings import Settings
 from airlock.wire import Message, encode, frames
 
 LINGER_MS = 1000
@@ -110,22 +111,22 @@ class ZmqChannel:
         self._sock.close(linger=LINGER_MS)
 
 
-def client_keys(settings: object, role: str) -> tuple[Pair | None, bytes | None]:
+def client_keys(settings: Settings, role: str) -> tuple[Pair | None, bytes | None]:
     """This role's pair and the broker's public key, when the settings name a keys folder."""
-    folder = getattr(settings, "keys_folder", None)
+    folder = settings.keys_folder
     if folder is None:
         return None, None
     return keys.load(folder, role), keys.load(folder, "broker", secret=False).public
 
 
-def connector(settings: object, role: str, given: Channel | None = None) -> Callable[[], Channel]:
+def connector(settings: Settings, role: str, given: Channel | None = None) -> Callable[[], Channel]:
     """How a worker gets a fresh channel to its endpoint (each call: a new socket, so a new
     identity to the broker). A test may pass one channel instead: it is reused."""
     if given is not None:
         return lambda: given
     client, server_key = client_keys(settings, role)  # read once: a bad key fails at start
-    return lambda: ZmqChannel(zmq.Context.instance(), settings.endpoint(role),  # type: ignore[attr-defined]
-                              settings.max_frame_bytes, client, server_key)  # type: ignore[attr-defined]
+    return lambda: ZmqChannel(zmq.Context.instance(), settings.endpoint(role), settings.max_frame_bytes,
+                              client, server_key)
 
 
 class MemoryChannel:
