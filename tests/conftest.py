@@ -15,6 +15,8 @@ from airlock import settings as settings_module
 from airlock.attack import free_ports  # the tests' free ports come from the same helper
 
 ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "tasks"
+CATALOG = (ROOT / "actor" / "catalog.toml").read_text()  # the shipped catalog, for tests to change
 
 
 

@@ -10,10 +10,7 @@ import pytest
 
 from actor.app import Actor, build
 from airlock import task as task_module, trace
-
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = ROOT / "tasks"
-CATALOG = (ROOT / "actor" / "catalog.toml").read_text()
+from tests.conftest import CATALOG, TASKS
 
 
 @pytest.fixture

@@ -20,10 +20,7 @@ from actor.tools import CallLog
 from airlock import task as task_module
 from airlock.errors import CatalogError
 from airlock.task import Precondition
-
-ROOT = Path(__file__).resolve().parents[2]
-TASKS = ROOT / "tasks"
-CATALOG = (ROOT / "actor" / "catalog.toml").read_text()
+from tests.conftest import CATALOG, TASKS
 
 
 def rug_pull(actor: Actor, text: str) -> None:
