@@ -63,7 +63,7 @@ def test_inject_without_a_broker_is_one_clear_line(tmp_path) -> None:
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["inject", "/no/such/file.eml"], 2, "no such file"),
     (["inject"], 2, "nothing to inject"),
-    (["trace", "nope"], 2, "no trace"),
+    (["trace", "nope"], 1, "no trace"),  # an unknown id is a refusal, not bad usage
     (["up", "--task", "/no/task.toml"], 78, "not found"),
     (["up", "--readers", "0"], 2, "at least 1"),
 ])
