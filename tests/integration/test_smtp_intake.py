@@ -193,3 +193,20 @@ def test_bad_setting_is_one_line_and_exit_78(tmp_path, key: str) -> None:
                           timeout=30)
     assert done.returncode == 78
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("intake: ") and key in done.stderr
+
+
+def test_envelope_sender_is_escaped_on_the_intake_console(stack, intake) -> None:
+    """A MAIL FROM holding an ESC sequence and a bidi override is logged escaped."""
+    s = stack().start()
+    running = intake(s.env)
+    evil = "eve\x1b\u202e\x07@example.org"
+    with smtplib.SMTP("127.0.0.1", running.port, timeout=30) as smtp:
+        smtp.ehlo()
+        code, _ = smtp.mail(evil, ["SMTPUTF8"])
+        if code == 250:
+            smtp.rcpt("support@shop.example")
+            code, _ = smtp.data(SEED)
+    running.stop()
+    assert "\x1b" not in running.output and "\u202e" not in running.output and "\x07" not in running.output
+    assert code == 250, running.output  # the sender's words did reach the console, escaped
+    assert "from=<eve\\x1b\\u202e\\x07@example.org>" in running.output
