@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -88,7 +89,8 @@ class BrokerSubmitter:
             client = self._client = self._client or self._connect()
             try:
                 return client.submit_one(Submission(raw, "eml", origin, sender))
-            except BrokerUnreachable:
+            except BrokerUnreachable as exc:  # the sender hears 451; the console hears why
+                print(f"intake: {shown(str(exc))}", file=sys.stderr, flush=True)
                 self._discard()
                 raise
 
