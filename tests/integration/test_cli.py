@@ -207,3 +207,14 @@ def test_decisions_on_unknown_ids_are_refusals(stack) -> None:
     for verb in ("approve", "deny"):
         done = s.airlock(verb, "nope-1", "--as", "support-lead", "--by", "dana")
         assert done.returncode == 1 and "not waiting" in done.stderr, done.stderr
+
+
+def test_naive_json_lines_hold_no_raw_bidi(tmp_path, fake_model) -> None:
+    """`airlock naive` prints the model's (email-steered) answer as JSON with bidi escaped."""
+    model = fake_model("done\u202e\u2066 4411")
+    env = {**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = run("naive", "--model-url", model.url, "--data-dir", str(tmp_path / "data"), SEED, env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert "done\u202e\u2066 4411" in json.loads(line)["answer"]
+    assert "\u202e" not in done.stdout and "\u2066" not in done.stdout
