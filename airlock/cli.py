@@ -14,13 +14,12 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 
-from airlock import __version__, sources, trace
+from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
 from airlock.errors import AirlockError, ConfigError, EmailTooLarge, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
@@ -244,31 +243,9 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
-def waiting_for_a_person(path: Path) -> list[dict[str, object]]:
-    """Each escalated email with no decision yet, as the trace tells it: the step and tool
-    waiting, the role it needs and why, the value the validator passed, the sender the
-    intake vouched for and where the email came from. One pass over the trace; for each
-    field the last record wins (a refused decision escalates the same step again)."""
-    _, waiting = trace.unfinished(path)
-    found: dict[str, dict[str, object]] = {message_id: {"id": message_id} for message_id in waiting}
-    for record in trace.read(path):
-        entry = found.get(record.get("message_id"))  # type: ignore[arg-type]
-        if entry is None:
-            continue
-        event, decision = record.get("event"), record.get("decision")
-        if event == "received" and record.get("stage") == "broker":
-            entry.update(sender=record.get("sender", ""), file=record.get("origin", ""))
-        elif event == "verdict" and record.get("verdict") == "passed":
-            entry["value"] = record.get("value")
-        elif event == "authorization" and isinstance(decision, dict) and decision.get("verdict") == "escalate":
-            entry.update(step=record.get("step"), tool=f"{record.get('server')}/{record.get('tool')}",
-                         needs=decision.get("escalated_to"), reason=decision.get("reason"))
-    return list(found.values())
-
-
 def cmd_pending(args: argparse.Namespace) -> int:
     """Escalated emails with no decision yet, read from the trace."""
-    waiting = waiting_for_a_person(_settings(args).trace_path)
+    waiting = escalations.waiting(_settings(args).trace_path)
     if args.json:
         for entry in waiting:
             print(json_line(entry))
@@ -286,30 +263,6 @@ def cmd_pending(args: argparse.Namespace) -> int:
     return 0
 
 
-def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str:
-    """Why a person's decision did not move this escalated email, or '' if it did.
-
-    The approval rule records the decision it was given; an escalation that read one was
-    not satisfied by it (a person not listed in the role, or the wrong role). A later
-    step's own escalation reads none. The broker answers before it writes the turn's
-    trace lines, so this waits for the outcome line that follows the decision."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        records = list(trace.read(path, message_id))
-        last_decision = max((i for i, r in enumerate(records) if r.get("event") == "decision"), default=None)
-        after = records[last_decision + 1:] if last_decision is not None else []
-        if any(r.get("event") == "outcome" for r in after) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    for record in reversed(after):
-        decision = record.get("decision")
-        if record.get("event") == "authorization" and isinstance(decision, dict):
-            given = [rule for rule in decision.get("rules", []) if isinstance(rule, dict)
-                     and rule.get("rule") == "approval" and (rule.get("read") or {}).get("approval")]
-            return str(decision.get("reason", "")) if decision.get("verdict") == "escalate" and given else ""
-    return "" if after else f"{path} holds no record of the decision"
-
-
 def cmd_decide(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with _client(args, settings) as client:
@@ -322,7 +275,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.id}  {result.outcome}" + (f"  ({shown(result.reason)})" if result.reason else ""))
     if result.outcome == "escalated":
-        why = decision_refused(settings.trace_path, args.id)
+        why = escalations.decision_refused(settings.trace_path, args.id)
         if why:
             raise RequestRefused(f"the {args.command} was not taken: {why}; the email still waits")
     return 0

@@ -59,7 +59,7 @@ def shown(text: str) -> str:
     return "".join(out)
 
 
-_JSON_HIDDEN = re.compile(r"[^\x00-\x7f]")
+_JSON_HIDDEN = re.compile(r"[^\x00-\x7e]")  # msgspec escapes the controls below 0x20, not DEL
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -75,6 +75,6 @@ def _json_escape(match: re.Match[str]) -> str:
 
 def json_line(value: Any) -> str:
     """`value` as one line of JSON that decodes to the same value, with no hidden
-    character left raw (msgspec escapes the ASCII controls; this escapes the rest)."""
+    character left raw (msgspec escapes the controls below 0x20; this escapes the rest)."""
     text = _json.encode(value).decode()
-    return text if text.isascii() else _JSON_HIDDEN.sub(_json_escape, text)
+    return text if text.isascii() and "\x7f" not in text else _JSON_HIDDEN.sub(_json_escape, text)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, sources
+from airlock import cli, escalations, sources
 from airlock.errors import EmailTooLarge
 from tests.conftest import ROOT, airlock_env
 
@@ -192,7 +192,7 @@ def test_decision_refused_reads_the_approval_rule(tmp_path: Path, refused: bool,
         records = path.read_text().splitlines()
         records.insert(-2, json.dumps({"message_id": ESCALATED, "stage": "broker", "event": "decision"}))
         path.write_text("\n".join(records) + "\n")
-    assert cli.decision_refused(path, ESCALATED, timeout_s=0.1) == why
+    assert escalations.decision_refused(path, ESCALATED, timeout_s=0.1) == why
 
 
 def test_record_shows_an_email_made_reason_escaped(tmp_path: Path) -> None:

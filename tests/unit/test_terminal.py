@@ -13,7 +13,7 @@ from airlock.terminal import hidden, json_line, shown
 
 # Every Unicode character, lone surrogates included (a str may hold them), weighted
 # towards the ones that matter here.
-NASTY = st.sampled_from(["\x1b", "\x07", "\x9b", "\x85", "\u202e", "\u2066", "\u2069", "\u200b", "\u200f",
+NASTY = st.sampled_from(["\x1b", "\x07", "\x7f", "\x9b", "\x85", "\u202e", "\u2066", "\u2069", "\u200b", "\u200f",
                          "\ufeff", "\u00ad", "\u2028", "\u2029", "\U000e0041", "\udc80", "\\", "x", "u", "U",
                          "1", "b", "]", "0", ";"])
 TEXT = st.text(st.one_of(st.characters(), NASTY))
@@ -74,3 +74,8 @@ def test_json_line_is_the_same_value_with_nothing_hidden(value) -> None:
 def test_json_line_escapes_bidi() -> None:
     """msgspec writes U+202E raw; json_line writes it as an escape JSON readers understand."""
     assert json_line({"reason": "a\u202eb"}) == '{"reason":"a\\u202eb"}'
+
+
+def test_json_line_escapes_del() -> None:
+    """DEL is a control character msgspec leaves raw (JSON allows it); a terminal does not."""
+    assert json_line("a\x7fb") == '"a\\u007fb"'
