@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -23,6 +24,10 @@ from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
 from airlock.errors import AirlockError, ConfigError, EmailTooLarge, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
+
+if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
+    from airlock.client import IntakeClient, Submission
+    from airlock.wire import Result
 
 _json = msgspec.json.Encoder()
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
@@ -69,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
 
 
-def _client(args: argparse.Namespace, settings: settings_module.Settings):
+def _client(args: argparse.Namespace, settings: settings_module.Settings) -> IntakeClient:
     """The CLI's client of the intake endpoint: it must hold keys (`airlock up` always
     authenticates), so without them it stops here, naming where it looked."""
     from airlock.client import IntakeClient
@@ -77,7 +82,7 @@ def _client(args: argparse.Namespace, settings: settings_module.Settings):
     return IntakeClient(settings, timeout_s=args.timeout, require_keys=True)
 
 
-def _submissions(args: argparse.Namespace, limit: int) -> list:
+def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
     """Every email to inject, each checked against the size limit before anything is sent."""
     from airlock.client import Submission
 
@@ -105,15 +110,15 @@ def cmd_inject(args: argparse.Namespace) -> int:
     settings = _settings(args)
     items = _submissions(args, settings.max_email_bytes)
     accepted: list[tuple[str, str]] = []
-    results: dict[str, object] = {}
+    results: dict[str, Result] = {}
     interrupted = False
     with _client(args, settings) as client:
         try:
             for origin, message_id in client.submit(items):
                 accepted.append((origin, message_id))
             if args.wait:
-                for result in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
-                    results[result.message_id] = result
+                for arrived in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
+                    results[arrived.message_id] = arrived
         except KeyboardInterrupt:  # Ctrl-C: say what finished and what still runs, then 130
             interrupted = True
     code = 0
