@@ -43,9 +43,10 @@ HWM = 100_000
 # without detail counts once it repeats, in case one was a broker going down.
 HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-HANDSHAKE_REFUSALS: dict[int, str] = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the broker does not allow this client key",
-                      zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the broker key here is not the running broker's",
-                      zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the broker does not speak CURVE with this key"}
+HANDSHAKE_REFUSALS: dict[int, str] = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the broker does not allow this client key",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the broker key here is not the running broker's",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the broker does not speak CURVE with this key"}
 REPEATS_BEFORE_REFUSED = 2
 
 
