@@ -59,7 +59,7 @@ def test_no_keys_is_said_at_once(env, capsys, args: list[str]) -> None:
     assert cli.main(args) == 1
     assert time.monotonic() - started < 1.0  # not the 5 s broker timeout
     err = capsys.readouterr().err
-    assert f"no CURVE keys in {Path(env['AIRLOCK_DATA_DIR']).resolve() / 'keys'}" in err
+    assert err.startswith("airlock: no CURVE keys in ") and str(Path(env["AIRLOCK_DATA_DIR"]).resolve() / "keys") in err
     assert "--data-dir of `airlock up`" in err and "AIRLOCK_KEYS" in err and err.count("\n") == 1
 
 
