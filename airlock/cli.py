@@ -121,6 +121,8 @@ def cmd_inject(args: argparse.Namespace) -> int:
                     results[arrived.message_id] = arrived
         except KeyboardInterrupt:  # Ctrl-C: say what finished and what still runs, then 130
             interrupted = True
+            if args.wait:  # a Result may have arrived while the interrupt was being raised
+                results.update((r.message_id, r) for r in client.arrived([i for _, i in accepted]))
     code = 0
     for origin, message_id in accepted:
         if not args.wait and not interrupted:

@@ -146,6 +146,15 @@ class IntakeClient:
                 case Refused(message_id=message_id) if message_id in missing:
                     missing.discard(message_id)  # unknown to the broker: no outcome will come
 
+    def arrived(self, ids: list[str]) -> list[Result]:
+        """The Results for `ids` that have already arrived and not been read, without
+        waiting for more: what a client interrupted while waiting can still report."""
+        wanted, found = set(ids), []
+        while (message := self._next(0, raise_on_silence=False)) is not None:
+            if isinstance(message, Result) and message.message_id in wanted:
+                found.append(message)
+        return found
+
     def status(self) -> Status:
         self._ref += 1
         ref = self._ref

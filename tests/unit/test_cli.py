@@ -211,3 +211,19 @@ def test_record_shows_an_email_made_reason_escaped(tmp_path: Path) -> None:
                           env={**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
     assert "skip" in done.stdout and "x\\x1b]0;pwned\\x07\\u202e" in done.stdout, done.stdout + done.stderr
     assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
+
+
+def test_arrived_reports_results_already_received_without_waiting(settings) -> None:
+    """After Ctrl-C the client still reports what has arrived, and waits for nothing more."""
+    from airlock.client import IntakeClient
+    from airlock.transport import MemoryChannel
+    from airlock.wire import Result
+
+    with IntakeClient(settings, timeout_s=5.0) as client:
+        client._channel.close()
+        client._channel, broker = MemoryChannel.pair()
+        broker.send(Result(message_id="m-1", outcome="completed"))
+        broker.send(Result(message_id="other-9", outcome="failed"))
+        started = time.monotonic()
+        assert client.arrived(["m-1", "m-2"]) == [Result(message_id="m-1", outcome="completed")]
+        assert client.arrived(["m-2"]) == [] and time.monotonic() - started < 1.0
