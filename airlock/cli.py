@@ -2,8 +2,10 @@
 attack, naive, model, corpus.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
-1 for a runtime failure (broker unreachable, missing file), 2 for bad usage, 78 for bad
-configuration. Tracebacks are bugs.
+1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
+an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
+file, nothing to inject), 78 for bad configuration, 130 after Ctrl-C. Tracebacks are bugs.
+Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from airlock import __version__, sources, trace
+from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import AirlockError, ConfigError, UsageError
+from airlock.errors import AirlockError, ConfigError, EmailTooLarge, RequestRefused, UsageError
+from airlock.terminal import json_line, shown
+
+if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
+    from airlock.client import IntakeClient, Submission
+    from airlock.wire import Result
 
 _json = msgspec.json.Encoder()
+LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 
 
 def _settings(args: argparse.Namespace) -> settings_module.Settings:
@@ -65,68 +74,103 @@ def cmd_up(args: argparse.Namespace) -> int:
     return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
 
 
-def cmd_inject(args: argparse.Namespace) -> int:
-    from airlock.client import IntakeClient, Submission
+def _client(args: argparse.Namespace, settings: settings_module.Settings) -> IntakeClient:
+    """The CLI's client of the intake endpoint: it must hold keys (`airlock up` always
+    authenticates), so without them it stops here, naming where it looked."""
+    from airlock.client import IntakeClient
 
-    settings = _settings(args)
+    return IntakeClient(settings, timeout_s=args.timeout, require_keys=True)
+
+
+def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
+    """Every email to inject, each checked against the size limit before anything is sent."""
+    from airlock.client import Submission
+
     items: list[Submission] = []
     if args.text is not None:
-        items.append(Submission(args.text.encode("utf-8"), "text", "--text"))
+        raw = args.text.encode("utf-8")
+        if len(raw) > limit:
+            raise EmailTooLarge(f"--text is {len(raw)} bytes; the limit is {limit} ({LIMIT_SETTING})")
+        items.append(Submission(raw, "text", "--text"))
     for name in args.files:
         if name == "-":
-            raw = sys.stdin.buffer.read()
+            raw = sources.read_stream(sys.stdin.buffer, limit, LIMIT_SETTING)
             fmt = sources.sniff(raw)
             items.append(Submission(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
             continue
         for path in sources.expand([name]):
-            raw, fmt = sources.read(path), sources.format_of(path)
+            raw, fmt = sources.read(path, limit, LIMIT_SETTING), sources.format_of(path)
             items.append(Submission(raw, fmt, str(path), sources.sender_of(raw, fmt)))
     if not items:
         raise UsageError("nothing to inject: give files, '-' for standard input, or --text")
-    with IntakeClient(settings, timeout_s=args.timeout) as client:
-        accepted = list(client.submit(items))
-        if not args.wait:
-            for origin, message_id in accepted:
-                print(_json.encode({"id": message_id, "file": origin}).decode() if args.json
-                      else f"{message_id}  {origin}")
-            return 0
-        ids = [message_id for _, message_id in accepted]
-        results = {r.message_id: r for r in client.outcomes(ids, args.wait_timeout)}
+    return items
+
+
+def cmd_inject(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    items = _submissions(args, settings.max_email_bytes)
+    accepted: list[tuple[str, str]] = []
+    results: dict[str, Result] = {}
+    interrupted = False
+    with _client(args, settings) as client:
+        try:
+            for origin, message_id in client.submit(items):
+                accepted.append((origin, message_id))
+            if args.wait:
+                for arrived in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
+                    results[arrived.message_id] = arrived
+        except KeyboardInterrupt:  # Ctrl-C: say what finished and what still runs, then 130
+            interrupted = True
+            if args.wait:  # a Result may have arrived while the interrupt was being raised
+                results.update((r.message_id, r) for r in client.arrived([i for _, i in accepted]))
     code = 0
     for origin, message_id in accepted:
+        if not args.wait and not interrupted:
+            print(json_line({"id": message_id, "file": origin}) if args.json else f"{message_id}  {shown(origin)}")
+            continue
         result = results.get(message_id)
         outcome = result.outcome if result else "pending"
-        reason = result.reason if result else f"no outcome within {args.wait_timeout} s"
+        reason = result.reason if result else (
+            f"interrupted; it still runs: airlock trace {message_id}" if interrupted
+            else f"no outcome within {args.wait_timeout} s")
         if args.json:
-            print(_json.encode({"id": message_id, "file": origin, "outcome": outcome, "reason": reason}).decode())
+            print(json_line({"id": message_id, "file": origin, "outcome": outcome, "reason": reason}))
         else:
-            print(f"{message_id}  {outcome:<9} {origin}" + (f"  ({reason})" if reason else ""))
+            print(f"{message_id}  {outcome:<9} {shown(origin)}" + (f"  ({shown(reason)})" if reason else ""))
         code = code if result else 1
+    if interrupted:
+        finished, unanswered = len(results), len(items) - len(accepted)
+        print(f"airlock: interrupted: {finished} of {len(accepted)} accepted emails finished"
+              + (f"; {unanswered} not acknowledged (the broker may still have taken them: see airlock trace)"
+                 if unanswered else ""), file=sys.stderr, flush=True)
+        return 130
     return code
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     path = _settings(args).trace_path
     if not path.exists() and not args.follow:
-        raise UsageError(f"no trace yet at {path}")
+        raise RequestRefused(f"no trace yet at {path}" + (f", so nothing for {args.id}" if args.id else ""))
     records = trace.follow(path, args.id) if args.follow else trace.read(path, args.id)
     found = False
     for record in records:
         found = True
-        print(_json.encode(record).decode() if args.json else trace.render(record), flush=args.follow)
+        print(json_line(record) if args.json else trace.render(record), flush=args.follow)
     if args.id and not found:
-        raise UsageError(f"no trace lines for {args.id} in {path}")
+        raise RequestRefused(f"no trace lines for {args.id} in {path}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from airlock.client import IntakeClient
-
-    with IntakeClient(_settings(args), timeout_s=args.timeout) as client:
+    with _client(args, _settings(args)) as client:
         status = client.status()
-    print(f"workers: {status.workers}  queued: {status.queued}  in flight: {status.in_flight}")
+    if args.json:
+        print(json_line({"workers": status.workers, "queued": status.queued, "in_flight": status.in_flight,
+                         "counters": status.counters}))
+        return 0
+    print(f"workers: {shown(str(status.workers))}  queued: {status.queued}  in flight: {status.in_flight}")
     if status.counters:
-        print("counters: " + "  ".join(f"{k}={v}" for k, v in sorted(status.counters.items())))
+        print("counters: " + "  ".join(f"{shown(k)}={v}" for k, v in sorted(status.counters.items())))
     return 0
 
 
@@ -207,40 +251,41 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
-    """Escalated emails with no decision yet, read from the trace with their decision records."""
-    path = _settings(args).trace_path
-    _, waiting = trace.unfinished(path)
+    """Escalated emails with no decision yet, read from the trace."""
+    waiting = escalations.waiting(_settings(args).trace_path)
+    if args.json:
+        for entry in waiting:
+            print(json_line(entry))
+        return 0
     if not waiting:
         print("nothing is waiting for a decision")
-        return 0
-    wanted, escalations = set(waiting), {}
-    for record in trace.read(path):  # one pass; the last escalating authorization of each wins
-        decision = record.get("decision")
-        if (record.get("message_id") in wanted and record.get("event") == "authorization"
-                and isinstance(decision, dict) and decision.get("verdict") == "escalate"):
-            escalations[record["message_id"]] = record
-    for message_id in waiting:
-        escalation = escalations.get(message_id)
-        if escalation is None:
-            print(f"{message_id}  escalated (its authorization record is not in the trace)")
+    for entry in waiting:
+        if "step" not in entry:
+            print(f"{entry['id']}  escalated (its authorization record is not in the trace)")
             continue
-        decision = escalation["decision"]
-        print(f"{message_id}  step {escalation.get('step')} {escalation.get('server')}/{escalation.get('tool')}  "
-              f"needs a {decision.get('escalated_to')}: {decision.get('reason')}")
+        print(f"{entry['id']}  step {entry['step']} {shown(str(entry['tool']))}  "
+              f"needs a {shown(str(entry['needs']))}: {shown(str(entry['reason']))}")
+        print(f"    value {json_line(entry.get('value'))}  sender {shown(str(entry.get('sender') or '(none vouched for)'))}"
+              f"  from {shown(str(entry.get('file', '')))}")
     return 0
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from airlock.client import IntakeClient
-
-    with IntakeClient(_settings(args), timeout_s=args.timeout) as client:
+    settings = _settings(args)
+    with _client(args, settings) as client:
         refusal = client.decide(args.id, args.command == "approve", args.role, args.by)
         if refusal:
-            raise UsageError(refusal)
+            raise RequestRefused(refusal)
         result = next(client.outcomes([args.id], args.wait_timeout), None)
-    outcome = result.outcome if result else "pending"
-    print(f"{args.id}  {outcome}" + (f"  ({result.reason})" if result and result.reason else ""))
-    return 0 if result else 1
+    if result is None:
+        print(f"{args.id}  pending  (no outcome within {args.wait_timeout} s)")
+        return 1
+    print(f"{args.id}  {result.outcome}" + (f"  ({shown(result.reason)})" if result.reason else ""))
+    if result.outcome == "escalated":
+        why = escalations.decision_refused(settings.trace_path, args.id)
+        if why:
+            raise RequestRefused(f"the {args.command} was not taken: {why}; the email still waits")
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -281,18 +326,21 @@ def build_parser() -> argparse.ArgumentParser:
     inject = command("inject", cmd_inject, "put emails into the reader queue")
     inject.add_argument("files", nargs="*", help=".eml or .txt files, folders of them, or - for stdin")
     inject.add_argument("--text", help="inject this text as a plain email")
-    inject.add_argument("--json", action="store_true", help='one JSON line per email: {"id", "file"[, "outcome"]}')
-    inject.add_argument("--wait", action="store_true", help="wait for each email's outcome")
+    inject.add_argument("--json", action="store_true",
+                        help='one JSON line per email: {"id", "file"[, "outcome", "reason"]}')
+    inject.add_argument("--wait", action="store_true",
+                        help="wait for each email's outcome (Ctrl-C prints what finished so far, exit 130)")
     inject.add_argument("--wait-timeout", type=float, default=120.0, help="seconds to wait for outcomes")
     inject.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
 
     trace_cmd = command("trace", cmd_trace, "show what happened to one email, or to all")
     trace_cmd.add_argument("id", nargs="?", help="a message id from `airlock inject`")
     trace_cmd.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
-    trace_cmd.add_argument("--json", action="store_true", help="print the raw JSON lines")
+    trace_cmd.add_argument("--json", action="store_true", help="print each record as one JSON line")
 
     status = command("status", cmd_status, "show connected workers and queue lengths")
-    status.add_argument("--timeout", type=float, default=5.0)
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
+    status.add_argument("--json", action="store_true", help="one JSON line: workers, queued, in_flight, counters")
 
     verify = commands.add_parser("verify", help="prove the running compose lab is isolated",
                                  description="inspect and probe the running compose lab; exit 1 on any FAIL")
@@ -300,7 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
 
-    command("pending", cmd_pending, "list escalated calls waiting for a person")
+    pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
+    pending.add_argument("--json", action="store_true",
+                         help='one JSON line per email: {"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
     for verb in ("approve", "deny"):
         decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
         decide.add_argument("id", help="the message id from `airlock pending`")
@@ -324,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     attack_cmd = command("attack", cmd_attack, "inject a corpus and score the side effects that ran")
     attack_cmd.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
-    attack_cmd.add_argument("--mode", choices=["separated", "naive"], default="separated")
+    attack_cmd.add_argument("--mode", choices=["separated", "naive"], default="separated",
+                            help="separated: the airlock pipeline (default); naive: one model call with the tools")
     attack_cmd.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
     attack_cmd.add_argument("--report", help="write the JSON report here")
     attack_cmd.add_argument("--task", help="task file (default tasks/order_status.toml)")
@@ -335,29 +386,30 @@ def build_parser() -> argparse.ArgumentParser:
                             help="attack the running stack of $AIRLOCK_* instead of a private one")
 
     naive_cmd = command("naive", cmd_naive, "run the naive agent (email and tools in one model call) on emails")
-    naive_cmd.add_argument("files", nargs="+")
-    naive_cmd.add_argument("--model-url")
+    naive_cmd.add_argument("files", nargs="+", help=".eml or .txt files or folders")
+    naive_cmd.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; required)")
 
     model_cmd = commands.add_parser("model", help="serve a worst-case model for tests and demos",
                                     description="serve an OpenAI-compatible model that obeys the last instruction in the email")
     model_cmd.set_defaults(handler=cmd_model)
     model_cmd.add_argument("--hostile", action="store_true", help="obey the email's last instruction (the only model built in)")
-    model_cmd.add_argument("--host", default="127.0.0.1")
-    model_cmd.add_argument("--port", type=int, default=8090)
+    model_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    model_cmd.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
 
     corpus_cmd = commands.add_parser("corpus", help="build attack emails from the public corpora",
                                      description="build attack emails from the public corpora")
     corpus_sub = corpus_cmd.add_subparsers(dest="corpus_command", required=True)
     corpus_import = corpus_sub.add_parser("import", help="AgentDojo and BIPIA payloads as .eml files")
     corpus_import.set_defaults(handler=cmd_corpus)
-    corpus_import.add_argument("--from", dest="source", default="../shared/corpora", help="the corpora folder")
-    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go")
+    corpus_import.add_argument("--from", dest="source", default="../shared/corpora",
+                               help="the corpora folder (default ../shared/corpora)")
+    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go (default corpus/imported)")
 
     record = commands.add_parser("record", help="record a live model's answers as samples",
                                  description="record a live model's answers for sample emails")
     record.set_defaults(handler=cmd_record)
     record.add_argument("files", nargs="+", help=".eml or .txt files or folders")
-    record.add_argument("--model-url", required=True)
+    record.add_argument("--model-url", required=True, help="the OpenAI-compatible endpoint to record")
     record.add_argument("--task", help="task file (default tasks/order_status.toml)")
     return parser
 
@@ -371,13 +423,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except ConfigError as exc:
-        print(f"airlock: {exc}", file=sys.stderr)
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 78
     except UsageError as exc:
-        print(f"airlock: {exc}", file=sys.stderr)
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 2
+    # Anything else airlock refuses (an unknown id, a decision not taken, an email over the
+    # limit, no keys, a key the broker refused, a silent broker) is not a usage error: 1.
     except AirlockError as exc:
-        print(f"airlock: {exc}", file=sys.stderr)
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

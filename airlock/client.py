@@ -1,25 +1,29 @@
 """A client of the broker's intake endpoint: submit emails, await outcomes, ask status.
 
 Every call has a deadline; silence from the broker becomes BrokerUnreachable with the
-endpoint in the message, never a hang.
+endpoint in the message, never a hang. A client that must authenticate and has no keys
+says so before it waits for anything (KeysMissing), and one whose key the broker refuses
+says that (KeyRefused), not that the broker is silent.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 
-from airlock.errors import BrokerUnreachable
+from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing
 from airlock.settings import Settings
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
     Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
 )
 
+KEYS_HINT = "pass the --data-dir of `airlock up`, or set AIRLOCK_KEYS"
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2
 
@@ -32,13 +36,36 @@ class Submission:
     sender: str = ""  # the address the intake vouches for; see wire.Submit
 
 
+def key_folders_tried(settings: Settings) -> list[Path]:
+    """Where settings.keys_folder looks when AIRLOCK_KEYS is not set, for the message that
+    says none of them holds keys."""
+    return [settings.data_dir / "keys"]
+
+
+def _require_keys(settings: Settings, role: str) -> Path:
+    """The keys folder holding this role's secret key, or KeysMissing naming where it looked.
+
+    `airlock up` always authenticates, so a CLI client without keys can only fail; it says
+    so now instead of waiting for a broker that will never answer it."""
+    folder = settings.keys_folder
+    if folder is not None and (folder / f"{role}.key_secret").exists():
+        return folder
+    if settings.keys is not None:
+        raise KeysMissing(f"no CURVE key {role}.key_secret in {settings.keys} (AIRLOCK_KEYS): {KEYS_HINT}")
+    looked = " or ".join(str(path.resolve()) for path in key_folders_tried(settings))
+    raise KeysMissing(f"no CURVE keys in {looked}: {KEYS_HINT}")
+
+
 class IntakeClient:
-    def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake") -> None:
+    def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake",
+                 require_keys: bool = False) -> None:
         self.endpoint = settings.endpoint("intake")
         self.timeout_s = timeout_s
         self._ctx = zmq.Context.instance()
+        self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
-        self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes, client, server_key)
+        self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes, client, server_key,
+                                   watch_handshake=True)
         self._decode = outbound_decoder("intake")
         self._inbox: collections.deque[object] = collections.deque()
         self._ref = 0
@@ -119,6 +146,15 @@ class IntakeClient:
                 case Refused(message_id=message_id) if message_id in missing:
                     missing.discard(message_id)  # unknown to the broker: no outcome will come
 
+    def arrived(self, ids: list[str]) -> list[Result]:
+        """The Results for `ids` that have already arrived and not been read, without
+        waiting for more: what a client interrupted while waiting can still report."""
+        wanted, found = set(ids), []
+        while (message := self._next(0, raise_on_silence=False)) is not None:
+            if isinstance(message, Result) and message.message_id in wanted:
+                found.append(message)
+        return found
+
     def status(self) -> Status:
         self._ref += 1
         ref = self._ref
@@ -134,7 +170,11 @@ class IntakeClient:
     def _next(self, timeout_s: float | None = None, raise_on_silence: bool = True) -> object:
         """The next message from the broker (a frame may carry several), or None."""
         if not self._inbox:
-            frame = self._channel.recv(self.timeout_s if timeout_s is None else timeout_s)
+            try:
+                frame = self._channel.recv(self.timeout_s if timeout_s is None else timeout_s)
+            except KeyRefused as exc:
+                raise KeyRefused(f"the broker at {self.endpoint} refused this key ({exc}; keys from "
+                                 f"{self._keys.resolve() if self._keys else 'nowhere'}): {KEYS_HINT}") from None
             if frame is None:
                 if raise_on_silence:
                     raise BrokerUnreachable(f"the broker at {self.endpoint} did not answer within "

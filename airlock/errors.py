@@ -6,6 +6,11 @@
      |    +-- TaskError          a task file is unreadable, unknown keys, bad plan
      |    +-- CatalogError       the actor's catalog is bad or misses a planned tool
      +-- BrokerUnreachable       the CLI got no answer from the broker in time
+     |    +-- KeyRefused         the broker answered the handshake: not with this key
+     +-- KeysMissing             a client found no CURVE keys where it looked
+     +-- RequestRefused          the request was understood and refused: an unknown id, a
+     |    |                      decision the task does not take
+     |    +-- EmailTooLarge      an email over the size limit, refused before sending
      +-- UsageError              the CLI was asked for something it cannot do
 
 Errors that come from the outside world while running (a frame that does not decode, a
@@ -36,6 +41,22 @@ class CatalogError(ConfigError):
 
 class BrokerUnreachable(AirlockError):
     """The broker did not answer within the allowed time."""
+
+
+class KeyRefused(BrokerUnreachable):
+    """The broker is there but refused this client's key at the CURVE handshake."""
+
+
+class KeysMissing(AirlockError):
+    """A client of an authenticated broker has no keys to present."""
+
+
+class RequestRefused(AirlockError):
+    """A well-formed request that cannot be granted; not a usage error (exit 1, not 2)."""
+
+
+class EmailTooLarge(RequestRefused):
+    """An email bigger than the limit; the client refuses it before sending a byte."""
 
 
 class UsageError(AirlockError):

@@ -8,8 +8,9 @@ import email.utils
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from airlock.errors import UsageError
+from airlock.errors import EmailTooLarge, UsageError
 from airlock.wire import EmailFormat
 
 SUFFIXES = {".eml": "eml", ".txt": "text"}
@@ -56,8 +57,19 @@ def sender_of(raw: bytes, fmt: EmailFormat) -> str:
     return address if _ADDRESS.match(address) else ""
 
 
-def read(path: Path) -> bytes:
+def read(path: Path, limit: int = MAX_FILE_BYTES, setting: str = "") -> bytes:
+    """The file's bytes, or EmailTooLarge before reading one over `limit` (the setting that
+    sets the limit is named in the message, so the user knows what to change)."""
     size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise UsageError(f"{path} is {size} bytes; airlock takes emails up to {MAX_FILE_BYTES} bytes")
+    if size > limit:
+        raise EmailTooLarge(f"{path} is {size} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
     return path.read_bytes()
+
+
+def read_stream(stream: BinaryIO, limit: int, setting: str = "", name: str = "standard input") -> bytes:
+    """At most `limit` bytes from a stream of unknown length; one byte more is refused, and
+    the rest is never read, so a huge or endless input costs no more memory than the limit."""
+    raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise EmailTooLarge(f"{name} is over {limit} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
+    return raw

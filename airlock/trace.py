@@ -9,12 +9,14 @@ line whose event is "outcome".
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
+
+from airlock.terminal import json_line, shown
+from airlock.terminal import shown as printable  # noqa: F401 (its old name; the validator and the page import it)
 
 _json = msgspec.json.Encoder()
 BASE_KEYS = ("at", "message_id", "stage", "event")
@@ -156,25 +158,15 @@ def decode_line(raw: bytes) -> dict[str, Any] | None:
 
 
 def render(record: dict[str, Any]) -> str:
-    """A readable one-line form: time, id, stage, event, then key=value details."""
-    at = str(record.get("at", ""))[11:23]
-    details = " ".join(
-        f"{key}={_short(value)}" for key, value in record.items() if key not in BASE_KEYS
-    )
-    return f"{at}  {record.get('message_id') or '-':<16} {record.get('stage', ''):<9} {record.get('event', ''):<14} {details}"
+    """A readable one-line form: time, id, stage, event, then key=value details. Every
+    part is escaped: a peer chose the details, their keys, even an event's name (a Notice)."""
+    at = shown(str(record.get("at", ""))[11:23])
+    details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in record.items() if key not in BASE_KEYS)
+    message_id, stage, event = (shown(str(record.get(key) or "")) for key in ("message_id", "stage", "event"))
+    return f"{at}  {message_id or '-':<16} {stage:<9} {event:<14} {details}"
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = printable(value if isinstance(value, str) else _json.encode(value).decode())
+    """A detail as a terminal may show it: a string escaped, anything else as JSON."""
+    text = shown(value) if isinstance(value, str) else json_line(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-_HIDDEN = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
-
-
-def printable(text: str) -> str:
-    """Text safe to show a person: letters stay, but control, invisible and bidi
-    characters (which can hide or reorder what a reader sees) become \\u escapes."""
-    return "".join(
-        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _HIDDEN else ch for ch in text
-    )

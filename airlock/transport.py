@@ -11,24 +11,43 @@ Socket options that matter for safety are set here, once, with the reason:
 - LINGER: bounded, so closing never hangs on a peer that went away.
 - High-water marks are set well above any credit window, so credit, not the HWM, limits
   how much is queued (see broker/router.py).
+- A CURVE client that a broker refuses at the handshake never receives a frame: libzmq
+  only says so on the socket's monitor. A channel that watches its handshake turns that
+  into KeyRefused, so a client with the wrong keys hears why, not a timeout.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from airlock import keys
+from airlock.errors import KeyRefused
 from airlock.keys import Pair
 from airlock.settings import Settings
 from airlock.wire import Message, encode, frames
 
 LINGER_MS = 1000
 HWM = 100_000
+# What a refused CURVE handshake looks like from the client's side (libzmq >= 4.3):
+# the broker's ZAP handler denied the key (ERROR 400): the client key is not allowed;
+# the broker closed the connection mid-handshake: it could not read the HELLO, so the
+# broker key this client holds is not the running broker's; a protocol error: the peer
+# does not speak CURVE at all. libzmq reconnects and fails again each time, so a failure
+# without detail counts once it repeats, in case one was a broker going down.
+HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+HANDSHAKE_REFUSALS: dict[int, str] = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the broker does not allow this client key",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the broker key here is not the running broker's",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the broker does not speak CURVE with this key"}
+REPEATS_BEFORE_REFUSED = 2
 
 
 class Channel(Protocol):
@@ -82,12 +101,23 @@ def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair |
 
 
 class ZmqChannel:
-    """A DEALER socket to one broker endpoint, one message per frame."""
+    """A DEALER socket to one broker endpoint, one message per frame.
+
+    With `watch_handshake` (a CURVE client only), recv raises KeyRefused when the broker
+    refuses this client's keys, until the first handshake succeeds; then the monitor is
+    dropped and recv costs what it did."""
 
     def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
-                 server_key: bytes | None = None) -> None:
+                 server_key: bytes | None = None, watch_handshake: bool = False) -> None:
         self.endpoint, self.max_frame_bytes = endpoint, max_frame_bytes
         self._sock = dealer(ctx, endpoint, max_frame_bytes, client, server_key)
+        self._monitor: zmq.Socket | None = None
+        self._failures = 0
+        if watch_handshake and client is not None:
+            self._monitor = self._sock.get_monitor_socket(HANDSHAKE_EVENTS)
+            self._poller = zmq.Poller()
+            self._poller.register(self._sock, zmq.POLLIN)
+            self._poller.register(self._monitor, zmq.POLLIN)
 
     def send(self, message: Message) -> None:
         self._sock.send(encode(message))
@@ -98,7 +128,7 @@ class ZmqChannel:
             self._sock.send(frame)
 
     def recv(self, timeout_s: float) -> bytes | None:
-        if not self._sock.poll(int(timeout_s * 1000)):
+        if not self._ready(timeout_s):
             return None
         frame = self._sock.recv()
         if self._sock.getsockopt(zmq.RCVMORE):
@@ -107,7 +137,40 @@ class ZmqChannel:
             return b""  # more than one frame is not a message: it decodes as Malformed
         return frame
 
+    def _ready(self, timeout_s: float) -> bool:
+        """Wait for a frame; with a monitor, read handshake events meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while self._monitor is not None:
+            ready = dict(self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+            if self._monitor in ready:
+                self._handshake_events()
+            if self._sock in ready:
+                return True
+            if not ready:
+                return False
+        return bool(self._sock.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+
+    def _handshake_events(self) -> None:
+        while self._monitor is not None:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._unwatch()
+                return
+            self._failures += 1
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH or self._failures >= REPEATS_BEFORE_REFUSED:
+                raise KeyRefused(HANDSHAKE_REFUSALS.get(event, "the CURVE handshake failed"))
+
+    def _unwatch(self) -> None:
+        if self._monitor is not None:
+            self._sock.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = None
+
     def close(self) -> None:
+        self._unwatch()
         self._sock.close(linger=LINGER_MS)
 
 

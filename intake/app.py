@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock import settings as settings_module
 from airlock.settings import Settings
+from airlock.terminal import shown
 
 BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
 STOP_POLL_S = 0.1  # how often the listener checks the stop event set by a signal
@@ -87,7 +89,8 @@ class BrokerSubmitter:
             client = self._client = self._client or self._connect()
             try:
                 return client.submit_one(Submission(raw, "eml", origin, sender))
-            except BrokerUnreachable:
+            except BrokerUnreachable as exc:  # the sender hears 451; the console hears why
+                print(f"intake: {shown(str(exc))}", file=sys.stderr, flush=True)
                 self._discard()
                 raise
 
@@ -121,8 +124,9 @@ class Handler:
         raw = envelope.original_content or b""
         mail_from = envelope.mail_from or ""
         reply = await asyncio.to_thread(hand_over, self.submitter, raw, mail_from)
-        print(f"intake: {reply} from=<{mail_from}> rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
-              f"peer={session.peer}", flush=True)
+        # The envelope and the peer's address are the sender's words: escaped for the console.
+        print(f"intake: {reply} from=<{shown(mail_from)}> rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
+              f"peer={shown(str(session.peer))}", flush=True)
         return reply
 
 

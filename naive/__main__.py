@@ -8,12 +8,11 @@ import sys
 import uuid
 from pathlib import Path
 
-import msgspec
-
 from actor import catalog as catalog_module
 from actor.tools import CallLog
 from airlock import settings as settings_module, sources
 from airlock.errors import AirlockError
+from airlock.terminal import json_line
 from naive.agent import NaiveAgent
 from reader import model
 
@@ -38,13 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
                                                                 timeout_s=settings.model_timeout_s), log)
     prefix = uuid.uuid4().hex[:8]
-    encode = msgspec.json.Encoder().encode
     try:
         for number, path in enumerate(paths, start=1):
             result = agent.handle(f"naive-{prefix}-{number}", sources.read(path), sources.format_of(path))
             line = {"id": result.message_id, "file": str(path), "outcome": result.outcome, "reason": result.reason,
                     "answer": result.answer[:2000], "calls": result.calls, "ms": result.ms}
-            sys.stdout.buffer.write(encode(line) + b"\n")
+            sys.stdout.write(json_line(line) + "\n")  # the answer and reason are email-made: no raw bidi
             sys.stdout.flush()
     finally:
         log.close()

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from airlock import settings as settings_module, sources, task as task_module
 from airlock.errors import AirlockError
+from airlock.terminal import shown
 from reader import mail, model, prompt, recordings
 
 
@@ -37,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         parsed = mail.parse(sources.read(path), sources.format_of(path))
         if isinstance(parsed, mail.MailProblem):
-            print(f"skip  {path}: {parsed.reason}")
+            print(f"skip  {path}: {shown(parsed.reason)}")  # the reason can quote the email
             continue
         messages, _ = prompt.for_email(task.reader, parsed)
         answer = model.ask(args.model_url, settings.model_name, messages, settings.model_timeout_s)
         if isinstance(answer, model.ModelFailure):
-            print(f"FAIL  {path}: {answer.kind}: {answer.detail}")
+            print(f"FAIL  {path}: {answer.kind}: {shown(answer.detail)}")  # the model server's words
             failures += 1
             continue
         key = prompt.digest(messages)

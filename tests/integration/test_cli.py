@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 
 import pytest
 
 from airlock.cli import build_parser
 from tests.conftest import ROOT, airlock_env
+from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 pytestmark = pytest.mark.integration
@@ -53,7 +56,10 @@ def test_services_refuse_bad_config_with_one_line(tmp_path, service: str) -> Non
 
 
 def test_inject_without_a_broker_is_one_clear_line(tmp_path) -> None:
-    """No broker listening: exit 1, one line that says where it looked."""
+    """No broker listening (keys in place): exit 1, one line that says where it looked."""
+    from airlock import keys
+
+    keys.generate(tmp_path / "keys")  # without keys the client stops sooner: tests/unit/test_cli.py
     env = {**airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
     done = run("inject", "--timeout", "0.5", SEED, env=env)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
@@ -63,7 +69,7 @@ def test_inject_without_a_broker_is_one_clear_line(tmp_path) -> None:
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["inject", "/no/such/file.eml"], 2, "no such file"),
     (["inject"], 2, "nothing to inject"),
-    (["trace", "nope"], 2, "no trace"),
+    (["trace", "nope"], 1, "no trace"),  # an unknown id is a refusal, not bad usage
     (["up", "--task", "/no/task.toml"], 78, "not found"),
     (["up", "--readers", "0"], 2, "at least 1"),
 ])
@@ -110,3 +116,107 @@ def test_trace_follow_prints_new_lines(stack) -> None:
         follower.terminate()
         follower.wait(5)
         follower.stdout.close()
+
+
+@pytest.mark.parametrize("keys_made", [
+    pytest.param("another-stack", id="another-stacks-keys"),
+    pytest.param("same-broker-key", id="client-key-not-allowed"),
+])
+def test_a_key_the_broker_refuses_is_named_not_a_timeout(stack, tmp_path, keys_made: str) -> None:
+    """Keys from another data dir (or a client key the broker does not allow): exit 1 with
+    'refused this key' within a second, not a 5 s 'did not answer'."""
+    from airlock import keys
+
+    s = stack().start()
+    other = tmp_path / "other-keys"
+    keys.generate(other)
+    if keys_made == "same-broker-key":  # the right broker, an intake key it does not know
+        (other / "broker.key").write_bytes((s.data / "keys" / "broker.key").read_bytes())
+    env = {**s.env, "AIRLOCK_KEYS": str(other)}
+    for args in (["inject", SEED], ["status"]):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "airlock", *args, "--timeout", "5"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert time.monotonic() - started < 4, done.stderr
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "refused this key" in done.stderr and "--data-dir of `airlock up`" in done.stderr, done.stderr
+        assert str(other) in done.stderr and "did not answer" not in done.stderr
+    assert s.trace(event="received") == []  # nothing got through
+
+
+def test_email_made_text_is_escaped_on_the_terminal(stack, tmp_path) -> None:
+    """A charset name holding an OSC retitle and a bidi override reaches `inject --wait`,
+    `trace` and `--json` escaped, and --json still decodes to the exact reason."""
+    s = stack().start()
+    evil = tmp_path / "evil.eml"
+    evil.write_text("From: a@example.org\nSubject: hi\nContent-Type: text/plain; "
+                    "charset=\"x\x1b]0;pwned\x07\u202e\"\n\nWhere is order 4411?\n")
+    shown = s.airlock("inject", "--wait", str(evil))
+    assert shown.returncode == 0 and "rejected" in shown.stdout
+    assert "x\\x1b]0;pwned\\x07\\u202e" in shown.stdout
+    as_json = s.airlock("inject", "--wait", "--json", str(evil))
+    (line,) = as_json.stdout.splitlines()
+    assert json.loads(line)["reason"].endswith("x\x1b]0;pwned\x07\u202e")
+    traced = s.airlock("trace", json.loads(line)["id"])
+    assert "x\\x1b]0;pwned\\x07\\u202e" in traced.stdout
+    for output in (shown.stdout, as_json.stdout, traced.stdout):
+        assert "\x1b" not in output and "\x07" not in output and "\u202e" not in output
+
+
+def test_status_json(stack) -> None:
+    """`status --json` is one JSON line with the workers, queue and counters."""
+    s = stack().start()
+    done = s.airlock("status", "--json")
+    status = json.loads(done.stdout)
+    assert set(status) == {"workers", "queued", "in_flight", "counters"} and status["workers"]["reader"] == 1
+
+
+def test_ctrl_c_during_inject_wait_prints_what_finished(stack, fake_model) -> None:
+    """Ctrl-C while one email is done and one still with a slow model: both are printed,
+    the unfinished one with its id, and the exit status is 130."""
+    def reply(messages) -> str:
+        if "slow please" in messages[-1]["content"]:
+            time.sleep(25)
+        return "4411"
+
+    model = fake_model(reply)
+    s = stack(AIRLOCK_MODEL_TIMEOUT_S="60").start("--model-url", model.url, "--readers", "2")
+    waiting = subprocess.Popen([sys.executable, "-m", "airlock", "inject", "--wait", "--json", "--text",
+                                "slow please, where is order 4411?", SEED], env=s.env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: any(o["outcome"] == "completed" for o in s.trace(event="outcome")), 30)
+        # The broker sends the Result before it writes the outcome line, and the client
+        # reads what has arrived before it reports; this only covers loopback's latency.
+        time.sleep(0.2)
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=10)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    assert waiting.returncode == 130, err
+    lines = {line["file"]: line for line in map(json.loads, out.splitlines())}
+    assert lines[SEED]["outcome"] == "completed"
+    slow = lines["--text"]
+    assert slow["outcome"] == "pending" and f"airlock trace {slow['id']}" in slow["reason"]
+    assert "interrupted: 1 of 2" in err and "Traceback" not in err
+
+
+def test_decisions_on_unknown_ids_are_refusals(stack) -> None:
+    """approve/deny of an id that waits for nothing: exit 1 with the broker's reason."""
+    s = stack().start()
+    for verb in ("approve", "deny"):
+        done = s.airlock(verb, "nope-1", "--as", "support-lead", "--by", "dana")
+        assert done.returncode == 1 and "not waiting" in done.stderr, done.stderr
+
+
+def test_naive_json_lines_hold_no_raw_bidi(tmp_path, fake_model) -> None:
+    """`airlock naive` prints the model's (email-steered) answer as JSON with bidi escaped."""
+    model = fake_model("done\u202e\u2066 4411")
+    env = {**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = run("naive", "--model-url", model.url, "--data-dir", str(tmp_path / "data"), SEED, env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert "done\u202e\u2066 4411" in json.loads(line)["answer"]
+    assert "\u202e" not in done.stdout and "\u2066" not in done.stdout

@@ -26,8 +26,13 @@ def test_escalate_then_approve_with_the_cli(stack, fake_model) -> None:
     assert result["outcome"] == "escalated"
     pending = s.airlock("pending")
     assert result["id"] in pending.stdout and "support-lead" in pending.stdout
+    assert 'value "damaged"' in pending.stdout and "sender lena@example.de" in pending.stdout  # what is decided
     wrong = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "sam")
-    assert wrong.returncode == 0 and "escalated" in wrong.stdout
+    assert wrong.returncode == 1 and "escalated" in wrong.stdout  # not in the role: a refusal, named
+    assert "not taken: sam is not a listed support-lead" in wrong.stderr, wrong.stderr
+    assert result["id"] in s.airlock("pending").stdout  # still waiting for a listed lead
+    wrong_role = s.airlock("approve", result["id"], "--as", "intern", "--by", "dana")
+    assert wrong_role.returncode == 1 and "not taken" in wrong_role.stderr, wrong_role.stderr
     approved = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
     assert approved.returncode == 0 and "completed" in approved.stdout, approved.stderr
     assert [c["tool"] for c in s.calls(result["id"])] == ["open_refund_case", "send_refund_confirmation"]
@@ -37,7 +42,7 @@ def test_escalate_then_approve_with_the_cli(stack, fake_model) -> None:
     assert outcomes[0] == "escalated" and outcomes[-1] == "completed" and outcomes.count("completed") == 1
     assert "nothing is waiting" in s.airlock("pending").stdout
     again = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
-    assert again.returncode == 2 and "not waiting" in again.stderr
+    assert again.returncode == 1 and "not waiting" in again.stderr  # not a usage error
 
 
 def test_escalate_then_deny(stack, fake_model) -> None:
@@ -45,7 +50,7 @@ def test_escalate_then_deny(stack, fake_model) -> None:
     s = stack(task=REFUND).start("--model-url", fake_model("damaged").url)
     (result,) = s.inject(REFUND_EMAIL)
     denied = s.airlock("deny", result["id"], "--as", "support-lead", "--by", "dana")
-    assert "refused" in denied.stdout
+    assert denied.returncode == 0 and "refused" in denied.stdout  # the denial was taken
     assert [c["tool"] for c in s.calls(result["id"])] == ["open_refund_case"]
 
 

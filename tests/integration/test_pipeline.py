@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,7 +131,6 @@ BAD_EMAILS = [
     pytest.param(b"", "empty.eml", "mail.empty_body", id="empty"),
     pytest.param(b"\xff\xfe broken \xfa", "latin.txt", "mail.charset", id="not-utf8-text"),
     pytest.param(b"Content-Type: text/plain; charset=x-unknown\n\nOrder 4411", "odd.eml", "mail.charset", id="unknown-charset"),
-    pytest.param(b"x" * (300 * 1024), "huge.txt", "intake.too_large", id="too-large"),
 ]
 
 
@@ -142,6 +144,26 @@ def test_bad_emails_get_a_typed_rejection(stack, tmp_path: Path, raw: bytes, nam
     assert result["outcome"] == "rejected"
     (outcome,) = s.trace(result["id"], "outcome")
     assert outcome["rule"] == rule
+    assert s.calls() == []
+
+
+def test_an_oversized_email_is_refused_by_the_cli_and_by_the_broker(stack, tmp_path: Path) -> None:
+    """300 KiB: `airlock inject` refuses it before sending (nothing reaches the trace); a
+    client with a larger limit of its own still meets the broker's check, a typed rejection."""
+    s = stack().start()
+    path = tmp_path / "huge.txt"
+    path.write_bytes(b"x" * (300 * 1024))
+    refused = s.airlock("inject", str(path))
+    assert refused.returncode == 1, refused.stderr
+    assert f"{path} is {300 * 1024} bytes; the limit is {256 * 1024} (AIRLOCK_MAX_EMAIL_BYTES)" in refused.stderr
+    assert s.trace(event="received") == []
+    done = subprocess.run([sys.executable, "-m", "airlock", "inject", "--json", "--wait", str(path)], cwd=ROOT,
+                          env={**s.env, "AIRLOCK_MAX_EMAIL_BYTES": str(1024 * 1024)}, capture_output=True, text=True,
+                          timeout=120)
+    result = json.loads(done.stdout)
+    assert result["outcome"] == "rejected", done.stderr
+    (outcome,) = s.trace(result["id"], "outcome")
+    assert outcome["rule"] == "intake.too_large"
     assert s.calls() == []
 
 

@@ -193,3 +193,36 @@ def test_bad_setting_is_one_line_and_exit_78(tmp_path, key: str) -> None:
                           timeout=30)
     assert done.returncode == 78
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("intake: ") and key in done.stderr
+
+
+def test_envelope_sender_is_escaped_on_the_intake_console(stack, intake) -> None:
+    """A MAIL FROM holding an ESC sequence and a bidi override is logged escaped."""
+    s = stack().start()
+    running = intake(s.env)
+    evil = "eve\x1b\u202e\x07@example.org"
+    with smtplib.SMTP("127.0.0.1", running.port, timeout=30) as smtp:
+        smtp.ehlo()
+        code, _ = smtp.mail(evil, ["SMTPUTF8"])
+        if code == 250:
+            smtp.rcpt("support@shop.example")
+            code, _ = smtp.data(SEED)
+    running.stop()
+    assert "\x1b" not in running.output and "\u202e" not in running.output and "\x07" not in running.output
+    assert code == 250, running.output  # the sender's words did reach the console, escaped
+    assert "from=<eve\\x1b\\u202e\\x07@example.org>" in running.output
+
+
+def test_a_refused_key_is_451_and_the_console_says_why(stack, intake, tmp_path) -> None:
+    """The intake holding keys the broker does not know: the sender gets 451, the console
+    names the refused key instead of leaving the trainer to guess."""
+    from airlock import keys
+
+    s = stack().start()
+    keys.generate(tmp_path / "stale-keys")
+    running = intake(s.env, AIRLOCK_KEYS=str(tmp_path / "stale-keys"))
+    with pytest.raises(smtplib.SMTPDataError) as deferred:
+        sendmail(running.port, SEED)
+    assert deferred.value.smtp_code == 451
+    running.stop()
+    assert "refused this key" in running.output and str(tmp_path / "stale-keys") in running.output, running.output
+    assert s.trace(event="received") == []

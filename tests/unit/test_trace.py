@@ -50,3 +50,16 @@ def test_render_escapes_invisible_characters() -> None:
     """The readable form shows bidi and zero-width characters as escapes."""
     shown = trace.render(json.loads(trace.line("reader", "model_answer", "m", {"answer": "44\u202e11\u200b"})))
     assert "\u202e" not in shown and "\\u202e" in shown and "\\u200b" in shown
+
+
+def test_render_escapes_every_part_a_peer_chose() -> None:
+    """An event name (a Notice), a detail's key and value: none reaches the terminal raw."""
+    from airlock.terminal import hidden
+
+    record = {"at": "2026-11-30T10:00:00.000000Z", "message_id": "m-1\x1b[2J", "stage": "supervisor",
+              "event": "restart\x1b]0;pwned\x07", "note\u202e": "charset \x1b]0;pwned\x07",
+              "nested": {"reason": "a\u2066b"}}
+    line = trace.render(record)
+    assert not any(hidden(ch) for ch in line)
+    assert "restart\\x1b]0;pwned\\x07" in line and "note\\u202e=" in line and "charset \\x1b]0;pwned\\x07" in line
+    assert '{"reason":"a\\u2066b"}' in line

@@ -1,0 +1,229 @@
+"""The airlock command without a running stack: help on every option, exit codes that
+name the cause, the size limit before sending, and what `pending` reads from a trace."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from airlock import cli, escalations, sources
+from airlock.errors import EmailTooLarge
+from tests.conftest import ROOT, airlock_env
+
+SEED = str(ROOT / "samples" / "seed_4411_de.eml")
+
+
+def every_parser(parser: argparse.ArgumentParser, name: str = "airlock"):
+    """The parser and each sub-command's parser, nested ones (corpus import) included."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from every_parser(sub, f"{name} {sub_name}")
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    """`airlock CMD --help` explains every option and argument; none is left bare."""
+    bare = [f"{name} {action.option_strings or action.dest}"
+            for name, parser in every_parser(cli.build_parser())
+            for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction))
+            and not action.help]
+    assert not bare, f"options without help: {bare}"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A data dir with no stack and no keys, on free ports, as the environment."""
+    values = airlock_env(tmp_path / "data")
+    monkeypatch.delenv("AIRLOCK_KEYS", raising=False)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["inject", SEED], id="inject"),
+    pytest.param(["status"], id="status"),
+    pytest.param(["approve", "x-1", "--as", "support-lead", "--by", "dana"], id="approve"),
+    pytest.param(["deny", "x-1", "--as", "support-lead", "--by", "dana"], id="deny"),
+])
+def test_no_keys_is_said_at_once(env, capsys, args: list[str]) -> None:
+    """No keys: exit 1 naming the folder looked in and the two ways out, before any wait."""
+    started = time.monotonic()
+    assert cli.main(args) == 1
+    assert time.monotonic() - started < 1.0  # not the 5 s broker timeout
+    err = capsys.readouterr().err
+    assert err.startswith("airlock: no CURVE keys in ") and str(Path(env["AIRLOCK_DATA_DIR"]).resolve() / "keys") in err
+    assert "--data-dir of `airlock up`" in err and "AIRLOCK_KEYS" in err and err.count("\n") == 1
+
+
+def test_an_empty_airlock_keys_folder_is_named(env, capsys, tmp_path: Path, monkeypatch) -> None:
+    """AIRLOCK_KEYS pointing at a folder without this role's key says which file is missing."""
+    monkeypatch.setenv("AIRLOCK_KEYS", str(tmp_path / "empty"))
+    assert cli.main(["status"]) == 1
+    assert f"no CURVE key intake.key_secret in {tmp_path / 'empty'} (AIRLOCK_KEYS)" in capsys.readouterr().err
+
+
+def test_an_oversized_file_is_refused_before_sending(env, capsys, tmp_path: Path, monkeypatch) -> None:
+    """A file over AIRLOCK_MAX_EMAIL_BYTES: its size, the limit and the setting, exit 1."""
+    monkeypatch.setenv("AIRLOCK_MAX_EMAIL_BYTES", "1000")
+    big = tmp_path / "big.eml"
+    big.write_bytes(b"Subject: x\n\n" + b"y" * 2000)
+    assert cli.main(["inject", str(big)]) == 1
+    assert f"{big} is 2012 bytes; the limit is 1000 (AIRLOCK_MAX_EMAIL_BYTES)" in capsys.readouterr().err
+
+
+def test_oversized_text_is_refused_before_sending(env, capsys, monkeypatch) -> None:
+    """--text is held to the same limit."""
+    monkeypatch.setenv("AIRLOCK_MAX_EMAIL_BYTES", "10")
+    assert cli.main(["inject", "--text", "x" * 11]) == 1
+    assert "--text is 11 bytes; the limit is 10 (AIRLOCK_MAX_EMAIL_BYTES)" in capsys.readouterr().err
+
+
+class EndlessStream(io.RawIOBase):
+    """Standard input that never ends, counting what was read from it."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        buffer[:] = b"x" * len(buffer)
+        self.taken += len(buffer)
+        return len(buffer)
+
+
+def test_stdin_is_read_no_further_than_the_limit() -> None:
+    """An endless stdin costs limit+1 bytes of memory and is refused, never read to the end."""
+    stream = EndlessStream()
+    with pytest.raises(EmailTooLarge, match="standard input is over 1000 bytes; the limit is 1000"):
+        sources.read_stream(io.BufferedReader(stream, buffer_size=64), 1000, "AIRLOCK_MAX_EMAIL_BYTES")
+    assert stream.taken <= 1001 + 64
+
+
+def test_stdin_at_the_limit_is_taken() -> None:
+    """Exactly the limit is not over it."""
+    assert sources.read_stream(io.BytesIO(b"x" * 1000), 1000) == b"x" * 1000
+
+
+@pytest.mark.parametrize("args", [["trace", "nope"], ["trace"]])
+def test_no_trace_for_an_id_is_not_a_usage_error(env, capsys, args: list[str]) -> None:
+    """An unknown id is a refusal (exit 1), not bad usage (exit 2)."""
+    assert cli.main(args) == 1
+    assert "no trace" in capsys.readouterr().err
+
+
+ESCALATED = "1a22c09f0e5-1"
+
+
+def write_trace(path: Path, *, refused_decision: bool = False) -> None:
+    """The trace of the refund demo's escalation (trimmed), optionally with a decision by
+    someone not listed in the role, which escalates the same step again."""
+    def approval_rule(given):
+        return {"rule": "approval", "verdict": "escalate", "reason": "r", "read": {"role": "support-lead",
+                                                                                  "approval": given}}
+
+    def escalation(reason, given):
+        return {"message_id": ESCALATED, "stage": "actor", "event": "authorization", "step": 2, "server": "mail",
+                "tool": "send_refund_confirmation", "decision": {
+                    "verdict": "escalate", "reason": reason, "escalated_to": "support-lead",
+                    "rules": [{"rule": "plan", "verdict": "allow", "reason": "", "read": {}}, approval_rule(given)]}}
+
+    outcome = {"message_id": ESCALATED, "stage": "broker", "event": "outcome", "outcome": "escalated"}
+    records = [
+        {"message_id": ESCALATED, "stage": "broker", "event": "received", "origin": "samples/refund\x1b[2J.eml",
+         "sender": "lena@example.de\u202e"},
+        {"message_id": ESCALATED, "stage": "reader", "event": "model_answer", "sender": "Mallory <x@evil>"},
+        {"message_id": ESCALATED, "stage": "validator", "event": "verdict", "verdict": "passed", "value": "damaged"},
+        escalation("needs approval by a support-lead", None), outcome]
+    if refused_decision:
+        records += [{"message_id": ESCALATED, "stage": "broker", "event": "decision", "approve": True,
+                     "role": "support-lead", "by": "sam"},
+                    escalation("sam is not a listed support-lead", {"approve": True, "role": "support-lead", "by": "sam"}),
+                    outcome]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"at": "2026-11-30T10:39:39.436732Z", **r}) + "\n" for r in records))
+
+
+def test_pending_shows_the_value_the_sender_and_the_step(env, capsys) -> None:
+    """The value the validator passed, the sender the intake vouched for (not the From the
+    reader saw), the step and tool waiting, the role needed; email-made text escaped."""
+    write_trace(Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl")
+    assert cli.main(["pending"]) == 0
+    out = capsys.readouterr().out
+    assert f"{ESCALATED}  step 2 mail/send_refund_confirmation  needs a support-lead" in out
+    assert 'value "damaged"' in out and "sender lena@example.de\\u202e" in out and "evil" not in out
+    assert "from samples/refund\\x1b[2J.eml" in out and "\x1b" not in out and "\u202e" not in out
+
+
+def test_pending_json(env, capsys) -> None:
+    """--json: one line per email that decodes to the same facts, nothing hidden left raw."""
+    write_trace(Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl", refused_decision=True)
+    assert cli.main(["pending", "--json"]) == 0
+    out = capsys.readouterr().out
+    (entry,) = [json.loads(line) for line in out.splitlines()]
+    assert entry == {"id": ESCALATED, "step": 2, "tool": "mail/send_refund_confirmation", "needs": "support-lead",
+                     "reason": "sam is not a listed support-lead", "value": "damaged",
+                     "sender": "lena@example.de\u202e", "file": "samples/refund\x1b[2J.eml"}
+    assert "\u202e" not in out and "\x1b" not in out
+
+
+def test_pending_json_with_nothing_waiting_prints_nothing(env, capsys) -> None:
+    """--json output is only JSON lines: no sentence when nothing waits."""
+    assert cli.main(["pending", "--json"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(("refused", "why"), [(True, "sam is not a listed support-lead"), (False, "")])
+def test_decision_refused_reads_the_approval_rule(tmp_path: Path, refused: bool, why: str) -> None:
+    """A decision the approval rule read and still escalated was not taken; with no
+    decision read, a later escalation is a new step's own."""
+    path = tmp_path / "trace.jsonl"
+    write_trace(path, refused_decision=refused)
+    if not refused:  # a decision that moved the email on to a later step's escalation
+        records = path.read_text().splitlines()
+        records.insert(-2, json.dumps({"message_id": ESCALATED, "stage": "broker", "event": "decision"}))
+        path.write_text("\n".join(records) + "\n")
+    assert escalations.decision_refused(path, ESCALATED, timeout_s=0.1) == why
+
+
+def test_record_shows_an_email_made_reason_escaped(tmp_path: Path) -> None:
+    """`airlock record` skips an email with a hostile charset name and prints it escaped."""
+    import subprocess
+    import sys
+
+    task = tmp_path / "task.toml"
+    task.write_text((ROOT / "tasks" / "order_status.toml").read_text()
+                    .replace('"../samples/recorded/order_status.jsonl"', '"recorded.jsonl"'))
+    evil = tmp_path / "evil.eml"
+    evil.write_text("From: a@example.org\nSubject: hi\nContent-Type: text/plain; "
+                    "charset=\"x\x1b]0;pwned\x07\u202e\"\n\nWhere is order 4411?\n")
+    done = subprocess.run([sys.executable, "-m", "airlock", "record", "--model-url", "http://127.0.0.1:9",
+                           "--task", str(task), str(evil)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
+    assert "skip" in done.stdout and "x\\x1b]0;pwned\\x07\\u202e" in done.stdout, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
+
+
+def test_arrived_reports_results_already_received_without_waiting(settings) -> None:
+    """After Ctrl-C the client still reports what has arrived, and waits for nothing more."""
+    from airlock.client import IntakeClient
+    from airlock.transport import MemoryChannel
+    from airlock.wire import Result
+
+    with IntakeClient(settings, timeout_s=5.0) as client:
+        client._channel.close()
+        client._channel, broker = MemoryChannel.pair()
+        broker.send(Result(message_id="m-1", outcome="completed"))
+        broker.send(Result(message_id="other-9", outcome="failed"))
+        started = time.monotonic()
+        assert client.arrived(["m-1", "m-2"]) == [Result(message_id="m-1", outcome="completed")]
+        assert client.arrived(["m-2"]) == [] and time.monotonic() - started < 1.0
