@@ -25,16 +25,20 @@ from airlock.wire import Decision, Done, Message, Passed
 
 
 class Actor:
-    def __init__(self, executor: Executor, value_type: Any, tools: CallLog) -> None:
-        self.executor, self.value_type, self.tools = executor, value_type, tools
+    def __init__(self, executor: Executor, value_type: Any, tools: CallLog, task: str = "") -> None:
+        self.executor, self.value_type, self.tools, self.task = executor, value_type, tools, task
+        self.plan = [step.pair for step in executor.plan]
 
     def handle(self, message: Message) -> list[Message]:
         match message:
             case Passed(message_id=message_id, value=value, sender=sender):
-                return [self.run(message_id, value, sender)]
+                done = self.run(message_id, value, sender)
             case Decision(message_id=message_id, approve=approve, role=role, by=by):
-                return [self.decide(message_id, Approval(approve, role, by))]
-        return []  # this role's decoder admits only Passed and Decision
+                done = self.decide(message_id, Approval(approve, role, by))
+            case _:
+                return []  # this role's decoder admits only Passed and Decision
+        # Every answer names the task and plan it ran under, for the trace (see wire.Done).
+        return [msgspec.structs.replace(done, task=self.task, plan=self.plan)]
 
     def run(self, message_id: str, value: int | str, sender: str = "") -> Done:
         # The validator already checked the value; checking again costs nothing and means
@@ -70,7 +74,7 @@ def build(settings: Settings, task: Task) -> Actor:
     tools = CallLog(settings.calls_path)
     executor = Executor(plan, LiveCatalog(catalog_path), tools, gate, PendingStore(settings.data_dir / "pending.jsonl"),
                         settings.max_result_bytes)
-    return Actor(executor, task.value_decoder(), tools)
+    return Actor(executor, task.value_decoder(), tools, task.name)
 
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:

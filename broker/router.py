@@ -305,6 +305,8 @@ class Router:
 
     def _on_done(self, role: str, identity: bytes, message: Done, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "done")
+        # Each call line names the plan it ran under (see wire.Done), when the actor said it.
+        ran_under = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
             where = {"step": call.step, "server": call.server, "tool": call.tool}
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
@@ -312,7 +314,7 @@ class Router:
             if call.status in ("refused", "escalated"):
                 continue
             self._trace("actor", "call", message.message_id, layer="execution", **where, args=call.args,
-                        status=call.status, error=call.error, key=call.key)
+                        status=call.status, error=call.error, key=call.key, **ran_under)
             self._trace("actor", "observation", message.message_id, layer="observation", **where,
                         result=call.result)
         if flight is None:
