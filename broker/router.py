@@ -306,7 +306,7 @@ class Router:
     def _on_done(self, role: str, identity: bytes, message: Done, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "done")
         # Each call line names the plan it ran under (see wire.Done), when the actor said it.
-        ran_under = {"task": message.task, "plan": message.plan} if message.plan else {}
+        ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
             where = {"step": call.step, "server": call.server, "tool": call.tool}
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,

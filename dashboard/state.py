@@ -60,7 +60,7 @@ def shown_args(args: Any) -> dict[str, str]:
 
 class Board:
     def __init__(self, plan: Iterable[tuple[str, str]], limit: int = EMAIL_LIMIT, task: str = "") -> None:
-        self.plan = [tuple(pair) for pair in plan]  # the page's own task: for lines that name none
+        self.plan = [(server, tool) for server, tool in plan]  # the page's own task: for lines that name none
         self.task = task
         self._plan_pairs = set(self.plan)
         self.limit = limit
