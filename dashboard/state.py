@@ -75,12 +75,16 @@ class Board:
         self._counted: collections.OrderedDict[tuple[str, int | str], None] = collections.OrderedDict()
         self._seq = 0
 
-    def outside_plan(self, server: Any, tool: Any, plan: set[tuple[str, str]] | None = None) -> bool:
-        """Whether server/tool is not a pair of `plan` (the page's own by default). A half
-        that is not text names no planned tool: outside, and never a crash on a bad line."""
+    def outside_plan(self, server: Any, tool: Any, recorded: list[Any] | None = None) -> bool:
+        """Whether server/tool is not a pair of the plan a call line `recorded` (a JSON list
+        of [server, tool] pairs), or of the page's own plan. A half that is not text names no
+        planned tool, and an entry of the recorded plan that is not a pair matches nothing:
+        outside, fail closed, and never a crash on a bad line."""
         if not (isinstance(server, str) and isinstance(tool, str)):
             return True
-        return (server, tool) not in (self._plan_pairs if plan is None else plan)
+        if recorded is None:
+            return (server, tool) not in self._plan_pairs
+        return [server, tool] not in recorded
 
     # --- trace records ----------------------------------------------------------------------
 
@@ -171,14 +175,13 @@ class Board:
             "refused_by": shown(decision.get("refused_by")), "escalated_to": shown(decision.get("escalated_to")),
         })
 
-    def _plan_of(self, record: dict[str, Any]) -> set[tuple[str, str]]:
-        """The plan the call ran under, as its line records it; the page's own for a line
-        that records none. A recorded plan that does not parse admits no pair: fail closed."""
+    def _plan_of(self, record: dict[str, Any]) -> list[Any] | None:
+        """The plan the call ran under, as its line records it; None (the page's own) for a
+        line from an actor that recorded none."""
         plan = record.get("plan")
-        if not isinstance(plan, list) or not plan:
-            return self._plan_pairs
-        return {(pair[0], pair[1]) for pair in plan
-                if isinstance(pair, list) and len(pair) == 2 and all(isinstance(half, str) for half in pair)}
+        if plan is None or plan == []:
+            return None
+        return plan if isinstance(plan, list) else []  # a plan that is not a list admits no pair
 
     def _judge_call(self, message_id: str, record: dict[str, Any]) -> bool:
         """Whether this call is outside its plan; counted once per email and step, never for a replay."""
