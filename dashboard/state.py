@@ -97,7 +97,8 @@ class Board:
             self.system.append({"at": shown(record.get("at")), "stage": shown(record.get("stage")),
                                 "event": shown(event), "detail": _system_detail(record)})
             return None
-        handler = HANDLERS.get((record.get("stage"), event))
+        stage = record.get("stage")
+        handler = HANDLERS.get((stage, event)) if isinstance(stage, str) else None
         late = message_id in self._finished
         if late and message_id not in self.cards:
             if handler is Board._on_call:  # its card is gone, but a call that ran still counts

@@ -679,3 +679,29 @@ def test_counters_always_add_up(lines: list[tuple[str, str]]) -> None:
     for outcome in OUTCOMES:
         assert board.counters[outcome] == sum(state == outcome for state in latest.values())
     assert sorted(board.waiting()) == sorted(i for i, state in latest.items() if state == "escalated")
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=8)
+FIELD = st.sampled_from(["step", "server", "tool", "args", "status", "plan", "task", "outcome", "ended_at",
+                         "decision", "verdict", "value", "answer", "source", "subject", "origin"])
+RECORD = st.fixed_dictionaries(
+    {"message_id": st.sampled_from(["m-1", "m-2", None]) | JSON,
+     "stage": st.sampled_from(["broker", "reader", "validator", "actor", "supervisor"]) | JSON,
+     "event": st.sampled_from(["received", "model_answer", "unreadable", "verdict", "authorization", "call",
+                               "observation", "decision", "outcome"]) | JSON},
+    optional={"at": JSON}).flatmap(lambda base: st.dictionaries(FIELD, JSON, max_size=6).map(lambda extra: {**extra, **base}))
+
+
+@given(st.lists(RECORD, max_size=30))
+def test_any_trace_line_is_folded_without_a_crash(records: list[dict[str, Any]]) -> None:
+    """Whatever the lines hold (wrong types anywhere), the board never raises and its
+    counters stay whole numbers that add up."""
+    board = Board(PLAN, limit=2)
+    for record in records:
+        board.apply(record)
+    counters = board.counters
+    assert all(isinstance(n, int) and n >= 0 for n in counters.values())
+    assert sum(counters[outcome] for outcome in OUTCOMES) <= counters["emails"]
+    json.dumps(board.snapshot())  # what the page is sent still encodes
