@@ -58,8 +58,8 @@ class Actor:
         # waiting, nothing runs, and the reason says which task can decide it.
         if escalation.task and escalation.task != self.task:
             return Done(message_id=message_id, outcome="escalated", reason=(
-                f"escalated under the task {escalation.task!r}, but this airlock runs {self.task!r}; nothing "
-                f"ran. To decide it, start airlock up with {escalation.task!r}'s task file (--task or AIRLOCK_TASK)"))
+                f"escalated under the task {escalation.task}, but this airlock runs {self.task}; nothing ran. "
+                f"To decide it, start airlock up with the task file of {escalation.task} (--task or AIRLOCK_TASK)"))
         try:  # an escalation from before they named their task: at least the value's type
             value = msgspec.convert(escalation.value, self.value_type, strict=True)
         except msgspec.ValidationError as exc:
