@@ -78,6 +78,7 @@ class Flight:
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
     message: Message | None = None  # what the current stage was (or will be) sent, to send again
     attempts: int = 0  # deliveries to the current stage
+    waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
 
 
 class Router:
@@ -242,8 +243,9 @@ class Router:
                 outcome, reason = self.finished[message_id]
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome=outcome, reason=reason)))
             elif message_id in self.flights and self.flights[message_id].stage == "escalated":
+                reason = self.flights[message_id].waiting_for or "waiting for a person's decision"
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome="escalated",
-                                                            reason="waiting for a person's decision")))
+                                                            reason=reason)))
             elif message_id in self.flights:
                 self.flights[message_id].waiters.append((identity, message.ref))
             else:
@@ -390,7 +392,7 @@ class Router:
 
     def _escalate(self, flight: Flight, reason: str, now: float) -> None:
         """Record `escalated` and park the email until a person decides (no deadline)."""
-        flight.stage, flight.worker = "escalated", None
+        flight.stage, flight.worker, flight.waiting_for = "escalated", None, reason
         flight.epoch += 1
         self.counters["outcome.escalated"] += 1
         self._trace("broker", "outcome", flight.message_id, outcome="escalated", reason=reason,

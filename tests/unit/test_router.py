@@ -397,3 +397,17 @@ def test_call_lines_name_the_plan_they_ran_under(router: Router) -> None:
             assert (line["task"], line["plan"]) == ("order_status", [["shop", "lookup_order"], ["mail", "send_status"]])
         else:
             assert "task" not in line and "plan" not in line
+
+
+def test_await_on_an_escalated_email_tells_why_it_waits(router: Router) -> None:
+    """A client that awaits an email already parked for a person hears the actor's reason
+    (e.g. that another task must decide it), not a generic line."""
+    workers(router)
+    message_id, _ = submit(router)
+    router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model"), 1.0)
+    router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
+    why = "escalated under the task refund_with_approval, but this airlock runs order_status; nothing ran."
+    router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason=why), 3.0)
+    effects = router.handle("intake", CLIENT, Await(ref=7, ids=[message_id]), 4.0)
+    (result,) = [s.message for s in sends(effects, "intake")]
+    assert (result.outcome, result.reason) == ("escalated", why)
