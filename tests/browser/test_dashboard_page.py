@@ -194,6 +194,17 @@ def test_counters_stay_true_on_a_data_dir_where_another_task_ran(page, tmp_path:
         expect(page.locator(f'.card[data-id="{approved}"] .meta .task')).to_have_text("task refund_with_approval")
         expect(page.locator(f'.card[data-id="{waiting}"] .badge')).to_have_text("waiting for a person")
         expect(page.locator(f'.card[data-id="{seed["id"]}"] .meta .task')).to_have_count(0)
+
+        # The queue offers the waiting refund email's approve command; under the order task
+        # it runs nothing (the order plan would mail send_status) and the email keeps waiting.
+        told = order.airlock("approve", waiting, "--as", "support-lead", "--by", "dana")
+        assert "refund_with_approval" in told.stdout + told.stderr
+        assert [c["tool"] for c in order.calls(waiting)] == ["open_refund_case"]
+        assert wait_until(lambda: len(order.trace(waiting, "decision")) == 1)
+        page.wait_for_timeout(500)
+        expect(page.locator('.counter[data-key="escalated"] .n')).to_have_text("1")
+        expect(page.locator('.counter[data-key="outside_plan"] .n')).to_have_text("0")
+        expect(page.locator(f'.card[data-id="{waiting}"] .badge')).to_have_text("waiting for a person")
     finally:
         page.goto("about:blank")  # the page lets go of its stream before its server stops
         order.stop()
