@@ -372,7 +372,8 @@ def test_snapshot_names_the_pages_task(settings: settings_module.Settings, tmp_p
 
     config = load_config({}, allowed_hosts=["testserver"], samples_dir=tmp_path)
     hub = create_app(settings, config, PLAN, live=False, task="order_status").state.hub
-    assert (hub.snapshot()["task"], hub.snapshot()["plan"]) == ("order_status", ["shop/lookup_order", "mail/send_status"])
+    snapshot = hub.snapshot()
+    assert (snapshot["task"], snapshot["plan"]) == ("order_status", ["shop/lookup_order", "mail/send_status"])
 
 
 @pytest.mark.parametrize(("headers", "body", "status"), [

@@ -185,10 +185,13 @@ FINAL = [rec("received"), rec("model_answer", stage="reader", answer="4411", sou
 
 
 @pytest.mark.parametrize("late", [
-    pytest.param([rec("outcome", outcome="rejected", reason="no", ended_at="validator", final=True)], id="same-outcome-again"),
+    pytest.param([rec("outcome", outcome="rejected", reason="no", ended_at="validator", final=True)],
+                 id="same-outcome-again"),
     pytest.param([rec("outcome", outcome="completed", reason="", ended_at="actor", final=True)], id="other-outcome"),
-    pytest.param([rec("outcome", outcome="escalated", reason="wait", ended_at="actor", final=False)], id="escalated-after"),
-    pytest.param([rec("model_answer", stage="reader", answer="9999", source="model", subject="late")], id="late-answer"),
+    pytest.param([rec("outcome", outcome="escalated", reason="wait", ended_at="actor", final=False)],
+                 id="escalated-after"),
+    pytest.param([rec("model_answer", stage="reader", answer="9999", source="model", subject="late")],
+                 id="late-answer"),
     pytest.param([rec("verdict", stage="validator", verdict="passed", value="9999")], id="late-verdict"),
     pytest.param([rec("observation", stage="actor", step=1, server="shop", tool="lookup_order", result={})],
                  id="observation"),
@@ -266,7 +269,8 @@ RECORD = st.fixed_dictionaries(
      "stage": st.sampled_from(["broker", "reader", "validator", "actor", "supervisor"]) | JSON,
      "event": st.sampled_from(["received", "model_answer", "unreadable", "verdict", "authorization", "call",
                                "observation", "decision", "outcome"]) | JSON},
-    optional={"at": JSON}).flatmap(lambda base: st.dictionaries(FIELD, JSON, max_size=6).map(lambda extra: {**extra, **base}))
+    optional={"at": JSON},
+).flatmap(lambda base: st.dictionaries(FIELD, JSON, max_size=6).map(lambda extra: {**extra, **base}))
 
 
 @given(st.lists(RECORD, max_size=30))
