@@ -27,14 +27,18 @@ from airlock.wire import Decision, Done, Message, Passed
 class Actor:
     def __init__(self, executor: Executor, value_type: Any, tools: CallLog) -> None:
         self.executor, self.value_type, self.tools = executor, value_type, tools
+        self.task, self.plan = executor.task, [step.pair for step in executor.plan]
 
     def handle(self, message: Message) -> list[Message]:
         match message:
             case Passed(message_id=message_id, value=value, sender=sender):
-                return [self.run(message_id, value, sender)]
+                done = self.run(message_id, value, sender)
             case Decision(message_id=message_id, approve=approve, role=role, by=by):
-                return [self.decide(message_id, Approval(approve, role, by))]
-        return []  # this role's decoder admits only Passed and Decision
+                done = self.decide(message_id, Approval(approve, role, by))
+            case _:
+                return []  # this role's decoder admits only Passed and Decision
+        # Every answer names the task and plan it ran under, for the trace (see wire.Done).
+        return [msgspec.structs.replace(done, task=self.task, plan=self.plan)]
 
     def run(self, message_id: str, value: int | str, sender: str = "") -> Done:
         # The validator already checked the value; checking again costs nothing and means
@@ -49,7 +53,21 @@ class Actor:
         escalation = self.executor.pending.open.get(message_id)
         if escalation is None:
             return Done(message_id=message_id, outcome="failed", reason="no escalated step is waiting for this email")
-        return self.executor.run(message_id, escalation.value, escalation.sender, approval, escalation.step)
+        # The data dir may have run another task before this one: its escalation is not ours
+        # to resume (our plan, with its value, would run calls its plan never named). It keeps
+        # waiting, nothing runs, and the reason says which task can decide it.
+        if escalation.task and escalation.task != self.task:
+            return Done(message_id=message_id, outcome="escalated", reason=(
+                f"escalated under the task {escalation.task}, but this airlock runs {self.task}; nothing ran. "
+                f"To decide it, start airlock up with the task file of {escalation.task} (--task or AIRLOCK_TASK)"))
+        try:  # an escalation from before they named their task: at least the value's type
+            value = msgspec.convert(escalation.value, self.value_type, strict=True)
+        except msgspec.ValidationError as exc:
+            return Done(message_id=message_id, outcome="escalated", reason=(
+                f"the waiting value is not of this task's narrow type ({exc}), so it was escalated under "
+                "another task; nothing ran. To decide it, start airlock up with that task file (--task or "
+                "AIRLOCK_TASK)"))
+        return self.executor.run(message_id, value, escalation.sender, approval, escalation.step)
 
     def sync(self) -> None:
         """Before any answer leaves (the worker loop's group commit): the calls made and the
@@ -69,7 +87,7 @@ def build(settings: Settings, task: Task) -> Actor:
     gate = Gate(task.preconditions, Principals.load(task.principals_path))
     tools = CallLog(settings.calls_path)
     executor = Executor(plan, LiveCatalog(catalog_path), tools, gate, PendingStore(settings.data_dir / "pending.jsonl"),
-                        settings.max_result_bytes)
+                        settings.max_result_bytes, task.name)
     return Actor(executor, task.value_decoder(), tools)
 
 

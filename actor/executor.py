@@ -54,9 +54,9 @@ class LiveCatalog:
 
 class Executor:
     def __init__(self, plan: list[BoundStep], catalog: Callable[[], Catalog], tools: CallLog, gate: Gate,
-                 pending: PendingStore, max_result_bytes: int) -> None:
+                 pending: PendingStore, max_result_bytes: int, task: str = "") -> None:
         self.plan, self.catalog, self.tools, self.gate = plan, catalog, tools, gate
-        self.pending, self.max_result_bytes = pending, max_result_bytes
+        self.pending, self.max_result_bytes, self.task = pending, max_result_bytes, task
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool")
 
     def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
@@ -82,7 +82,7 @@ class Executor:
                 return Done(message_id=message_id, outcome="refused", reason=f"{where}: {verdict.reason}", calls=calls)
             if verdict.verdict == "escalate":
                 calls.append(msgspec.structs.replace(call, status="escalated"))
-                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to))
+                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to, self.task))
                 return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from airlock import trace
@@ -21,9 +21,13 @@ class Escalation:
     sender: str
     step: int
     role: str
+    # The task whose plan escalated it: only an actor running that task may resume it.
+    # New fields get a default, so a line written before them still loads ("" here).
+    task: str = ""
 
 
 ESCALATION_FIELDS = {f.name for f in fields(Escalation)}
+REQUIRED_FIELDS = {f.name for f in fields(Escalation) if f.default is MISSING}
 
 
 class PendingStore:
@@ -32,7 +36,7 @@ class PendingStore:
         for entry in trace.read(path):  # a torn last line (a crash mid-write) is skipped
             if entry.pop("resolved", False):
                 self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
-            elif entry.keys() == ESCALATION_FIELDS:
+            elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
                 self.open[entry["message_id"]] = Escalation(**entry)
         self._file = trace.open_lines(path)
         self._dirty = False

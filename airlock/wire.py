@@ -214,12 +214,20 @@ class Call(Message, tag="call"):
 
 
 class Done(Message, tag="done"):
-    """The actor finished (or stopped) the plan for one value."""
+    """The actor finished (or stopped) the plan for one value.
+
+    `task` and `plan` name the task the actor runs and its plan's server/tool pairs, so the
+    trace records, with each call, the plan it ran under: a page or scorer reading a data
+    dir where several tasks ran judges each call against its own task's plan. Both default
+    to empty (an actor from before they existed): readers then fall back to their own task.
+    """
 
     message_id: str
     outcome: Outcome
     reason: str = ""
     calls: list[Call] = []
+    task: str = ""
+    plan: list[tuple[str, str]] = []
 
 
 class Event(Message, tag="event"):

@@ -78,6 +78,7 @@ class Flight:
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
     message: Message | None = None  # what the current stage was (or will be) sent, to send again
     attempts: int = 0  # deliveries to the current stage
+    waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
 
 
 class Router:
@@ -242,8 +243,9 @@ class Router:
                 outcome, reason = self.finished[message_id]
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome=outcome, reason=reason)))
             elif message_id in self.flights and self.flights[message_id].stage == "escalated":
+                reason = self.flights[message_id].waiting_for or "waiting for a person's decision"
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome="escalated",
-                                                            reason="waiting for a person's decision")))
+                                                            reason=reason)))
             elif message_id in self.flights:
                 self.flights[message_id].waiters.append((identity, message.ref))
             else:
@@ -305,6 +307,8 @@ class Router:
 
     def _on_done(self, role: str, identity: bytes, message: Done, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "done")
+        # Each call line names the plan it ran under (see wire.Done), when the actor said it.
+        ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
             where = {"step": call.step, "server": call.server, "tool": call.tool}
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
@@ -312,7 +316,7 @@ class Router:
             if call.status in ("refused", "escalated"):
                 continue
             self._trace("actor", "call", message.message_id, layer="execution", **where, args=call.args,
-                        status=call.status, error=call.error, key=call.key)
+                        status=call.status, error=call.error, key=call.key, **ran_under)
             self._trace("actor", "observation", message.message_id, layer="observation", **where,
                         result=call.result)
         if flight is None:
@@ -388,7 +392,7 @@ class Router:
 
     def _escalate(self, flight: Flight, reason: str, now: float) -> None:
         """Record `escalated` and park the email until a person decides (no deadline)."""
-        flight.stage, flight.worker = "escalated", None
+        flight.stage, flight.worker, flight.waiting_for = "escalated", None, reason
         flight.epoch += 1
         self.counters["outcome.escalated"] += 1
         self._trace("broker", "outcome", flight.message_id, outcome="escalated", reason=reason,

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         from dashboard.app import create_app  # needs starlette; uvicorn is imported by serve()
         import uvicorn  # noqa: F401
 
-        app = create_app(settings, config, [(step.server, step.tool) for step in task.plan])
+        app = create_app(settings, config, [(step.server, step.tool) for step in task.plan], task=task.name)
     except ConfigError as exc:
         print(f"dashboard: {exc}", file=sys.stderr)
         return EX_CONFIG

@@ -88,9 +88,11 @@ def json_response(data: Any, status: int = 200) -> Response:
 
 
 def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str, str]], *,
-               live: bool = True) -> Starlette:
-    """The app. `live=False` starts no trace feed (tests feed `app.state.hub` themselves)."""
-    board = Board(plan)
+               live: bool = True, task: str = "") -> Starlette:
+    """The app. `live=False` starts no trace feed (tests feed `app.state.hub` themselves).
+    `task` and `plan` are the page's own task: a call line that records no plan (an older
+    actor's) is judged against this one."""
+    board = Board(plan, task=task)
     samples = {s.name: s for s in inject.load_samples(config.samples_dir)}
     naive = NaivePane(config.naive_model_url, settings.model_timeout_s)
     trace_file = settings.trace_path

@@ -7,10 +7,21 @@ passed through `airlock.trace.printable` line by line, so invisible and bidi cha
 cannot hide or reorder what the room reads; the page still renders all of it as text.
 
 A record changes a card only if its stage may say that event (HANDLERS, at the end).
-Counters are totals over every record seen, not just the cards kept: `emails` counts
-`received` lines, each outcome counts its own word (an escalated email that is later
-approved counts in `escalated` and in `completed`), and `outside_plan` counts `call`
-lines whose server/tool pair the plan does not name.
+The counters are the one thing a trainer reads from across the room, so each counts
+what it says, over every record seen (not just the cards kept):
+- `emails` counts emails, once each (the broker's `received`, or the first outcome of an
+  email whose `received` line came before the part of the trace the page read);
+- each outcome counts the emails whose latest outcome it is: an email escalated three
+  times and then approved is 1 completed and 0 escalated, so `escalated` is the emails
+  waiting for a person now, and the outcome counters never add up past `emails`;
+- `outside_plan` counts calls that ran outside the plan of the task that ran them (the
+  plan each call line records; lines from actors older than that are judged against
+  the page's own task), once per email and step: a replay (a redelivered or resumed step
+  the call log answers without running it again) is not a new call and never counts.
+An email's final outcome is final: a later or repeated line about it (a duplicate
+outcome, a late answer, an observation, a replay) is kept on its timeline, marked late,
+and changes nothing else. Only a call that really ran after the outcome (a late answer
+from an actor given up on) is still a call: listed as late and, outside its plan, counted.
 """
 
 from __future__ import annotations
@@ -22,10 +33,14 @@ from typing import Any
 from airlock.trace import printable
 
 EMAIL_LIMIT = 500  # cards kept in memory; the oldest finished one goes first
+OPEN_LIMIT = 200_000  # emails remembered as received or escalated, not yet final
+FINISHED_LIMIT = 100_000  # final emails remembered, so a late line cannot count one again
+COUNTED_LIMIT = 100_000  # (email, step) of outside-plan calls already counted
 NAIVE_LIMIT = 100
 SYSTEM_LIMIT = 30  # facts about no one email (broker started, service restarted...)
 COLUMNS = ("reader", "validator", "actor")
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
+WAITING = "escalated"  # the one outcome that is not final: it waits for a person
 EVENTS_PER_CARD = 64  # the timeline kept per card (stage and event of each trace line)
 TEXT_LIMIT = 2000  # characters of any one text field a card carries
 
@@ -44,18 +59,32 @@ def shown_args(args: Any) -> dict[str, str]:
 
 
 class Board:
-    def __init__(self, plan: Iterable[tuple[str, str]], limit: int = EMAIL_LIMIT) -> None:
-        self.plan = [tuple(pair) for pair in plan]
+    def __init__(self, plan: Iterable[tuple[str, str]], limit: int = EMAIL_LIMIT, task: str = "") -> None:
+        self.plan = [(server, tool) for server, tool in plan]  # the page's own task: for lines that name none
+        self.task = task
         self._plan_pairs = set(self.plan)
         self.limit = limit
         self.cards: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self.counters = {"emails": 0, **{name: 0 for name in OUTCOMES}, "outside_plan": 0}
         self.system: collections.deque[dict[str, str]] = collections.deque(maxlen=SYSTEM_LIMIT)
         self.naive: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        # Where each email stands, for the counters: "open" or "escalated" while it may
+        # still change, then only that it is finished. Both bounded, oldest forgotten first.
+        self._open: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._counted: collections.OrderedDict[tuple[str, int | str], None] = collections.OrderedDict()
         self._seq = 0
 
-    def outside_plan(self, server: Any, tool: Any) -> bool:
-        return (server, tool) not in self._plan_pairs
+    def outside_plan(self, server: Any, tool: Any, recorded: list[Any] | None = None) -> bool:
+        """Whether server/tool is not a pair of the plan a call line `recorded` (a JSON list
+        of [server, tool] pairs), or of the page's own plan. A half that is not text names no
+        planned tool, and an entry of the recorded plan that is not a pair matches nothing:
+        outside, fail closed, and never a crash on a bad line."""
+        if not (isinstance(server, str) and isinstance(tool, str)):
+            return True
+        if recorded is None:
+            return (server, tool) not in self._plan_pairs
+        return [server, tool] not in recorded
 
     # --- trace records ----------------------------------------------------------------------
 
@@ -68,12 +97,18 @@ class Board:
             self.system.append({"at": shown(record.get("at")), "stage": shown(record.get("stage")),
                                 "event": shown(event), "detail": _system_detail(record)})
             return None
+        stage = record.get("stage")
+        handler = HANDLERS.get((stage, event)) if isinstance(stage, str) else None
+        late = message_id in self._finished
+        if late and message_id not in self.cards:
+            if handler is Board._on_call:  # its card is gone, but a call that ran still counts
+                self._judge_call(message_id, record)
+            return None  # no empty card for an email that has ended
         card = self._card(message_id, record)
         if len(card["events"]) < EVENTS_PER_CARD:
             card["events"].append({"at": shown(record.get("at")), "stage": shown(record.get("stage")),
-                                   "event": shown(event)})
-        handler = HANDLERS.get((record.get("stage"), event))
-        if handler is not None:
+                                   "event": shown(event), "late": late})
+        if handler is not None and (not late or handler is Board._on_call):
             handler(self, card, record)
         self._seq += 1
         card["seq"] = self._seq
@@ -87,7 +122,7 @@ class Board:
                 "subject": "", "sender": "", "excerpt": "", "answer": None, "source": None, "model_error": "",
                 "unreadable": None, "verdict": None, "calls": [], "refusals": [], "decisions": [],
                 "outcome": None, "reason": "", "rule": "", "final": False, "waiting": False, "seq": 0,
-                "truncated": False, "events": [],
+                "truncated": False, "events": [], "task": "",
             }
             self._evict()
         return card
@@ -97,9 +132,18 @@ class Board:
             oldest = next((key for key, card in self.cards.items() if not card["waiting"]), None)
             self.cards.pop(oldest if oldest is not None else next(iter(self.cards)))
 
-    def _on_received(self, card: dict[str, Any], record: dict[str, Any]) -> None:
+    def _see(self, message_id: str) -> None:
+        """Count an email the first time a broker line names it."""
+        if message_id in self._open or message_id in self._finished:
+            return
         self.counters["emails"] += 1
-        card["origin"] = shown(record.get("origin"))
+        self._open[message_id] = "open"
+        if len(self._open) > OPEN_LIMIT:
+            self._open.popitem(last=False)
+
+    def _on_received(self, card: dict[str, Any], record: dict[str, Any]) -> None:
+        self._see(record["message_id"])
+        card["origin"] = card["origin"] or shown(record.get("origin"))
 
     def _on_model_answer(self, card: dict[str, Any], record: dict[str, Any]) -> None:
         for key in ("subject", "sender", "excerpt", "answer", "model_error"):
@@ -132,16 +176,46 @@ class Board:
             "refused_by": shown(decision.get("refused_by")), "escalated_to": shown(decision.get("escalated_to")),
         })
 
-    def _on_call(self, card: dict[str, Any], record: dict[str, Any]) -> None:
-        outside = self.outside_plan(record.get("server"), record.get("tool"))
-        if outside:
+    def _plan_of(self, record: dict[str, Any]) -> list[Any] | None:
+        """The plan the call ran under, as its line records it; None (the page's own) for a
+        line from an actor that recorded none."""
+        plan = record.get("plan")
+        if plan is None or plan == []:
+            return None
+        return plan if isinstance(plan, list) else []  # a plan that is not a list admits no pair
+
+    def _judge_call(self, message_id: str, record: dict[str, Any]) -> bool:
+        """Whether this call is outside its plan; counted once per email and step, never for a replay."""
+        outside = self.outside_plan(record.get("server"), record.get("tool"), self._plan_of(record))
+        step = record.get("step")
+        key = (message_id, step if isinstance(step, (int, str)) else repr(step))
+        if outside and record.get("status") != "replayed" and key not in self._counted:
+            self._counted[key] = None
+            if len(self._counted) > COUNTED_LIMIT:
+                self._counted.popitem(last=False)
             self.counters["outside_plan"] += 1
-        card["calls"].append({
+        return outside
+
+    def _on_call(self, card: dict[str, Any], record: dict[str, Any]) -> None:
+        outside = self._judge_call(record["message_id"], record)
+        replay = record.get("status") == "replayed"
+        listed = next((i for i, call in enumerate(card["calls"]) if call["step"] == record.get("step")), None)
+        if listed is not None and (replay or card["calls"][listed]["status"] != "replayed"):
+            return  # this step is on the card already: a replay or a repeat adds nothing
+        if replay and card["final"]:
+            return  # a replay after the outcome changes nothing
+        call = {
             "step": record.get("step"), "server": shown(record.get("server")), "tool": shown(record.get("tool")),
             "args": shown_args(record.get("args")), "status": shown(record.get("status")),
-            "error": shown(record.get("error")), "outside_plan": outside,
-        })
+            "error": shown(record.get("error")), "outside_plan": outside, "late": card["final"],
+        }
+        if listed is None:
+            card["calls"].append(call)
+        else:  # the step's own report, after the replay that stood in for it
+            card["calls"][listed] = call
         card["calls"].sort(key=lambda call: call["step"] if isinstance(call["step"], int) else 0)
+        if isinstance(record.get("task"), str):
+            card["task"] = shown(record["task"])
         self._move(card, "actor")
 
     def _on_decision(self, card: dict[str, Any], record: dict[str, Any]) -> None:
@@ -152,9 +226,19 @@ class Board:
         outcome = record.get("outcome")
         if outcome not in OUTCOMES:
             return
+        message_id = record["message_id"]
+        self._see(message_id)
+        if self._open.pop(message_id, None) == WAITING:
+            self.counters[WAITING] -= 1  # it counts under its new outcome instead
         self.counters[outcome] += 1
+        if outcome == WAITING:
+            self._open[message_id] = WAITING
+        else:
+            self._finished[message_id] = None
+            if len(self._finished) > FINISHED_LIMIT:
+                self._finished.popitem(last=False)
         card.update(outcome=outcome, reason=shown(record.get("reason")), rule=shown(record.get("rule")),
-                    waiting=outcome == "escalated", final=outcome != "escalated")
+                    waiting=outcome == WAITING, final=outcome != WAITING)
         ended_at = record.get("ended_at")
         if ended_at in COLUMNS:
             card["column"] = ended_at
@@ -187,7 +271,7 @@ class Board:
         return [card["id"] for card in self.cards.values() if card["waiting"]]
 
     def snapshot(self) -> dict[str, Any]:
-        return {"cards": list(self.cards.values()), "counters": dict(self.counters),
+        return {"cards": list(self.cards.values()), "counters": dict(self.counters), "task": shown(self.task),
                 "plan": [f"{server}/{tool}" for server, tool in self.plan],
                 "system": list(self.system), "naive_runs": list(self.naive.values())}
 

@@ -13,6 +13,7 @@ const OUTCOME_LABEL = {
 
 const cards = new Map();
 const naiveRuns = new Map();
+let pageTask = '';  // the task the page was started with; a card run by another names its own
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -36,6 +37,7 @@ function callItem(call, withStatus) {
   if (withStatus && call.status && call.status !== 'ok') {
     item.appendChild(el('span', 'tag tag-' + call.status, call.status));
   }
+  if (call.late) item.appendChild(el('span', 'tag tag-late', 'after the outcome'));
   if (call.outside_plan) item.appendChild(el('span', 'tag tag-outside', 'OUTSIDE THE PLAN'));
   if (call.error) item.appendChild(el('div', 'small', call.error));
   return item;
@@ -62,6 +64,7 @@ function renderCard(card) {
   const meta = el('div', 'meta');
   meta.appendChild(el('span', 'id', card.id));
   if (card.sender) meta.appendChild(el('span', 'sender', card.sender));
+  if (card.task && card.task !== pageTask) meta.appendChild(el('span', 'task', 'task ' + card.task));
   node.appendChild(meta);
 
   if (card.excerpt) node.appendChild(el('pre', 'excerpt', card.excerpt));
@@ -222,7 +225,8 @@ function applySnapshot(snap) {
   document.querySelectorAll('.cards').forEach(clear);
   clear(document.getElementById('naive-runs'));
   clear(document.getElementById('system'));
-  document.getElementById('plan').textContent = snap.plan.join('  →  ');
+  pageTask = snap.task || '';
+  document.getElementById('plan').textContent = (pageTask ? pageTask + ': ' : '') + snap.plan.join('  →  ');
   snap.cards.forEach((card) => upsertCard(card, false));
   snap.naive_runs.forEach(upsertNaive);
   snap.system.forEach(systemLine);

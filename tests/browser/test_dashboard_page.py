@@ -19,7 +19,7 @@ import pytest
 
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT, free_ports
-from tests.integration.conftest import wait_until
+from tests.integration.conftest import Stack, wait_until
 
 skip_module_unless_browser()
 pytestmark = pytest.mark.browser
@@ -160,3 +160,51 @@ def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> 
         card = finished_card(url, message_id)
         assert card is not None, "nothing arrived through the trace stream"
         assert [(c["server"], c["tool"]) for c in card["calls"]] == [("shop", "lookup_order"), ("mail", "send_status")]
+
+
+def test_counters_stay_true_on_a_data_dir_where_another_task_ran(page, tmp_path: Path, fake_model) -> None:
+    """Issue 12 point 6, as a trainer meets it: the refund task ran on this data dir (one
+    email approved after a wrong approver, one still waiting), then `airlock up --dashboard`
+    with the order task: the page counts 3 emails, 1 waiting, and no call outside the plan."""
+    from playwright.sync_api import expect
+
+    refund = Stack(tmp_path, task=str(ROOT / "tasks" / "refund_with_approval.toml"))
+    try:
+        refund.start("--model-url", fake_model("damaged").url)
+        approved, waiting = (refund.inject(str(ROOT / "samples" / "refund_damaged.eml"))[0]["id"] for _ in range(2))
+        refund.airlock("approve", approved, "--as", "support-lead", "--by", "sam")  # not a lead: escalated again
+        done = refund.airlock("approve", approved, "--as", "support-lead", "--by", "dana")
+        assert done.returncode == 0 and "completed" in done.stdout, done.stderr
+    finally:
+        refund.stop()
+    port = free_ports(1)[0]
+    order = Stack(tmp_path, AIRLOCK_MODEL_URL="")  # the same data dir; the order task; no model
+    try:
+        order.start("--dashboard", "--dashboard-port", str(port))
+        (seed,) = order.inject(str(ROOT / "samples" / SEED))
+        assert seed["outcome"] == "completed"
+        page.goto(f"http://127.0.0.1:{port}/")
+        expect(page.locator("#conn")).to_have_text("live")
+        expect(page.locator(f'.card[data-id="{seed["id"]}"] .badge')).to_have_text("completed", timeout=ARRIVE_MS)
+        shown = {key: page.locator(f'.counter[data-key="{key}"] .n').text_content()
+                 for key in ("emails", "completed", "escalated", "refused", "failed", "outside_plan")}
+        assert shown == {"emails": "3", "completed": "2", "escalated": "1", "refused": "0", "failed": "0",
+                         "outside_plan": "0"}
+        assert page.locator(".call.outside").count() == 0
+        expect(page.locator(f'.card[data-id="{approved}"] .meta .task')).to_have_text("task refund_with_approval")
+        expect(page.locator(f'.card[data-id="{waiting}"] .badge')).to_have_text("waiting for a person")
+        expect(page.locator(f'.card[data-id="{seed["id"]}"] .meta .task')).to_have_count(0)
+
+        # The queue offers the waiting refund email's approve command; under the order task
+        # it runs nothing (the order plan would mail send_status) and the email keeps waiting.
+        told = order.airlock("approve", waiting, "--as", "support-lead", "--by", "dana")
+        assert "refund_with_approval" in told.stdout + told.stderr
+        assert [c["tool"] for c in order.calls(waiting)] == ["open_refund_case"]
+        assert wait_until(lambda: len(order.trace(waiting, "decision")) == 1)
+        page.wait_for_timeout(500)
+        expect(page.locator('.counter[data-key="escalated"] .n')).to_have_text("1")
+        expect(page.locator('.counter[data-key="outside_plan"] .n')).to_have_text("0")
+        expect(page.locator(f'.card[data-id="{waiting}"] .badge')).to_have_text("waiting for a person")
+    finally:
+        page.goto("about:blank")  # the page lets go of its stream before its server stops
+        order.stop()

@@ -113,19 +113,21 @@ def test_calls_outside_the_plan_are_counted_and_marked() -> None:
 
 
 def test_escalated_email_waits_then_leaves_the_queue() -> None:
-    """An escalated email is in the queue until its final outcome; both outcomes are counted."""
+    """An escalated email is in the queue, and counted escalated, until its final outcome."""
     board = Board(PLAN)
     board.apply(rec("received"))
     board.apply(rec("authorization", stage="actor", step=2, server="mail", tool="send_status",
                     decision={"verdict": "escalate", "reason": "needs approval", "escalated_to": "support-lead"}))
     board.apply(rec("outcome", outcome="escalated", reason="step 2: needs approval", ended_at="actor", final=False))
     assert board.waiting() == ["m-1"]
+    assert (board.counters["escalated"], board.counters["completed"]) == (1, 0)
     assert board.cards["m-1"]["refusals"][0]["escalated_to"] == "support-lead"
     board.apply(rec("decision", approve=True, role="support-lead", by="dana"))
     board.apply(rec("outcome", outcome="completed", reason="", ended_at="actor", final=True))
     assert board.waiting() == []
     assert board.cards["m-1"]["decisions"] == [{"approve": True, "role": "support-lead", "by": "dana"}]
-    assert (board.counters["escalated"], board.counters["completed"]) == (1, 1)
+    # One email, one outcome: approved, it counts as completed and no longer as escalated.
+    assert (board.counters["escalated"], board.counters["completed"]) == (0, 1)
 
 
 def test_refusal_is_shown_with_its_rule() -> None:
@@ -362,6 +364,16 @@ def test_state_snapshot_shape(client: TestClient) -> None:
     assert state["counters"]["completed"] == 1 and state["cards"][0]["column"] == "actor"
     assert state["samples"][0]["name"] == "seed_4411_de.eml"
     assert state["naive"]["enabled"] is False and "AIRLOCK_NAIVE_MODEL_URL" in state["naive"]["reason"]
+
+
+def test_snapshot_names_the_pages_task(settings: settings_module.Settings, tmp_path: Path) -> None:
+    """The page names its own task beside its plan, so a card run by another task can say so."""
+    from dashboard.app import create_app
+
+    config = load_config({}, allowed_hosts=["testserver"], samples_dir=tmp_path)
+    hub = create_app(settings, config, PLAN, live=False, task="order_status").state.hub
+    snapshot = hub.snapshot()
+    assert (snapshot["task"], snapshot["plan"]) == ("order_status", ["shop/lookup_order", "mail/send_status"])
 
 
 @pytest.mark.parametrize(("headers", "body", "status"), [

@@ -20,6 +20,7 @@ from actor.tools import CallLog
 from airlock import task as task_module
 from airlock.errors import CatalogError
 from airlock.task import Precondition
+from airlock.wire import Decision
 from tests.conftest import CATALOG, TASKS
 
 
@@ -194,6 +195,34 @@ def test_pending_survives_a_restart(make_actor) -> None:
     """An escalation waits on disk: a new actor can still resolve it."""
     make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de")
     assert make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana")).outcome == "completed"
+
+
+def test_an_escalation_is_decided_only_under_its_own_task(make_actor, logged_calls) -> None:
+    """A refund escalation approved while the order task runs on the same data dir runs
+    nothing (the order plan with "damaged" would mail send_status): it keeps waiting, says
+    which task can decide it, and that task's actor still can."""
+    make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de")
+    order = make_actor("order_status.toml")
+    done = order.handle(Decision(message_id="r1", approve=True, role="support-lead", by="dana"))[0]
+    assert done.outcome == "escalated" and "refund_with_approval" in done.reason and "--task" in done.reason
+    assert not done.calls and "r1" in order.executor.pending.open
+    assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]
+    approved = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana"))
+    assert approved.outcome == "completed"
+    assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
+
+
+def test_a_waiting_value_not_of_the_narrow_type_runs_nothing(make_actor, logged_calls, settings) -> None:
+    """An escalation written before escalations named their task: its value is checked
+    against this task's narrow type before any step, like a Passed value."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    (settings.data_dir / "pending.jsonl").write_text(
+        '{"message_id": "r1", "value": "damaged", "sender": "lena@example.de", "step": 2, "role": "support-lead"}\n')
+    order = make_actor("order_status.toml")
+    assert "r1" in order.executor.pending.open  # the older line still loads
+    done = order.decide("r1", Approval(True, "support-lead", "dana"))
+    assert done.outcome == "escalated" and "narrow type" in done.reason and not done.calls
+    assert logged_calls() == [] and "r1" in order.executor.pending.open
 
 
 def test_decision_without_an_escalation_fails(make_actor) -> None:

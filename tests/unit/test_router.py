@@ -378,3 +378,36 @@ def test_recovery_reads_only_the_brokers_lines(tmp_path) -> None:
         trace.line("reader", "received", "m-2", {}),
     ]))
     assert trace.states(path) == {"m-1": "open", "m-2": "final"}
+
+
+def test_call_lines_name_the_plan_they_ran_under(router: Router) -> None:
+    """An actor's Done names its task and plan: each call line records them, so a reader of a
+    data dir where several tasks ran judges each call by its own plan; an older actor's Done
+    (no plan) leaves them out rather than claim an empty plan."""
+    workers(router)
+    call = Call(step=1, server="shop", tool="lookup_order", args={"order_id": "4411"}, status="ok")
+    for task, plan in (("order_status", [("shop", "lookup_order"), ("mail", "send_status")]), ("", [])):
+        message_id, _ = submit(router)
+        router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model"), 1.0)
+        router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
+        effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call],
+                                                 task=task, plan=plan), 3.0)
+        (line,) = [line for line in lines(effects) if line["event"] == "call"]
+        if plan:
+            assert (line["task"], line["plan"]) == ("order_status", [["shop", "lookup_order"], ["mail", "send_status"]])
+        else:
+            assert "task" not in line and "plan" not in line
+
+
+def test_await_on_an_escalated_email_tells_why_it_waits(router: Router) -> None:
+    """A client that awaits an email already parked for a person hears the actor's reason
+    (e.g. that another task must decide it), not a generic line."""
+    workers(router)
+    message_id, _ = submit(router)
+    router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model"), 1.0)
+    router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
+    why = "escalated under the task refund_with_approval, but this airlock runs order_status; nothing ran."
+    router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason=why), 3.0)
+    effects = router.handle("intake", CLIENT, Await(ref=7, ids=[message_id]), 4.0)
+    (result,) = [s.message for s in sends(effects, "intake")]
+    assert (result.outcome, result.reason) == ("escalated", why)
