@@ -6,6 +6,7 @@
      |    +-- TaskError          a task file is unreadable, unknown keys, bad plan
      |    +-- CatalogError       the actor's catalog is bad or misses a planned tool
      +-- BrokerUnreachable       the CLI got no answer from the broker in time
+     +-- AlreadyRunning          `airlock up` found a live stack on its data dir
      +-- UsageError              the CLI was asked for something it cannot do
 
 Errors that come from the outside world while running (a frame that does not decode, a
@@ -36,6 +37,11 @@ class CatalogError(ConfigError):
 
 class BrokerUnreachable(AirlockError):
     """The broker did not answer within the allowed time."""
+
+
+class AlreadyRunning(AirlockError):
+    """Another `airlock up` holds this data dir's lock; a second stack would share its
+    ports, keys and pid files."""
 
 
 class UsageError(AirlockError):

@@ -5,12 +5,21 @@ once the child has stayed up a while); each restart is recorded in the trace. A 
 exits with 78 (EX_CONFIG) has refused its configuration: restarting cannot help, so the
 whole stack stops and says why. SIGINT or SIGTERM stops every child, readers first and the
 broker last, so the broker can record the others leaving.
+
+One stack per data dir: `airlock up` holds an flock on <data-dir>/run/up.lock for its whole
+life (the kernel drops it when the process dies, however it dies, so a stale file never
+blocks), and checks its ports before it starts a child, so a second stack neither joins the
+first one's broker nor deletes its pid files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airlock.client import IntakeClient
-from airlock.errors import EX_CONFIG, BrokerUnreachable
+from airlock.errors import EX_CONFIG, AlreadyRunning, BrokerUnreachable, ConfigError
 from airlock.settings import Settings
+from airlock.task import Task
 
 BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
@@ -87,6 +97,9 @@ class Supervisor:
             except BrokerUnreachable:
                 self._unstick_broker(client, announce)
                 continue
+            broker = self.children[0].process
+            if broker is None or broker.poll() is not None:
+                continue  # whoever answered, it was not our broker: _watch sees it exited
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
                 announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
                 return None
@@ -155,6 +168,54 @@ class Supervisor:
                 child.process.wait()
 
 
+@contextlib.contextmanager
+def one_stack(data_dir: Path):
+    """Hold <data-dir>/run/up.lock while the block runs, or raise AlreadyRunning naming the
+    pid that holds it. The lock is the kernel's flock, not the file: a dead holder's lock is
+    gone with it, and the file (with the last holder's pid) is left in place, because
+    deleting it would let a third process lock a new file while a second still holds the old."""
+    lock = data_dir / "run" / "up.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise AlreadyRunning(f"another airlock up (pid {holder}) is already running on {data_dir.resolve()}; "
+                                 "stop it first, or pass another --data-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = None) -> None:
+    """ConfigError naming the first port something already listens on, before any child
+    starts: a broker that cannot bind would only be started again and again. The broker
+    still reports a bind it loses in a race (EX_CONFIG); this is the clear, early case."""
+    wanted = {name: (settings.bind_hosts[name], number) for name, number in settings.ports.items()}
+    wanted.update(extra or {})
+    for name, (host, number) in wanted.items():
+        host = "0.0.0.0" if host in ("*", "") else host
+        try:
+            infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ and uvicorn bind
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: another "
+                        "airlock up or another program listens there; stop it or choose another port") from None
+                raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Readers of a pid file never see it half written."""
     temporary = path.with_name(path.name + ".tmp")
@@ -176,8 +237,8 @@ def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def check_config(settings: Settings) -> None:
+def check_config(settings: Settings) -> Task:
     """Fail before starting anything if the task file is bad (services would refuse it too)."""
     from airlock import task as task_module
 
-    task_module.load(settings.task)
+    return task_module.load(settings.task)
