@@ -1,0 +1,126 @@
+"""`airlock up` on a real machine: one stack per data dir, a start that fails ends with
+78 and one line (never a restart loop), and a banner that tells the truth about the model
+and the recordings."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airlock import settings as settings_module, supervisor
+from airlock.errors import AlreadyRunning, ConfigError
+from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
+
+pytestmark = pytest.mark.integration
+SEED = str(ROOT / "samples" / "seed_4411_de.eml")
+PIDS = ("up", "broker", "validator", "actor", "reader-1")
+
+
+def test_second_up_on_a_data_dir_is_refused_and_leaves_the_first_alone(stack) -> None:
+    """A second `airlock up` on a running stack's data dir exits 1 naming the first's pid;
+    the first keeps its pid files, its one reader, and its work."""
+    first = stack().start()
+    pids = {name: first.pid(name) for name in PIDS}
+    second = first.airlock("up", timeout=60)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert second.stderr.count("\n") == 1 and f"pid {first.process.pid}" in second.stderr
+    assert "airlock is up" not in second.stdout
+    assert {name: first.pid(name) for name in PIDS} == pids
+    (result,) = first.inject(SEED)
+    assert result["outcome"] == "completed"
+    status = first.airlock("status")
+    assert "'reader': 1" in status.stdout, status.stdout
+    assert any(line.startswith("  recordings: ") and "recorded answer(s) from" in line for line in first.output)
+
+
+def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
+    """A lock file left by a process that died (killed -9) holds no lock: up may start."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from airlock.supervisor import one_stack\n"
+        "with one_stack(Path(sys.argv[1])): print('held', flush=True); sys.stdin.read()"), str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"):
+            with supervisor.one_stack(tmp_path):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdin.close()
+        holder.stdout.close()
+    assert (tmp_path / "run" / "up.lock").read_text() == f"{holder.pid}\n"  # the stale file is still there
+    with supervisor.one_stack(tmp_path):
+        pass
+
+
+def test_a_port_in_use_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """Something listening on one of the stack's ports: the check names port and setting."""
+    settings = settings_module.load(airlock_env(tmp_path))
+    supervisor.check_ports(settings)  # all free: no error
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", settings.ports["validator"]))
+        taken.listen()
+        with pytest.raises(ConfigError, match=rf"port {settings.ports['validator']} \(validator, "
+                                              r"AIRLOCK_VALIDATOR_PORT\).* in use"):
+            supervisor.check_ports(settings)
+
+
+def test_up_with_a_port_in_use_exits_78_without_starting(tmp_path: Path) -> None:
+    """`airlock up` whose intake port is taken: exit 78 with one line naming the port,
+    never "airlock is up", never a restart, and no pid files left behind."""
+    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", int(env["AIRLOCK_INTAKE_PORT"])))
+        taken.listen()
+        done = subprocess.run([sys.executable, "-m", "airlock", "up"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and f"port {env['AIRLOCK_INTAKE_PORT']} (intake" in done.stderr
+    assert "airlock is up" not in done.stdout and "restarting" not in done.stdout + done.stderr
+    assert not list((tmp_path / "data" / "run").glob("*.pid"))
+
+
+def test_broker_that_cannot_bind_exits_78_naming_the_port(tmp_path: Path) -> None:
+    """The broker itself (the race the pre-check cannot close) exits 78, never 1, which
+    the supervisor would restart every 10 s forever."""
+    env = {**os.environ, **airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", int(env["AIRLOCK_ACTOR_PORT"])))
+        taken.listen()
+        done = subprocess.run([sys.executable, "-m", "broker"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert f":{env['AIRLOCK_ACTOR_PORT']} (actor, AIRLOCK_ACTOR_PORT)" in done.stderr and "in use" in done.stderr
+
+
+def test_dead_model_and_missing_recordings_are_said_at_start_and_in_the_outcome(stack, tmp_path: Path) -> None:
+    """A task copied away from its recordings and a model URL where nothing listens: the
+    banner warns about both, quickly; the seed email (recorded for the shipped task) then
+    ends rejected with a reason that names the dead model and the missing recording."""
+    copy = tmp_path / "elsewhere" / "order_status.toml"
+    copy.parent.mkdir()
+    shutil.copy(TASKS / "order_status.toml", copy)
+    url = closed_port_url()
+    s = stack(task=str(copy))
+    started = time.monotonic()
+    s.start("--model-url", url)
+    output = "".join(s.output)
+    assert f"model:      WARNING: {url} does not answer (connection refused)" in output
+    missing = copy.parent.parent / "samples" / "recorded" / "order_status.jsonl"
+    assert f"  recordings: none: {missing} does not exist" in output
+    assert f"reader: recordings: none: {missing} does not exist" in output
+    assert time.monotonic() - started < 60
+    (result,) = s.inject(SEED)
+    assert result["outcome"] == "rejected"
+    assert f"the model at {url} did not answer (refused" in result["reason"]
+    assert "there is no recording for this email" in result["reason"]
+    (outcome,) = s.trace(result["id"], "outcome")
+    assert outcome["reason"] == result["reason"]
