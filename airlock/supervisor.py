@@ -175,8 +175,11 @@ def one_stack(data_dir: Path):
     gone with it, and the file (with the last holder's pid) is left in place, because
     deleting it would let a third process lock a new file while a second still holds the old."""
     lock = data_dir / "run" / "up.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {lock}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

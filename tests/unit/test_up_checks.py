@@ -160,3 +160,23 @@ def test_no_model_set_and_no_recording_says_so() -> None:
     (reading,) = Reader(task, not_configured, {}).handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
     assert reading.no_answer_because == ("no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL), "
                                          "and there is no recording for this email")
+
+
+def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> None:
+    """`python -m intake` without aiosmtpd: exit 78 and one line naming '.[smtp]', no traceback."""
+    import os
+    import subprocess
+
+    blocked = "import runpy, sys; sys.modules['aiosmtpd'] = None; runpy.run_module('intake', run_name='__main__')"
+    env = {**os.environ, **airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", blocked], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.count("\n") == 1 and "pip install -e '.[smtp]'" in done.stderr
+
+
+def test_an_unwritable_data_dir_is_a_config_error(tmp_path: Path) -> None:
+    """A data dir up cannot write its lock in: ConfigError naming the file, not a traceback."""
+    (tmp_path / "run").write_text("a file where the run folder should be")
+    with pytest.raises(ConfigError, match=r"cannot write .*run/up\.lock"):
+        with supervisor.one_stack(tmp_path):
+            pass
