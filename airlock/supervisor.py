@@ -99,6 +99,7 @@ class Supervisor:
                 continue
             broker = self.children[0].process
             if broker is None or broker.poll() is not None:
+                stop.wait(POLL_S)
                 continue  # whoever answered, it was not our broker: _watch sees it exited
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
                 announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
