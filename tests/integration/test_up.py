@@ -124,3 +124,19 @@ def test_dead_model_and_missing_recordings_are_said_at_start_and_in_the_outcome(
     assert "there is no recording for this email" in result["reason"]
     (outcome,) = s.trace(result["id"], "outcome")
     assert outcome["reason"] == result["reason"]
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(["up"], id="up"),
+    pytest.param(["attack", SEED], id="attack"),
+    pytest.param(["record", "--model-url", "http://127.0.0.1:9", SEED], id="record"),
+])
+def test_a_task_path_that_is_not_there_says_pass_task(tmp_path: Path, command: list[str]) -> None:
+    """Outside the clone, `--task tasks/order_status.toml` is not there: every command that
+    takes --task says where it looked and to pass --task FILE, in one line."""
+    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "airlock", *command, "--task", "tasks/order_status.toml"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert f"tasks/order_status.toml (from {tmp_path})" in done.stderr
+    assert "pass --task FILE (or set AIRLOCK_TASK)" in done.stderr and str(TASKS) in done.stderr
