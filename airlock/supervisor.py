@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, AlreadyRunning, BrokerUnreachable, ConfigError
 from airlock.settings import Settings
@@ -65,9 +67,11 @@ class Supervisor:
         _write_atomically(self.run_dir / "up.pid", f"{os.getpid()}\n")
         client = IntakeClient(self.settings, timeout_s=1.0)
         try:
-            for child in self.children:
-                self._start(child)
-            code = self._wait_ready(stop, announce, client)
+            code = self._start_broker(stop, announce)
+            if code is None:
+                for child in self.children[1:]:
+                    self._start(child)
+                code = self._wait_ready(stop, announce, client)
             while code is None and not stop.is_set():
                 code = self._watch(client, announce)
                 stop.wait(POLL_S)
@@ -81,6 +85,25 @@ class Supervisor:
         child.process = subprocess.Popen([sys.executable, "-m", child.module], env=self.env)
         child.started, child.restart_at = time.monotonic(), None
         _write_atomically(self.run_dir / f"{child.name}.pid", f"{child.process.pid}\n")
+
+    def _start_broker(self, stop: threading.Event, announce) -> int | None:
+        """The broker first, and the others only once it has bound its endpoints (its
+        `started` trace line, written right after the binds): a broker that cannot bind
+        exits 78 and the stack stops with no worker started, so none ever connects to
+        whatever else holds the port. A broker slow to start is left to _wait_ready."""
+        broker = self.children[0]
+        path = self.settings.trace_path
+        offset = path.stat().st_size if path.exists() else 0
+        self._start(broker)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            if broker.process.poll() == EX_CONFIG:
+                announce("airlock: broker refused its configuration (see above); stopping")
+                return EX_CONFIG
+            if broker.process.poll() is not None or _broker_started_since(path, offset):
+                return None  # a crash is _watch's to restart, with backoff
+            stop.wait(POLL_S)
+        return None
 
     def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
         """Until every role has connected (however long a busy machine takes), then say so."""
@@ -218,6 +241,25 @@ def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = N
                         f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: another "
                         "airlock up or another program listens there; stop it or choose another port") from None
                 raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
+
+
+def _broker_started_since(trace_path: Path, offset: int) -> bool:
+    """Whether the trace has a broker `started` line after byte `offset` (the lock makes
+    this stack the file's only writer)."""
+    try:
+        with open(trace_path, "rb") as lines:
+            lines.seek(offset)
+            new = lines.read()
+    except FileNotFoundError:
+        return False
+    for line in new.splitlines():
+        try:
+            record = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            continue  # a line still being written
+        if isinstance(record, dict) and record.get("stage") == "broker" and record.get("event") == "started":
+            return True
+    return False
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -140,3 +140,23 @@ def test_a_task_path_that_is_not_there_says_pass_task(tmp_path: Path, command: l
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
     assert f"tasks/order_status.toml (from {tmp_path})" in done.stderr
     assert "pass --task FILE (or set AIRLOCK_TASK)" in done.stderr and str(TASKS) in done.stderr
+
+
+def test_no_worker_starts_when_the_broker_refuses_to_start(tmp_path: Path) -> None:
+    """The broker starts first; when it exits 78 (say, it lost a port in a race the
+    pre-check cannot close) the stack stops with 78 and no worker was ever started, so
+    none can connect to whatever holds the port."""
+    import threading
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "refusing_broker.py").write_text(
+        "import sys\nprint('broker: cannot listen on tcp://127.0.0.1:1 (intake): in use', file=sys.stderr)\nsys.exit(78)\n")
+    settings = settings_module.load(airlock_env(tmp_path / "data"))
+    env = supervisor.child_env(settings, {**os.environ, "PYTHONPATH": str(fake)})
+    stack = supervisor.Supervisor(settings, env, readers=1)
+    stack.children[0].module = "refusing_broker"
+    said: list[str] = []
+    assert stack.run(threading.Event(), announce=said.append) == 78
+    assert [child.name for child in stack.children if child.process is not None] == ["broker"]
+    assert said == ["airlock: broker refused its configuration (see above); stopping"]
