@@ -9,12 +9,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from airlock import settings as settings_module, supervisor
+from airlock import preflight, settings as settings_module, supervisor
 from airlock.errors import AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 
@@ -146,8 +147,6 @@ def test_no_worker_starts_when_the_broker_refuses_to_start(tmp_path: Path) -> No
     """The broker starts first; when it exits 78 (say, it lost a port in a race the
     pre-check cannot close) the stack stops with 78 and no worker was ever started, so
     none can connect to whatever holds the port."""
-    import threading
-
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "refusing_broker.py").write_text(
@@ -160,3 +159,18 @@ def test_no_worker_starts_when_the_broker_refuses_to_start(tmp_path: Path) -> No
     assert stack.run(threading.Event(), announce=said.append) == 78
     assert [child.name for child in stack.children if child.process is not None] == ["broker"]
     assert said == ["airlock: broker refused its configuration (see above); stopping"]
+
+
+def test_a_dead_model_is_reported_quickly(fake_model) -> None:
+    """Nothing listening: "connection refused"; any HTTP answer (even 501 for GET) is alive."""
+    assert preflight.model_silence(closed_port_url()) == "connection refused"
+    assert preflight.model_silence(fake_model("4411").url) is None
+
+
+def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> None:
+    """`python -m intake` without aiosmtpd: exit 78 and one line naming '.[smtp]', no traceback."""
+    blocked = "import runpy, sys; sys.modules['aiosmtpd'] = None; runpy.run_module('intake', run_name='__main__')"
+    env = {**os.environ, **airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", blocked], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.count("\n") == 1 and "pip install -e '.[smtp]'" in done.stderr
