@@ -218,6 +218,34 @@ def one_stack(data_dir: Path):
         os.close(fd)  # closing the only descriptor releases the lock
 
 
+def survivors(run_dir: Path) -> dict[str, int]:
+    """Children an earlier `airlock up` on this data dir left running (it was killed with
+    no chance to stop them): name -> pid, from their pid files, each still alive and still
+    running that service (/proc/<pid>/cmdline, so a reused pid is not blamed; without
+    /proc nothing is claimed). A new stack beside them would write the same trace."""
+    found: dict[str, int] = {}
+    for pid_file in sorted(run_dir.glob("*.pid")):
+        name = pid_file.stem
+        module = "reader" if name.startswith("reader-") else name
+        try:
+            pid = int(pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if name != "up" and [b"-m", module.encode()] in [command[i:i + 2] for i in range(len(command))]:
+            found[name] = pid
+    return found
+
+
+def check_left_running(run_dir: Path) -> None:
+    """AlreadyRunning naming what an earlier, killed `airlock up` left running here."""
+    left = survivors(run_dir)
+    if left:
+        listed = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
+        raise AlreadyRunning(f"an earlier airlock up on {run_dir.parent.resolve()} was killed and left {listed} "
+                             f"running; stop them first: kill {' '.join(map(str, left.values()))}")
+
+
 def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = None) -> None:
     """ConfigError naming the first port something already listens on, before any child
     starts: a broker that cannot bind would only be started again and again. The broker

@@ -174,3 +174,24 @@ def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", blocked], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 78, done.stderr
     assert done.stderr.count("\n") == 1 and "pip install -e '.[smtp]'" in done.stderr
+
+
+def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> None:
+    """`airlock up` killed with -9 leaves its children running: a new `airlock up` on that
+    data dir exits 1 naming them by pid, instead of a second broker on the same trace."""
+    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    left = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        run = tmp_path / "data" / "run"
+        run.mkdir(parents=True)
+        (run / "broker.pid").write_text(f"{left.pid}\n")
+        (run / "reader-1.pid").write_text(f"{os.getpid()}\n")  # alive, but not a reader: not blamed
+        done = subprocess.run([sys.executable, "-m", "airlock", "up"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        left.terminate()
+        left.wait(20)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1
+    assert f"left broker (pid {left.pid}) running; stop them first: kill {left.pid}" in done.stderr
