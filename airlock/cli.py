@@ -34,7 +34,7 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 def cmd_up(args: argparse.Namespace) -> int:
     from airlock import preflight
     from airlock.service import stop_on_signals
-    from airlock.supervisor import Supervisor, check_config, check_left_running, check_ports, child_env, one_stack
+    from airlock.supervisor import Supervisor, check_config, child_env
     from airlock.task import describe_recordings
 
     if args.readers < 1:
@@ -55,9 +55,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         read = settings_module.reader(env)
         dashboard["dashboard"] = (read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
                                   read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"))
-    with one_stack(settings.data_dir):
-        check_left_running(settings.data_dir / "run")
-        check_ports(settings, dashboard)
+    with preflight.one_stack(settings.data_dir):
+        preflight.check_left_running(settings.data_dir / "run")
+        preflight.check_ports(settings, dashboard)
         if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
             from airlock import keys
 

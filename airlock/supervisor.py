@@ -5,21 +5,14 @@ once the child has stayed up a while); each restart is recorded in the trace. A 
 exits with 78 (EX_CONFIG) has refused its configuration: restarting cannot help, so the
 whole stack stops and says why. SIGINT or SIGTERM stops every child, readers first and the
 broker last, so the broker can record the others leaving.
-
-One stack per data dir: `airlock up` holds an flock on <data-dir>/run/up.lock for its whole
-life (the kernel drops it when the process dies, however it dies, so a stale file never
-blocks), and checks its ports before it starts a child, so a second stack neither joins the
-first one's broker nor deletes its pid files.
+The broker starts first, and the others once it has bound its endpoints; what `airlock up`
+checks before that (one stack per data dir, free ports, extras) is in preflight.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from airlock.client import IntakeClient
-from airlock.errors import EX_CONFIG, AlreadyRunning, BrokerUnreachable, ConfigError
+from airlock.errors import EX_CONFIG, BrokerUnreachable
 from airlock.settings import Settings
 from airlock.task import Task
 
@@ -97,10 +90,11 @@ class Supervisor:
         self._start(broker)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not stop.is_set() and time.monotonic() < deadline:
-            if broker.process.poll() == EX_CONFIG:
+            code = broker.process.poll()
+            if code == EX_CONFIG:
                 announce("airlock: broker refused its configuration (see above); stopping")
                 return EX_CONFIG
-            if broker.process.poll() is not None or _broker_started_since(path, offset):
+            if code is not None or _broker_started_since(path, offset):
                 return None  # a crash is _watch's to restart, with backoff
             stop.wait(POLL_S)
         return None
@@ -190,85 +184,6 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 child.process.wait()
-
-
-@contextlib.contextmanager
-def one_stack(data_dir: Path):
-    """Hold <data-dir>/run/up.lock while the block runs, or raise AlreadyRunning naming the
-    pid that holds it. The lock is the kernel's flock, not the file: a dead holder's lock is
-    gone with it, and the file (with the last holder's pid) is left in place, because
-    deleting it would let a third process lock a new file while a second still holds the old."""
-    lock = data_dir / "run" / "up.lock"
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {lock}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise AlreadyRunning(f"another airlock up (pid {holder}) is already running on {data_dir.resolve()}; "
-                                 "stop it first, or pass another --data-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing the only descriptor releases the lock
-
-
-def survivors(run_dir: Path) -> dict[str, int]:
-    """Children an earlier `airlock up` on this data dir left running (it was killed with
-    no chance to stop them): name -> pid, from their pid files, each still alive and still
-    running that service (/proc/<pid>/cmdline, so a reused pid is not blamed; without
-    /proc nothing is claimed). A new stack beside them would write the same trace."""
-    found: dict[str, int] = {}
-    for pid_file in sorted(run_dir.glob("*.pid")):
-        name = pid_file.stem
-        module = "reader" if name.startswith("reader-") else name
-        try:
-            pid = int(pid_file.read_text())
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if name != "up" and [b"-m", module.encode()] in [command[i:i + 2] for i in range(len(command))]:
-            found[name] = pid
-    return found
-
-
-def check_left_running(run_dir: Path) -> None:
-    """AlreadyRunning naming what an earlier, killed `airlock up` left running here."""
-    left = survivors(run_dir)
-    if left:
-        listed = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
-        raise AlreadyRunning(f"an earlier airlock up on {run_dir.parent.resolve()} was killed and left {listed} "
-                             f"running; stop them first: kill {' '.join(map(str, left.values()))}")
-
-
-def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = None) -> None:
-    """ConfigError naming the first port something already listens on, before any child
-    starts: a broker that cannot bind would only be started again and again. The broker
-    still reports a bind it loses in a race (EX_CONFIG); this is the clear, early case."""
-    wanted = {name: (settings.bind_hosts[name], number) for name, number in settings.ports.items()}
-    wanted.update(extra or {})
-    for name, (host, number) in wanted.items():
-        host = "0.0.0.0" if host in ("*", "") else host
-        try:
-            infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        except socket.gaierror as exc:
-            raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
-        family, kind, proto, _, address = infos[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ and uvicorn bind
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise ConfigError(
-                        f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: another "
-                        "airlock up or another program listens there; stop it or choose another port") from None
-                raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
 
 
 def _broker_started_since(trace_path: Path, offset: int) -> bool:

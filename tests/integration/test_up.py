@@ -44,13 +44,13 @@ def test_second_up_on_a_data_dir_is_refused_and_leaves_the_first_alone(stack) ->
 def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
     """A lock file left by a process that died (killed -9) holds no lock: up may start."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from airlock.supervisor import one_stack\n"
+        "import sys; from pathlib import Path; from airlock.preflight import one_stack\n"
         "with one_stack(Path(sys.argv[1])): print('held', flush=True); sys.stdin.read()"), str(tmp_path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"):
-            with supervisor.one_stack(tmp_path):
+            with preflight.one_stack(tmp_path):
                 pass
     finally:
         holder.kill()
@@ -58,20 +58,20 @@ def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
         holder.stdin.close()
         holder.stdout.close()
     assert (tmp_path / "run" / "up.lock").read_text() == f"{holder.pid}\n"  # the stale file is still there
-    with supervisor.one_stack(tmp_path):
+    with preflight.one_stack(tmp_path):
         pass
 
 
 def test_a_port_in_use_is_a_config_error_naming_it(tmp_path: Path) -> None:
     """Something listening on one of the stack's ports: the check names port and setting."""
     settings = settings_module.load(airlock_env(tmp_path))
-    supervisor.check_ports(settings)  # all free: no error
+    preflight.check_ports(settings)  # all free: no error
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", settings.ports["validator"]))
         taken.listen()
         with pytest.raises(ConfigError, match=rf"port {settings.ports['validator']} \(validator, "
                                               r"AIRLOCK_VALIDATOR_PORT\).* in use"):
-            supervisor.check_ports(settings)
+            preflight.check_ports(settings)
 
 
 def test_up_with_a_port_in_use_exits_78_without_starting(tmp_path: Path) -> None:

@@ -28,12 +28,12 @@ UNKNOWN = b"Subject: hello\n\nMy order is 123, nothing recorded answers this one
 
 def test_a_held_data_dir_is_refused_naming_the_pid(tmp_path: Path) -> None:
     """While one holder has the data dir, a second is refused with the holder's pid."""
-    with supervisor.one_stack(tmp_path):
+    with preflight.one_stack(tmp_path):
         assert (tmp_path / "run" / "up.lock").read_text() == f"{os.getpid()}\n"
         with pytest.raises(AlreadyRunning, match=rf"pid {os.getpid()}\b.*--data-dir"):
-            with supervisor.one_stack(tmp_path):
+            with preflight.one_stack(tmp_path):
                 pass
-    with supervisor.one_stack(tmp_path):  # released on exit: the next stack may start
+    with preflight.one_stack(tmp_path):  # released on exit: the next stack may start
         pass
 
 
@@ -155,5 +155,5 @@ def test_an_unwritable_data_dir_is_a_config_error(tmp_path: Path) -> None:
     """A data dir up cannot write its lock in: ConfigError naming the file, not a traceback."""
     (tmp_path / "run").write_text("a file where the run folder should be")
     with pytest.raises(ConfigError, match=r"cannot write .*run/up\.lock"):
-        with supervisor.one_stack(tmp_path):
+        with preflight.one_stack(tmp_path):
             pass
