@@ -9,6 +9,7 @@ from collections.abc import Callable
 from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task, describe_recordings
+from airlock.trace import printable
 from airlock.transport import Channel
 from airlock.wire import Email, Message, Reading, Unreadable
 from reader import mail, model, prompt, recordings
@@ -16,6 +17,7 @@ from reader.recordings import Recording
 
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
 MAX_ANSWER_CHARS = 4096  # longer answers are cut and flagged; the validator rejects them
+MAX_DETAIL_CHARS = 200  # of a model failure's detail, in the reason an email without an answer ends with
 Ask = Callable[[prompt.ChatMessages], "model.ModelAnswer | model.ModelFailure"]
 
 
@@ -64,7 +66,9 @@ class Reader:
         if failure.kind == "not_configured":
             model_part = "no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL)"
         else:
-            model_part = f"the model at {self.model_url or 'its URL'} did not answer ({failure.kind}: {failure.detail})"
+            # The detail may quote the model server (an HTTP reason phrase): cut and made visible.
+            detail = printable(failure.detail[:MAX_DETAIL_CHARS])
+            model_part = f"the model at {self.model_url or 'its URL'} did not answer ({failure.kind}: {detail})"
         return f"{model_part}, and there is no recording for this email"
 
 

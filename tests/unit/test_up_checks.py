@@ -157,3 +157,14 @@ def test_an_unwritable_data_dir_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cannot write .*run/up\.lock"):
         with preflight.one_stack(tmp_path):
             pass
+
+
+def test_no_answer_reason_keeps_a_model_servers_words_short_and_visible() -> None:
+    """A model server's HTTP reason phrase in the no-answer reason is cut and its control
+    characters shown as escapes, so neither a terminal nor the trace gets them raw."""
+    task = task_module.load(TASKS / "order_status.toml")
+    hostile = "HTTP 500 \x1b[2J\u202e" + "x" * 5000
+    reader = Reader(task, lambda messages: ModelFailure("http_error", hostile), {}, "http://m")
+    (reading,) = reader.handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    assert "\x1b" not in reading.no_answer_because and "\u202e" not in reading.no_answer_because
+    assert "\\u001b[2J\\u202e" in reading.no_answer_because and len(reading.no_answer_because) < 400
