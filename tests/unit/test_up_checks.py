@@ -17,11 +17,21 @@ from airlock.wire import Email, Reading, Rejected
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
+from airlock.attack import free_ports
 from tests.conftest import ROOT, TASKS, airlock_env
 from validator.app import Validator
 
 SEED = (ROOT / "samples" / "seed_4411_de.eml").read_bytes()
 UNKNOWN = b"Subject: hello\n\nMy order is 123, nothing recorded answers this one."
+
+
+def not_installed(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    """find_spec and import both say `package` is not installed, for this test only. Its
+    submodules an earlier test imported go too: an import finds those in sys.modules
+    without ever looking at the parent."""
+    for name in [n for n in sys.modules if n.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, package, None)
 
 
 # --- one stack per data dir ------------------------------------------------------------------
@@ -41,7 +51,7 @@ def test_a_held_data_dir_is_refused_naming_the_pid(tmp_path: Path) -> None:
 
 def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """A command's optional module that is not installed: ConfigError with the exact pip command."""
-    monkeypatch.setitem(sys.modules, "uvicorn", None)  # find_spec and import both say: not installed
+    not_installed(monkeypatch, "uvicorn")
     with pytest.raises(ConfigError, match=r"needs uvicorn, not installed: run pip install -e '\.\[dashboard\]'"):
         preflight.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
 
@@ -52,7 +62,7 @@ def test_up_dashboard_without_the_extra_exits_78_before_any_child(tmp_path: Path
     and nothing started (no supervisor, no keys, no pid files)."""
     for key, value in airlock_env(tmp_path / "data").items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setitem(sys.modules, "starlette", None)
+    not_installed(monkeypatch, "starlette")
 
     def started(*args: object, **kwargs: object) -> int:
         raise AssertionError("a child was started before the missing extra was reported")
@@ -71,9 +81,10 @@ def test_dashboard_module_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     for key, value in airlock_env(tmp_path / "data").items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setitem(sys.modules, "starlette", None)
+    not_installed(monkeypatch, "starlette")
     monkeypatch.delitem(sys.modules, "dashboard.app", raising=False)
-    assert main([]) == 78
+    # Should the page start after all, it must not take a port another test or person uses.
+    assert main(["--port", str(free_ports(1)[0])]) == 78
     assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
 
 
