@@ -41,9 +41,13 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from airlock import preflight
     from airlock.service import stop_on_signals
     from airlock.supervisor import Supervisor, check_config, child_env
+    from airlock.task import describe_recordings
 
+    if args.readers < 1:
+        raise UsageError("--readers must be at least 1")
     env = dict(os.environ)
     if args.model_url is not None:
         env["AIRLOCK_MODEL_URL"] = args.model_url
@@ -51,27 +55,44 @@ def cmd_up(args: argparse.Namespace) -> int:
         env["AIRLOCK_DASHBOARD_PORT"] = str(args.dashboard_port)
     settings = settings_module.load(env, data_dir=Path(args.data_dir) if args.data_dir else None,
                                     task=Path(args.task) if args.task else None)
-    check_config(settings)
-    if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
-        from airlock import keys
-
-        keys.generate(settings.data_dir / "keys")
-        settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
-    if args.readers < 1:
-        raise UsageError("--readers must be at least 1")
-    data = settings.data_dir.resolve()
-    print(f"airlock {__version__}: task {settings.task}, {args.readers} reader(s)")
-    print(f"  model:  {settings.model_url or 'none set: readers answer from recorded samples'}")
-    for name in settings.ports:
-        print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
-    print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
-    print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)")
+    # Everything that can be known wrong is checked before any child starts: a child that
+    # exits 78 stops the stack too, but only after the others have started and said so.
+    task = check_config(settings)
+    dashboard: dict[str, tuple[str, int]] = {}
     if args.dashboard:
-        host, port = env.get("AIRLOCK_DASHBOARD_HOST", "127.0.0.1"), env.get("AIRLOCK_DASHBOARD_PORT", "8088")
-        print(f"  dashboard:  http://{host}:{port}/")
-    print("  Ctrl-C stops everything.", flush=True)
-    supervisor = Supervisor(settings, child_env(settings, env), args.readers, dashboard=args.dashboard)
-    return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
+        preflight.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
+        read = settings_module.reader(env)
+        dashboard["dashboard"] = (read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
+                                  read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"))
+    with preflight.one_stack(settings.data_dir):
+        preflight.check_left_running(settings.data_dir / "run")
+        preflight.check_ports(settings, dashboard)
+        if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
+            from airlock import keys
+
+            keys.generate(settings.data_dir / "keys")
+            settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
+        silence = preflight.model_silence(settings.model_url) if settings.model_url else None
+        data = settings.data_dir.resolve()
+        print(f"airlock {__version__}: task {settings.task.resolve()}, {args.readers} reader(s)")
+        if not settings.model_url:
+            print("  model:      none set: readers answer from recorded samples")
+        elif silence:
+            print(f"  model:      WARNING: {settings.model_url} does not answer ({silence}): "
+                  "readers will answer from recorded samples where they have one")
+        else:
+            print(f"  model:      {settings.model_url}")
+        print(f"  recordings: {describe_recordings(task)}")
+        for name in settings.ports:
+            print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
+        print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
+        print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)")
+        if dashboard:
+            host, port = dashboard["dashboard"]
+            print(f"  dashboard:  http://{host}:{port}/")
+        print("  Ctrl-C stops everything.", flush=True)
+        supervisor = Supervisor(settings, child_env(settings, env), args.readers, dashboard=args.dashboard)
+        return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
 
 
 def _client(args: argparse.Namespace, settings: settings_module.Settings) -> IntakeClient:

@@ -11,6 +11,7 @@
      +-- RequestRefused          the request was understood and refused: an unknown id, a
      |    |                      decision the task does not take
      |    +-- EmailTooLarge      an email over the size limit, refused before sending
+     +-- AlreadyRunning          `airlock up` found a live stack on its data dir
      +-- UsageError              the CLI was asked for something it cannot do
 
 Errors that come from the outside world while running (a frame that does not decode, a
@@ -57,6 +58,9 @@ class RequestRefused(AirlockError):
 
 class EmailTooLarge(RequestRefused):
     """An email bigger than the limit; the client refuses it before sending a byte."""
+class AlreadyRunning(AirlockError):
+    """Another `airlock up` holds this data dir's lock; a second stack would share its
+    ports, keys and pid files."""
 
 
 class UsageError(AirlockError):

@@ -106,6 +106,15 @@ def reader(env: Mapping[str, str]) -> Callable[[str, Callable[[str], Any], str],
     return read
 
 
+def default_task() -> str:
+    """tasks/order_status.toml in this folder, else the one shipped beside the code (run
+    from outside a clone or editable install), else the relative path, whose load then
+    fails naming --task. The banner prints the task it took."""
+    here = Path("tasks/order_status.toml")
+    shipped = Path(__file__).resolve().parent.parent / here
+    return str(here if here.exists() or not shipped.is_file() else shipped)
+
+
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build Settings from `env` (default os.environ); keyword overrides win (CLI flags)."""
     env = os.environ if env is None else env
@@ -113,7 +122,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     model_url = read("AIRLOCK_MODEL_URL", optional_url, "")
     values: dict[str, Any] = {
         "data_dir": read("AIRLOCK_DATA_DIR", Path, "airlock-data"),
-        "task": read("AIRLOCK_TASK", Path, "tasks/order_status.toml"),
+        "task": read("AIRLOCK_TASK", Path, default_task()),
         "model_url": model_url,
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),

@@ -5,6 +5,8 @@ once the child has stayed up a while); each restart is recorded in the trace. A 
 exits with 78 (EX_CONFIG) has refused its configuration: restarting cannot help, so the
 whole stack stops and says why. SIGINT or SIGTERM stops every child, readers first and the
 broker last, so the broker can record the others leaving.
+The broker starts first, and the others once it has bound its endpoints; what `airlock up`
+checks before that (one stack per data dir, free ports, extras) is in preflight.py.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable
 from airlock.settings import Settings
+from airlock.task import Task
 
 BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
@@ -55,9 +60,11 @@ class Supervisor:
         _write_atomically(self.run_dir / "up.pid", f"{os.getpid()}\n")
         client = IntakeClient(self.settings, timeout_s=1.0)
         try:
-            for child in self.children:
-                self._start(child)
-            code = self._wait_ready(stop, announce, client)
+            code = self._start_broker(stop, announce)
+            if code is None:
+                for child in self.children[1:]:
+                    self._start(child)
+                code = self._wait_ready(stop, announce, client)
             while code is None and not stop.is_set():
                 code = self._watch(client, announce)
                 stop.wait(POLL_S)
@@ -71,6 +78,26 @@ class Supervisor:
         child.process = subprocess.Popen([sys.executable, "-m", child.module], env=self.env)
         child.started, child.restart_at = time.monotonic(), None
         _write_atomically(self.run_dir / f"{child.name}.pid", f"{child.process.pid}\n")
+
+    def _start_broker(self, stop: threading.Event, announce) -> int | None:
+        """The broker first, and the others only once it has bound its endpoints (its
+        `started` trace line, written right after the binds): a broker that cannot bind
+        exits 78 and the stack stops with no worker started, so none ever connects to
+        whatever else holds the port. A broker slow to start is left to _wait_ready."""
+        broker = self.children[0]
+        path = self.settings.trace_path
+        offset = path.stat().st_size if path.exists() else 0
+        self._start(broker)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            code = broker.process.poll()
+            if code == EX_CONFIG:
+                announce("airlock: broker refused its configuration (see above); stopping")
+                return EX_CONFIG
+            if code is not None or _broker_started_since(path, offset):
+                return None  # a crash is _watch's to restart, with backoff
+            stop.wait(POLL_S)
+        return None
 
     def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
         """Until every role has connected (however long a busy machine takes), then say so."""
@@ -87,6 +114,10 @@ class Supervisor:
             except BrokerUnreachable:
                 self._unstick_broker(client, announce)
                 continue
+            broker = self.children[0].process
+            if broker is None or broker.poll() is not None:
+                stop.wait(POLL_S)
+                continue  # whoever answered, it was not our broker: _watch sees it exited
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
                 announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
                 return None
@@ -155,6 +186,25 @@ class Supervisor:
                 child.process.wait()
 
 
+def _broker_started_since(trace_path: Path, offset: int) -> bool:
+    """Whether the trace has a broker `started` line after byte `offset` (the lock makes
+    this stack the file's only writer)."""
+    try:
+        with open(trace_path, "rb") as lines:
+            lines.seek(offset)
+            new = lines.read()
+    except FileNotFoundError:
+        return False
+    for line in new.splitlines():
+        try:
+            record = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            continue  # a line still being written
+        if isinstance(record, dict) and record.get("stage") == "broker" and record.get("event") == "started":
+            return True
+    return False
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Readers of a pid file never see it half written."""
     temporary = path.with_name(path.name + ".tmp")
@@ -176,8 +226,8 @@ def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def check_config(settings: Settings) -> None:
+def check_config(settings: Settings) -> Task:
     """Fail before starting anything if the task file is bad (services would refuse it too)."""
     from airlock import task as task_module
 
-    task_module.load(settings.task)
+    return task_module.load(settings.task)

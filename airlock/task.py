@@ -162,13 +162,29 @@ class Task(_Strict):
         return self.value.msgspec_type()
 
 
+def describe_recordings(task: Task, count: int | None = None) -> str:
+    """One line on the task's recorded answers, for `airlock up`'s banner and the reader's
+    start line: how many, from which file, or loudly that there are none. `count` is the
+    reader's exact number; without it, the file's non-blank lines are counted."""
+    path = task.recordings_path
+    if path is None:
+        return f"none: task {task.path} names no reader.recordings file; without a model no email gets an answer"
+    if not path.is_file():
+        return (f"none: {path} does not exist (reader.recordings = {task.reader.recordings!r} is relative to "
+                f"the task file {task.path}); without a model no email gets an answer")
+    if count is None:
+        count = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+    return f"{count} recorded answer(s) from {path}"
+
+
 def load(path: str | Path) -> Task:
     """Read and check a task file; raise TaskError naming the file and the problem."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TaskError(f"task file not found: {path}") from None
+        raise TaskError(f"task file not found: {_tried(path)}; pass --task FILE (or set AIRLOCK_TASK)"
+                        f"{_shipped_hint(path)}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise TaskError(f"task file {path} cannot be read: {exc}") from exc
     if "path" in data:
@@ -179,6 +195,19 @@ def load(path: str | Path) -> Task:
         raise TaskError(f"task file {path}: {exc}") from exc
     _check(task, path)
     return task
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "tasks"  # the tasks in a clone or editable install
+
+
+def _tried(path: Path) -> str:
+    return str(path) if path.is_absolute() else f"{path} (from {Path.cwd()})"
+
+
+def _shipped_hint(path: Path) -> str:
+    if SHIPPED.is_dir() and path.resolve().parent != SHIPPED:
+        return f"; the shipped tasks are in {SHIPPED}"
+    return ""
 
 
 def _check(task: Task, path: Path) -> None:

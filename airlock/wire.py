@@ -150,7 +150,9 @@ class Reading(Message, tag="reading"):
     """The reader's raw answer: free text, so it goes to the validator and nowhere else.
 
     `notes` carry facts for the trace (sender, subject, model error); the broker records
-    them and strips them before the validator sees the Reading.
+    them and strips them before the validator sees the Reading. `no_answer_because` is set
+    only with source "none": why neither the model nor a recording answered, so the
+    rejection the email ends with says both, not just that the answer is empty.
     """
 
     message_id: str
@@ -158,6 +160,7 @@ class Reading(Message, tag="reading"):
     source: ReadingSource
     truncated: bool = False
     notes: Detail = {}
+    no_answer_because: str = ""
 
 
 class Unreadable(Message, tag="unreadable"):

@@ -16,6 +16,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from airlock import trace
+from airlock.errors import ConfigError
 from airlock.settings import Settings
 from airlock.transport import LINGER_MS, router, serve_curve
 from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
@@ -69,6 +70,13 @@ def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Se
             "peer": event["endpoint"].decode(errors="replace")}))
 
 
+def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
+    """The one line a bind failure becomes: which endpoint, why, and which setting moves it."""
+    hint = ("another airlock up or another program listens there; stop it or choose another port"
+            if exc.errno == zmq.EADDRINUSE else f"check AIRLOCK_{name.upper()}_BIND_HOST")
+    return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
+
+
 def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
     """Re-dispatch what an earlier broker accepted and never finished; keep escalations open."""
     state = trace.states(settings.trace_path)
@@ -91,12 +99,23 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The broker needs no task: it routes by message type only."""
     ctx = zmq.Context()
     authenticator, server = auth.start(ctx, settings) if settings.keys_folder is not None else (None, None)
-    sockets = {role: router(ctx, settings.endpoint(role, bind=True), settings.max_frame_bytes, server, role)
-               for role in ROLES}
+    sockets: dict[str, zmq.Socket] = {}
     publisher = ctx.socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
     serve_curve(publisher, server, "trace")  # only the dashboard's key may read the trace stream
-    publisher.bind(settings.endpoint("trace", bind=True))
+    try:
+        for name in (*ROLES, "trace"):
+            endpoint = settings.endpoint(name, bind=True)
+            if name == "trace":
+                publisher.bind(endpoint)
+            else:
+                sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name)
+    except zmq.ZMQError as exc:
+        # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
+        if authenticator is not None:
+            authenticator.stop()
+        ctx.destroy(linger=0)  # closes every socket, the one whose bind failed included
+        raise bind_error(name, endpoint, exc) from None
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)

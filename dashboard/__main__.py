@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dashboard: {exc}", file=sys.stderr)
         return EX_CONFIG
     except ImportError as exc:
-        print(f"dashboard: {exc.name or exc} is not installed: pip install starlette uvicorn", file=sys.stderr)
+        print(f"dashboard: {exc.name or exc} is not installed: run pip install -e '.[dashboard]' in the airlock "
+              "folder (or pip install 'airlock[dashboard]')", file=sys.stderr)
         return EX_CONFIG
     try:
         sock = listen(config.host, config.port)

@@ -2,8 +2,16 @@
 
 import sys
 
+from airlock.errors import EX_CONFIG, ConfigError
+from airlock.preflight import require_extra
 from airlock.service import main
-from intake.app import serve
 
 if __name__ == "__main__":
+    try:  # the SMTP server is an extra: say which pip command, not an ImportError traceback
+        require_extra("python -m intake", ("aiosmtpd",), "smtp")
+    except ConfigError as exc:
+        print(f"intake: {exc}", file=sys.stderr)
+        sys.exit(EX_CONFIG)
+    from intake.app import serve
+
     sys.exit(main("intake", serve, needs_task=False))

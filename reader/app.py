@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from airlock.service import serve_role
 from airlock.settings import Settings
-from airlock.task import Task
+from airlock.task import Task, describe_recordings
+from airlock.trace import printable
 from airlock.transport import Channel
 from airlock.wire import Email, Message, Reading, Unreadable
 from reader import mail, model, prompt, recordings
@@ -16,6 +17,7 @@ from reader.recordings import Recording
 
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
 MAX_ANSWER_CHARS = 4096  # longer answers are cut and flagged; the validator rejects them
+MAX_DETAIL_CHARS = 200  # of a model failure's detail, in the reason an email without an answer ends with
 Ask = Callable[[prompt.ChatMessages], "model.ModelAnswer | model.ModelFailure"]
 
 
@@ -24,8 +26,8 @@ def not_configured(messages: prompt.ChatMessages) -> model.ModelFailure:
 
 
 class Reader:
-    def __init__(self, task: Task, ask: Ask, recorded: dict[str, Recording]) -> None:
-        self.task, self.ask, self.recorded = task, ask, recorded
+    def __init__(self, task: Task, ask: Ask, recorded: dict[str, Recording], model_url: str | None = None) -> None:
+        self.task, self.ask, self.recorded, self.model_url = task, ask, recorded, model_url
 
     def handle(self, message: Message) -> list[Message]:
         match message:
@@ -45,6 +47,7 @@ class Reader:
             "attachments": parsed.attachments[:20], "defects": parsed.defects[:20], "digest": key,
         }
         result = self.ask(messages)
+        because = ""
         if isinstance(result, model.ModelAnswer):
             answer, source = result.text, "model"
             notes["model_ms"] = result.ms
@@ -52,9 +55,21 @@ class Reader:
             notes["model_error"] = f"{result.kind}: {result.detail}"
             recording = self.recorded.get(key)
             answer, source = (recording.answer, "recorded") if recording else ("", "none")
+            because = "" if recording else self.no_answer_because(result)
         answer = answer.strip(ASCII_WHITESPACE)
         return Reading(message_id=message.message_id, answer=answer[:MAX_ANSWER_CHARS],
-                       source=source, truncated=len(answer) > MAX_ANSWER_CHARS, notes=notes)
+                       source=source, truncated=len(answer) > MAX_ANSWER_CHARS, notes=notes,
+                       no_answer_because=because)
+
+    def no_answer_because(self, failure: model.ModelFailure) -> str:
+        """Both halves of "no answer": why the model gave none, and that no recording did."""
+        if failure.kind == "not_configured":
+            model_part = "no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL)"
+        else:
+            # The detail may quote the model server (an HTTP reason phrase): cut and made visible.
+            detail = printable(failure.detail[:MAX_DETAIL_CHARS])
+            model_part = f"the model at {self.model_url or 'its URL'} did not answer ({failure.kind}: {detail})"
+        return f"{model_part}, and there is no recording for this email"
 
 
 def build(settings: Settings, task: Task) -> Reader:
@@ -62,7 +77,10 @@ def build(settings: Settings, task: Task) -> Reader:
     if settings.model_url:
         ask = functools.partial(model.ask, settings.model_url, settings.model_name,
                                 timeout_s=settings.model_timeout_s)
-    return Reader(task, ask, recordings.load(task.recordings_path))
+    recorded = recordings.load(task.recordings_path)
+    # Said once at start, so a task file copied away from its recordings is not silent.
+    print(f"reader: recordings: {describe_recordings(task, len(recorded))}", flush=True)
+    return Reader(task, ask, recorded, settings.model_url)
 
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:

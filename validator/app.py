@@ -18,12 +18,15 @@ class Validator:
 
     def handle(self, message: Message) -> list[Message]:
         match message:
-            case Reading(message_id=message_id, answer=answer, truncated=truncated):
+            case Reading(message_id=message_id, answer=answer, truncated=truncated, no_answer_because=because):
                 match read_value(answer, self.narrow, truncated=truncated, value_type=self.value_type):
                     case Value(value=value):
                         return [Passed(message_id=message_id, value=value)]
                     case broken:
-                        return [Rejected(message_id=message_id, rule=broken.rule, reason=broken.reason)]
+                        # An empty answer the reader explained: the reason says why (model
+                        # down, no recording), so nobody has to dig for it in the trace.
+                        reason = f"{broken.reason}: {because}" if because and not answer else broken.reason
+                        return [Rejected(message_id=message_id, rule=broken.rule, reason=reason)]
         return []  # this role's decoder admits only Reading
 
 

@@ -1,0 +1,147 @@
+"""Checks `airlock up` makes before it starts a child, each naming the cause and the fix.
+
+- `one_stack`: one stack per data dir. `airlock up` holds an flock on
+  <data-dir>/run/up.lock for its whole life (the kernel drops it when the process dies,
+  however it dies, so a stale file never blocks); a second one exits 1 naming the pid, and
+  so never joins the first one's broker nor deletes its pid files. `check_left_running`
+  covers the holder killed with -9, whose services outlive it.
+- `check_ports`: every port free, else ConfigError (exit 78) naming port and setting.
+- `require_extra`: an optional dependency a command needs is installed, else ConfigError
+  with the exact pip command (checked before any child starts, not after one exits 78).
+- `model_silence`: whether the model URL answers at all, in a short probe; a warning for
+  the banner, never a refusal (recorded answers still work, and a model may start later).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import importlib.util
+import os
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from airlock.errors import AlreadyRunning, ConfigError
+from airlock.settings import Settings
+
+PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the model is local, as in the reader
+
+
+def require_extra(what: str, modules: tuple[str, ...], extra: str) -> None:
+    """ConfigError naming the missing modules and the pip command that installs `extra`."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"{what} needs {' and '.join(missing)}, not installed: run pip install -e '.[{extra}]' "
+                          f"in the airlock folder (or pip install 'airlock[{extra}]')")
+
+
+def models_url(base: str) -> str:
+    """The OpenAI-compatible model list next to the chat endpoint the reader will use."""
+    base = base.rstrip("/").removesuffix("/chat/completions")
+    return base + ("/models" if base.endswith("/v1") else "/v1/models")
+
+
+def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None if something answers HTTP at the model URL (any status: a server that lacks
+    /v1/models still serves chat), else why not, e.g. "connection refused"."""
+    try:
+        with _opener.open(urllib.request.Request(models_url(url), method="GET"), timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return f"no answer within {timeout_s:g} s"
+        return str(reason)
+    except (socket.timeout, TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def one_stack(data_dir: Path) -> Iterator[None]:
+    """Hold <data-dir>/run/up.lock while the block runs, or raise AlreadyRunning naming the
+    pid that holds it. The lock is the kernel's flock, not the file: a dead holder's lock is
+    gone with it, and the file (with the last holder's pid) is left in place, because
+    deleting it would let a third process lock a new file while a second still holds the old."""
+    lock = data_dir / "run" / "up.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {lock}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise AlreadyRunning(f"another airlock up (pid {holder}) is already running on {data_dir.resolve()}; "
+                                 "stop it first, or pass another --data-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+def survivors(run_dir: Path) -> dict[str, int]:
+    """Children an earlier `airlock up` on this data dir left running (it was killed with
+    no chance to stop them): name -> pid, from their pid files, each still alive and still
+    running that service (/proc/<pid>/cmdline, so a reused pid is not blamed; without
+    /proc nothing is claimed). A new stack beside them would write the same trace."""
+    found: dict[str, int] = {}
+    for pid_file in sorted(run_dir.glob("*.pid")):
+        name = pid_file.stem
+        module = "reader" if name.startswith("reader-") else name
+        try:
+            pid = int(pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if name != "up" and any(command[i:i + 2] == [b"-m", module.encode()] for i in range(len(command) - 1)):
+            found[name] = pid
+    return found
+
+
+def check_left_running(run_dir: Path) -> None:
+    """AlreadyRunning naming what an earlier, killed `airlock up` left running here."""
+    left = survivors(run_dir)
+    if left:
+        listed = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
+        raise AlreadyRunning(f"an earlier airlock up on {run_dir.parent.resolve()} was killed and left {listed} "
+                             f"running; stop them first: kill {' '.join(map(str, left.values()))}")
+
+
+def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = None) -> None:
+    """ConfigError naming the first port something already listens on, before any child
+    starts: a broker that cannot bind would only be started again and again. The broker
+    still reports a bind it loses in a race (EX_CONFIG); this is the clear, early case."""
+    wanted = {name: (settings.bind_hosts[name], number) for name, number in settings.ports.items()}
+    wanted.update(extra or {})
+    for name, (host, number) in wanted.items():
+        host = "0.0.0.0" if host in ("*", "") else host
+        try:
+            infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ and uvicorn bind
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: another "
+                        "airlock up or another program listens there; stop it or choose another port") from None
+                raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None
