@@ -16,7 +16,6 @@ from typing import Any, BinaryIO
 import msgspec
 
 from airlock.terminal import json_line, shown
-from airlock.terminal import shown as printable  # noqa: F401 (its old name; the validator and the page import it)
 
 _json = msgspec.json.Encoder()
 BASE_KEYS = ("at", "message_id", "stage", "event")

@@ -3,7 +3,7 @@
 A card is one email as the page shows it. It sits in the column of the stage that holds
 it now (received: reader; answered: validator; passed: actor) and, once it has an
 outcome, in the column where it ended (the outcome's `ended_at`). Every text field is
-passed through `airlock.trace.printable` line by line, so invisible and bidi characters
+passed through `airlock.terminal.shown` line by line, so invisible and bidi characters
 cannot hide or reorder what the room reads; the page still renders all of it as text.
 
 A record changes a card only if its stage may say that event (HANDLERS, at the end).
@@ -30,7 +30,7 @@ import collections
 from collections.abc import Iterable
 from typing import Any
 
-from airlock.trace import printable
+from airlock.terminal import shown as escaped
 
 EMAIL_LIMIT = 500  # cards kept in memory; the oldest finished one goes first
 OPEN_LIMIT = 200_000  # emails remembered as received or escalated, not yet final
@@ -49,7 +49,7 @@ def shown(value: Any) -> str:
     """Text for a person: printable per line (newlines kept), capped in length."""
     text = value if isinstance(value, str) else "" if value is None else str(value)
     text = text[:TEXT_LIMIT]
-    return "\n".join(printable(part) for part in text.split("\n"))
+    return "\n".join(escaped(part) for part in text.split("\n"))
 
 
 def shown_args(args: Any) -> dict[str, str]:

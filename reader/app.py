@@ -9,7 +9,7 @@ from collections.abc import Callable
 from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task, describe_recordings
-from airlock.trace import printable
+from airlock.terminal import shown
 from airlock.transport import Channel
 from airlock.wire import Email, Message, Reading, Unreadable
 from reader import mail, model, prompt, recordings
@@ -67,7 +67,7 @@ class Reader:
             model_part = "no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL)"
         else:
             # The detail may quote the model server (an HTTP reason phrase): cut and made visible.
-            detail = printable(failure.detail[:MAX_DETAIL_CHARS])
+            detail = shown(failure.detail[:MAX_DETAIL_CHARS])
             model_part = f"the model at {self.model_url or 'its URL'} did not answer ({failure.kind}: {detail})"
         return f"{model_part}, and there is no recording for this email"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from airlock.trace import printable
+from airlock.terminal import shown
 from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
 
 ASCII_INTEGER = re.compile(r"\A-?[0-9]{1,19}\Z")
@@ -73,4 +73,4 @@ def _rule(narrow: NarrowType) -> str:
 
 def _show(answer: str, limit: int = 60) -> str:
     """The answer quoted for a reason line, invisibles and bidi controls escaped."""
-    return "'" + printable(answer[:limit]) + ("…" if len(answer) > limit else "") + "'"
+    return "'" + shown(answer[:limit]) + ("…" if len(answer) > limit else "") + "'"

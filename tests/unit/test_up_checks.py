@@ -14,6 +14,7 @@ import pytest
 from airlock import cli, preflight, settings as settings_module, supervisor, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, TaskError
 from airlock.wire import Email, Reading, Rejected
+from airlock.terminal import shown
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
@@ -178,4 +179,4 @@ def test_no_answer_reason_keeps_a_model_servers_words_short_and_visible() -> Non
     reader = Reader(task, lambda messages: ModelFailure("http_error", hostile), {}, "http://m")
     (reading,) = reader.handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
     assert "\x1b" not in reading.no_answer_because and "\u202e" not in reading.no_answer_because
-    assert "\\u001b[2J\\u202e" in reading.no_answer_because and len(reading.no_answer_because) < 400
+    assert shown("\x1b[2J\u202e") in reading.no_answer_because and len(reading.no_answer_because) < 400
