@@ -40,6 +40,8 @@ def test_verify_passes_on_the_lab(lab) -> None:
     names = {(c["service"], c["check"]) for c in checks}
     assert ("reader", "cannot reach the actor") in names and ("actor", "cannot reach the model") in names
     assert ("reader", "image has no tool code") in names
+    assert ("init", "only the capabilities it needs") in names and ("init", "finished, exit 0") in names
+    assert ("broker", "network edge: firewall covers it") in names
 
 
 def test_inject_through_compose_run(lab) -> None:
