@@ -92,6 +92,8 @@ def derive(folder: Path) -> None:
             for endpoint, roles in ENDPOINT_ALLOWS.items():
                 _sync(own / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
             _sync(own / "allow", {}, keep=set(ENDPOINT_ALLOWS))
+    _sync(folder / "allow", {}, keep=set(ENDPOINT_ALLOWS))
+    _sync(folder / "services", {}, keep=set(SERVICE_KEYS))
 
 
 def _sync(target: Path, wanted: dict[str, Path], keep: Collection[str] = ()) -> None:

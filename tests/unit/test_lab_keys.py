@@ -50,6 +50,9 @@ def test_ensure_heals_derived_files_and_removes_stale_ones(tmp_path: Path) -> No
     (folder / "services" / "reader" / "reader.key_secret").unlink()
     (folder / "services" / "reader" / "actor.key_secret").write_bytes((folder / "actor.key_secret").read_bytes())
     (folder / "allow" / "reader" / "stranger.key").write_text("x")
+    (folder / "allow" / "retired-endpoint").mkdir()
+    (folder / "services" / "retired-service").mkdir()
+    (folder / "services" / "retired-service" / "actor.key_secret").write_text("x")
     assert keys.ensure(folder) == "kept"
     assert snapshot(folder) == first
 
