@@ -18,8 +18,10 @@ Who may do what, once this ran:
       services/<service>/         the services' user, group the host's, 0770: each container
                                   mounts only its own and reads its secret as that user;
                                   the host user (through the group) can still delete it
-    airlock-data/                 the services' user, group the host's, 2775: the services
+    airlock-data/                 the services' user, group the host's, 0775: the services
                                   write, the host user reads the trace and may clean up
+                                  (no setgid bit: chmod would drop it, as root here is not
+                                  in the host's group and holds no CAP_FSETID; not needed)
 
 Every step is idempotent: a second `up` keeps the keys and only puts owners and modes back.
 """
@@ -67,7 +69,7 @@ def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Gr
         else:
             mode = (0o640 if serving else 0o600) if path.name.endswith(".key_secret") else 0o644
         planned.append(Grant(path, owner, mode))
-    planned.append(Grant(data, shared, 0o2775))
+    planned.append(Grant(data, shared, 0o775))
     for path in sorted(data.iterdir()) if data.is_dir() else []:
         # Files the services append to (trace.jsonl, journal.bin, calls.jsonl), perhaps made
         # by an earlier run as another user. Folders (run/, keys/ of `airlock up`) stay the host's.
