@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from docker import errors as docker_errors
+
 from airlock import trace
 from airlock.attack import free_ports
 
@@ -126,6 +128,9 @@ class Lab:
         folder.mkdir(parents=True)
         return cls(fresh_clone(folder), run_id, free_subnet([*used_subnets, *host_routes()], rng))
 
+    def use_subnet(self, subnet: str) -> None:
+        self.subnet = self.env["AIRLOCK_SUBNET"] = subnet
+
     @property
     def bridges(self) -> list[str]:
         return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act")]
@@ -187,16 +192,27 @@ class Lab:
             try:
                 client.images.remove(reference, noprune=True)
                 removed.append(reference)
-            except Exception:  # never built (a failed run), or in use: nothing of ours to remove
+            except docker_errors.APIError:  # never built (a failed run): nothing of ours to remove
                 continue
         return removed
 
 
-def run_lab(lab: Lab, client_factory: Callable[[], Any]) -> Iterator[Lab]:
+def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> Iterator[Lab]:
     """Start the lab exactly as the README says, yield it, and take down only what it started.
-    No `down` before `up`: a project of that name that exists is someone else's."""
+    No `down` before `up`: a project of that name that exists is someone else's. Another run
+    that started at the same moment may have taken the same /24 first: then take down what
+    this `up` made, pick another free one, and start again."""
     try:
-        up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
+        for attempt in range(attempts):
+            up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
+            if up.returncode == 0 or "overlaps" not in up.stderr or attempt == attempts - 1:
+                break
+            lab.compose("down", "-v", "--remove-orphans")
+            client = client_factory()
+            try:
+                lab.use_subnet(free_subnet([*engine_subnets(client), *host_routes()], random.SystemRandom()))
+            finally:
+                client.close()
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         lab.wait_healthy("model")
         lab.wait_connected()

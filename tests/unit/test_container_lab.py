@@ -140,3 +140,39 @@ def test_compose_file_takes_the_subnet_and_bridge_names_from_variables() -> None
     assert len(bridges) == 5 and all(b.startswith("al-${AIRLOCK_BRIDGE:-}") for b in bridges)
     longest = max(len(b.replace("${AIRLOCK_BRIDGE:-}", "abcde-")) for b in bridges)
     assert longest <= 15
+
+
+class OverlapOnce(Recorder):
+    """The first `up` meets a network another run created a moment earlier on the same /24."""
+
+    def __call__(self, command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        done = super().__call__(command, **kwargs)
+        if "up" in command and sum("up" in c for c in self.commands) == 1:
+            return subprocess.CompletedProcess(command, 1, "", "Pool overlaps with other one on this address space")
+        return done
+
+
+class ClientWithNetworks(FakeClient):
+    def __init__(self, subnet: str) -> None:
+        super().__init__()
+
+        class Networks:
+            @staticmethod
+            def list() -> list:
+                return [type("N", (), {"attrs": {"IPAM": {"Config": [{"Subnet": f"{subnet}.0/24"}]}}})()]
+
+        self.networks = Networks()
+
+
+def test_a_subnet_taken_meanwhile_is_replaced_and_only_its_own_project_cleaned(tmp_path: Path) -> None:
+    """`up` fails on an overlapping pool: down its own project, take another free /24, up again."""
+    recorder = OverlapOnce()
+    lab = Lab(tmp_path, "fedcb", "172.31.9", runner=recorder)
+    lab.wait_healthy = lambda service, timeout_s=0: None  # type: ignore[method-assign]  # no engine here
+    lab.wait_connected = lambda timeout_s=0: None  # type: ignore[method-assign]  # no engine here
+    session = run_lab(lab, lambda: ClientWithNetworks("172.31.9"))
+    next(session)
+    session.close()
+    actions = [c[c.index("-p") + 1:c.index("-p") + 3] for c in recorder.compose()]
+    assert actions == [["airlocktestfedcb", a] for a in ("up", "down", "up", "down")]
+    assert lab.subnet != "172.31.9" and lab.env["AIRLOCK_SUBNET"] == lab.subnet
