@@ -33,6 +33,18 @@ SERVICE_KEYS = {"broker": ("broker",), "reader": ("reader",), "validator": ("val
                 "intake": ("intake",), "dashboard": ("dashboard",), "inject": ("intake",)}
 
 
+class IncompleteKeys(ConfigError):
+    """A key folder with only some of the pairs (an interrupted run)."""
+
+    def __init__(self, folder: Path, missing: list[str]) -> None:
+        self.folder, self.missing = folder, missing
+        super().__init__(self.describe(str(folder)))
+
+    def describe(self, shown: str) -> str:
+        return (f"the keys in {shown} are incomplete (missing {', '.join(self.missing)}): "
+                "remove that folder and start again to make a new set")
+
+
 @dataclass(frozen=True)
 class Pair:
     public: bytes
@@ -71,8 +83,7 @@ def ensure(folder: Path) -> str:
         generate(folder)
         return "made"
     if missing:
-        raise ConfigError(f"the keys in {folder} are incomplete (missing {', '.join(missing)}): "
-                          "remove that folder and start again to make a new set")
+        raise IncompleteKeys(folder, missing)
     derive(folder)
     return "kept"
 

@@ -108,11 +108,17 @@ def prepare(project: Path, data: Path, key_folder: Path, service: Owner) -> str:
 
 
 def main() -> int:
+    # The host's names for the mounted folders (compose.yaml passes them), for messages the
+    # user acts on: "remove ./airlock-keys", not a path inside this container.
+    shown = os.environ.get("AIRLOCK_LAB_KEYS_SHOWN", str(LAB_KEYS))
     try:
         print(prepare(PROJECT, DATA, LAB_KEYS, service_owner(dict(os.environ))), flush=True)
+    except keys.IncompleteKeys as exc:
+        print(f"airlock lab init: {exc.describe(shown)}", file=sys.stderr)
+        return 78  # EX_CONFIG: the services must not start on half-made keys
     except (ConfigError, OSError) as exc:  # SettingsError is a ConfigError
         print(f"airlock lab init: {exc}", file=sys.stderr)
-        return 78  # EX_CONFIG: the services must not start on half-made keys
+        return 78
     return 0
 
 

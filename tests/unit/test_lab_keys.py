@@ -173,3 +173,20 @@ def test_the_lab_folder_follows_the_data_dir(tmp_path: Path) -> None:
     """--data-dir elsewhere: the lab's keys beside that folder are found."""
     folder = lab_keys(tmp_path / "lab" / "airlock-keys")
     assert settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "lab" / "airlock-data")}).keys_folder == folder
+
+
+def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 78 and a message naming ./airlock-keys (what the user removes), not the container's path."""
+    folder = tmp_path / "lab-keys"
+    keys.ensure(folder)
+    (folder / "reader.key").unlink()
+    monkeypatch.setattr(lab_init, "PROJECT", tmp_path)
+    monkeypatch.setattr(lab_init, "DATA", tmp_path / "data")
+    monkeypatch.setattr(lab_init, "LAB_KEYS", folder)
+    monkeypatch.setenv("AIRLOCK_LAB_KEYS_SHOWN", "./airlock-keys")
+    monkeypatch.setenv("AIRLOCK_UID", str(os.getuid()))
+    monkeypatch.setenv("AIRLOCK_GID", str(os.getgid()))
+    assert lab_init.main() == 78
+    error = capsys.readouterr().err
+    assert "the keys in ./airlock-keys are incomplete (missing reader.key)" in error and str(folder) not in error
