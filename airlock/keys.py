@@ -13,8 +13,10 @@ public key (in compose each container mounts just those).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +33,25 @@ SERVICE_KEYS = {"broker": ("broker",), "reader": ("reader",), "validator": ("val
                 "intake": ("intake",), "dashboard": ("dashboard",), "inject": ("intake",)}
 
 
+class IncompleteKeys(ConfigError):
+    """A key folder with only some of the pairs (an interrupted run)."""
+
+    def __init__(self, folder: Path, missing: list[str]) -> None:
+        self.folder, self.missing = folder, missing
+        super().__init__(self.describe(str(folder)))
+
+    def describe(self, shown: str) -> str:
+        return (f"the keys in {shown} are incomplete (missing {', '.join(self.missing)}): "
+                "remove that folder and start again to make a new set")
+
+
 @dataclass(frozen=True)
 class Pair:
     public: bytes
     secret: bytes | None
+
+
+ROLES = ("broker", *CLIENT_ROLES)
 
 
 def generate(folder: Path, force: bool = False) -> list[Path]:
@@ -43,7 +60,7 @@ def generate(folder: Path, force: bool = False) -> list[Path]:
         raise ConfigError(f"keys already exist in {folder} (use --force to replace them)")
     folder.mkdir(parents=True, exist_ok=True)
     made = []
-    for role in ("broker", *CLIENT_ROLES):
+    for role in ROLES:
         with tempfile.TemporaryDirectory() as scratch:
             public, secret = zmq.auth.create_certificates(scratch, role)
             for path in (public, secret):
@@ -51,25 +68,62 @@ def generate(folder: Path, force: bool = False) -> list[Path]:
                 shutil.copyfile(path, target)
                 made.append(target)
         (folder / f"{role}.key_secret").chmod(0o600)
+    derive(folder)
+    return made
+
+
+def ensure(folder: Path) -> str:
+    """Make the keys once and keep them after ("made" or "kept"): what the compose lab's
+    init service runs on every `up`. The allow lists and the services' folders are derived
+    from the pairs again, so a kept folder also heals. A folder with only some pairs (an
+    interrupted run) is refused rather than half replaced: clients may hold the other half."""
+    missing = [f"{role}.{kind}" for role in ROLES for kind in ("key", "key_secret")
+               if not (folder / f"{role}.{kind}").is_file()]
+    if len(missing) == 2 * len(ROLES):
+        generate(folder)
+        return "made"
+    if missing:
+        raise IncompleteKeys(folder, missing)
+    derive(folder)
+    return "kept"
+
+
+def derive(folder: Path) -> None:
+    """Write the allow lists and each service's folder from the pairs in `folder`, touching
+    only files whose content differs and removing any the policy no longer names. A running
+    container keeps its bind-mounted folder: nothing is deleted and made again under it."""
     for endpoint, roles in ENDPOINT_ALLOWS.items():
-        allow = folder / "allow" / endpoint
-        if allow.exists():
-            shutil.rmtree(allow)
-        allow.mkdir(parents=True)
-        for role in roles:
-            shutil.copyfile(folder / f"{role}.key", allow / f"{role}.key")
+        _sync(folder / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
     for service, roles in SERVICE_KEYS.items():
         own = folder / "services" / service
-        if own.exists():
-            shutil.rmtree(own)
-        own.mkdir(parents=True)
-        shutil.copyfile(folder / "broker.key", own / "broker.key")
-        for role in roles:
-            shutil.copyfile(folder / f"{role}.key_secret", own / f"{role}.key_secret")
-            (own / f"{role}.key_secret").chmod(0o600)
+        wanted = {"broker.key": folder / "broker.key"}
+        wanted |= {f"{role}.key_secret": folder / f"{role}.key_secret" for role in roles}
+        _sync(own, wanted, keep={"allow"} if service == "broker" else ())
         if service == "broker":
-            shutil.copytree(folder / "allow", own / "allow")
-    return made
+            for endpoint, roles in ENDPOINT_ALLOWS.items():
+                _sync(own / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
+            _sync(own / "allow", {}, keep=set(ENDPOINT_ALLOWS))
+    _sync(folder / "allow", {}, keep=set(ENDPOINT_ALLOWS))
+    _sync(folder / "services", {}, keep=set(SERVICE_KEYS))
+
+
+def _sync(target: Path, wanted: dict[str, Path], keep: Collection[str] = ()) -> None:
+    """Make `target` hold exactly `wanted` (name -> source file) plus the entries in `keep`."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in target.iterdir():
+        if entry.name not in wanted and entry.name not in keep:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    for name, source in wanted.items():
+        path = target / name
+        content = source.read_bytes()
+        mode = 0o600 if name.endswith(".key_secret") else 0o644
+        if path.is_symlink() or not path.is_file() or path.read_bytes() != content:
+            path.unlink(missing_ok=True)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # a secret is never readable by others, not even briefly
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(content)
+        elif mode == 0o600:
+            path.chmod(mode)
 
 
 def load(folder: Path, role: str, *, secret: bool = True) -> Pair:

@@ -17,6 +17,7 @@ import msgspec
 from airlock.errors import SettingsError
 
 DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
+LAB_KEYS_FOLDER = "airlock-keys"  # the compose lab's keys, beside its data folder (compose.yaml)
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,12 +55,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def keys_folder(self) -> Path | None:
-        """AIRLOCK_KEYS, else the keys `airlock up` made in the data dir, looked up now (a
-        client started before the stack finds them when it connects again)."""
+        """Where this process finds its CURVE keys, looked up now (a client started before
+        the stack finds them when it connects again). The first of:
+
+        1. AIRLOCK_KEYS, when set;
+        2. the compose lab's key folder beside the data dir (<data-dir>/../airlock-keys,
+           which the lab's init service made): in the repository after `docker compose up`
+           the host CLI needs no export. It wins over (3) because an `airlock up` run there
+           before leaves keys in the data dir that the lab's broker does not know;
+        3. the keys `airlock up` made in the data dir (<data-dir>/keys);
+
+        else None. A folder counts only once it holds the broker's public key."""
         if self.keys is not None:
             return self.keys
-        made = self.data_dir / "keys"
-        return made if (made / "broker.key").exists() else None
+        for made in (self.data_dir.parent / LAB_KEYS_FOLDER, self.data_dir / "keys"):
+            if (made / "broker.key").exists():
+                return made
+        return None
 
     @property
     def calls_path(self) -> Path:

@@ -37,6 +37,10 @@ NETWORKS = {
     "dashboard": {"edge"},
 }
 DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
+INIT = "init"  # the one-shot service that makes the keys; root, so checked apart (lab_init.py)
+INIT_CAPABILITIES = {"CHOWN", "DAC_OVERRIDE", "FOWNER"}  # what handing folders to two users takes
+INIT_MOUNTS = {"/project": False, "/data": True, "/lab-keys": True}  # target -> writable
+BRIDGE_PREFIX = "al-"  # scripts/lab-firewall closes the holes on bridges named al-*
 DATA_MOUNT = "/data"
 KEYS_MOUNT = "/keys"  # each service's own key folder, read-only
 # The secret keys each container may hold: what `airlock keys` gives its folder (the model: none).
@@ -159,12 +163,16 @@ class Lab:
         self.client, self.project = client, project
         label = f"com.docker.compose.project={project}"
         self.containers: dict[str, Any] = {}
-        for container in client.containers.list(filters={"label": label}):
+        self.init: Any = None  # the init service's container, which has exited by now
+        for container in client.containers.list(all=True, filters={"label": label}):
             labels = container.labels
             if labels.get("com.docker.compose.oneoff") == "True":
                 continue  # `docker compose run` tools are not part of the stack
             service = labels.get("com.docker.compose.service", "")
-            self.containers.setdefault(service, container)
+            if service == INIT:
+                self.init = container
+            elif container.status in ("running", "restarting"):  # what a plain list() gave
+                self.containers.setdefault(service, container)
         self.networks = {n.attrs["Labels"].get("com.docker.compose.network", n.name): n.attrs
                          for n in client.networks.list(filters={"label": label})}
 
@@ -192,8 +200,42 @@ class Lab:
         return found
 
 
+def _bridge(network: dict) -> tuple[bool, str]:
+    bridge = (network.get("Options") or {}).get("com.docker.network.bridge.name", "")
+    return bridge.startswith(BRIDGE_PREFIX), f"bridge {bridge or '(docker-chosen name)'}; the firewall covers {BRIDGE_PREFIX}*"
+
+
+def init_checks(container: Any) -> list[Check]:
+    """The init service runs as root, so it is held to what it needs: three capabilities,
+    no network, a read-only root, only the project (read-only), data and key folders; and it
+    has finished, with exit 0, before anything else started."""
+    if container is None:
+        return [Check(INIT, "ran", False, "no init container in this project (compose.yaml without it?)")]
+    container.reload()
+    attrs, host = container.attrs, container.attrs["HostConfig"]
+    state = attrs.get("State") or {}
+    added = {c.upper().removeprefix("CAP_") for c in host.get("CapAdd") or []}
+    dropped = [c.upper() for c in host.get("CapDrop") or []]
+    mounts = {m.get("Destination"): m for m in attrs.get("Mounts") or []}
+    no_new, no_new_reason = _no_new_privileges(attrs)
+    wrong = sorted(t for t, m in mounts.items() if t not in INIT_MOUNTS or bool(m.get("RW")) != INIT_MOUNTS[t])
+    return [
+        Check(INIT, "finished, exit 0", state.get("Status") == "exited" and state.get("ExitCode") == 0,
+              f"Status={state.get('Status')} ExitCode={state.get('ExitCode')}"),
+        Check(INIT, "only the capabilities it needs", "ALL" in dropped and added <= INIT_CAPABILITIES,
+              f"CapDrop={dropped} CapAdd={sorted(added)}; allowed {sorted(INIT_CAPABILITIES)}"),
+        Check(INIT, "no network", host.get("NetworkMode") == "none", f"NetworkMode={host.get('NetworkMode')}"),
+        Check(INIT, "read-only root", bool(host.get("ReadonlyRootfs")), f"ReadonlyRootfs={host.get('ReadonlyRootfs')}"),
+        Check(INIT, "no-new-privileges", no_new, no_new_reason),
+        Check(INIT, "not privileged", not host.get("Privileged"), f"Privileged={host.get('Privileged')}"),
+        Check(INIT, "mounts", not wrong and set(mounts) == set(INIT_MOUNTS),
+              "; ".join(f"{t} {'rw' if mounts[t].get('RW') else 'ro'}" for t in wrong) or
+              "the project read-only, the data and key folders"),
+    ]
+
+
 def inspect(lab: Lab) -> list[Check]:
-    checks = []
+    checks = init_checks(lab.init)
     for service, expected in NETWORKS.items():
         container = lab.containers.get(service)
         if container is None:
@@ -217,6 +259,7 @@ def inspect(lab: Lab) -> list[Check]:
                                     f"enable_ip_masquerade={masquerade} (published ports need a non-internal network)"))
             else:
                 checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
+            checks.append(Check(service, f"network {name}: firewall covers it", *_bridge(lab.networks.get(name, {}))))
     return checks
 
 

@@ -1,16 +1,24 @@
-"""The compose lab on a real engine: the seed email with the real model, and proven isolation."""
+"""The compose lab on a real engine, started as the README says (`docker compose up -d
+--build` in a fresh clone, nothing before it): the seed email with the real model, the
+host CLI with no export, and proven isolation."""
 
 from __future__ import annotations
 
+import os
 import smtplib
+import stat
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
 SEED = "samples/seed_4411_de.eml"
 pytestmark = pytest.mark.containers
+PLAN_4411 = [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+
+
+def planned_calls(lab, message_id: str) -> list[tuple]:
+    return [(c["server"], c["tool"], c["args"]) for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
 
 
 def test_seed_email_runs_the_plan_with_the_real_model(lab) -> None:
@@ -19,9 +27,7 @@ def test_seed_email_runs_the_plan_with_the_real_model(lab) -> None:
     assert done.returncode == 0, done.stderr
     message_id = done.stdout.split('"id":"')[1].split('"')[0]
     assert '"outcome":"completed"' in done.stdout
-    calls = [c for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
-    assert [(c["server"], c["tool"], c["args"]) for c in calls] == [
-        ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+    assert planned_calls(lab, message_id) == PLAN_4411
     (answer,) = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t["event"] == "model_answer"]
     assert answer["source"] == "model" and answer["answer"] == "4411"
 
@@ -34,18 +40,62 @@ def test_verify_passes_on_the_lab(lab) -> None:
     names = {(c["service"], c["check"]) for c in checks}
     assert ("reader", "cannot reach the actor") in names and ("actor", "cannot reach the model") in names
     assert ("reader", "image has no tool code") in names
+    assert ("init", "only the capabilities it needs") in names and ("init", "finished, exit 0") in names
+    assert ("broker", "network edge: firewall covers it") in names
 
 
 def test_inject_through_compose_run(lab) -> None:
-    """`docker compose run --rm inject FILE` works for users without Python."""
+    """`docker compose run --rm inject FILE` works for users without Python: completed, the two planned calls."""
     done = lab.compose("run", "--rm", "inject", SEED)
     assert done.returncode == 0, done.stderr
-    assert "completed" in done.stdout
+    (line,) = [line for line in done.stdout.splitlines() if SEED in line]
+    message_id, outcome = line.split()[:2]
+    assert outcome == "completed", done.stdout
+    assert planned_calls(lab, message_id) == PLAN_4411
+
+
+def test_host_cli_finds_the_lab_keys_without_export(lab) -> None:
+    """In the lab's folder, `airlock inject --wait` and `airlock trace` need no AIRLOCK_KEYS and no --data-dir."""
+    assert not {"AIRLOCK_KEYS", "AIRLOCK_DATA_DIR"} & set(lab.env)
+    done = lab.airlock("inject", "--wait", SEED)
+    assert done.returncode == 0, done.stderr
+    message_id, outcome = done.stdout.split()[:2]
+    assert outcome == "completed", done.stdout
+    assert planned_calls(lab, message_id) == PLAN_4411
+    shown = lab.airlock("trace", message_id)
+    assert shown.returncode == 0 and message_id in shown.stdout and "completed" in shown.stdout, shown.stderr
+
+
+def test_init_gave_each_folder_to_its_user(lab) -> None:
+    """The host user owns the keys (0700, secrets 0600); the services' user its own secret and the data."""
+    me = os.stat(lab.folder)
+    keys, data = lab.key_folder.stat(), lab.data.stat()
+    assert (keys.st_uid, stat.S_IMODE(keys.st_mode)) == (me.st_uid, 0o700)
+    client_secret = (lab.key_folder / "intake.key_secret").stat()
+    assert (client_secret.st_uid, stat.S_IMODE(client_secret.st_mode)) == (me.st_uid, 0o600)
+    service_secret = (lab.key_folder / "services" / "reader" / "reader.key_secret").stat()
+    assert (service_secret.st_uid, stat.S_IMODE(service_secret.st_mode)) == (10001, 0o640)
+    assert (data.st_uid, data.st_gid, stat.S_IMODE(data.st_mode)) == (10001, me.st_gid, 0o775)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_second_up_keeps_the_keys(lab) -> None:
+    """`up -d` again (init runs again): every key byte stays, and the lab still completes the seed."""
+    before = snapshot(lab.key_folder)
+    again = lab.compose("up", "-d")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert snapshot(lab.key_folder) == before
+    lab.wait_connected()
+    done = lab.airlock("inject", "--wait", SEED)
+    assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
 
 
 def test_smtp_intake_in_the_lab(lab) -> None:
     """Mail sent to the published SMTP port runs the plan like an injected file."""
-    raw = (ROOT / SEED).read_bytes()
+    raw = (lab.folder / SEED).read_bytes()
     with smtplib.SMTP("127.0.0.1", int(lab.env["AIRLOCK_SMTP_PORT"]), timeout=30) as smtp:
         smtp.sendmail("tester@example.org", ["support@shop.example"], raw)
 

@@ -89,3 +89,62 @@ def test_summary_line_is_not_a_test_runner_line() -> None:
     """The table's last line cannot be mistaken for a test runner's 'N passed, N failed'."""
     table = verify.table([verify.Check("reader", "x", True, "r"), verify.Check("actor", "y", False, "r")])
     assert table.splitlines()[-1] == "2 checks: 1 FAIL"
+
+
+class FakeInit:
+    """The init service's exited container, as the docker SDK shows it."""
+
+    def __init__(self, **host: object) -> None:
+        config = {"ReadonlyRootfs": True, "CapDrop": ["ALL"], "CapAdd": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+                  "Privileged": False, "SecurityOpt": ["no-new-privileges:true"], "NetworkMode": "none"}
+        mounts = [{"Type": "bind", "Source": "/x", "Destination": "/project", "RW": False},
+                  {"Type": "bind", "Source": "/x/airlock-data", "Destination": "/data", "RW": True},
+                  {"Type": "bind", "Source": "/x/airlock-keys", "Destination": "/lab-keys", "RW": True}]
+        self.attrs = {"Config": {"User": "0:0"}, "HostConfig": {**config, **host}, "Mounts": mounts,
+                      "State": {"Status": "exited", "ExitCode": 0}}
+
+    def reload(self) -> None:
+        pass
+
+
+def test_init_as_shipped_passes() -> None:
+    """The init container compose.yaml describes passes every check about it."""
+    assert [c for c in verify.init_checks(FakeInit()) if not c.ok] == []
+
+
+@pytest.mark.parametrize(("weaken", "failing"), [
+    (lambda a: a["HostConfig"].update(CapAdd=["CHOWN", "SYS_ADMIN"]), {"only the capabilities it needs"}),
+    (lambda a: a["HostConfig"].update(CapDrop=[]), {"only the capabilities it needs"}),
+    (lambda a: a["HostConfig"].update(NetworkMode="bridge"), {"no network"}),
+    (lambda a: a["HostConfig"].update(ReadonlyRootfs=False), {"read-only root"}),
+    (lambda a: a["HostConfig"].update(Privileged=True), {"not privileged"}),
+    (lambda a: a["HostConfig"].update(SecurityOpt=[]), {"no-new-privileges"}),
+    (lambda a: a["Mounts"][0].update(RW=True), {"mounts"}),
+    (lambda a: a["Mounts"].append({"Type": "bind", "Source": "/var/run/docker.sock",
+                                   "Destination": "/var/run/docker.sock", "RW": True}), {"mounts"}),
+    (lambda a: a["State"].update(Status="running"), {"finished, exit 0"}),
+    (lambda a: a["State"].update(ExitCode=78), {"finished, exit 0"}),
+], ids=["extra-capability", "nothing-dropped", "on-a-network", "writable-root", "privileged",
+        "new-privileges", "project-writable", "docker-socket", "still-running", "failed"])
+def test_each_init_weakening_fails_its_own_check(weaken, failing: set) -> None:
+    """The root init container is held to its three capabilities, no network, read-only root and its three mounts."""
+    init = FakeInit()
+    weaken(init.attrs)
+    assert {c.name for c in verify.init_checks(init) if not c.ok} == failing
+
+
+def test_a_missing_init_is_a_failure() -> None:
+    """A project without the init service fails one check that says so."""
+    (check,) = verify.init_checks(None)
+    assert not check.ok and "no init container" in check.reason
+
+
+@pytest.mark.parametrize(("options", "ok"), [
+    ({"com.docker.network.bridge.name": "al-edge"}, True),
+    ({"com.docker.network.bridge.name": "al-3f9c2-valid"}, True),
+    ({"com.docker.network.bridge.name": "lab-edge"}, False),
+    ({}, False),
+])
+def test_bridge_names_the_firewall_covers(options: dict, ok: bool) -> None:
+    """A lab bridge not named al-* escapes scripts/lab-firewall: that network fails the check."""
+    assert verify._bridge({"Options": options})[0] is ok

@@ -1,0 +1,227 @@
+"""One test run's own compose lab, on an engine other people may be using.
+
+Everything that could meet another lab on the same engine is this run's own: the compose
+project name, the image tag, the /24 the networks are cut from, the bridge names and the
+published ports. The lab runs from a copy of the repository in a temporary folder, the way
+a newcomer runs it from a fresh clone: `docker compose up -d --build` with nothing before
+it, and the host CLI with no AIRLOCK_KEYS. Teardown touches only this run's project and
+this run's image tags (the layers stay: the next build is quick).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from docker import errors as docker_errors
+
+from airlock import trace
+from airlock.attack import free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
+PROJECT_PREFIX = "airlocktest"
+IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli")  # compose.yaml's
+SUBNET_POOL = ipaddress.ip_network("172.31.0.0/16")  # each run takes one free /24 of it
+# Set outside, these would point the lab or the host CLI somewhere else than the README says.
+NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",
+                 "AIRLOCK_GID", "AIRLOCK_TAG", "AIRLOCK_SUBNET", "AIRLOCK_BRIDGE", "COMPOSE_PROJECT_NAME",
+                 "COMPOSE_FILE", "COMPOSE_PROFILES")
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def compose_command() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return ["docker", "compose"]
+
+
+def free_subnet(used: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network], rng: random.Random) -> str:
+    """A /24 of SUBNET_POOL overlapping none of `used`, at random (two runs starting at once
+    rarely pick the same), as the three octets compose.yaml's AIRLOCK_SUBNET takes."""
+    taken = [net for net in used if net.version == 4]
+    free = [net for net in SUBNET_POOL.subnets(new_prefix=24) if not any(net.overlaps(t) for t in taken)]
+    if not free:
+        raise RuntimeError(f"no free /24 left in {SUBNET_POOL} on this engine and host")
+    return str(rng.choice(free).network_address).rsplit(".", 1)[0]
+
+
+def host_routes() -> list[ipaddress.IPv4Network]:
+    """The networks this host already routes (a VPC may use 172.31.0.0/16 too)."""
+    routes = []
+    try:
+        lines = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return routes
+    for line in lines:
+        fields = line.split()
+        destination, mask = (ipaddress.IPv4Address(int(f, 16).to_bytes(4, "little")) for f in (fields[1], fields[7]))
+        if int(mask):  # the default route is not a network anyone else sits on
+            routes.append(ipaddress.ip_network(f"{destination}/{mask}", strict=False))
+    return routes
+
+
+def engine_subnets(client: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    found = []
+    for network in client.networks.list():
+        for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
+            if config.get("Subnet"):
+                found.append(ipaddress.ip_network(config["Subnet"], strict=False))
+    return found
+
+
+def fresh_clone(target: Path) -> Path:
+    """The repository's files as a clone would have them (plus uncommitted edits: they are
+    what is under test), without local folders such as airlock-data or .venv."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.split("\0")):
+            source = ROOT / name
+            if source.is_file():
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target / name)
+    else:  # not a git checkout (an unpacked archive): the same, by pattern
+        shutil.copytree(ROOT, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+            ".git", ".venv", "airlock-data", "airlock-keys", "__pycache__", "*.egg-info", ".pytest_cache"))
+    return target
+
+
+class Lab:
+    """The compose lab of one test run, in `folder` (a fresh clone), named by `run_id`."""
+
+    def __init__(self, folder: Path, run_id: str, subnet: str, runner: Runner = subprocess.run) -> None:
+        if not re.fullmatch(r"[0-9a-f]{5}", run_id):
+            raise ValueError("run_id: five hex digits, so bridge names fit Linux's 15 characters")
+        self.folder, self.run_id, self.runner = folder, run_id, runner
+        self.project, self.tag, self.subnet = f"{PROJECT_PREFIX}{run_id}", f"test-{run_id}", subnet
+        self.data = folder / "airlock-data"  # compose.yaml's default, which the host CLI's default finds
+        self.key_folder = folder / "airlock-keys"
+        intake_port, smtp_port, dashboard_port = free_ports(3)
+        self.env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
+        self.env.update(AIRLOCK_TAG=self.tag, AIRLOCK_SUBNET=subnet, AIRLOCK_BRIDGE=f"{run_id}-",
+                        AIRLOCK_INTAKE_PORT=str(intake_port), AIRLOCK_SMTP_PORT=str(smtp_port),
+                        AIRLOCK_DASHBOARD_PORT=str(dashboard_port), PYTHONPATH=str(folder))
+        self.started = False
+
+    @classmethod
+    def fresh(cls, parent: Path, used_subnets: Iterable[Any] = (), taken_names: Iterable[str] = (),
+              rng: random.Random | None = None) -> Lab:
+        """A lab whose names and subnet nothing on this engine or host uses yet."""
+        rng = rng or random.SystemRandom()
+        taken = set(taken_names)
+        run_id = secrets.token_hex(3)[:5]
+        while f"{PROJECT_PREFIX}{run_id}" in taken or any(n.startswith(f"al-{run_id}-") for n in taken):
+            run_id = secrets.token_hex(3)[:5]
+        folder = parent / "airlock"
+        folder.mkdir(parents=True)
+        return cls(fresh_clone(folder), run_id, free_subnet([*used_subnets, *host_routes()], rng))
+
+    def use_subnet(self, subnet: str) -> None:
+        self.subnet = self.env["AIRLOCK_SUBNET"] = subnet
+
+    @property
+    def bridges(self) -> list[str]:
+        return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act")]
+
+    def compose(self, *args: str, files: tuple[str, ...] = (), timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Always with this run's project name: never a command on someone else's stack."""
+        if args and args[0] == "up":
+            self.started = True
+        command = compose_command() + [arg for f in ("compose.yaml", *files) for arg in ("-f", f)]
+        return self.runner(command + ["-p", self.project, *args], cwd=self.folder, env=self.env,
+                           capture_output=True, text=True, timeout=timeout)
+
+    def airlock(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """The host CLI, run in the lab's folder as the README does: no AIRLOCK_KEYS, default data dir."""
+        return self.runner([sys.executable, "-m", "airlock", *args], cwd=self.folder, env=self.env,
+                           capture_output=True, text=True, timeout=timeout)
+
+    def verify(self) -> tuple[int, list[dict]]:
+        done = self.airlock("verify", "--project", self.project, "--json")
+        assert done.stdout, done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    def lines(self, name: str) -> list[dict]:
+        return list(trace.read(self.data / name))  # skips a line a killed process left half written
+
+    def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
+        import docker
+
+        client = docker.from_env(version="auto")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                found = client.containers.list(filters={"label": [f"com.docker.compose.project={self.project}",
+                                                                  f"com.docker.compose.service={service}"]})
+                if found and found[0].attrs["State"].get("Health", {}).get("Status") == "healthy":
+                    return
+                time.sleep(1)
+        finally:
+            client.close()
+        raise AssertionError(f"{service} did not become healthy in {timeout_s} s")
+
+    def wait_connected(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        done = None
+        while time.monotonic() < deadline:
+            done = self.airlock("status", "--timeout", "1")
+            counts = dict(re.findall(r"'(\w+)': (\d+)", done.stdout))
+            if done.returncode == 0 and all(int(counts.get(r, 0)) >= 1 for r in ("reader", "validator", "actor")):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the lab's workers did not connect to the broker: {done and done.stderr}")
+
+    def remove_images(self, client: Any) -> list[str]:
+        """Untag this run's images; `noprune` keeps their layers as the next build's cache.
+        An image another tag also names (someone's :latest of the same build) stays."""
+        removed = []
+        for name in IMAGES:
+            reference = f"airlock/{name}:{self.tag}"
+            try:
+                client.images.remove(reference, noprune=True)
+                removed.append(reference)
+            except docker_errors.APIError:  # never built (a failed run): nothing of ours to remove
+                continue
+        return removed
+
+
+def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> Iterator[Lab]:
+    """Start the lab exactly as the README says, yield it, and take down only what it started.
+    No `down` before `up`: a project of that name that exists is someone else's. Another run
+    that started at the same moment may have taken the same /24 first: then take down what
+    this `up` made, pick another free one, and start again."""
+    try:
+        for attempt in range(attempts):
+            up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
+            if up.returncode == 0 or "overlaps" not in up.stderr or attempt == attempts - 1:
+                break
+            lab.compose("down", "-v", "--remove-orphans")
+            client = client_factory()
+            try:
+                lab.use_subnet(free_subnet([*engine_subnets(client), *host_routes()], random.SystemRandom()))
+            finally:
+                client.close()
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        lab.wait_healthy("model")
+        lab.wait_connected()
+        yield lab
+    finally:
+        if lab.started:
+            lab.compose("down", "-v", "--remove-orphans")
+        client = client_factory()
+        try:
+            lab.remove_images(client)
+        finally:
+            client.close()
