@@ -23,7 +23,8 @@ from airlock.wire import (
     Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
 )
 
-KEYS_HINT = "pass the --data-dir of `airlock up`, or set AIRLOCK_KEYS"
+KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab's ./airlock-keys), "
+             "or set AIRLOCK_KEYS")
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2
 
@@ -36,12 +37,6 @@ class Submission:
     sender: str = ""  # the address the intake vouches for; see wire.Submit
 
 
-def key_folders_tried(settings: Settings) -> list[Path]:
-    """Where settings.keys_folder looks when AIRLOCK_KEYS is not set, for the message that
-    says none of them holds keys."""
-    return [settings.data_dir / "keys"]
-
-
 def _require_keys(settings: Settings, role: str) -> Path:
     """The keys folder holding this role's secret key, or KeysMissing naming where it looked.
 
@@ -52,7 +47,7 @@ def _require_keys(settings: Settings, role: str) -> Path:
         return folder
     if settings.keys is not None:
         raise KeysMissing(f"no CURVE key {role}.key_secret in {settings.keys} (AIRLOCK_KEYS): {KEYS_HINT}")
-    looked = " or ".join(str(path.resolve()) for path in key_folders_tried(settings))
+    looked = " or ".join(str(path.resolve()) for path in settings.key_folders_looked_in)
     raise KeysMissing(f"no CURVE keys in {looked}: {KEYS_HINT}")
 
 

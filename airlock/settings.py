@@ -68,10 +68,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         else None. A folder counts only once it holds the broker's public key."""
         if self.keys is not None:
             return self.keys
-        for made in (self.data_dir.parent / LAB_KEYS_FOLDER, self.data_dir / "keys"):
+        for made in self.key_folders_looked_in:
             if (made / "broker.key").exists():
                 return made
         return None
+
+    @property
+    def key_folders_looked_in(self) -> tuple[Path, ...]:
+        """(2) and (3) of keys_folder, in order: what a "no keys" message names."""
+        return (self.data_dir.parent / LAB_KEYS_FOLDER, self.data_dir / "keys")
 
     @property
     def calls_path(self) -> Path:
