@@ -346,3 +346,15 @@ def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
     assert shutil.which("airlock", path=session.env["PATH"]), "the airlock script is not installed (pip install -e .)"
     with socket.socket() as probe:  # nothing this test did not start is listening there
         assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+
+
+def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_one() -> None:
+    """'Run the tests' gives the full command and an everyday one beside it; .ci/run runs
+    the full one as written, so CI and a newcomer run the same thing."""
+    (block,) = SECTIONS["Run the tests"]
+    texts = [c.text for c in block.commands]
+    full = next(t for t in texts if t.endswith("python -m pytest"))
+    assert full.startswith("pip install -e '.[test]' && ")
+    assert any(re.fullmatch(r"python -m pytest tests/unit\b.*", t) for t in texts), texts
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert full in ci and "python3 -m venv" in "\n".join(ci)
