@@ -11,7 +11,8 @@ the section ends, as in a second terminal.
 
 What is not run, and why (the SKIPPED rules, checked in this order for each block):
   1. a block with a Docker, compose, sudo or scripts/ command: it needs a Docker engine and
-     root (the container tests run the lab);
+     root (the container tests run the lab); and every other block of its section, which
+     runs against that lab;
   2. a block that installs or starts a live model (llama-cpp-python): the point is that the
      README works without one;
   3. a block whose commands run the test suite itself (`python -m pytest`): it is this suite.
@@ -130,9 +131,13 @@ def commands(body: list[tuple[int, str]]) -> Iterator[Command]:
             yield Command(text, comment, first)
 
 
-def skip_reason(block: Block) -> str | None:
+def skip_reason(block: Block, section: list[Block] | None = None) -> str | None:
+    """Why a block is not run, or None. A section with one Docker block is about the compose
+    lab, so its other blocks (the host CLI against the lab) are not run either."""
     if NEEDS_DOCKER.search(block.text):
         return "rule 1: needs a Docker engine and root"
+    if any(NEEDS_DOCKER.search(other.text) for other in section or ()):
+        return "rule 1: runs against the compose lab of its section"
     if NEEDS_LIVE_MODEL.search(block.text):
         return "rule 2: installs or starts a live model"
     if RUNS_THE_SUITE.search(PIP_PREFIX.sub("", block.text)):
@@ -174,14 +179,19 @@ class Background:
                 self.ready.set()
 
     def stop(self) -> None:
-        """SIGTERM to the process group this test made for it (airlock up stops its children)."""
+        """SIGTERM to the command, as Ctrl-C in its terminal would (airlock up stops its own
+        children); then SIGKILL to whatever is left of the process group made for it."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # nothing left: the usual case
+            pass
+        self.process.wait()
         self.process.stdout.close()
 
 
@@ -264,9 +274,9 @@ SECTIONS = sections(README.read_text())
 @pytest.mark.parametrize("name", list(SECTIONS))
 def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
     """Every runnable shell block of one README section runs offline and keeps its promises."""
-    runnable = [b for b in SECTIONS[name] if skip_reason(b) is None]
+    runnable = [b for b in SECTIONS[name] if skip_reason(b, SECTIONS[name]) is None]
     if not runnable:
-        pytest.skip("; ".join(f"README.md:{b.line}: {skip_reason(b)}" for b in SECTIONS[name]))
+        pytest.skip("; ".join(f"README.md:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
     session = Session(tmp_path)
     try:
         for block in runnable:
@@ -283,7 +293,7 @@ def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
 def test_the_newcomers_demos_are_in_the_readme_and_run() -> None:
     """The first-hour demos keep their promises in runnable blocks: the seed email completes,
     the refund email escalates, its approval completes, and the approver is named."""
-    run = [(b.section, c) for bs in SECTIONS.values() for b in bs if skip_reason(b) is None for c in b.commands]
+    run = [(b.section, c) for bs in SECTIONS.values() for b in bs if skip_reason(b, bs) is None for c in b.commands]
     promised = {(section, promises(c.comment)[0], word) for section, c in run
                 for word in ("seed_4411_de.eml", "refund_damaged.eml", "approve", "airlock up", "airlock trace")
                 if word in c.text}
@@ -308,6 +318,10 @@ python -m thing --url http://127.0.0.1:8080 \\
 docker compose up -d
 ```
 ```sh
+airlock inject --wait samples/x.eml   # -> completed
+```
+## Three
+```sh
 pip install -e '.[test]' && python -m pytest
 ```
 '''
@@ -317,7 +331,7 @@ def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
     """Sections, continuation lines, comments, skip rules and promises are read as the
     docstring says, so the section tests above cannot pass by reading nothing."""
     found = sections(README_SAMPLE)
-    assert list(found) == ["One", "Two"]
+    assert list(found) == ["One", "Two", "Three"]
     (one,) = found["One"]
     assert [c.text for c in one.commands] == [
         "pip install -e . && airlock up", "airlock inject --wait samples/x.eml", "cat airlock-data/calls.jsonl",
@@ -326,9 +340,10 @@ def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
     assert promises(one.commands[1].comment) == ("completed", [])
     assert promises(one.commands[2].comment) == (None, ["4411", "shop", "lookup_order"])
     assert promises("the decision record names dana") == (None, ["dana"])
-    assert skip_reason(one) is None
-    assert [skip_reason(b) for b in found["Two"]] == ["rule 1: needs a Docker engine and root",
-                                                      "rule 3: runs the test suite itself"]
+    assert skip_reason(one, found["One"]) is None
+    assert [skip_reason(b, found["Two"]) for b in found["Two"]] == [
+        "rule 1: needs a Docker engine and root", "rule 1: runs against the compose lab of its section"]
+    assert [skip_reason(b, found["Three"]) for b in found["Three"]] == ["rule 3: runs the test suite itself"]
     with pytest.raises(AssertionError, match="promises `-> completed`"):
         check_promises(one.commands[1], "here", "m-1  rejected  x.eml  (no answer)\n")
     with pytest.raises(AssertionError, match="'4411'"):
