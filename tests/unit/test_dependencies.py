@@ -8,6 +8,7 @@ the imports themselves, so it fails on the machine that has the package too.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
 import tomllib
@@ -53,11 +54,12 @@ def declared(*groups: str) -> set[str]:
 
 
 def python_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).parts[:-1]
-        if any(p.startswith(".") or p in SKIPPED_DIRS or p.endswith(".egg-info") for p in parts):
-            continue
-        yield path
+    """The project's .py files: hidden folders, build output and any virtual environment
+    (a folder with pyvenv.cfg, whatever its name) are not walked."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d in SKIPPED_DIRS or d.endswith(".egg-info")
+                                                 or (Path(folder, d) / "pyvenv.cfg").exists()))
+        yield from (Path(folder, f) for f in sorted(files) if f.endswith(".py"))
 
 
 def first_party(name: str, importer: Path) -> bool:
@@ -119,6 +121,15 @@ def test_the_reader_finds_third_party_imports_and_skips_ours(tmp_path: Path) -> 
         "    import yaml\n")
     assert third_party_imports(source) == {"numpy", "zmq", "yaml"}
     assert undeclared([ROOT / "tests" / "unit" / "test_selection.py"], declared()) != []
+
+
+def test_virtual_environments_and_hidden_folders_are_not_read(tmp_path: Path) -> None:
+    """A venv inside the checkout (any name) holds other projects' imports, not ours."""
+    for folder in ("pkg", "venv/lib", ".hidden", "build"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "m.py").write_text("")
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)] == ["pkg/m.py"]
 
 
 @pytest.mark.parametrize(("requirement", "name"), [
