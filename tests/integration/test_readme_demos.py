@@ -373,3 +373,55 @@ def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_on
     assert any(re.fullmatch(r"python -m pytest tests/unit\b.*", t) for t in texts), texts
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert full in ci and "python3 -m venv" in "\n".join(ci)
+
+
+# --- commands the README gives inline ------------------------------------------------------
+
+# Inline commands (in `backticks` in running text) that the README offers to type as they
+# are. Each must still be in README.md verbatim: a changed one fails here, pointing at this
+# list, rather than going unrun.
+REFUND_TASK_UP = "airlock up --task tasks/refund_request.toml"  # "Tasks are data": no code change
+DASHBOARD_UP = "airlock up --dashboard"  # "The live page"
+KEYS, STATUS = "airlock keys", "airlock status"
+
+
+@pytest.mark.parametrize("text", [REFUND_TASK_UP, DASHBOARD_UP, KEYS, STATUS])
+def test_inline_commands_are_still_in_the_readme(text: str) -> None:
+    """The inline commands run below are the README's own."""
+    assert f"`{text}`" in README.read_text(), f"README.md no longer says `{text}`: update the list above"
+
+
+def test_inline_refund_task_keys_and_status_run_offline(tmp_path: Path) -> None:
+    """`airlock keys` makes keys; the second task comes up with no code change and, with no
+    model, the refund sample completes on its recorded answer; `airlock status` answers."""
+    session = Session(tmp_path)
+    try:
+        session.run(Command(KEYS, "", 0))
+        assert (tmp_path / "airlock-keys" / "broker.key").exists()
+        session.run(Command(REFUND_TASK_UP, "", 0))
+        session.run(Command("airlock inject --wait samples/refund_damaged.eml", "-> completed", 0))
+        session.run(Command(STATUS, "", 0))
+    finally:
+        session.close()
+
+
+def test_inline_dashboard_serves_the_page(tmp_path: Path) -> None:
+    """`airlock up --dashboard` serves the live page on its (here: free) port."""
+    import urllib.request
+
+    session = Session(tmp_path)
+    try:
+        session.run(Command(DASHBOARD_UP, "", 0))
+        url = f"http://127.0.0.1:{session.env['AIRLOCK_DASHBOARD_PORT']}/"
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:  # the page is a child of airlock up and may answer a moment after its banner
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    assert response.status == 200 and b"<html" in response.read().lower()
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        session.close()
