@@ -30,6 +30,7 @@ Every command run in the foreground must exit 0.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -195,14 +196,25 @@ class Background:
         self.process.stdout.close()
 
 
+def project_entries() -> list[str]:
+    """The repository's own top-level entries, as git knows them: never what a README
+    command writes (airlock-data, airlock-keys, an attack's report), so that the commands
+    write in the test's folder and never through a link into a user's files."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=False)
+    if listed.returncode == 0 and listed.stdout:
+        return sorted({path.split("/")[0] for path in listed.stdout.decode().split("\0") if path})
+    # No git (an unpacked archive): everything but hidden entries and the README's outputs.
+    written = {"airlock-data", "airlock-keys", ".env", "separated.json", "naive.json"}
+    return sorted(e.name for e in ROOT.iterdir() if not e.name.startswith(".") and e.name not in written)
+
+
 class Session:
     """One README section tried by a newcomer: own folder, own ports, no model, no settings."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        for entry in ROOT.iterdir():
-            if entry.name not in ("airlock-data", ".git") and not entry.name.startswith(".venv"):
-                (workdir / entry.name).symlink_to(entry)
+        for name in project_entries():
+            (workdir / name).symlink_to(ROOT / name)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
         names = ("intake", "reader", "validator", "actor", "trace", "dashboard")
         env.update({f"AIRLOCK_{n.upper()}_PORT": str(p) for n, p in zip(names, free_ports(len(names)))})
@@ -232,7 +244,8 @@ class Session:
         where = f"README.md:{command.line}: `{command.text}` (ran `{text}`)"
         assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         if re.search(r"(^|\s)airlock inject\b", text):
-            self.last_id = done.stdout.split()[0]
+            first = done.stdout.splitlines()[0]  # `ID  outcome file`, or with --json {"id": ...}
+            self.last_id = json.loads(first)["id"] if first.startswith("{") else first.split()[0]
         check_promises(command, where, done.stdout)
 
     def start(self, command: Command, text: str) -> None:
@@ -359,6 +372,8 @@ def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
     port = session.ports["8090"]
     assert port != "8090" and f"--port {port} &" in first and second.endswith(f"127.0.0.1:{port}")
     assert shutil.which("airlock", path=session.env["PATH"]), "the airlock script is not installed (pip install -e .)"
+    linked = {p.name for p in tmp_path.iterdir()}
+    assert {"samples", "tasks", "corpus", "README.md"} <= linked and not linked & {"airlock-data", ".git", ".venv"}
     with socket.socket() as probe:  # nothing this test did not start is listening there
         assert probe.connect_ex(("127.0.0.1", int(port))) != 0
 
