@@ -386,8 +386,13 @@ def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_on
     full = next(t for t in texts if t.endswith("python -m pytest"))
     assert full.startswith("pip install -e '.[test]' && ")
     assert any(re.fullmatch(r"python -m pytest tests/unit\b.*", t) for t in texts), texts
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert full in ci and "python3 -m venv" in "\n".join(ci)
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert full in ci, "CI runs another test command than the README's"
+    # ... inside a virtual environment made fresh for the run and activated first, so only
+    # what pyproject declares is importable (no --system-site-packages).
+    made = next(i for i, line in enumerate(ci) if re.match(r"python3? -m venv ", line))
+    activated = next(i for i, line in enumerate(ci) if re.match(r"(source|\.) \S*/bin/activate", line))
+    assert made < activated < ci.index(full) and "--system-site-packages" not in ci[made]
 
 
 # --- commands the README gives inline ------------------------------------------------------
