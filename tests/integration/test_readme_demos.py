@@ -303,6 +303,24 @@ def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
             + "".join(server.output))
 
 
+def test_the_whole_readme_runs_top_to_bottom_in_one_checkout(tmp_path: Path) -> None:
+    """As a newcomer goes: every runnable section in order, in one folder and one data dir,
+    each section's servers stopped (Ctrl-C) before the next; what one demo leaves in
+    airlock-data must not break the next (the approval demo after the order demo)."""
+    session = Session(tmp_path)
+    ran = []
+    for name, section in SECTIONS.items():
+        runnable = [b for b in section if skip_reason(b, section) is None]
+        try:
+            for command in (c for b in runnable for c in b.commands):
+                session.run(command)
+        finally:
+            session.close()
+        session.background, session.last_id = [], None
+        ran += [name] if runnable else []
+    assert {"Run it", "The actor's gate"} <= set(ran)
+
+
 def test_the_newcomers_demos_are_in_the_readme_and_run() -> None:
     """The first-hour demos keep their promises in runnable blocks: the seed email completes,
     the refund email escalates, its approval completes, and the approver is named."""
