@@ -15,8 +15,12 @@ Folder layout (one lab each):
       solution/             the reference, the same file names as starter/
       wrong/<checkpoint>-<what>/
                             a deliberately wrong solution, the same file names, that must
-                            fail checkpoint <checkpoint> (and only it) with a message naming
-                            its case, e.g. wrong/contract-arabic-indic/checker.py
+                            fail checkpoint <checkpoint> (and pass the others) with a Failed
+                            verdict whose `case` names what is wrong: the words of <what>
+                            ('-' read as a space, case ignored) appear in `case`, e.g.
+                            wrong/contract-arabic-indic/checker.py fails "contract" with
+                            case "Arabic-Indic digits '٤٤١١'"; tests/unit/test_labs.py
+                            holds every lab to this
 
 lab.toml, every key required unless marked (unknown keys are errors):
 
