@@ -1,0 +1,182 @@
+"""Run a lab's checkpoints, each in its own process with limits, and keep the progress.
+
+Each checkpoint runs as `python -m lab.grade` (lab/grade.py) in a fresh process, so one
+student function that hangs, eats memory, exits or crashes costs only its own checkpoint,
+and the grader's state never leaks from one checkpoint into the next. The process gets:
+- a wall-clock limit (killed with its whole process group when it runs over);
+- a CPU-time limit, an address-space cap and a file-size cap (resource.setrlimit);
+- stdin from /dev/null (input() ends at once), stdout and stderr into files that are
+  never read as a verdict (a student's print cannot forge one);
+- a private temporary working folder, so hypothesis and the student's code write there.
+Its verdict is read from a file the runner names, and must decode as exactly one Verdict.
+
+Progress: every `check` writes <dir>/.airlock-lab/progress.json, the last result per
+checkpoint, which `airlock lab progress` collects for a trainer.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import msgspec
+
+from lab.catalog import LABS_ROOT, Checkpoint, Lab
+from lab.grading import Failed, Passed, Verdict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STATE_FOLDER = ".airlock-lab"
+PROGRESS_FILE = "progress.json"
+OUTPUT_TAIL_CHARS = 400
+VERDICT_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 60.0
+    cpu_s: int = 60
+    memory_bytes: int = 2 * 1024**3
+    file_bytes: int = 64 * 1024**2
+
+
+class CheckpointResult(msgspec.Struct, frozen=True):
+    id: str
+    title: str
+    verdict: Verdict
+
+
+class Progress(msgspec.Struct, frozen=True):
+    """<dir>/.airlock-lab/progress.json. Add fields with defaults; never rename one."""
+
+    lab: str
+    checked_at: str
+    passed: int
+    total: int
+    checkpoints: list[CheckpointResult]
+
+
+_verdict = msgspec.json.Decoder(Verdict)
+_progress = msgspec.json.Decoder(Progress)
+
+
+def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
+    """Every checkpoint, in order; the result is also saved as the folder's progress."""
+    results = [CheckpointResult(c.id, c.title, run_checkpoint(lab, c, student_dir, limits, root))
+               for c in lab.checkpoints]
+    progress = Progress(lab=lab.id, checked_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        passed=sum(isinstance(r.verdict, Passed) for r in results),
+                        total=len(results), checkpoints=results)
+    save_progress(student_dir, progress)
+    return progress
+
+
+def run_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: Limits = Limits(),
+                   root: Path = LABS_ROOT) -> Verdict:
+    with tempfile.TemporaryDirectory(prefix="airlock-lab-") as work:
+        workdir = Path(work)
+        verdict_path = workdir / "verdict.json"
+        command = [sys.executable, "-m", "lab.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
+                   "--verdict", str(verdict_path), "--labs-root", str(root.resolve())]
+        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+            started = time.monotonic()
+            process = subprocess.Popen(command, cwd=workdir, env=_environment(), stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=err, start_new_session=True,
+                                       preexec_fn=lambda: _limit(limits))
+            try:
+                code = process.wait(timeout=limits.wall_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                return Failed(checkpoint.id, "time limit",
+                              f"the code did not finish within {limits.wall_s:g} s: a loop that never ends, "
+                              f"or a wait for input that never comes")
+            elapsed = time.monotonic() - started
+        return _read_verdict(checkpoint, verdict_path, code, elapsed, limits, workdir)
+
+
+def _read_verdict(checkpoint: Checkpoint, path: Path, code: int, elapsed: float, limits: Limits,
+                  workdir: Path) -> Verdict:
+    raw = path.read_bytes()[:VERDICT_MAX_BYTES + 1] if path.is_file() else b""
+    if raw:
+        try:
+            verdict = _verdict.decode(raw)
+        except msgspec.DecodeError as exc:
+            return Failed(checkpoint.id, "the grader", f"wrote no readable verdict ({exc})")
+        if verdict.checkpoint != checkpoint.id:
+            return Failed(checkpoint.id, "the grader", f"wrote a verdict for {verdict.checkpoint!r}")
+        return verdict
+    if code < 0:
+        signal_name = signal.Signals(-code).name
+        why = {"SIGXCPU": f"used more than {limits.cpu_s} s of CPU time",
+               "SIGKILL": "was killed, most likely for using more memory than allowed"}.get(signal_name, "")
+        return Failed(checkpoint.id, "crash", f"the process ended on {signal_name} {why}".rstrip())
+    tail = _tail(workdir / "stderr")
+    if "MemoryError" in tail:
+        return Failed(checkpoint.id, "memory limit",
+                      f"the code used more than {limits.memory_bytes // 1024**2} MiB of memory")
+    detail = f"; last output: {tail}" if tail else ""
+    return Failed(checkpoint.id, "exit",
+                  f"the process ended with exit code {code} after {elapsed:.1f} s without a verdict "
+                  f"(os._exit, or a crash inside Python){detail}")
+
+
+def _environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HYPOTHESIS"))}
+    env["PYTHONPATH"] = str(PROJECT_ROOT)  # the lab package, wherever the grader's cwd is
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in the student's folder
+    env["PYTHONHASHSEED"] = "0"  # the same hidden cases in the same order on every run
+    for threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[threads] = "1"  # numpy's thread pools reserve address space the cap would refuse
+    return env
+
+
+def _limit(limits: Limits) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _tail(path: Path) -> str:
+    text = path.read_bytes()[-OUTPUT_TAIL_CHARS:].decode("utf-8", "replace").strip()
+    return " | ".join(line for line in text.splitlines()[-3:])
+
+
+# --- progress ---------------------------------------------------------------------------
+
+
+def progress_path(student_dir: Path) -> Path:
+    return student_dir / STATE_FOLDER / PROGRESS_FILE
+
+
+def save_progress(student_dir: Path, progress: Progress) -> None:
+    path = progress_path(student_dir)
+    path.parent.mkdir(exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(msgspec.json.encode(progress))
+    temporary.replace(path)  # a trainer collecting mid-check never reads half a file
+
+
+def load_progress(student_dir: Path) -> Progress | None:
+    path = progress_path(student_dir)
+    try:
+        return _progress.decode(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except msgspec.DecodeError:
+        return None  # a hand-edited or half-written file is no progress, not a crash
