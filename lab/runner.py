@@ -7,7 +7,8 @@ and the grader's state never leaks from one checkpoint into the next. The proces
 - a CPU-time limit, an address-space cap and a file-size cap (resource.setrlimit);
 - stdin from /dev/null (input() ends at once), stdout and stderr into files that are
   never read as a verdict (a student's print cannot forge one);
-- a private temporary working folder, so hypothesis and the student's code write there.
+- a private temporary working folder, so the student's code writes there (hypothesis
+  keeps only its Unicode tables, in the user's cache folder).
 Its verdict is read from a file the runner names, and must decode as exactly one Verdict.
 
 Progress: every `check` writes <dir>/.airlock-lab/progress.json, the last result per
@@ -132,9 +133,24 @@ def _environment() -> dict[str, str]:
     env["PYTHONPATH"] = str(PROJECT_ROOT)  # the lab package, wherever the grader's cwd is
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in the student's folder
     env["PYTHONHASHSEED"] = "0"  # the same hidden cases in the same order on every run
+    cache = _hypothesis_cache()
+    if cache is not None:
+        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(cache)
     for threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[threads] = "1"  # numpy's thread pools reserve address space the cap would refuse
     return env
+
+
+def _hypothesis_cache() -> Path | None:
+    """Where hypothesis keeps its Unicode tables between checks (building them costs about
+    a second per checkpoint); no example database is kept (lab.grading.hidden_cases), so
+    the hidden cases stay the same on every run. None when no cache folder can be made."""
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airlock-lab" / "hypothesis"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
 
 
 def _limit(limits: Limits) -> None:
