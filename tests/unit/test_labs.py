@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -201,9 +202,19 @@ def test_a_hang_is_a_failed_checkpoint_within_the_time_limit(tmp_path: Path) -> 
 
 
 def test_waiting_for_input_ends_at_once(tmp_path: Path) -> None:
-    """input() in the student's code meets end of file, not a terminal: a failure, no hang."""
-    verdict = grade_contract(with_checker(tmp_path, "def check(answer):\n    return input()\n"))
-    assert isinstance(verdict, Failed) and "EOFError" in verdict.message
+    """input() in the student's code meets end of file, not the grader's own stdin: a
+    failure, no hang, even when that stdin is a pipe nobody writes to (as a terminal is)."""
+    folder = with_checker(tmp_path, "def check(answer):\n    return input()\n")
+    silent_read, silent_write = os.pipe()
+    saved = os.dup(0)
+    os.dup2(silent_read, 0)
+    try:
+        verdict = grade_contract(folder, Limits(wall_s=5.0, cpu_s=30))
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, silent_read, silent_write):
+            os.close(fd)
+    assert isinstance(verdict, Failed) and "EOFError" in verdict.message, verdict
 
 
 @pytest.mark.parametrize("forge", [
