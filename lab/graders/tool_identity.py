@@ -166,7 +166,10 @@ def _call(case: str, function: Callable[..., Any], *args: Any) -> tuple[Any, Bas
 
 def _check_fresh(case: str, function: Callable[..., Any], first: dict[str, Any], catalog: Any, requested: Any) -> None:
     """No result container is an input's, and two calls share none (no aliasing)."""
-    second = function(catalog, requested)
+    second, raised = _call(case, function, catalog, requested)
+    if raised is not None:
+        raise CaseFailed(f"{case}: called twice", f"{function.__name__} raised {type(raised).__name__}: {raised} "
+                         "the second time it was called with the same inputs")
     inputs = {id(catalog), id(requested), *(id(row) for row in catalog if isinstance(row, dict))}
     mine = [first, second, *(v for r in (first, second) for v in r.values() if v is not None)]
     if len({id(obj) for obj in mine}) != len(mine) or {id(obj) for obj in mine} & inputs:

@@ -156,6 +156,13 @@ def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Pa
         assert "TODO" not in verdict.message
 
 
+def test_hidden_cases_are_the_same_on_every_run(tmp_path: Path) -> None:
+    """Grading is deterministic: the generated case that catches a wrong checker is the same twice."""
+    folder = student_copy(SEPARATION.folder / "wrong" / "contract-generated", tmp_path / "student")
+    first, second = grade_contract(folder), grade_contract(folder)
+    assert isinstance(first, Failed) and first == second
+
+
 def test_one_function_is_graded_while_the_other_is_a_todo(tmp_path: Path) -> None:
     """tool-identity: bound_tool_choice written, naive still TODO gives checkpoints 1 / 2."""
     lab = catalog.find("tool-identity")
