@@ -20,7 +20,7 @@ from pathlib import Path
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, find, load_all
 from lab.grading import Failed
-from lab.runner import STATE_FOLDER, Limits, Progress, check, load_progress, progress_path
+from lab.runner import STATE_FOLDER, Limits, Progress, ProgressUnreadable, check, load_progress, progress_path
 
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
@@ -120,30 +120,39 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    records = [_progress_record(folder, progress) for folder, progress in _collect(Path(args.dir))]
+    records = [_progress_record(folder, progress) if isinstance(progress, Progress)
+               else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
     if args.json:
         print(json_line(records))
         return 0
     if not records:
         print(shown(f"no checked lab under {args.dir} (a check saves {STATE_FOLDER}/progress.json in the student's folder)"))
     for record in records:
+        if "error" in record:
+            print(shown(f"{record['dir']}  unreadable: {record['error']}"))
+            continue
         failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]  # type: ignore[index]
         print(shown(f"{record['dir']}  {record['lab']}  {record['passed']} / {record['total']}  "
                     f"{record['checked_at']}" + (f"  failing: {', '.join(failing)}" if failing else "")))
     return 0
 
 
-def _collect(root: Path) -> list[tuple[Path, Progress]]:
-    """Every student folder at most PROGRESS_SEARCH_DEPTH below root that was checked."""
-    found: list[tuple[Path, Progress]] = []
+def _collect(root: Path) -> list[tuple[Path, Progress | str]]:
+    """Every student folder at most PROGRESS_SEARCH_DEPTH below root that was checked, with
+    its progress or why that cannot be read (a trainer should see the folder either way)."""
+    found: list[tuple[Path, Progress | str]] = []
     level = [root]
     for _ in range(PROGRESS_SEARCH_DEPTH + 1):
         following: list[Path] = []
         for folder in level:
             if progress_path(folder).is_file():
-                progress = load_progress(folder)
-                if progress is not None:
-                    found.append((folder, progress))
+                try:
+                    progress = load_progress(folder)
+                except ProgressUnreadable as exc:
+                    found.append((folder, str(exc)))
+                else:
+                    if progress is not None:
+                        found.append((folder, progress))
             try:
                 following += sorted(p for p in folder.iterdir()
                                     if p.is_dir() and not p.is_symlink() and p.name != STATE_FOLDER)
@@ -201,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     progress = command("progress", cmd_progress, "show the last check of every student folder under a folder")
     progress.add_argument("--dir", default=".", help="a student's folder or a class folder (default: here)")
     progress.add_argument("--json", action="store_true",
-                          help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}')
+                          help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
+                               'or {"dir", "error"} for a progress file that cannot be read')
     return parser
 
 

@@ -188,11 +188,16 @@ def save_progress(student_dir: Path, progress: Progress) -> None:
     temporary.replace(path)  # a trainer collecting mid-check never reads half a file
 
 
+class ProgressUnreadable(Exception):
+    """A progress.json that is not one Progress record (hand-edited, or from another tool)."""
+
+
 def load_progress(student_dir: Path) -> Progress | None:
+    """The folder's last check, None if it was never checked."""
     path = progress_path(student_dir)
     try:
         return _progress.decode(path.read_bytes())
     except FileNotFoundError:
         return None
-    except msgspec.DecodeError:
-        return None  # a hand-edited or half-written file is no progress, not a crash
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ProgressUnreadable(f"{path}: {exc}") from exc

@@ -346,6 +346,16 @@ def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str],
     assert records["ben"]["checkpoints"][0]["passed"] is False and "TODO" in records["ben"]["checkpoints"][0]["message"]
 
 
+def test_an_unreadable_progress_file_is_named_not_skipped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A hand-edited progress.json shows up in `progress` with why it cannot be read."""
+    state = tmp_path / "class" / "cem" / ".airlock-lab"
+    state.mkdir(parents=True)
+    (state / "progress.json").write_text('{"lab": "separation"')
+    code, out, _ = run_lab(capsys, "progress", "--dir", str(tmp_path / "class"), "--json")
+    [record] = json.loads(out)
+    assert code == 0 and Path(record["dir"]).name == "cem" and "progress.json" in record["error"]
+
+
 def test_student_text_is_escaped_on_the_terminal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """An ESC sequence or bidi control in a student's exception reaches the terminal escaped."""
     folder = with_checker(tmp_path, "def check(answer):\n    raise ValueError('\\x1b[2J\\u202egone')\n")
