@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,14 +70,22 @@ _progress = msgspec.json.Decoder(Progress)
 
 
 def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
-    """Every checkpoint, in order; the result is also saved as the folder's progress."""
-    results = [CheckpointResult(c.id, c.title, run_checkpoint(lab, c, student_dir, limits, root))
-               for c in lab.checkpoints]
+    """Every checkpoint; the result is also saved as the folder's progress."""
+    verdicts = grade_all(lab, student_dir, limits, root)
+    results = [CheckpointResult(c.id, c.title, v) for c, v in zip(lab.checkpoints, verdicts)]
     progress = Progress(lab=lab.id, checked_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
                         total=len(results), checkpoints=results)
     save_progress(student_dir, progress)
     return progress
+
+
+def grade_all(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> list[Verdict]:
+    """Every checkpoint's verdict, in the lab's order. The checkpoints are independent
+    processes, so they run side by side, one per CPU (each waits on its child, not the CPU)."""
+    workers = max(1, min(len(lab.checkpoints), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda c: run_checkpoint(lab, c, student_dir, limits, root), lab.checkpoints))
 
 
 def run_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: Limits = Limits(),

@@ -17,7 +17,7 @@ import pytest
 from lab import catalog, commands
 from lab.catalog import Lab, LabFormatError
 from lab.grading import Failed, Passed
-from lab.runner import Limits, load_progress, run_checkpoint
+from lab.runner import Limits, grade_all, load_progress, run_checkpoint
 from tests.conftest import ROOT
 
 LABS = catalog.load_all()
@@ -126,8 +126,7 @@ def test_a_wrong_folder_must_name_a_checkpoint_and_hold_the_student_files(tmp_pa
 def test_starter_fails_each_checkpoint_as_a_todo(lab: Lab, tmp_path: Path) -> None:
     """The untouched starter fails every checkpoint, each saying its function is a TODO."""
     folder = student_copy(lab.starter, tmp_path / "student")
-    for checkpoint in lab.checkpoints:
-        verdict = run_checkpoint(lab, checkpoint, folder, TEST_LIMITS)
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
         assert isinstance(verdict, Failed), checkpoint.id
         assert verdict.checkpoint == checkpoint.id and "TODO" in verdict.message, verdict
 
@@ -136,8 +135,7 @@ def test_starter_fails_each_checkpoint_as_a_todo(lab: Lab, tmp_path: Path) -> No
 def test_solution_passes_every_checkpoint(lab: Lab, tmp_path: Path) -> None:
     """The reference solution passes every checkpoint."""
     folder = student_copy(lab.solution, tmp_path / "student")
-    verdicts = [run_checkpoint(lab, c, folder, TEST_LIMITS) for c in lab.checkpoints]
-    assert verdicts == [Passed(c.id) for c in lab.checkpoints]
+    assert grade_all(lab, folder, TEST_LIMITS) == [Passed(c.id) for c in lab.checkpoints]
 
 
 @pytest.mark.parametrize(("lab", "wrong"), WRONG)
@@ -146,8 +144,7 @@ def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Pa
     target = lab.wrong_checkpoint(wrong)
     what = wrong.name[len(target.id) + 1:].replace("-", " ").lower()
     folder = student_copy(wrong, tmp_path / "student")
-    for checkpoint in lab.checkpoints:
-        verdict = run_checkpoint(lab, checkpoint, folder, TEST_LIMITS)
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
         if checkpoint.id != target.id:
             assert verdict == Passed(checkpoint.id), f"{wrong.name} should pass {checkpoint.id}: {verdict}"
             continue
