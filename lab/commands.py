@@ -1,4 +1,4 @@
-"""python -m lab (and `airlock lab`): list, start, check, hint, reset and progress.
+"""python -m lab (and `airlock lab`): list, start, check, hint, notes, reset and progress.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -88,6 +88,8 @@ def _print_check(lab: Lab, progress: Progress) -> None:
         if isinstance(result.verdict, Failed):
             print("       case: " + shown(result.verdict.case))
             print("       " + shown(result.verdict.message))
+            for line in result.printed.splitlines():
+                print("       printed: " + shown(line))
     if progress.passed < progress.total:
         print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
 
@@ -98,6 +100,19 @@ def cmd_hint(args: argparse.Namespace) -> int:
         raise UsageError(f"hint levels are 1 (a nudge), 2 (the idea) and 3 (nearly the answer), not {args.level}")
     for text in lab.hints_at(args.level):
         print(shown(f"hint {args.level}/3: {text}"))
+    return 0
+
+
+def cmd_notes(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    lines = [f"{lab.title} (seed {lab.seed}, {'+'.join(lab.languages)})",
+             f"expected time: {lab.instructor.minutes} min",
+             "objectives:", *(f"  - {o}" for o in lab.objectives),
+             "checkpoints:", *(f"  - {c.id}: {c.title}" for c in lab.checkpoints),
+             "common mistakes:", *(f"  - {m}" for m in lab.instructor.mistakes),
+             "reading the report:", f"  {lab.instructor.reading_the_report}"]
+    for line in lines:
+        print(shown(line))
     return 0
 
 
@@ -204,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     hint = command("hint", cmd_hint, "show a lab's hints at one level")
     hint.add_argument("id", help="the lab's id, from `lab list`")
     hint.add_argument("level", type=int, help="1 a nudge, 2 the idea, 3 nearly the answer")
+    notes = command("notes", cmd_notes, "the instructor notes: time, objectives, common mistakes, reading a report")
+    notes.add_argument("id", help="the lab's id, from `lab list`")
     reset = command("reset", cmd_reset, "put the starter back, keeping a backup of your files")
     reset.add_argument("id", help="the lab's id, from `lab list`")
     reset.add_argument("--dir", required=True, help=f"your folder for this lab (backup in {STATE_FOLDER}/backup-<time>/)")

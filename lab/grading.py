@@ -117,11 +117,12 @@ def hidden_cases(strategy: Any, check: Callable[[Any], None], *, max_examples: i
     """`check` on cases drawn by hypothesis, the same ones on every run (derandomized, no
     example database), so a student cannot pass by listing the visible examples. The first
     failure is shrunk to its simplest case and raised as CaseFailed."""
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
-              phases=[Phase.explicit, Phase.generate, Phase.shrink])
+              phases=[Phase.explicit, Phase.generate, Phase.shrink],
+              verbosity=Verbosity.quiet)  # what is printed is the student's alone
     @given(strategy)
     def run(case: Any) -> None:
         check(case)

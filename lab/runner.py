@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -38,6 +39,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATE_FOLDER = ".airlock-lab"
 PROGRESS_FILE = "progress.json"
 OUTPUT_TAIL_CHARS = 400
+PRINTED_TAIL_CHARS = 2000
+PRINTED_TAIL_LINES = 10
 VERDICT_MAX_BYTES = 64 * 1024
 
 
@@ -53,6 +56,7 @@ class CheckpointResult(msgspec.Struct, frozen=True):
     id: str
     title: str
     verdict: Verdict
+    printed: str = ""  # the last lines the student's code printed
 
 
 class Progress(msgspec.Struct, frozen=True):
@@ -71,8 +75,8 @@ _progress = msgspec.json.Decoder(Progress)
 
 def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
     """Every checkpoint; the result is also saved as the folder's progress."""
-    verdicts = grade_all(lab, student_dir, limits, root)
-    results = [CheckpointResult(c.id, c.title, v) for c, v in zip(lab.checkpoints, verdicts)]
+    graded = _in_parallel(lab, student_dir, limits, root)
+    results = [CheckpointResult(c.id, c.title, g.verdict, g.printed) for c, g in zip(lab.checkpoints, graded)]
     progress = Progress(lab=lab.id, checked_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
                         total=len(results), checkpoints=results)
@@ -83,13 +87,27 @@ def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = L
 def grade_all(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> list[Verdict]:
     """Every checkpoint's verdict, in the lab's order. The checkpoints are independent
     processes, so they run side by side, one per CPU (each waits on its child, not the CPU)."""
+    return [graded.verdict for graded in _in_parallel(lab, student_dir, limits, root)]
+
+
+def _in_parallel(lab: Lab, student_dir: Path, limits: Limits, root: Path) -> list[Graded]:
     workers = max(1, min(len(lab.checkpoints), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda c: run_checkpoint(lab, c, student_dir, limits, root), lab.checkpoints))
+        return list(pool.map(lambda c: grade_checkpoint(lab, c, student_dir, limits, root), lab.checkpoints))
+
+
+class Graded(NamedTuple):
+    verdict: Verdict
+    printed: str  # the last lines the code wrote to stdout: shown to help, never read as a verdict
 
 
 def run_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: Limits = Limits(),
                    root: Path = LABS_ROOT) -> Verdict:
+    return grade_checkpoint(lab, checkpoint, student_dir, limits, root).verdict
+
+
+def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: Limits = Limits(),
+                     root: Path = LABS_ROOT) -> Graded:
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as work:
         workdir = Path(work)
         verdict_path = workdir / "verdict.json"
@@ -104,11 +122,12 @@ def run_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: 
                 code = process.wait(timeout=limits.wall_s)
             except subprocess.TimeoutExpired:
                 _kill_group(process)
-                return Failed(checkpoint.id, "time limit",
-                              f"the code did not finish within {limits.wall_s:g} s: a loop that never ends, "
-                              f"or a wait for input that never comes")
+                return Graded(Failed(checkpoint.id, "time limit",
+                                     f"the code did not finish within {limits.wall_s:g} s: a loop that never "
+                                     f"ends, or a wait for input that never comes"), _printed(workdir / "stdout"))
             elapsed = time.monotonic() - started
-        return _read_verdict(checkpoint, verdict_path, code, elapsed, limits, workdir)
+        return Graded(_read_verdict(checkpoint, verdict_path, code, elapsed, limits, workdir),
+                      _printed(workdir / "stdout"))
 
 
 def _read_verdict(checkpoint: Checkpoint, path: Path, code: int, elapsed: float, limits: Limits,
@@ -175,6 +194,11 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     process.wait()
+
+
+def _printed(path: Path) -> str:
+    text = path.read_bytes()[-PRINTED_TAIL_CHARS:].decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-PRINTED_TAIL_LINES:])
 
 
 def _tail(path: Path) -> str:

@@ -360,6 +360,24 @@ def test_student_text_is_escaped_on_the_terminal(capsys: pytest.CaptureFixture[s
     assert code == 1 and "\x1b" not in out and "\u202e" not in out and "\\x1b[2J\\u202egone" in out
 
 
+def test_what_the_student_printed_is_shown_escaped_and_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A failed checkpoint shows the last lines the student's code printed, escaped, and
+    progress.json keeps them; printing is help for debugging, never a verdict."""
+    folder = with_checker(tmp_path, "def check(answer):\n    print('debug', repr(answer), '\\x1b[2J')\n    return answer\n")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(folder))
+    assert code == 1 and "printed: debug '4411' \\x1b[2J" in out and "\x1b" not in out
+    progress = load_progress(folder)
+    assert progress is not None and "debug ''" in progress.checkpoints[0].printed
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_notes_show_the_instructor_notes(capsys: pytest.CaptureFixture[str], lab: Lab) -> None:
+    """`lab notes ID` prints the expected time, every common mistake and how to read a report."""
+    code, out, _ = run_lab(capsys, "notes", lab.id)
+    assert code == 0 and f"{lab.instructor.minutes} min" in out
+    assert all(mistake[:40] in out for mistake in lab.instructor.mistakes)
+
+
 @pytest.mark.parametrize(("level", "code"), [(1, 0), (3, 0), (0, 2), (4, 2)])
 def test_hint_levels(capsys: pytest.CaptureFixture[str], level: int, code: int) -> None:
     """`lab hint ID N` prints level N's hint for 1-3 and refuses any other level."""
