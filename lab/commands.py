@@ -20,7 +20,7 @@ from pathlib import Path
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, find, load_all
 from lab.grading import Failed
-from lab.runner import STATE_FOLDER, Limits, Progress, ProgressUnreadable, check, load_progress, progress_path
+from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
 
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
@@ -72,7 +72,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not student_dir.is_dir():
         raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
     limits = Limits(wall_s=args.time_limit, cpu_s=max(1, int(args.time_limit) + 1))
-    progress = check(lab, student_dir, limits, args.labs_root)
+    try:
+        progress = check(lab, student_dir, limits, args.labs_root)
+    except ProgressNotSaved as exc:
+        progress = exc.progress
+        print(f"airlock lab: progress not saved ({shown(str(exc))}); the result below stands", file=sys.stderr)
     if args.json:
         print(json_line(_progress_record(student_dir, progress)))
     else:

@@ -80,7 +80,10 @@ def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = L
     progress = Progress(lab=lab.id, checked_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
                         total=len(results), checkpoints=results)
-    save_progress(student_dir, progress)
+    try:
+        save_progress(student_dir, progress)
+    except OSError as exc:  # a folder mounted read-only (the container lab) is graded all the same
+        raise ProgressNotSaved(progress, f"{progress_path(student_dir)}: {exc.strerror or exc}") from exc
     return progress
 
 
@@ -215,10 +218,18 @@ def progress_path(student_dir: Path) -> Path:
 
 def save_progress(student_dir: Path, progress: Progress) -> None:
     path = progress_path(student_dir)
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(exist_ok=True)  # FileExistsError (an OSError) if a file has the name
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(msgspec.json.encode(progress))
     temporary.replace(path)  # a trainer collecting mid-check never reads half a file
+
+
+class ProgressNotSaved(Exception):
+    """The check ran but its progress could not be written; `progress` holds the result."""
+
+    def __init__(self, progress: Progress, why: str) -> None:
+        super().__init__(why)
+        self.progress = progress
 
 
 class ProgressUnreadable(Exception):

@@ -343,6 +343,15 @@ def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str],
     assert records["ben"]["checkpoints"][0]["passed"] is False and "TODO" in records["ben"]["checkpoints"][0]["message"]
 
 
+def test_a_folder_where_progress_cannot_be_saved_is_still_graded(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    """When progress.json cannot be written (a read-only mount), check still grades and says so."""
+    folder = student_copy(SEPARATION.solution, tmp_path / "student")
+    (folder / ".airlock-lab").write_text("a file where the state folder would go")
+    code, out, err = run_lab(capsys, "check", "separation", "--dir", str(folder))
+    assert code == 0 and "checkpoints 1 / 1" in out and "progress not saved" in err
+
+
 def test_an_unreadable_progress_file_is_named_not_skipped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A hand-edited progress.json shows up in `progress` with why it cannot be read."""
     state = tmp_path / "class" / "cem" / ".airlock-lab"
