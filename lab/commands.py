@@ -22,6 +22,7 @@ from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, find, load_a
 from lab.grading import Failed
 from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
 
+MAX_TIME_LIMIT_S = 3600.0
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
 
@@ -71,7 +72,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     student_dir = Path(args.dir)
     if not student_dir.is_dir():
         raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
-    limits = Limits(wall_s=args.time_limit, cpu_s=max(1, int(args.time_limit) + 1))
+    if not 0 < args.time_limit <= MAX_TIME_LIMIT_S:
+        raise UsageError(f"--time-limit is seconds per checkpoint, more than 0 and at most {MAX_TIME_LIMIT_S:g}")
+    limits = Limits(wall_s=args.time_limit, cpu_s=int(args.time_limit) + 1)
     try:
         progress = check(lab, student_dir, limits, args.labs_root)
     except ProgressNotSaved as exc:

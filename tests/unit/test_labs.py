@@ -398,6 +398,14 @@ def test_hint_levels(capsys: pytest.CaptureFixture[str], level: int, code: int) 
         assert "1" in err and "3" in err
 
 
+@pytest.mark.parametrize("limit", ["0", "-1", "nan", "inf"])
+def test_a_time_limit_that_is_no_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                         limit: str) -> None:
+    """--time-limit must be a positive, finite number of seconds."""
+    code, _, err = run_lab(capsys, "check", "separation", "--dir", str(tmp_path), "--time-limit", limit)
+    assert code == 2 and "--time-limit" in err
+
+
 def test_an_unknown_lab_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """An id that names no lab exits 2 and lists the labs there are."""
     code, _, err = run_lab(capsys, "start", "../etc", "--dir", str(tmp_path))
