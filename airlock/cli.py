@@ -316,6 +316,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
+def cmd_lab(args: argparse.Namespace) -> int:
+    # The labs and their graders live in the `lab` package, apart from the kernel the
+    # services import: run it as its own process so the kernel imports nothing of it.
+    return subprocess.call([sys.executable, "-m", "lab", *args.rest])
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from airlock import keys
 
@@ -387,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.set_defaults(handler=cmd_bench)
     bench_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to python -m bench")
 
+    lab_cmd = commands.add_parser("lab", help="hands-on labs: list, start, check, hint, reset, progress (python -m lab)",
+                                  description="the course's labs: write the piece of code a lesson is about and have "
+                                              "it graded by what it does; `airlock lab --help` lists the commands")
+    lab_cmd.set_defaults(handler=cmd_lab)
+    lab_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="a lab command and its options, passed to python -m lab")
+
     keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
                                    description="generate CURVE key pairs for the broker and every role")
     keys_cmd.set_defaults(handler=cmd_keys)
@@ -439,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
         return subprocess.call([sys.executable, "-m", "bench", *argv[1:]])  # its options are its own
+    if argv[:1] == ["lab"]:
+        return subprocess.call([sys.executable, "-m", "lab", *argv[1:]])  # its help and options are its own
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -14,6 +14,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable
 
 import msgspec
 
@@ -49,3 +50,81 @@ def load_student(student_dir: Path, filename: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# --- helpers a grader uses to call the student's code and name the failing case --------
+
+SHOWN_VALUE_LIMIT = 80
+
+
+class CaseFailed(Exception):
+    """Raised inside a grader at the first failing case; `graded` turns it into Failed."""
+
+    def __init__(self, case: str, message: str) -> None:
+        super().__init__(f"{case}: {message}")
+        self.case = case
+        self.message = message
+
+
+def shown_value(value: object, limit: int = SHOWN_VALUE_LIMIT) -> str:
+    """A value as Python writes it, cut to `limit` characters; hidden characters are
+    escaped again when the runner prints, so this only has to stay short."""
+    try:
+        text = repr(value)
+    except Exception as exc:  # a student's object whose repr raises is still shown
+        text = f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def student_module(student_dir: Path, filename: str) -> ModuleType:
+    """The student's file imported, or CaseFailed naming the file and what went wrong."""
+    try:
+        return load_student(student_dir, filename)
+    except StudentCodeMissing as exc:
+        raise CaseFailed(filename, str(exc)) from None
+    except Exception as exc:  # SyntaxError, NameError at import, ...: the student's to fix
+        raise CaseFailed(f"importing {filename}", f"{type(exc).__name__}: {exc}") from None
+
+
+def student_function(module: ModuleType, name: str) -> Callable[..., Any]:
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise CaseFailed(f"{name}()", f"{Path(module.__file__ or '?').name} has no function {name}")
+    return function
+
+
+def student_call(case: str, function: Callable[..., Any], *args: Any) -> Any:
+    """Call one student function on one case. A TODO or any exception is CaseFailed naming
+    the case; SystemExit is left to the grade process, which names it."""
+    try:
+        return function(*args)
+    except NotImplementedError:
+        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
+    except Exception as exc:
+        raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
+
+
+def graded(checkpoint: str, body: Callable[[], None]) -> Verdict:
+    """Run a grader's body: Passed if it returns, Failed at the first CaseFailed."""
+    try:
+        body()
+    except CaseFailed as failed:
+        return Failed(checkpoint, failed.case, failed.message)
+    return Passed(checkpoint)
+
+
+def hidden_cases(strategy: Any, check: Callable[[Any], None], *, max_examples: int = 300) -> None:
+    """`check` on cases drawn by hypothesis, the same ones on every run (derandomized, no
+    example database), so a student cannot pass by listing the visible examples. The first
+    failure is shrunk to its simplest case and raised as CaseFailed."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
+              phases=[Phase.explicit, Phase.generate, Phase.shrink],
+              verbosity=Verbosity.quiet)  # what is printed is the student's alone
+    @given(strategy)
+    def run(case: Any) -> None:
+        check(case)
+
+    run()

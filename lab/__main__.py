@@ -1,0 +1,7 @@
+"""python -m lab: the lab commands (lab/commands.py)."""
+
+import sys
+
+from lab.commands import main
+
+sys.exit(main())

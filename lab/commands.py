@@ -1,0 +1,255 @@
+"""python -m lab (and `airlock lab`): list, start, check, hint, notes, reset and progress.
+
+Everything a student's code or a lab file produced is printed through airlock.terminal
+(shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
+control cannot rewrite the terminal it is shown on.
+
+Exit codes: 0 done (for `check`: every checkpoint passed); 1 a checkpoint failed; 2 a
+usage error (unknown lab, a folder that holds work and no --force, a hint level not 1-3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from airlock.terminal import json_line, shown
+from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, find, load_all
+from lab.grading import Failed
+from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
+
+MAX_TIME_LIMIT_S = 3600.0
+PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
+
+
+class UsageError(Exception):
+    """The command cannot do what was asked; the message says why and what to do."""
+
+
+def summary(lab: Lab) -> dict[str, object]:
+    return {"id": lab.id, "title": lab.title, "seed": lab.seed, "languages": lab.languages,
+            "minutes": lab.minutes, "student_files": lab.student_files,
+            "checkpoints": [{"id": c.id, "title": c.title} for c in lab.checkpoints]}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    labs = load_all(args.labs_root)
+    if args.json:
+        print(json_line([summary(lab) for lab in labs]))
+        return 0
+    for lab in labs:
+        languages = "+".join(lab.languages)
+        print(shown(f"{lab.id:16} seed {lab.seed}  {languages:6} {lab.minutes:3} min  "
+                    f"{len(lab.checkpoints)} checkpoint(s)  {lab.title}"))
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    target = Path(args.dir)
+    present = [name for name in lab.student_files if (target / name).exists()]
+    if present and not args.force:
+        raise UsageError(f"{target} already holds {', '.join(present)}: your work is kept. "
+                         f"`lab check {lab.id} --dir {target}` grades it; --force replaces it with the starter "
+                         f"(`lab reset` does the same and keeps a backup)")
+    target.mkdir(parents=True, exist_ok=True)
+    _copy_starter(lab, target)
+    lines = [lab.title, f"the starter is in {target}: write {', '.join(lab.student_files)}, then run",
+             f"  airlock lab check {lab.id} --dir {target}",
+             f"the lesson: {lab.folder / 'README.md'}" + "".join(
+                 f" ({lang}: README.{lang}.md)" for lang in lab.languages if lang != "en")]
+    for line in lines:
+        print(shown(line))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    student_dir = Path(args.dir)
+    if not student_dir.is_dir():
+        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
+    if not 0 < args.time_limit <= MAX_TIME_LIMIT_S:
+        raise UsageError(f"--time-limit is seconds per checkpoint, more than 0 and at most {MAX_TIME_LIMIT_S:g}")
+    limits = Limits(wall_s=args.time_limit, cpu_s=int(args.time_limit) + 1)
+    try:
+        progress = check(lab, student_dir, limits, args.labs_root)
+    except ProgressNotSaved as exc:
+        progress = exc.progress
+        print(f"airlock lab: progress not saved ({shown(str(exc))}); the result below stands", file=sys.stderr)
+    if args.json:
+        print(json_line(_progress_record(student_dir, progress)))
+    else:
+        _print_check(lab, progress)
+    return 0 if progress.passed == progress.total else 1
+
+
+def _print_check(lab: Lab, progress: Progress) -> None:
+    print(shown(f"{lab.id}: checkpoints {progress.passed} / {progress.total}"))
+    for result in progress.checkpoints:
+        mark = "FAIL" if isinstance(result.verdict, Failed) else "ok  "
+        print(shown(f"  {mark} {result.id}: {result.title}"))
+        if isinstance(result.verdict, Failed):
+            print("       case: " + shown(result.verdict.case))
+            print("       " + shown(result.verdict.message))
+            for line in result.printed.splitlines():
+                print("       printed: " + shown(line))
+    if progress.passed < progress.total:
+        print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
+
+
+def cmd_hint(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    if args.level not in (1, 2, 3):
+        raise UsageError(f"hint levels are 1 (a nudge), 2 (the idea) and 3 (nearly the answer), not {args.level}")
+    for text in lab.hints_at(args.level):
+        print(shown(f"hint {args.level}/3: {text}"))
+    return 0
+
+
+def cmd_notes(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    lines = [f"{lab.title} (seed {lab.seed}, {'+'.join(lab.languages)})",
+             f"expected time: {lab.instructor.minutes} min",
+             "objectives:", *(f"  - {o}" for o in lab.objectives),
+             "checkpoints:", *(f"  - {c.id}: {c.title}" for c in lab.checkpoints),
+             "common mistakes:", *(f"  - {m}" for m in lab.instructor.mistakes),
+             "reading the report:", f"  {lab.instructor.reading_the_report}"]
+    for line in lines:
+        print(shown(line))
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    target = Path(args.dir)
+    present = [name for name in lab.student_files if (target / name).exists()]
+    backup = None
+    if present:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        backup = target / STATE_FOLDER / f"backup-{stamp}"
+        backup.mkdir(parents=True)
+        for name in present:
+            shutil.copy2(target / name, backup / name)
+    target.mkdir(parents=True, exist_ok=True)
+    _copy_starter(lab, target)
+    print(shown(f"{target} holds the starter of {lab.id} again"
+                + (f"; your files are in {backup}" if backup else "")))
+    return 0
+
+
+def cmd_progress(args: argparse.Namespace) -> int:
+    records = [_progress_record(folder, progress) if isinstance(progress, Progress)
+               else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
+    if args.json:
+        print(json_line(records))
+        return 0
+    if not records:
+        print(shown(f"no checked lab under {args.dir} (a check saves {STATE_FOLDER}/progress.json in the student's folder)"))
+    for record in records:
+        if "error" in record:
+            print(shown(f"{record['dir']}  unreadable: {record['error']}"))
+            continue
+        failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]  # type: ignore[index]
+        print(shown(f"{record['dir']}  {record['lab']}  {record['passed']} / {record['total']}  "
+                    f"{record['checked_at']}" + (f"  failing: {', '.join(failing)}" if failing else "")))
+    return 0
+
+
+def _collect(root: Path) -> list[tuple[Path, Progress | str]]:
+    """Every student folder at most PROGRESS_SEARCH_DEPTH below root that was checked, with
+    its progress or why that cannot be read (a trainer should see the folder either way)."""
+    found: list[tuple[Path, Progress | str]] = []
+    level = [root]
+    for _ in range(PROGRESS_SEARCH_DEPTH + 1):
+        following: list[Path] = []
+        for folder in level:
+            if progress_path(folder).is_file():
+                try:
+                    progress = load_progress(folder)
+                except ProgressUnreadable as exc:
+                    found.append((folder, str(exc)))
+                else:
+                    if progress is not None:
+                        found.append((folder, progress))
+            try:
+                following += sorted(p for p in folder.iterdir()
+                                    if p.is_dir() and not p.is_symlink() and p.name != STATE_FOLDER)
+            except OSError:
+                continue  # a folder we may not read is not a student's
+        level = following
+    return found
+
+
+def _progress_record(folder: Path, progress: Progress) -> dict[str, object]:
+    return {"dir": str(folder), "lab": progress.lab, "checked_at": progress.checked_at,
+            "passed": progress.passed, "total": progress.total,
+            "checkpoints": [{"id": r.id, "title": r.title, "passed": not isinstance(r.verdict, Failed),
+                             **({"case": r.verdict.case, "message": r.verdict.message}
+                                if isinstance(r.verdict, Failed) else {})}
+                            for r in progress.checkpoints]}
+
+
+def _copy_starter(lab: Lab, target: Path) -> None:
+    for name in lab.student_files:
+        shutil.copyfile(lab.starter / name, target / name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airlock lab", description="hands-on labs: write the piece of "
+                                     "code a lesson is about, and have it graded by what it does")
+    parser.add_argument("--labs-root", type=Path, default=LABS_ROOT, help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: object, text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=text, description=text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    listing = command("list", cmd_list, "list the labs, in the course's order")
+    listing.add_argument("--json", action="store_true",
+                         help='one JSON array: {"id", "title", "seed", "languages", "minutes", "student_files", "checkpoints"}')
+    start = command("start", cmd_start, "copy a lab's starter files into your folder")
+    start.add_argument("id", help="the lab's id, from `lab list`")
+    start.add_argument("--dir", required=True, help="your folder for this lab (made if missing)")
+    start.add_argument("--force", action="store_true", help="replace your files with the starter (no backup; see reset)")
+    checking = command("check", cmd_check, "grade your code against every checkpoint of a lab")
+    checking.add_argument("id", help="the lab's id, from `lab list`")
+    checking.add_argument("--dir", required=True, help="your folder for this lab")
+    checking.add_argument("--json", action="store_true",
+                          help='one JSON object: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}')
+    checking.add_argument("--time-limit", type=float, default=60.0,
+                          help="seconds each checkpoint may run before it fails (default 60)")
+    hint = command("hint", cmd_hint, "show a lab's hints at one level")
+    hint.add_argument("id", help="the lab's id, from `lab list`")
+    hint.add_argument("level", type=int, help="1 a nudge, 2 the idea, 3 nearly the answer")
+    notes = command("notes", cmd_notes, "the instructor notes: time, objectives, common mistakes, reading a report")
+    notes.add_argument("id", help="the lab's id, from `lab list`")
+    reset = command("reset", cmd_reset, "put the starter back, keeping a backup of your files")
+    reset.add_argument("id", help="the lab's id, from `lab list`")
+    reset.add_argument("--dir", required=True, help=f"your folder for this lab (backup in {STATE_FOLDER}/backup-<time>/)")
+    progress = command("progress", cmd_progress, "show the last check of every student folder under a folder")
+    progress.add_argument("--dir", default=".", help="a student's folder or a class folder (default: here)")
+    progress.add_argument("--json", action="store_true",
+                          help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
+                               'or {"dir", "error"} for a progress file that cannot be read')
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (UsageError, UnknownLab) as exc:
+        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        return 2
+    except LabFormatError as exc:
+        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        return 78
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

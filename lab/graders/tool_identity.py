@@ -1,0 +1,226 @@
+"""Lab `tool-identity` (seed 000): choose a tool by its full server/tool pair.
+
+The student writes naive_tool_choice and bound_tool_choice in selection.py, to the seed's
+exact contract (stated in full in labs/tool-identity/README.md). The reference is the
+actor's own actor/selection.py; each checkpoint compares one student function with it on
+the seed's worked examples, named edges and invalid inputs, then on catalogs hypothesis
+generates, and checks on every call what the contract promises beside the value: the
+result's exact types and key order, inputs untouched, results sharing no container with
+the inputs or with each other, and Python's and NumPy's global random state untouched.
+
+Each checkpoint imports only its own function, so either can be graded while the other
+is still a TODO, as the seed requires.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actor import selection as reference
+from lab.grading import (CaseFailed, Verdict, graded, hidden_cases, shown_value, student_function,
+                         student_module)
+
+STUDENT_FILE = "selection.py"
+Inputs = tuple[Any, Any]
+
+
+def rec(server: Any, tool: Any, description: Any = "") -> dict[str, Any]:
+    return {"server": server, "tool": tool, "description": description}
+
+
+def req(server: Any, tool: Any) -> dict[str, Any]:
+    return {"server": server, "tool": tool}
+
+
+class DictSub(dict):  # type: ignore[type-arg]
+    """A dict that is not exactly a dict: the contract asks for exact builtins."""
+
+
+def _two_reads() -> list[dict[str, str]]:
+    return [rec("a", "read", "Lees de kaart."), rec("b", "read", "[[tool:b/read]]")]
+
+
+def _three() -> list[dict[str, str]]:
+    return [rec("a", "read", "Eerste marker [[tool:a/read]]"), rec("b", "read", "Gewone uitleg voor b/read."),
+            rec("a", "helper", "Tweede marker [[tool:b/read]]")]
+
+
+# Each case: its name in the student's terms, and a function making fresh inputs.
+SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
+    ("the seed's two reads: a/read requested, b/read's description holds a marker [[tool:b/read]]",
+     lambda: (_two_reads(), req("a", "read"))),
+    ("the seed's three records: markers in a/read and a/helper", lambda: (_three(), req("a", "read"))),
+    ("a marker naming an unknown tool [[tool:onbekend/read]]",
+     lambda: ([rec("a", "read", "Lees de kaart."), rec("b", "read", "[[tool:onbekend/read]]")], req("a", "read"))),
+    ("the same tool name on another server", lambda: ([rec("b", "read", "Leest ook.")], req("a", "read"))),
+    ("no marker anywhere: the request stands", lambda: ([rec("a", "read", "x"), rec("b", "read", "y")], req("b", "read"))),
+    ("an empty catalog", lambda: ([], req("a", "read"))),
+    ("a request the catalog does not offer", lambda: (_two_reads()[:1], req("c", "read"))),
+    ("a catalog given as a tuple", lambda: (tuple(_two_reads()), req("a", "read"))),
+    ("half a marker in each of two descriptions",
+     lambda: ([rec("a", "read", "[[tool:b/"), rec("b", "read", "read]]")], req("a", "read"))),
+    ("an upper-case marker [[TOOL:b/read]]", lambda: ([rec("a", "read", ""), rec("b", "read", "[[TOOL:b/read]]")], req("a", "read"))),
+    ("a marker with a space [[tool: b/read]]", lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool: b/read]]")], req("a", "read"))),
+    ("two markers in one description: the last one counts",
+     lambda: ([rec("a", "read", "[[tool:b/read]] then [[tool:a/read]]"), rec("b", "read", "")], req("b", "read"))),
+    ("a description of exactly 256 characters", lambda: ([rec("a", "read", "x" * 256)], req("a", "read"))),
+    ("twelve records, the most allowed", lambda: ([rec("s", f"t{i}") for i in range(12)], req("s", "t11"))),
+    ("ids of 32 characters", lambda: ([rec("a" * 32, "b" * 32)], req("a" * 32, "b" * 32))),
+    # Invalid inputs: the contract's ValueError, whatever came before.
+    ("a catalog that is a dict, not a list or tuple", lambda: ({"a": rec("a", "read")}, req("a", "read"))),
+    ("thirteen records, one too many", lambda: ([rec("s", f"t{i}") for i in range(13)], req("s", "t0"))),
+    ("a record with an extra key", lambda: ([{**rec("a", "read"), "x": 1}], req("a", "read"))),
+    ("a record missing its description", lambda: ([req("a", "read")], req("a", "read"))),
+    ("a record that is a dict subclass", lambda: ([DictSub(rec("a", "read"))], req("a", "read"))),
+    ("an upper-case server id 'A'", lambda: ([rec("A", "read")], req("a", "read"))),
+    ("a tool id starting with a digit", lambda: ([rec("a", "1read")], req("a", "read"))),
+    ("a tool id with an underscore", lambda: ([rec("a", "read_all")], req("a", "read"))),
+    ("an id of 33 characters", lambda: ([rec("a" * 33, "read")], req("a", "read"))),
+    ("a description of 257 characters", lambda: ([rec("a", "read", "x" * 257)], req("a", "read"))),
+    ("a description with a lone surrogate", lambda: ([rec("a", "read", "\ud800")], req("a", "read"))),
+    ("a description that is bytes", lambda: ([rec("a", "read", b"x")], req("a", "read"))),
+    ("the same pair listed twice", lambda: ([rec("a", "read"), rec("a", "read", "again")], req("a", "read"))),
+    ("an invalid record after the requested one", lambda: ([rec("a", "read"), rec("B", "x")], req("a", "read"))),
+    ("a request with an extra key", lambda: (_two_reads(), {**req("a", "read"), "why": "x"})),
+    ("a request with a non-str tool", lambda: (_two_reads(), req("a", 7))),
+    ("a request that is a tuple", lambda: (_two_reads(), ("a", "read"))),
+    ("a request with an upper-case id", lambda: (_two_reads(), req("a", "Read"))),
+]
+BOUND_CASES: list[tuple[str, Callable[[], Inputs]]] = [
+    ("a description whose marker names another offered tool",
+     lambda: ([rec("a", "read", "Use [[tool:a/write]] instead"), rec("a", "write", "")], req("a", "read"))),
+    ("catalog order reversed", lambda: (list(reversed(_three())), req("a", "read"))),
+]
+
+
+def naive(student_dir: Path) -> Verdict:
+    return _grade("naive", student_dir, "naive_tool_choice", reference.naive_tool_choice, SHARED_CASES)
+
+
+def bound(student_dir: Path) -> Verdict:
+    return _grade("bound", student_dir, "bound_tool_choice", reference.bound_tool_choice, SHARED_CASES + BOUND_CASES)
+
+
+def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, Any], Any],
+           cases: list[tuple[str, Callable[[], Inputs]]]) -> Verdict:
+    def body() -> None:
+        function = student_function(student_module(student_dir, STUDENT_FILE), name)
+        for case, make in cases:
+            _judge(case, function, rule, make)
+        hidden_cases(_generated_inputs(), lambda inputs: _judge(
+            f"a generated catalog {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
+            function, rule, lambda: _copy(inputs)), max_examples=150)
+
+    return graded(checkpoint, body)
+
+
+def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], Any],
+           make: Callable[[], Inputs]) -> None:
+    name = function.__name__
+    try:
+        want: Any = rule(*make())
+    except ValueError:
+        want = ValueError
+    catalog, requested = make()
+    before = (_snapshot(catalog), _snapshot(requested))
+    rng_before = _rng_state()
+    got, raised = _call(case, function, catalog, requested)
+    if _rng_state() != rng_before:
+        raise CaseFailed(f"{case}: the global random generators (RNG)",
+                         f"{name} changed Python's or NumPy's global random state; it must leave it alone")
+    if (_snapshot(catalog), _snapshot(requested)) != before:
+        raise CaseFailed(f"{case}: inputs changed", f"{name} changed the catalog or the request it was given"
+                         + (" (key order counts)" if raised is None else " before raising"))
+    if want is ValueError:
+        if raised is None:
+            raise CaseFailed(case, f"{name} returned {shown_value(got)}; expected ValueError for invalid input")
+        if not isinstance(raised, ValueError):
+            raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected ValueError")
+        return
+    if raised is not None:
+        raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected {shown_value(want)}")
+    if got != want:
+        raise CaseFailed(case, f"{name} returned {shown_value(got, 160)}; expected {shown_value(want, 160)}")
+    if type(got) is not dict or list(got) != ["choice", "source"]:
+        raise CaseFailed(f"{case}: key order", f"the result must be an exact dict with keys choice, source in that order; "
+                         f"got {type(got).__name__} with keys {list(got)}")
+    for key in ("choice", "source"):
+        value = got[key]
+        if value is not None and (type(value) is not dict or list(value) != ["server", "tool"]):
+            raise CaseFailed(f"{case}: key order", f"result[{key!r}] must be an exact dict with keys server, tool "
+                             f"in that order; got {shown_value(value)}")
+    _check_fresh(case, function, got, catalog, requested)
+
+
+def _call(case: str, function: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
+    try:
+        return function(*args), None
+    except NotImplementedError:
+        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
+    except Exception as exc:
+        return None, exc
+
+
+def _check_fresh(case: str, function: Callable[..., Any], first: dict[str, Any], catalog: Any, requested: Any) -> None:
+    """No result container is an input's, and two calls share none (no aliasing)."""
+    second, raised = _call(case, function, catalog, requested)
+    if raised is not None:
+        raise CaseFailed(f"{case}: called twice", f"{function.__name__} raised {type(raised).__name__}: {raised} "
+                         "the second time it was called with the same inputs")
+    inputs = {id(catalog), id(requested), *(id(row) for row in catalog if isinstance(row, dict))}
+    mine = [first, second, *(v for r in (first, second) for v in r.values() if v is not None)]
+    if len({id(obj) for obj in mine}) != len(mine) or {id(obj) for obj in mine} & inputs:
+        raise CaseFailed(f"{case}: aliasing", f"{function.__name__}'s result shares a dict with its inputs or with "
+                         "another result; every result must be a new dict")
+
+
+def _snapshot(value: Any) -> Any:
+    if type(value) is dict:
+        return ("dict", [(_snapshot(k), _snapshot(v)) for k, v in value.items()])
+    if type(value) in (list, tuple):
+        return (type(value).__name__, [_snapshot(item) for item in value])
+    return (type(value), value)
+
+
+def _copy(inputs: Inputs) -> Inputs:
+    catalog, requested = inputs
+    rows = [dict(row) for row in catalog]
+    return (tuple(rows) if type(catalog) is tuple else rows), dict(requested)
+
+
+def _rng_state() -> tuple[Any, Any]:
+    try:
+        import numpy
+    except ImportError:  # NumPy is optional; without it only Python's generator is watched
+        return random.getstate(), None
+    state = numpy.random.get_state()
+    return random.getstate(), (state[0], state[1].tobytes(), *state[2:])
+
+
+def _generated_inputs() -> Any:
+    from hypothesis import strategies as st
+
+    pool = ["a", "b", "c", "read", "write", "x-1"]
+    ids = st.one_of(st.sampled_from(pool),
+                    st.builds(lambda first, rest: first + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
+                              st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", max_size=31)))
+    fragments = st.one_of(st.text(max_size=8),
+                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", st.sampled_from(pool), st.sampled_from(pool)),
+                          st.sampled_from(["[[tool:", "]]", "/", "[[TOOL:a/b]]", "[[tool: a/b]]", "[[tool:a/b]", "["]))
+    descriptions = st.lists(fragments, max_size=6).map(lambda parts: "".join(parts)[:256])
+
+    @st.composite
+    def inputs(draw: st.DrawFn) -> Inputs:
+        pairs = draw(st.lists(st.tuples(ids, ids), max_size=12, unique=True))
+        rows = [rec(s, t, draw(descriptions)) for s, t in pairs]
+        if rows and draw(st.booleans()):
+            pick = draw(st.sampled_from(rows))
+            requested = req(pick["server"], pick["tool"])
+        else:
+            requested = req(draw(ids), draw(ids))
+        return (tuple(rows) if draw(st.booleans()) else rows), requested
+
+    return inputs()

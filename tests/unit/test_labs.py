@@ -1,0 +1,422 @@
+"""The labs: every lab.toml, its starter, solution and wrong solutions, graded the way a
+student's code is (one process per checkpoint); the runner's limits; the lab commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import catalog, commands
+from lab.catalog import Lab, LabFormatError
+from lab.grading import Failed, Passed
+from lab.runner import Limits, grade_all, load_progress, run_checkpoint
+from tests.conftest import ROOT
+
+LABS = catalog.load_all()
+LAB_FOLDERS = sorted(p.parent.name for p in (ROOT / "labs").glob("*/lab.toml"))
+WRONG = [pytest.param(lab, wrong, id=f"{lab.id}/{wrong.name}") for lab in LABS for wrong in lab.wrong_solutions()]
+SEPARATION = catalog.find("separation")
+TEST_LIMITS = Limits(wall_s=30.0, cpu_s=30)
+
+
+def by_id(labs: list[Lab]) -> list[pytest.param]:  # type: ignore[valid-type]
+    return [pytest.param(lab, id=lab.id) for lab in labs]
+
+
+def student_copy(source: Path, target: Path) -> Path:
+    """A student's folder holding a copy of `source`, so grading never writes into labs/."""
+    shutil.copytree(source, target)
+    return target
+
+
+def with_checker(tmp_path: Path, code: str) -> Path:
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "checker.py").write_text(code)
+    return folder
+
+
+def grade_contract(folder: Path, limits: Limits = TEST_LIMITS) -> Passed | Failed:
+    return run_checkpoint(SEPARATION, SEPARATION.checkpoint("contract"), folder, limits)
+
+
+# --- the format -----------------------------------------------------------------------------
+
+
+def test_every_lab_folder_loads() -> None:
+    """Every labs/*/lab.toml loads and checks; the two core labs are among them."""
+    assert [lab.id for lab in LABS] and sorted(lab.id for lab in LABS) == LAB_FOLDERS
+    assert {"separation", "tool-identity"} <= set(LAB_FOLDERS)
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_lab_has_its_lessons_files_and_graders(lab: Lab) -> None:
+    """A README per language (English and the seed's), the same files in starter and solution,
+    three hint levels, and a grader that imports for every checkpoint."""
+    assert lab.languages[0] == "en" and len(lab.languages) >= 2
+    for lang in lab.languages:
+        assert (lab.folder / ("README.md" if lang == "en" else f"README.{lang}.md")).read_text().strip()
+    assert sorted(p.name for p in lab.starter.glob("*.py")) == sorted(lab.student_files)
+    assert sorted(p.name for p in lab.solution.glob("*.py")) == sorted(lab.student_files)
+    assert {hint.level for hint in lab.hints} == {1, 2, 3}
+    assert lab.instructor.mistakes and lab.instructor.reading_the_report
+    for checkpoint in lab.checkpoints:
+        assert callable(getattr(importlib.import_module(checkpoint.grader_module), checkpoint.grader_function))
+    assert list(lab.wrong_solutions()), "every lab ships deliberately wrong solutions"
+
+
+def broken_copy(tmp_path: Path, edit: str, old: str = "") -> Path:
+    folder = tmp_path / "separation"
+    shutil.copytree(SEPARATION.folder, folder)
+    toml = folder / "lab.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace(old, edit, 1) if old else edit + text)  # top-level keys go first
+    return folder
+
+
+@pytest.mark.parametrize(("edit", "old", "named"), [
+    pytest.param('titel = "typo"\n', "", "titel", id="unknown-key"),
+    pytest.param('grader = "lab.graders.separation"', 'grader = "lab.graders.separation:contract"',
+                 "checkpoints[0].grader", id="grader-without-function"),
+    pytest.param('grader = "os:system"', 'grader = "lab.graders.separation:contract"',
+                 "checkpoints[0].grader", id="grader-outside-lab-graders"),
+    pytest.param('languages = ["en", "tr"]', 'languages = ["en", "de"]', "README.tr.md", id="missing-readme"),
+    pytest.param('languages = ["de", "en"]', 'languages = ["en", "de"]', "languages", id="english-not-first"),
+    pytest.param('seed = "2"', 'seed = "002"', "seed", id="seed-not-three-digits"),
+    pytest.param('minutes = "40"', "minutes = 40", "minutes", id="minutes-not-int"),
+    pytest.param('id = "other"', 'id = "separation"', "id", id="id-not-folder"),
+    pytest.param('level = 4', 'level = 3', "hints", id="hint-level-4"),
+    pytest.param('location = "/etc"\n', "", "location", id="location-set-in-toml"),
+])
+def test_a_broken_lab_toml_names_file_and_key(tmp_path: Path, edit: str, old: str, named: str) -> None:
+    """A lab.toml that breaks the format fails at load, naming the file and the key."""
+    if old:
+        assert old in (SEPARATION.folder / "lab.toml").read_text()
+    folder = broken_copy(tmp_path, edit, old)
+    with pytest.raises(LabFormatError) as caught:
+        catalog.load(folder)
+    assert str(folder / "lab.toml") in str(caught.value) and named in str(caught.value)
+
+
+def test_a_wrong_folder_must_name_a_checkpoint_and_hold_the_student_files(tmp_path: Path) -> None:
+    """wrong/<checkpoint>-<what>/ names an existing checkpoint and holds the same file names."""
+    folder = broken_copy(tmp_path, "")
+    (folder / "wrong" / "nosuch-thing").mkdir()
+    shutil.copy(folder / "solution" / "checker.py", folder / "wrong" / "nosuch-thing")
+    with pytest.raises(LabFormatError, match="nosuch-thing"):
+        catalog.load(folder)
+    shutil.rmtree(folder / "wrong" / "nosuch-thing")
+    (folder / "wrong" / "contract-empty").mkdir()
+    with pytest.raises(LabFormatError, match="student_files: wrong/contract-empty"):
+        catalog.load(folder)
+
+
+# --- grading the shipped code ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_starter_fails_each_checkpoint_as_a_todo(lab: Lab, tmp_path: Path) -> None:
+    """The untouched starter fails every checkpoint, each saying its function is a TODO."""
+    folder = student_copy(lab.starter, tmp_path / "student")
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
+        assert isinstance(verdict, Failed), checkpoint.id
+        assert verdict.checkpoint == checkpoint.id and "TODO" in verdict.message, verdict
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_solution_passes_every_checkpoint(lab: Lab, tmp_path: Path) -> None:
+    """The reference solution passes every checkpoint."""
+    folder = student_copy(lab.solution, tmp_path / "student")
+    assert grade_all(lab, folder, TEST_LIMITS) == [Passed(c.id) for c in lab.checkpoints]
+
+
+@pytest.mark.parametrize(("lab", "wrong"), WRONG)
+def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Path, tmp_path: Path) -> None:
+    """wrong/<checkpoint>-<what>/ fails exactly <checkpoint>, and its case names <what>."""
+    target = lab.wrong_checkpoint(wrong)
+    what = wrong.name[len(target.id) + 1:].replace("-", " ").lower()
+    folder = student_copy(wrong, tmp_path / "student")
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
+        if checkpoint.id != target.id:
+            assert verdict == Passed(checkpoint.id), f"{wrong.name} should pass {checkpoint.id}: {verdict}"
+            continue
+        assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}"
+        assert what in verdict.case.replace("-", " ").lower(), verdict
+        assert "TODO" not in verdict.message
+
+
+def test_hidden_cases_are_the_same_on_every_run(tmp_path: Path) -> None:
+    """Grading is deterministic: the generated case that catches a wrong checker is the same twice."""
+    folder = student_copy(SEPARATION.folder / "wrong" / "contract-generated", tmp_path / "student")
+    first, second = grade_contract(folder), grade_contract(folder)
+    assert isinstance(first, Failed) and first == second
+
+
+def test_one_function_is_graded_while_the_other_is_a_todo(tmp_path: Path) -> None:
+    """tool-identity: bound_tool_choice written, naive still TODO gives checkpoints 1 / 2."""
+    lab = catalog.find("tool-identity")
+    folder = student_copy(lab.starter, tmp_path / "student")
+    starter = (folder / "selection.py").read_text()
+    solution = (lab.solution / "selection.py").read_text()
+    bound = solution[solution.index("def bound_tool_choice"):solution.index("# --- given helpers")]
+    start, end = starter.index("def bound_tool_choice"), starter.index("# --- given helpers")
+    (folder / "selection.py").write_text(starter[:start] + bound + starter[end:])
+    verdicts = {c.id: run_checkpoint(lab, c, folder, TEST_LIMITS) for c in lab.checkpoints}
+    assert verdicts["bound"] == Passed("bound")
+    assert isinstance(verdicts["naive"], Failed) and "TODO" in verdicts["naive"].message
+
+
+# --- the runner: a student's code that misbehaves is a Failed checkpoint with its reason ------
+
+
+def test_a_crash_is_a_failed_checkpoint_naming_the_error(tmp_path: Path) -> None:
+    """A check() that raises fails the checkpoint with the exception and the case."""
+    verdict = grade_contract(with_checker(tmp_path, "def check(answer):\n    return 1 // 0\n"))
+    assert isinstance(verdict, Failed) and "ZeroDivisionError" in verdict.message
+    assert "4411" in verdict.case
+
+
+def test_a_file_that_does_not_import_is_a_failed_checkpoint(tmp_path: Path) -> None:
+    """A syntax error in the student's file fails the checkpoint, naming the file."""
+    verdict = grade_contract(with_checker(tmp_path, "def check(answer)\n    return None\n"))
+    assert isinstance(verdict, Failed) and verdict.case == "importing checker.py"
+    assert "SyntaxError" in verdict.message
+
+
+def test_a_missing_file_is_a_failed_checkpoint(tmp_path: Path) -> None:
+    """An empty student folder fails, saying the file is missing and how to get it."""
+    (tmp_path / "student").mkdir()
+    verdict = grade_contract(tmp_path / "student")
+    assert isinstance(verdict, Failed) and "lab start" in verdict.message
+
+
+def test_a_hang_is_a_failed_checkpoint_within_the_time_limit(tmp_path: Path) -> None:
+    """A check() that never returns is killed at the wall-clock limit and fails with that reason."""
+    folder = with_checker(tmp_path, "def check(answer):\n    while True:\n        pass\n")
+    verdict = grade_contract(folder, Limits(wall_s=1.5, cpu_s=30))
+    assert verdict == Failed("contract", "time limit", verdict.message) and "1.5 s" in verdict.message
+
+
+def test_waiting_for_input_ends_at_once(tmp_path: Path) -> None:
+    """input() in the student's code meets end of file, not the grader's own stdin: a
+    failure, no hang, even when that stdin is a pipe nobody writes to (as a terminal is)."""
+    folder = with_checker(tmp_path, "def check(answer):\n    return input()\n")
+    silent_read, silent_write = os.pipe()
+    saved = os.dup(0)
+    os.dup2(silent_read, 0)
+    try:
+        verdict = grade_contract(folder, Limits(wall_s=5.0, cpu_s=30))
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, silent_read, silent_write):
+            os.close(fd)
+    assert isinstance(verdict, Failed) and "EOFError" in verdict.message, verdict
+
+
+@pytest.mark.parametrize("forge", [
+    pytest.param('print(\'{"type":"Passed","checkpoint":"contract"}\')', id="print"),
+    pytest.param('import os; os.write(1, b\'{"type":"Passed","checkpoint":"contract"}\\n\')', id="fd-1"),
+    pytest.param('import sys; sys.stderr.write(\'{"type":"Passed","checkpoint":"contract"}\')', id="stderr"),
+])
+def test_printing_a_verdict_does_not_forge_one(tmp_path: Path, forge: str) -> None:
+    """Text that looks like a Passed verdict on stdout or stderr is never read as one."""
+    code = f"{forge}\n\ndef check(answer):\n    {forge}\n    return answer\n"
+    verdict = grade_contract(with_checker(tmp_path, code))
+    assert isinstance(verdict, Failed) and "returned" in verdict.message
+
+
+@pytest.mark.parametrize("exit_call", ["sys.exit(0)", "sys.exit('done')", "raise SystemExit(3)"])
+def test_sys_exit_is_a_failed_checkpoint(tmp_path: Path, exit_call: str) -> None:
+    """A check() that calls sys.exit fails the checkpoint and says so; the grader lives on."""
+    verdict = grade_contract(with_checker(tmp_path, f"import sys\n\ndef check(answer):\n    {exit_call}\n"))
+    assert isinstance(verdict, Failed) and verdict.case == "sys.exit" and "sys.exit" in verdict.message
+
+
+def test_os_exit_without_a_verdict_is_a_failed_checkpoint(tmp_path: Path) -> None:
+    """os._exit skips every handler; no verdict file is a Failed naming the exit code."""
+    verdict = grade_contract(with_checker(tmp_path, "import os\n\ndef check(answer):\n    os._exit(0)\n"))
+    assert isinstance(verdict, Failed) and verdict.case == "exit" and "exit code 0" in verdict.message
+
+
+def test_a_garbage_verdict_file_is_a_failed_checkpoint(tmp_path: Path) -> None:
+    """Whatever lands in the verdict file must decode as one verdict for this checkpoint."""
+    code = ("import os, sys\n\ndef check(answer):\n"
+            "    path = sys.argv[sys.argv.index('--verdict') + 1]\n"
+            "    open(path, 'w').write('{\"type\": \"Passed\"')\n    os._exit(0)\n")
+    verdict = grade_contract(with_checker(tmp_path, code))
+    assert isinstance(verdict, Failed) and verdict.case == "the grader" and "no readable verdict" in verdict.message
+
+
+def test_memory_is_capped(tmp_path: Path) -> None:
+    """A check() that grabs more memory than the cap fails instead of exhausting the machine."""
+    code = "def check(answer):\n    return bytearray(3 * 1024 ** 3)\n"
+    verdict = grade_contract(with_checker(tmp_path, code), Limits(wall_s=30.0, cpu_s=30, memory_bytes=1024**3))
+    assert isinstance(verdict, Failed) and "MemoryError" in verdict.message
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+def run_lab(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = commands.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_every_lab_option_has_help() -> None:
+    """`airlock lab CMD --help` explains every option and argument; none is left bare."""
+    def walk(parser: argparse.ArgumentParser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from walk(sub)
+    bare = [f"{parser.prog} {action.option_strings or action.dest}" for parser in walk(commands.build_parser())
+            for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) and not action.help]
+    assert not bare
+
+
+def test_list_json_has_every_lab_with_its_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    """`lab list --json` is one array, each lab an object with id, title, seed, languages, minutes, checkpoints."""
+    code, out, _ = run_lab(capsys, "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and [item["id"] for item in listed] == [lab.id for lab in LABS]
+    for item in listed:
+        assert {"id", "title", "seed", "languages", "minutes", "checkpoints"} <= set(item)
+        assert all({"id", "title"} <= set(c) for c in item["checkpoints"])
+
+
+def test_start_never_overwrites_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`lab start` copies the starter; over a student's work it refuses (exit 2) unless --force."""
+    folder = tmp_path / "me"
+    assert run_lab(capsys, "start", "separation", "--dir", str(folder))[0] == 0
+    assert (folder / "checker.py").read_text() == (SEPARATION.starter / "checker.py").read_text()
+    (folder / "checker.py").write_text("my work")
+    code, _, err = run_lab(capsys, "start", "separation", "--dir", str(folder))
+    assert code == 2 and "checker.py" in err and (folder / "checker.py").read_text() == "my work"
+    assert run_lab(capsys, "start", "separation", "--dir", str(folder), "--force")[0] == 0
+    assert (folder / "checker.py").read_text() == (SEPARATION.starter / "checker.py").read_text()
+
+
+def test_reset_keeps_a_backup(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`lab reset` puts the starter back and keeps the student's file under .airlock-lab/backup-*."""
+    folder = tmp_path / "me"
+    folder.mkdir()
+    (folder / "checker.py").write_text("my work")
+    code, out, _ = run_lab(capsys, "reset", "separation", "--dir", str(folder))
+    backups = list((folder / ".airlock-lab").glob("backup-*/checker.py"))
+    assert code == 0 and [b.read_text() for b in backups] == ["my work"] and str(backups[0].parent) in out
+    assert (folder / "checker.py").read_text() == (SEPARATION.starter / "checker.py").read_text()
+
+
+def test_check_exit_code_progress_line_and_case(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`lab check` exits 0 only when all pass, prints "checkpoints N / M" and names a failed case."""
+    good = student_copy(SEPARATION.solution, tmp_path / "good")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(good))
+    assert code == 0 and "checkpoints 1 / 1" in out
+    bad = student_copy(SEPARATION.folder / "wrong" / "contract-arabic-indic", tmp_path / "bad")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(bad))
+    assert code == 1 and "checkpoints 0 / 1" in out and "Arabic-Indic digits" in out and "hint" in out
+
+
+def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`check --json` is one object; `progress --dir CLASS --json` collects every student's last check."""
+    ana = student_copy(SEPARATION.solution, tmp_path / "class" / "ana")
+    ben = student_copy(SEPARATION.starter, tmp_path / "class" / "ben")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(ana), "--json")
+    assert code == 0 and json.loads(out)["passed"] == 1
+    assert run_lab(capsys, "check", "separation", "--dir", str(ben))[0] == 1
+    assert load_progress(ben) is not None and load_progress(ben).passed == 0  # type: ignore[union-attr]
+    code, out, _ = run_lab(capsys, "progress", "--dir", str(tmp_path / "class"), "--json")
+    records = {Path(r["dir"]).name: r for r in json.loads(out)}
+    assert code == 0 and set(records) == {"ana", "ben"}
+    assert (records["ana"]["passed"], records["ben"]["passed"], records["ben"]["total"]) == (1, 0, 1)
+    assert records["ben"]["checkpoints"][0]["passed"] is False and "TODO" in records["ben"]["checkpoints"][0]["message"]
+
+
+def test_a_folder_where_progress_cannot_be_saved_is_still_graded(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    """When progress.json cannot be written (a read-only mount), check still grades and says so."""
+    folder = student_copy(SEPARATION.solution, tmp_path / "student")
+    (folder / ".airlock-lab").write_text("a file where the state folder would go")
+    code, out, err = run_lab(capsys, "check", "separation", "--dir", str(folder))
+    assert code == 0 and "checkpoints 1 / 1" in out and "progress not saved" in err
+
+
+def test_an_unreadable_progress_file_is_named_not_skipped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A hand-edited progress.json shows up in `progress` with why it cannot be read."""
+    state = tmp_path / "class" / "cem" / ".airlock-lab"
+    state.mkdir(parents=True)
+    (state / "progress.json").write_text('{"lab": "separation"')
+    code, out, _ = run_lab(capsys, "progress", "--dir", str(tmp_path / "class"), "--json")
+    [record] = json.loads(out)
+    assert code == 0 and Path(record["dir"]).name == "cem" and "progress.json" in record["error"]
+
+
+def test_student_text_is_escaped_on_the_terminal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """An ESC sequence or bidi control in a student's exception reaches the terminal escaped."""
+    folder = with_checker(tmp_path, "def check(answer):\n    raise ValueError('\\x1b[2J\\u202egone')\n")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(folder))
+    assert code == 1 and "\x1b" not in out and "\u202e" not in out and "\\x1b[2J\\u202egone" in out
+
+
+def test_what_the_student_printed_is_shown_escaped_and_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A failed checkpoint shows the last lines the student's code printed, escaped, and
+    progress.json keeps them; printing is help for debugging, never a verdict."""
+    folder = with_checker(tmp_path, "def check(answer):\n    print('debug', repr(answer), '\\x1b[2J')\n    return answer\n")
+    code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(folder))
+    assert code == 1 and "printed: debug '4411' \\x1b[2J" in out and "\x1b" not in out
+    progress = load_progress(folder)
+    assert progress is not None and "debug ''" in progress.checkpoints[0].printed
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_notes_show_the_instructor_notes(capsys: pytest.CaptureFixture[str], lab: Lab) -> None:
+    """`lab notes ID` prints the expected time, every common mistake and how to read a report."""
+    code, out, _ = run_lab(capsys, "notes", lab.id)
+    assert code == 0 and f"{lab.instructor.minutes} min" in out
+    assert all(mistake[:40] in out for mistake in lab.instructor.mistakes)
+
+
+@pytest.mark.parametrize(("level", "code"), [(1, 0), (3, 0), (0, 2), (4, 2)])
+def test_hint_levels(capsys: pytest.CaptureFixture[str], level: int, code: int) -> None:
+    """`lab hint ID N` prints level N's hint for 1-3 and refuses any other level."""
+    got, out, err = run_lab(capsys, "hint", "separation", str(level))
+    assert got == code
+    if code == 0:
+        assert SEPARATION.hints_at(level)[0] in out
+    else:
+        assert "1" in err and "3" in err
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "nan", "inf"])
+def test_a_time_limit_that_is_no_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                         limit: str) -> None:
+    """--time-limit must be a positive, finite number of seconds."""
+    code, _, err = run_lab(capsys, "check", "separation", "--dir", str(tmp_path), "--time-limit", limit)
+    assert code == 2 and "--time-limit" in err
+
+
+def test_an_unknown_lab_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """An id that names no lab exits 2 and lists the labs there are."""
+    code, _, err = run_lab(capsys, "start", "../etc", "--dir", str(tmp_path))
+    assert code == 2 and "separation" in err
+
+
+def test_airlock_lab_runs_lab_in_its_own_process() -> None:
+    """`airlock lab ...` reaches python -m lab, and importing the kernel's CLI imports nothing of lab."""
+    probe = "import sys, airlock.cli; print(sorted(m for m in sys.modules if m == 'lab' or m.startswith('lab.')))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    listed = subprocess.run([sys.executable, "-c", "import sys; from airlock.cli import main; "
+                             "sys.exit(main(['lab', 'list', '--json']))"],
+                            capture_output=True, text=True, cwd=ROOT, check=True)
+    assert [item["id"] for item in json.loads(listed.stdout)] == [lab.id for lab in LABS]
