@@ -29,7 +29,7 @@ from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_studen
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "labs" / "executor-checks"
 FILE = "checks.py"
-_HIDDEN = settings(derandomize=True, database=None, max_examples=300, deadline=None,
+_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
 
 

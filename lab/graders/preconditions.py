@@ -40,7 +40,7 @@ from lab.grading import Failed, Passed, Verdict, load_student
 
 ROOT = Path(__file__).resolve().parents[2]
 FILE = "preconditions.py"
-_HIDDEN = settings(derandomize=True, database=None, max_examples=300, deadline=None,
+_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
 PRINCIPALS = Principals({"dana": {"support-lead"}, "sam": {"support-agent"}})
 
