@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, find, settings, strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import HypothesisException, NoSuchExample
 
 from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_student
 
@@ -69,13 +69,22 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
         result = fn(*args)
     except NotImplementedError:
         raise _Todo(function) from None
-    except Exception as exc:  # the student's code: any exception is a failed case, named
+    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
         return Failed(checkpoint, case, f"{function} raised {type(exc).__name__}: {exc}; expected it to return "
                                         f"{_expected(expect)}. A check never raises: every problem is an Error value.")
-    if _kind(result) != expect:
+    try:
+        kind, shown = _kind(result), _shown(result)
+    except Exception as exc:  # a returned object whose attributes raise is still the student's answer
+        return Failed(checkpoint, case, f"{function} returned an object that cannot be read ({type(exc).__name__})")
+    if kind != expect:
         because = f" ({why})" if why else ""
-        return Failed(checkpoint, case, f"expected {_expected(expect)}{because}; {function} returned {_shown(result)}")
+        return Failed(checkpoint, case, f"expected {_expected(expect)}{because}; {function} returned {shown}")
     return None
+
+
+def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
+    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
+                                              f"does {function} give the same answer every time for the same input?")
 
 
 def _todo(checkpoint: str, function: str) -> Failed:
@@ -108,6 +117,8 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
                     hidden, lambda c: _judge(checkpoint, function, fn, *c) is not None, settings=_HIDDEN)
             except NoSuchExample:
                 return Passed(checkpoint)
+            except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+                return _unstable(checkpoint, function, exc)
             failed = _judge(checkpoint, function, fn, f"hidden case: {case}", args, expect, why)
             return failed or Failed(checkpoint, f"hidden case: {case}", "answered differently on a second call")
     except _Todo:

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, find, settings, strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import HypothesisException, NoSuchExample
 
 from actor import catalog as catalog_module
 from actor import preconditions as actor_rules
@@ -63,6 +63,11 @@ def _load(checkpoint: str, student_dir: Path, function: str) -> tuple[ModuleType
     return module, None
 
 
+def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
+    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
+                                              f"does {function} give the same answer every time for the same input?")
+
+
 def _todo(checkpoint: str, function: str) -> Failed:
     return Failed(checkpoint, "the TODO", f"{function}() still raises NotImplementedError: write it "
                                           f"(airlock lab hint preconditions 1 for a nudge)")
@@ -73,7 +78,7 @@ def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except NotImplementedError:
         raise _Todo(function) from None
-    except Exception as exc:  # the student's code: any exception is a failed case, named
+    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
         raise _Raised(f"{function} raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -95,6 +100,21 @@ def _pre_shown(pre: Precondition) -> str:
 RuleCase = tuple[str, Precondition, dict[str, Fact], "Approval | None"]
 
 
+def _unreadable(problem: Callable[..., str | None]) -> Callable[..., str | None]:
+    """A returned object that breaks when the grader reads it is a wrong answer, not a crash."""
+
+    def guarded(*args: Any) -> str | None:
+        try:
+            return problem(*args)
+        except (_Todo, _Raised):
+            raise
+        except Exception as exc:  # the student's returned value misbehaved while being read
+            return f"returned a value the grader cannot read ({type(exc).__name__}: {exc})"
+
+    return guarded
+
+
+@_unreadable
 def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., Any], case: RuleCase) -> str | None:
     """Why the student's rule answered `case` wrongly, or None."""
     _, pre, facts, given = case
@@ -103,10 +123,10 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
         got = _call(function, fn, pre, facts, given, *extra)
     except _Raised as exc:
         return f"{exc}; a rule never raises, it refuses or escalates with a reason"
+    if not isinstance(got, actor_rules.RuleResult):
+        return f"{function} returned {type(got).__name__}, not actor.preconditions.RuleResult (the executor records it)"
     want = oracle(pre, facts, given)
-    verdict = getattr(got, "verdict", None)
-    if not all(hasattr(got, key) for key in ("rule", "verdict", "reason", "read")):
-        return f"{function} returned {got!r:.120}, not a RuleResult(rule, verdict, reason, read)"
+    verdict = got.verdict
     if got.rule != want.rule:
         return f"the RuleResult's rule is {got.rule!r}; the record names this rule {want.rule!r}"
     if verdict != want.verdict:
@@ -136,11 +156,14 @@ def _grade_rule(checkpoint: str, student_dir: Path, function: str, oracle: Calla
             case = find(hidden, lambda c: _rule_problem(function, fn, oracle, c) is not None, settings=_HIDDEN)
         except NoSuchExample:
             return Passed(checkpoint)
+        except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+            return _unstable(checkpoint, function, exc)
         return Failed(checkpoint, f"hidden case: {case[0]}", _rule_problem(function, fn, oracle, case) or "flaky")
     except _Todo:
         return _todo(checkpoint, function)
 
 
+@_unreadable
 def _reason_problem(function: str, fn: Callable[..., Any], case: RuleCase, word: str | None) -> str | None:
     """A refusal's reason names what failed, in the student's words but with its name."""
     if word is None:
@@ -339,6 +362,7 @@ def _reference_check(case: DecideCase) -> actor_rules.Verdict:
     return Gate(preconditions, PRINCIPALS).check(tool, facts, given)
 
 
+@_unreadable
 def _decide_problem(fn: Callable[..., Any], case: DecideCase) -> str | None:
     _, preconditions, tool, facts, given = case
     try:
@@ -404,6 +428,8 @@ def decide(student_dir: Path) -> Verdict:
             case = find(_decide_hidden(), lambda c: _decide_problem(fn, c) is not None, settings=_HIDDEN)
         except NoSuchExample:
             return Passed(checkpoint)
+        except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+            return _unstable(checkpoint, "decide", exc)
         return Failed(checkpoint, f"hidden case: {case[0]}", _decide_problem(fn, case) or "flaky")
     except _Todo:
         return _todo(checkpoint, "decide")

@@ -115,3 +115,21 @@ def test_a_missing_or_broken_file_is_a_failed_checkpoint(tmp_path: Path, content
     for checkpoint in CHECKPOINTS:
         verdict = grade(checkpoint, tmp_path)
         assert isinstance(verdict, Failed) and "checks.py" in verdict.message + verdict.case
+
+
+def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
+    """sys.exit() in a check, or an object that breaks when read, fails the case; the grader goes on."""
+    exits = student(tmp_path, {'''    if not isinstance(args, dict):
+        return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")''': '''    raise SystemExit(3)'''})
+    verdict = grade("schema", exits)
+    assert isinstance(verdict, Failed) and "raised SystemExit" in verdict.message
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    student(junk, {'''        return Error("not_allowed", f"{server!r}/{tool!r} is not in the allowlist")''': '''        class Junk:
+            @property
+            def kind(self):
+                raise RuntimeError("boom")
+        Junk.__name__ = "Error"
+        return Junk()'''})
+    verdict = grade("allowlist", junk)
+    assert isinstance(verdict, Failed) and "cannot be read" in verdict.message

@@ -110,3 +110,15 @@ def test_a_missing_or_broken_file_is_a_failed_checkpoint(tmp_path: Path, content
     for checkpoint in CHECKPOINTS:
         verdict = grade(checkpoint, tmp_path)
         assert isinstance(verdict, Failed) and "preconditions.py" in verdict.message + verdict.case
+
+
+def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
+    """sys.exit() in a rule, or a Verdict whose record holds junk, fails the case; the grader goes on."""
+    exits = student(tmp_path, append="\n\ndef evidence(*args):\n    raise SystemExit(3)\n")
+    verdict = grade("evidence", exits)
+    assert isinstance(verdict, Failed) and "raised SystemExit" in verdict.message
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    student(junk, append="\n\ndef decide(*args):\n    return Verdict('allow', rules=[1])\n")
+    verdict = grade("decide", junk)
+    assert isinstance(verdict, Failed) and "cannot read" in verdict.message
