@@ -1,1 +1,1 @@
-"""Graders: one function per checkpoint, `grade(student_dir) -> Verdict`, named in each lab.toml."""
+"""One module of graders per lab, each `grade(student_dir) -> Verdict`, named in lab.toml."""

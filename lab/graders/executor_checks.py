@@ -88,8 +88,8 @@ def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
 
 
 def _todo(checkpoint: str, function: str) -> Failed:
-    return Failed(checkpoint, "the TODO", f"{function}() still raises NotImplementedError: write it "
-                                          f"(airlock lab hint executor-checks 1 for a nudge)")
+    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
+                                          f"Write it (airlock lab hint executor-checks 1 for a nudge)")
 
 
 def _grade(checkpoint: str, student_dir: Path, function: str,
@@ -456,7 +456,7 @@ def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
         ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write",
          "not_allowed", {}),
         ("shop/ghost: in the allowlist, not in the catalog", call("shop", "ghost"), "write", "not_allowed", {}),
-        ("shop/lookup_order with order_id 12345 as a number", call("shop", "lookup_order", order_id=12345), "read",
+        ("shop/lookup_order with its order id as a number (12345)", call("shop", "lookup_order", order_id=12345), "read",
          "schema", {}),
         ("shop/lookup_order with a 9-character order_id", call("shop", "lookup_order", order_id="123456789"),
          "read", "range", {}),

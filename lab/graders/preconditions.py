@@ -69,8 +69,8 @@ def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
 
 
 def _todo(checkpoint: str, function: str) -> Failed:
-    return Failed(checkpoint, "the TODO", f"{function}() still raises NotImplementedError: write it "
-                                          f"(airlock lab hint preconditions 1 for a nudge)")
+    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
+                                          f"Write it (airlock lab hint preconditions 1 for a nudge)")
 
 
 def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:

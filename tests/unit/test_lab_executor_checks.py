@@ -18,11 +18,11 @@ CHECKPOINTS = [c["id"] for c in SPEC["checkpoints"]]
 WRONG = sorted(p.name for p in (LAB / "wrong").iterdir())
 # The case each wrong solution must be caught on, in the student's terms.
 WRONG_CASE = {
-    "allowlist-tool-name-only": "mail/lookup_order: the allowed tool's name on another server",
-    "schema-bool-is-an-int": "quantity True",
-    "ranges-nan-passes": "price nan",
-    "execution-invented-success": "a tool that raises RuntimeError",
-    "execute-side-effect-first": "shop/lookup_order with order_id 12345 as a number",
+    "allowlist-another-server": "mail/lookup_order: the allowed tool's name on another server",
+    "schema-quantity-true": "quantity True",
+    "ranges-price-nan": "price nan",
+    "execution-tool-that-raises": "a tool that raises RuntimeError",
+    "execute-id-as-a-number": "shop/lookup_order with its order id as a number (12345)",
 }
 
 
@@ -47,7 +47,7 @@ def test_the_starter_fails_each_checkpoint_with_its_todo_message(checkpoint: str
     """Every starter function is a TODO, and each checkpoint says which one to write."""
     verdict = grade(checkpoint, LAB / "starter")
     assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint
-    assert "still raises NotImplementedError" in verdict.message
+    assert "is still a TODO" in verdict.message
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
@@ -69,6 +69,8 @@ def test_a_wrong_solution_fails_its_checkpoint_only_naming_the_case(wrong: str) 
     assert {c for c, v in verdicts.items() if isinstance(v, Failed)} == {own}
     failed = verdicts[own]
     assert isinstance(failed, Failed) and failed.case == WRONG_CASE[wrong] and failed.message
+    assert wrong.removeprefix(own + "-").replace("-", " ") in failed.case.replace("-", " ").lower()  # <what> names it
+    assert "TODO" not in failed.message
 
 
 def test_only_the_rule_passes_hidden_cases_not_the_visible_examples(tmp_path: Path) -> None:

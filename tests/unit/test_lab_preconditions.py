@@ -18,10 +18,12 @@ CHECKPOINTS = [c["id"] for c in SPEC["checkpoints"]]
 WRONG = sorted(p.name for p in (LAB / "wrong").iterdir())
 # The case each wrong solution must be caught on, in the student's terms.
 WRONG_CASE = {
-    "evidence-ignores-lineage": "the sender's address copied from the email body (lineage email, not intake)",
-    "corroboration-counts-fields": "two fields that agree but were both copied from the email",
-    "approval-trusts-the-claimed-role": "sam (a support-agent) approves, claiming the support-lead role",
-    "decide-last-rule-wins": "the sender copied from the email: evidence refuses first, corroboration never runs",
+    "evidence-copied-from-the-email-body":
+        "the sender's address copied from the email body (lineage email, not intake)",
+    "corroboration-both-copied-from-the-email": "two fields that agree but were both copied from the email",
+    "approval-claiming-the-support-lead-role": "sam (a support-agent) approves, claiming the support-lead role",
+    "decide-corroboration-never-runs":
+        "the sender copied from the email: evidence refuses first, corroboration never runs",
 }
 
 
@@ -46,7 +48,7 @@ def test_the_starter_fails_each_checkpoint_with_its_todo_message(checkpoint: str
     """Every starter function is a TODO, and each checkpoint says which one to write."""
     verdict = grade(checkpoint, LAB / "starter")
     assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint
-    assert "still raises NotImplementedError" in verdict.message
+    assert "is still a TODO" in verdict.message
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
@@ -68,6 +70,8 @@ def test_a_wrong_solution_fails_its_checkpoint_only_naming_the_case(wrong: str) 
     assert {c for c, v in verdicts.items() if isinstance(v, Failed)} == {own}
     failed = verdicts[own]
     assert isinstance(failed, Failed) and failed.case == WRONG_CASE[wrong] and failed.message
+    assert wrong.removeprefix(own + "-").replace("-", " ") in failed.case.replace("-", " ").lower()  # <what> names it
+    assert "TODO" not in failed.message
 
 
 def test_only_the_rule_passes_hidden_cases_not_the_visible_examples(tmp_path: Path) -> None:
