@@ -33,6 +33,11 @@ _HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=N
                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
 
 
+# A case: (what the student reads, the function's arguments, the expected answer: "none",
+# "ok" or an Error kind, and why, shown when the student's answer differs).
+Case = tuple[str, tuple[Any, ...], str, str]
+
+
 class _Todo(Exception):
     """The student's function still raises NotImplementedError."""
 
@@ -93,8 +98,8 @@ def _todo(checkpoint: str, function: str) -> Failed:
 
 
 def _grade(checkpoint: str, student_dir: Path, function: str,
-           named: Callable[[ModuleType], list[tuple[str, tuple[Any, ...], str, str]]],
-           hidden: st.SearchStrategy[tuple[str, tuple[Any, ...], str, str]] | None) -> Verdict:
+           named: Callable[[], list[Case]],
+           hidden: st.SearchStrategy[Case] | None) -> Verdict:
     """Named cases first (their messages teach), then the hidden ones; the first failure,
     shrunk by hypothesis to its simplest form, is the verdict."""
     try:
@@ -107,7 +112,7 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
     if not callable(fn):
         return Failed(checkpoint, function, f"{FILE} has no function {function}()")
     try:
-        for case, args, expect, why in named(module):
+        for case, args, expect, why in named():
             failed = _judge(checkpoint, function, fn, case, args, expect, why)
             if failed:
                 return failed
@@ -131,7 +136,7 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
 _PLAN = {("shop", "lookup_order"), ("mail", "send_status")}
 
 
-def _allowlist_named(_: ModuleType) -> list[tuple[str, tuple[Any, ...], str, str]]:
+def _allowlist_named() -> list[Case]:
     def call(server: Any, tool: Any) -> dict[str, Any]:
         return {"server": server, "tool": tool, "arguments": {}}
 
@@ -168,7 +173,7 @@ _NAME = st.text(alphabet="abcsSo\u043e/_ \n\u0660", min_size=0, max_size=4)
 
 
 @st.composite
-def _allowlist_hidden(draw: st.DrawFn) -> tuple[str, tuple[Any, ...], str, str]:
+def _allowlist_hidden(draw: st.DrawFn) -> Case:
     allowlist = draw(st.sets(st.tuples(_NAME, _NAME), min_size=1, max_size=4))
     server, tool = draw(st.sampled_from(sorted(allowlist)))
     server, tool = draw(st.sampled_from([
@@ -191,7 +196,7 @@ _ORDER = {"order_id": {"type": "str"}, "quantity": {"type": "int"}, "price": {"t
 _GOOD = {"order_id": "12345", "quantity": 2, "price": 9.5, "gift": False}
 
 
-def _schema_named(_: ModuleType) -> list[tuple[str, tuple[Any, ...], str, str]]:
+def _schema_named() -> list[Case]:
     def fits(**change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return ({**_GOOD, **change}, _ORDER)
 
@@ -226,7 +231,7 @@ _KEYS = st.text(alphabet="abcdéf_", min_size=1, max_size=4)
 
 
 @st.composite
-def _schema_hidden(draw: st.DrawFn) -> tuple[str, tuple[Any, ...], str, str]:
+def _schema_hidden(draw: st.DrawFn) -> Case:
     types = draw(st.dictionaries(_KEYS, st.sampled_from(sorted(_VALUES)), max_size=4))
     schema = {name: {"type": t} for name, t in types.items()}
     args = {name: draw(_VALUES[t]) for name, t in types.items()}
@@ -254,7 +259,7 @@ _LIMITS = {"quantity": {"type": "int", "min": 1, "max": 10}, "price": {"type": "
 _FINE = {"quantity": 3, "price": 9.5, "note": "gift", "ratio": 0.5}
 
 
-def _ranges_named(_: ModuleType) -> list[tuple[str, tuple[Any, ...], str, str]]:
+def _ranges_named() -> list[Case]:
     def given(**change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return ({**_FINE, **change}, _LIMITS)
 
@@ -286,7 +291,7 @@ def _ranges_named(_: ModuleType) -> list[tuple[str, tuple[Any, ...], str, str]]:
 
 
 @st.composite
-def _ranges_hidden(draw: st.DrawFn) -> tuple[str, tuple[Any, ...], str, str]:
+def _ranges_hidden(draw: st.DrawFn) -> Case:
     low = draw(st.integers(-1000, 1000))
     high = draw(st.integers(low, low + 1000))
     kind = draw(st.sampled_from(["int", "float", "str"]))
