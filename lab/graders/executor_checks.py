@@ -22,7 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, find, settings, strategies as st
+from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
 from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_student
@@ -203,8 +204,8 @@ def _schema_named() -> list[Case]:
     return [
         ("arguments that fit exactly", fits(), "none", ""),
         ("price 3, an int where a float is declared", fits(price=3), "none", "an int is a fine float"),
-        ("quantity True", fits(quantity=True), "schema", "in Python bool is a subclass of int: True is not the "
-                                                         "quantity 1"),
+        ("quantity True", fits(quantity=True), "schema", ("in Python bool is a subclass of int: True is not the "
+                                                          "quantity 1")),
         ("price False", fits(price=False), "schema", "a bool is not a number"),
         ("gift 1", fits(gift=1), "schema", "1 is not a bool"),
         ("quantity '2', digits in a string", fits(quantity="2"), "schema", "no coercion"),
@@ -225,7 +226,7 @@ def _schema_named() -> list[Case]:
 
 _VALUES = {"int": st.integers(), "float": st.one_of(st.integers(), st.floats(allow_nan=False)),
            "str": st.text(max_size=5), "bool": st.booleans()}
-_NOT = {"int": [True, False, 1.0, 0.0, "1", None, [1]], "float": [True, False, "1.5", None, [0.5]],
+_NOT: dict[str, list[Any]] = {"int": [True, False, 1.0, 0.0, "1", None, [1]], "float": [True, False, "1.5", None, [0.5]],
         "str": [1, 0.0, None, True, ["a"], {"a": 1}], "bool": [0, 1, "true", None, 0.0]}
 _KEYS = st.text(alphabet="abcdéf_", min_size=1, max_size=4)
 
@@ -269,8 +270,8 @@ def _ranges_named() -> list[Case]:
         ("quantity 10, price 0", given(quantity=10, price=0), "none", "bounds are inclusive"),
         ("quantity 0", given(quantity=0), "range", "below min 1"),
         ("quantity 11", given(quantity=11), "range", "above max 10"),
-        ("price nan", given(price=math.nan), "range", "nan compares False with everything, so 'value < min' "
-                                                      "lets it through"),
+        ("price nan", given(price=math.nan), "range", ("nan compares False with everything, so 'value < min' "
+                                                       "lets it through")),
         ("price inf", given(price=math.inf), "range", "inf is not a finite number"),
         ("ratio inf, a float without a declared range", given(ratio=math.inf), "range",
          "a float is finite whether or not a range is declared"),
@@ -338,8 +339,8 @@ _BLOB_CAP = len(b'{"blob": "' + b"x" * 100 + b'"}')  # the contract's size of {"
 def _execution_cases() -> list[tuple[str, Callable[[dict[str, Any]], Any], int, str, str]]:
     return [
         ("a tool that returns {'ok': True}", lambda a: {"ok": True}, 1000, "ok", ""),
-        ("a tool that raises RuntimeError", _raise, 1000, "tool_error", "a failure is a typed error, never an "
-                                                                        "invented success"),
+        ("a tool that raises RuntimeError", _raise, 1000, "tool_error", ("a failure is a typed error, never an "
+                                                                         "invented success")),
         ("a tool that returns None", lambda a: None, 1000, "tool_error", "None is not a result"),
         ("a tool that returns a list", lambda a: [1, 2], 1000, "tool_error", "a result is a JSON object"),
         ("a tool whose result holds a Python object", lambda a: {"x": object()}, 1000, "tool_error",

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, find, settings, strategies as st
+from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
 from actor import catalog as catalog_module
@@ -34,7 +35,8 @@ from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
 from actor.tools import CallLog
-from airlock import sources, task as task_module, trace
+from airlock import sources, trace
+from airlock import task as task_module
 from airlock.task import Precondition
 from lab.grading import Failed, Passed, Verdict, load_student
 
@@ -53,14 +55,15 @@ class _Raised(Exception):
     """The student's function raised: the message says what and where."""
 
 
-def _load(checkpoint: str, student_dir: Path, function: str) -> tuple[ModuleType | None, Failed | None]:
+def _load(checkpoint: str, student_dir: Path, function: str) -> ModuleType | Failed:
+    """The student's module, or why it cannot be graded."""
     try:
         module = load_student(student_dir, FILE)
     except Exception as exc:  # missing or not importable: the student's problem, named
-        return None, Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
+        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
     if not callable(getattr(module, function, None)):
-        return None, Failed(checkpoint, function, f"{FILE} has no function {function}()")
-    return module, None
+        return Failed(checkpoint, function, f"{FILE} has no function {function}()")
+    return module
 
 
 def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
@@ -141,9 +144,9 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
 def _grade_rule(checkpoint: str, student_dir: Path, function: str, oracle: Callable[..., Any],
                 named: list[RuleCase], hidden: st.SearchStrategy[RuleCase],
                 names_in_reason: Callable[[RuleCase], str | None] = lambda case: None) -> Verdict:
-    module, failed = _load(checkpoint, student_dir, function)
-    if failed:
-        return failed
+    module = _load(checkpoint, student_dir, function)
+    if isinstance(module, Failed):
+        return module
     fn = getattr(module, function)
     try:
         for case in named:
@@ -404,16 +407,17 @@ def _decide_hidden(draw: st.DrawFn) -> DecideCase:
     given = draw(st.none() | st.builds(Approval, st.booleans(), st.just("support-lead"), st.sampled_from(["dana", "sam"])))
     facts = draw(_facts())
     shown = "; ".join(f"{_pre_shown(p)} on {p.blast_radius}/{p.reversibility}" for p in preconditions) or "none"
-    return (f"preconditions [{shown}], tool {tool.blast_radius}/{tool.reversibility}, facts {_facts_shown(facts)}, "
-            f"approval {given!r}", preconditions, tool, facts, given)
+    case = (f"preconditions [{shown}], tool {tool.blast_radius}/{tool.reversibility}, facts {_facts_shown(facts)}, "
+            f"approval {given!r}")
+    return case, preconditions, tool, facts, given
 
 
 def decide(student_dir: Path) -> Verdict:
     """decide() runs the applying rules in order, stops at the first non-allow, keeps the record."""
     checkpoint = "decide"
-    module, failed = _load(checkpoint, student_dir, "decide")
-    if failed:
-        return failed
+    module = _load(checkpoint, student_dir, "decide")
+    if isinstance(module, Failed):
+        return module
     reference = load_student(ROOT / "labs" / "preconditions" / "solution", FILE)
     # This checkpoint judges decide alone: the rules it calls are the reference ones.
     for rule in ("evidence", "corroboration", "approval"):
@@ -480,9 +484,9 @@ def _sent(data: Path, message_id: str, tool: str) -> bool:
 def pipeline(student_dir: Path) -> Verdict:
     """In the actor's executor: data-only attacks refused, benign emails answered, refunds escalated."""
     checkpoint = "pipeline"
-    module, failed = _load(checkpoint, student_dir, "decide")
-    if failed:
-        return failed
+    module = _load(checkpoint, student_dir, "decide")
+    if isinstance(module, Failed):
+        return module
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as tmp:
         try:
             return _guarded(checkpoint, module, Path(tmp)) or _refund(checkpoint, module, Path(tmp)) or Passed(checkpoint)

@@ -13,10 +13,10 @@ failure is never reported as success.
 from __future__ import annotations
 
 import json
-import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # ---- Given: the results the executor returns. Do not change this part. ----------------
 
