@@ -514,7 +514,7 @@ def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
                 case = f"{name}: {sender} asks about their own order {expect}"
                 done = executor.run(f"own:{name}", expect, sender)
                 if done.outcome != "completed" or not _sent(data, f"own:{name}", "send_status"):
-                    return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason}); an honest customer "
+                    return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); an honest customer "
                                                     f"gets their status: a guard that refuses everything is no guard")
         done = executor.run("no-sender", "772", "")
         if done.outcome != "refused" or _sent(data, "no-sender", "send_status"):
@@ -539,7 +539,7 @@ def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
         for message_id, given, outcome, sent, case in steps:
             done = executor.run(message_id, "damaged", sender, given, 2 if given else 0)
             if done.outcome != outcome or _sent(refund, message_id, "send_refund_confirmation") != sent:
-                return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason}); expected {outcome!r}, "
+                return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); expected {outcome!r}, "
                                                 f"confirmation {'sent' if sent else 'not sent'}")
             record = done.calls[-1].decision or {}
             if outcome == "escalated" and record.get("escalated_to") != "support-lead":
