@@ -5,6 +5,9 @@ actor's real executor did with the student's code in its place."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -126,3 +129,23 @@ def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path
     student(junk, append="\n\ndef decide(*args):\n    return Verdict('allow', rules=[1])\n")
     verdict = grade("decide", junk)
     assert isinstance(verdict, Failed) and "cannot read" in verdict.message
+
+
+def test_hidden_cases_are_the_same_in_every_process(tmp_path: Path) -> None:
+    """Two grading processes with different hash seeds try the same hidden cases in the same order."""
+    log = tmp_path / "seen"
+    recording = student(tmp_path, {
+        "    read = {name: _shown(facts.get(name)) for name in pre.corroborate}\n    lineages":
+        "    with open(os.environ['SEEN'], 'a') as seen:\n        print(repr(pre), repr(facts), file=seen)\n"
+        "    read = {name: _shown(facts.get(name)) for name in pre.corroborate}\n    lineages"},
+        append="\nimport os\n")
+    script = ("import sys; from pathlib import Path; from lab.graders.preconditions import corroboration; "
+              "print(corroboration(Path(sys.argv[1])))")
+    root = Path(__file__).resolve().parents[2]
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "SEEN": f"{log}{seed}"}
+        done = subprocess.run([sys.executable, "-c", script, str(recording)], capture_output=True, text=True,
+                              check=True, cwd=root, env=env)
+        assert done.stdout.strip() == "Passed(checkpoint='corroboration')"
+    first, second = (Path(f"{log}{seed}").read_text() for seed in ("1", "2"))
+    assert first.count("\n") > 100 and first == second
