@@ -423,8 +423,12 @@ def execute(student_dir: Path) -> Verdict:
         setattr(module, helper, getattr(reference, helper))
     try:
         for case, call, grant, expect, runs_wanted in _execute_cases():
-            tools = _catalog()
-            failed = _judge(checkpoint, "execute", run, case, (call, tools, _ALLOW, grant, 65536), expect)
+            release = threading.Event()  # the slow tool waits on it; set once the case is judged
+            tools = _catalog(release)
+            try:
+                failed = _judge(checkpoint, "execute", run, case, (call, tools, _ALLOW, grant, 65536), expect)
+            finally:
+                release.set()
             if failed:
                 return failed
             ran = {f"{server}/{tool}": t["run"].runs for (server, tool), t in tools.items() if t["run"].runs}
@@ -436,10 +440,11 @@ def execute(student_dir: Path) -> Verdict:
     return Passed(checkpoint)
 
 
-_ALLOW = {("shop", "lookup_order"), ("mail", "send_status"), ("shop", "ghost"), ("shop", "broken")}
+_ALLOW = {("shop", "lookup_order"), ("mail", "send_status"), ("shop", "ghost"), ("shop", "broken"),
+          ("shop", "slow"), ("shop", "export")}
 
 
-def _catalog() -> dict[tuple[str, str], dict[str, Any]]:
+def _catalog(release: threading.Event) -> dict[tuple[str, str], dict[str, Any]]:
     order = {"order_id": {"type": "str", "max_length": 8}}
     return {("shop", "lookup_order"): {"permission": "read", "args": order, "timeout_s": 2.0,
                                        "run": _Tool(lambda a: {"status": "shipped"})},
@@ -447,7 +452,11 @@ def _catalog() -> dict[tuple[str, str], dict[str, Any]]:
                                       "run": _Tool(lambda a: {"sent": True})},
             ("shop", "refund_all"): {"permission": "write", "args": {}, "timeout_s": 2.0,
                                      "run": _Tool(lambda a: {"refunded": "everything"})},
-            ("shop", "broken"): {"permission": "read", "args": {}, "timeout_s": 2.0, "run": _Tool(_raise)}}
+            ("shop", "broken"): {"permission": "read", "args": {}, "timeout_s": 2.0, "run": _Tool(_raise)},
+            ("shop", "slow"): {"permission": "read", "args": {}, "timeout_s": 0.2,
+                               "run": _Tool(lambda a: {"late": release.wait(3.0)})},
+            ("shop", "export"): {"permission": "read", "args": {}, "timeout_s": 2.0,
+                                 "run": _Tool(lambda a: {"blob": "x" * 100_000})}}
 
 
 def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
@@ -468,6 +477,10 @@ def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
          "read", "range", {}),
         ("shop/lookup_order without 'arguments'", {"server": "shop", "tool": "lookup_order"}, "read", "schema", {}),
         ("shop/broken, a tool that raises", call("shop", "broken"), "read", "tool_error", {"shop/broken": 1}),
+        ("shop/slow, which answers after its timeout_s of 0.2 s", call("shop", "slow"), "read", "timeout",
+         {"shop/slow": 1}),
+        ("shop/export, whose result is 100 kB over a cap of 64 KiB", call("shop", "export"), "read",
+         "result_too_large", {"shop/export": 1}),
         ("a call that is a list", ["shop", "lookup_order"], "read", "not_allowed", {}),
         ("shop/refund_all with an argument: the allowlist is checked first", call("shop", "refund_all", all=True),
          "write", "not_allowed", {}),

@@ -135,3 +135,13 @@ def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path
         return Junk()'''})
     verdict = grade("allowlist", junk)
     assert isinstance(verdict, Failed) and "cannot be read" in verdict.message
+
+
+def test_an_execute_that_calls_the_tool_itself_loses_the_timeout_and_the_cap(tmp_path: Path) -> None:
+    """execute() that runs tool['run'] directly (catching its errors) fails on the slow tool: run_tool is the boundary."""
+    direct = student(tmp_path, {'''    return run_tool(tool["run"], args, tool["timeout_s"], max_result_bytes)''': '''    try:
+        return Ok(tool["run"](args))
+    except Exception as exc:
+        return Error("tool_error", str(exc))'''})
+    verdict = grade("execute", direct)
+    assert isinstance(verdict, Failed) and verdict.case == "shop/slow, which answers after its timeout_s of 0.2 s"
