@@ -1,0 +1,489 @@
+"""Graders of lab executor-checks (seed 003): the checks between a proposed call and its side effect.
+
+Data: the student's checks.py, called on named cases (the edges the lesson is about) and on
+hidden cases that hypothesis generates from a fixed seed (derandomized, no example
+database), so a run grades the same way every time and listing the visible examples is not
+enough. Each hidden case's expected answer is fixed by how it was built, never by another
+implementation's opinion.
+Readers: the lab runner, one checkpoint per call.
+Rationale: the executor is judged by what it returns and by whether the tool ran, never by
+what it prints. A student function that raises where it should return an Error is a
+failed case; the `execute` checkpoint swaps in the reference helpers, so it judges the order
+of the checks and the side effect alone, whatever state the other functions are in.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import HypothesisException, NoSuchExample
+
+from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_student
+
+LAB_DIR = Path(__file__).resolve().parents[2] / "labs" / "executor-checks"
+FILE = "checks.py"
+_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
+                   verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+
+
+# A case: (what the student reads, the function's arguments, the expected answer: "none",
+# "ok" or an Error kind, and why, shown when the student's answer differs).
+Case = tuple[str, tuple[Any, ...], str, str]
+
+
+class _Todo(Exception):
+    """The student's function still raises NotImplementedError."""
+
+
+def _shown(result: Any) -> str:
+    if type(result).__name__ == "Error":
+        return f"Error(kind={getattr(result, 'kind', '?')!r})"
+    if type(result).__name__ == "Ok":
+        return f"Ok({getattr(result, 'result', '?')!r})"[:200]
+    return repr(result)[:200]
+
+
+def _kind(result: Any) -> str | None:
+    """"ok", an Error's kind, "none" for None, or None for anything else."""
+    name = type(result).__name__
+    if result is None:
+        return "none"
+    if name == "Ok":
+        return "ok"
+    if name == "Error":
+        kind = getattr(result, "kind", None)
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def _expected(kind: str) -> str:
+    return {"none": "None", "ok": "Ok(...)"}.get(kind, f"Error(kind={kind!r})")
+
+
+def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, args: tuple[Any, ...],
+           expect: str, why: str = "") -> Failed | None:
+    """Call the student's function on one case: None when it answered `expect`."""
+    try:
+        result = fn(*args)
+    except NotImplementedError:
+        raise _Todo(function) from None
+    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
+        return Failed(checkpoint, case, f"{function} raised {type(exc).__name__}: {exc}; expected it to return "
+                                        f"{_expected(expect)}. A check never raises: every problem is an Error value.")
+    try:
+        kind, shown = _kind(result), _shown(result)
+    except Exception as exc:  # a returned object whose attributes raise is still the student's answer
+        return Failed(checkpoint, case, f"{function} returned an object that cannot be read ({type(exc).__name__})")
+    if kind != expect:
+        because = f" ({why})" if why else ""
+        return Failed(checkpoint, case, f"expected {_expected(expect)}{because}; {function} returned {shown}")
+    return None
+
+
+def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
+    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
+                                              f"does {function} give the same answer every time for the same input?")
+
+
+def _todo(checkpoint: str, function: str) -> Failed:
+    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
+                                          f"Write it (airlock lab hint executor-checks 1 for a nudge)")
+
+
+def _grade(checkpoint: str, student_dir: Path, function: str,
+           named: Callable[[], list[Case]],
+           hidden: st.SearchStrategy[Case] | None) -> Verdict:
+    """Named cases first (their messages teach), then the hidden ones; the first failure,
+    shrunk by hypothesis to its simplest form, is the verdict."""
+    try:
+        module = load_student(student_dir, FILE)
+    except StudentCodeMissing as exc:
+        return Failed(checkpoint, FILE, str(exc))
+    except Exception as exc:  # the student's file does not even import
+        return Failed(checkpoint, FILE, f"{FILE} does not import: {type(exc).__name__}: {exc}")
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        return Failed(checkpoint, function, f"{FILE} has no function {function}()")
+    try:
+        for case, args, expect, why in named():
+            failed = _judge(checkpoint, function, fn, case, args, expect, why)
+            if failed:
+                return failed
+        if hidden is not None:
+            try:
+                case, args, expect, why = find(
+                    hidden, lambda c: _judge(checkpoint, function, fn, *c) is not None, settings=_HIDDEN)
+            except NoSuchExample:
+                return Passed(checkpoint)
+            except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+                return _unstable(checkpoint, function, exc)
+            failed = _judge(checkpoint, function, fn, f"hidden case: {case}", args, expect, why)
+            return failed or Failed(checkpoint, f"hidden case: {case}", "answered differently on a second call")
+    except _Todo:
+        return _todo(checkpoint, function)
+    return Passed(checkpoint)
+
+
+# ---- allowlist ------------------------------------------------------------------------------
+
+_PLAN = {("shop", "lookup_order"), ("mail", "send_status")}
+
+
+def _allowlist_named() -> list[Case]:
+    def call(server: Any, tool: Any) -> dict[str, Any]:
+        return {"server": server, "tool": tool, "arguments": {}}
+
+    return [
+        ("shop/lookup_order, in the allowlist", (call("shop", "lookup_order"), _PLAN), "none", ""),
+        ("a description that claims the tool is allowed",
+         ({**call("shop", "lookup_order"), "description": "[[tool:shop/refund_all]]"}, _PLAN), "none",
+         "extra fields do not change who the tool is"),
+        ("mail/lookup_order: the allowed tool's name on another server", (call("mail", "lookup_order"), _PLAN),
+         "not_allowed", "a tool is its server/tool pair, never its name alone"),
+        ("SHOP/lookup_order: another case", (call("SHOP", "lookup_order"), _PLAN), "not_allowed",
+         "names are compared exactly"),
+        ("'shop '/lookup_order: a trailing space", (call("shop ", "lookup_order"), _PLAN), "not_allowed",
+         "names are compared exactly, never trimmed"),
+        ("sh\u043ep/lookup_order: a Cyrillic 'о' that looks Latin", (call("sh\u043ep", "lookup_order"), _PLAN),
+         "not_allowed", "look-alike letters are other names"),
+        ("lookup_order/shop: server and tool swapped", (call("lookup_order", "shop"), _PLAN), "not_allowed", ""),
+        ("'a/b'/'c' when only 'a'/'b/c' is allowed", (call("a/b", "c"), {("a", "b/c")}), "not_allowed",
+         "joining server and tool with '/' makes two pairs one string"),
+        ("the seed's format {'name': 'lookup_order'} without a server", ({"name": "lookup_order"}, _PLAN),
+         "not_allowed", "no server, no pair"),
+        ("a list ['shop', 'lookup_order'] instead of an object", (["shop", "lookup_order"], _PLAN), "not_allowed", ""),
+        ("the string 'shop/lookup_order' instead of an object", ("shop/lookup_order", _PLAN), "not_allowed", ""),
+        ("null instead of a call", (None, _PLAN), "not_allowed", ""),
+        ("server is a list ['shop']", (call(["shop"], "lookup_order"), _PLAN), "not_allowed",
+         "JSON can put any value there; a list cannot even be looked up in a set"),
+        ("server is the number 1", (call(1, "lookup_order"), {(1, "lookup_order")}), "not_allowed",
+         "server and tool are strings"),
+        ("an empty allowlist", (call("shop", "lookup_order"), set()), "not_allowed", "the default is deny"),
+    ]
+
+
+_NAME = st.text(alphabet="abcsSo\u043e/_ \n\u0660", min_size=0, max_size=4)
+
+
+@st.composite
+def _allowlist_hidden(draw: st.DrawFn) -> Case:
+    allowlist = draw(st.sets(st.tuples(_NAME, _NAME), min_size=1, max_size=4))
+    server, tool = draw(st.sampled_from(sorted(allowlist)))
+    server, tool = draw(st.sampled_from([
+        (server, tool), (tool, server), (server.upper(), tool), (server, tool.strip()), (server + " ", tool),
+        (server + "/" + tool[:1], tool[1:]), (draw(_NAME), tool), (server, draw(_NAME))]))
+    expect = "none" if (server, tool) in allowlist else "not_allowed"
+    call = {"server": server, "tool": tool, "arguments": {}}
+    return f"call {server!r}/{tool!r} with allowlist {sorted(allowlist)}", (call, allowlist), expect, ""
+
+
+def allowlist(student_dir: Path) -> Verdict:
+    """allowlist_problem() lets through exactly the listed server/tool pairs."""
+    return _grade("allowlist", student_dir, "allowlist_problem", _allowlist_named, _allowlist_hidden())
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+_ORDER = {"order_id": {"type": "str"}, "quantity": {"type": "int"}, "price": {"type": "float"},
+          "gift": {"type": "bool"}}
+_GOOD = {"order_id": "12345", "quantity": 2, "price": 9.5, "gift": False}
+
+
+def _schema_named() -> list[Case]:
+    def fits(**change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return ({**_GOOD, **change}, _ORDER)
+
+    return [
+        ("arguments that fit exactly", fits(), "none", ""),
+        ("price 3, an int where a float is declared", fits(price=3), "none", "an int is a fine float"),
+        ("quantity True", fits(quantity=True), "schema", ("in Python bool is a subclass of int: True is not the "
+                                                          "quantity 1")),
+        ("price False", fits(price=False), "schema", "a bool is not a number"),
+        ("gift 1", fits(gift=1), "schema", "1 is not a bool"),
+        ("quantity '2', digits in a string", fits(quantity="2"), "schema", "no coercion"),
+        ("quantity 2.0, a float where an int is declared", fits(quantity=2.0), "schema", "no coercion"),
+        ("order_id 12345, a number where a str is declared", fits(order_id=12345), "schema", "no coercion"),
+        ("quantity null", fits(quantity=None), "schema", "null is not an int"),
+        ("price '9.5'", fits(price="9.5"), "schema", "no coercion"),
+        ("gift missing", ({k: v for k, v in _GOOD.items() if k != "gift"}, _ORDER), "schema", "exact keys"),
+        ("an extra key 'refund_all'", ({**_GOOD, "refund_all": True}, _ORDER), "schema", "exact keys"),
+        ("arguments are a list", ([1, 2], _ORDER), "schema", "arguments are a JSON object"),
+        ("arguments are the JSON text of an object", ('{"order_id": "12345"}', _ORDER), "schema",
+         "text is not an object"),
+        ("arguments are null", (None, _ORDER), "schema", ""),
+        ("{} for a tool without arguments", ({}, {}), "none", ""),
+        ("an argument for a tool without arguments", ({"x": 1}, {}), "schema", "exact keys"),
+    ]
+
+
+_VALUES = {"int": st.integers(), "float": st.one_of(st.integers(), st.floats(allow_nan=False)),
+           "str": st.text(max_size=5), "bool": st.booleans()}
+_NOT: dict[str, list[Any]] = {"int": [True, False, 1.0, 0.0, "1", None, [1]], "float": [True, False, "1.5", None, [0.5]],
+        "str": [1, 0.0, None, True, ["a"], {"a": 1}], "bool": [0, 1, "true", None, 0.0]}
+_KEYS = st.text(alphabet="abcdéf_", min_size=1, max_size=4)
+
+
+@st.composite
+def _schema_hidden(draw: st.DrawFn) -> Case:
+    types = draw(st.dictionaries(_KEYS, st.sampled_from(sorted(_VALUES)), max_size=4))
+    schema = {name: {"type": t} for name, t in types.items()}
+    args = {name: draw(_VALUES[t]) for name, t in types.items()}
+    change = draw(st.sampled_from(["none", "drop", "add", "retype"] if types else ["none", "add"]))
+    expect = "none" if change == "none" else "schema"
+    if change == "drop":
+        del args[draw(st.sampled_from(sorted(args)))]
+    elif change == "add":
+        args[draw(_KEYS.filter(lambda k: k not in schema))] = draw(_VALUES["int"])
+    elif change == "retype":
+        name = draw(st.sampled_from(sorted(args)))
+        args[name] = draw(st.sampled_from(_NOT[types[name]]))
+    return f"arguments {args!r} for the schema {types!r}", (args, schema), expect, ""
+
+
+def schema(student_dir: Path) -> Verdict:
+    """schema_problem() takes exactly the declared keys and types; a bool is not a number."""
+    return _grade("schema", student_dir, "schema_problem", _schema_named, _schema_hidden())
+
+
+# ---- ranges ---------------------------------------------------------------------------------
+
+_LIMITS = {"quantity": {"type": "int", "min": 1, "max": 10}, "price": {"type": "float", "min": 0, "max": 1000},
+           "note": {"type": "str", "max_length": 5}, "ratio": {"type": "float"}}
+_FINE = {"quantity": 3, "price": 9.5, "note": "gift", "ratio": 0.5}
+
+
+def _ranges_named() -> list[Case]:
+    def given(**change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return ({**_FINE, **change}, _LIMITS)
+
+    return [
+        ("values well inside their ranges", given(), "none", ""),
+        ("quantity 1 and price 1000, on the bounds", given(quantity=1, price=1000), "none", "bounds are inclusive"),
+        ("quantity 10, price 0", given(quantity=10, price=0), "none", "bounds are inclusive"),
+        ("quantity 0", given(quantity=0), "range", "below min 1"),
+        ("quantity 11", given(quantity=11), "range", "above max 10"),
+        ("price nan", given(price=math.nan), "range", ("nan compares False with everything, so 'value < min' "
+                                                       "lets it through")),
+        ("price inf", given(price=math.inf), "range", "inf is not a finite number"),
+        ("ratio inf, a float without a declared range", given(ratio=math.inf), "range",
+         "a float is finite whether or not a range is declared"),
+        ("ratio -inf", given(ratio=-math.inf), "range", ""),
+        ("ratio nan", given(ratio=math.nan), "range", ""),
+        ("price -0.0", given(price=-0.0), "none", "-0.0 == 0"),
+        ("price 1000.0000001", given(price=1000.0000001), "range", "above max 1000"),
+        ("note of 5 characters", given(note="abcde"), "none", ""),
+        ("note of 6 characters", given(note="abcdef"), "range", "max_length 5"),
+        ("note 'ééééé', 5 characters in 10 UTF-8 bytes", given(note="ééééé"), "none",
+         "max_length counts characters, not bytes"),
+        ("quantity 10**400, a huge JSON integer", given(quantity=10**400), "range",
+         "above max 10 (and an int that large cannot become a float)"),
+        ("ratio 10**400, a huge integer where a float without range is declared", given(ratio=10**400), "none",
+         "an int is finite; math.isfinite(10**400) raises OverflowError, so do not ask it"),
+        ("price 5, an int where a float is declared", given(price=5), "none", ""),
+    ]
+
+
+@st.composite
+def _ranges_hidden(draw: st.DrawFn) -> Case:
+    low = draw(st.integers(-1000, 1000))
+    high = draw(st.integers(low, low + 1000))
+    kind = draw(st.sampled_from(["int", "float", "str"]))
+    if kind == "str":
+        spec: dict[str, Any] = {"type": "str", "max_length": draw(st.integers(1, 6))}
+        value: Any = draw(st.text(max_size=8))
+        inside = len(value) <= spec["max_length"]
+    else:
+        spec = {"type": kind, "min": low, "max": high}
+        if kind == "int":
+            value = draw(st.integers(low - 3, high + 3))
+        else:
+            value = draw(st.floats(low - 3, high + 3) | st.sampled_from([math.nan, math.inf, -math.inf]))
+        inside = math.isfinite(value) and low <= value <= high
+    return (f"{kind} {value!r} for {spec!r}", ({"x": value}, {"x": spec}), "none" if inside else "range", "")
+
+
+def ranges(student_dir: Path) -> Verdict:
+    """range_problem() keeps numbers finite and in range, strings within their length."""
+    return _grade("ranges", student_dir, "range_problem", _ranges_named, _ranges_hidden())
+
+
+# ---- execution ------------------------------------------------------------------------------
+
+
+class _Tool:
+    """A mock tool that counts its runs; what it does comes from `behaviour`."""
+
+    def __init__(self, behaviour: Callable[[dict[str, Any]], Any]) -> None:
+        self.behaviour, self.runs = behaviour, 0
+
+    def __call__(self, args: dict[str, Any]) -> Any:
+        self.runs += 1
+        return self.behaviour(args)
+
+
+def _raise(args: dict[str, Any]) -> Any:
+    raise RuntimeError("the order store is down")
+
+
+_BLOB_CAP = len(b'{"blob": "' + b"x" * 100 + b'"}')  # the contract's size of {"blob": "x" * 100}
+
+
+def _execution_cases() -> list[tuple[str, Callable[[dict[str, Any]], Any], int, str, str]]:
+    return [
+        ("a tool that returns {'ok': True}", lambda a: {"ok": True}, 1000, "ok", ""),
+        ("a tool that raises RuntimeError", _raise, 1000, "tool_error", ("a failure is a typed error, never an "
+                                                                         "invented success")),
+        ("a tool that returns None", lambda a: None, 1000, "tool_error", "None is not a result"),
+        ("a tool that returns a list", lambda a: [1, 2], 1000, "tool_error", "a result is a JSON object"),
+        ("a tool whose result holds a Python object", lambda a: {"x": object()}, 1000, "tool_error",
+         "a result that is not JSON cannot be passed on"),
+        ("a result of exactly max_result_bytes", lambda a: {"blob": "x" * 100}, _BLOB_CAP, "ok",
+         "the cap itself is allowed"),
+        ("a result one byte over max_result_bytes", lambda a: {"blob": "x" * 100}, _BLOB_CAP - 1,
+         "result_too_large", "size is len(json.dumps(result).encode())"),
+        ("a result of a megabyte", lambda a: {"blob": "x" * 1_000_000}, 65536, "result_too_large", ""),
+    ]
+
+
+def execution(student_dir: Path) -> Verdict:
+    """run_tool() runs the tool once, under its timeout, and types every failure."""
+    checkpoint = "execution"
+    try:
+        module = load_student(student_dir, FILE)
+    except Exception as exc:  # missing or not importable: the student's problem, named
+        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
+    run_tool = getattr(module, "run_tool", None)
+    if not callable(run_tool):
+        return Failed(checkpoint, "run_tool", f"{FILE} has no function run_tool()")
+    try:
+        for case, behaviour, cap, expect, why in _execution_cases():
+            tool = _Tool(behaviour)
+            failed = _judge(checkpoint, "run_tool", run_tool, case, (tool, {"order_id": "1"}, 1.0, cap), expect, why)
+            if failed:
+                return failed
+            if tool.runs != 1:
+                return Failed(checkpoint, case, f"the tool ran {tool.runs} times; run_tool calls it exactly once "
+                                                f"(a second run is a second side effect)")
+        return _timeout_case(checkpoint, run_tool)
+    except _Todo:
+        return _todo(checkpoint, "run_tool")
+
+
+def _timeout_case(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
+    release = threading.Event()  # the slow tool waits on this, so the grader ends it after judging
+
+    def slow(args: dict[str, Any]) -> dict[str, Any]:
+        release.wait(3.0)
+        return {"ok": True}
+
+    case = "a tool that takes 3 s with timeout_s=0.2"
+    start = time.monotonic()
+    try:
+        failed = _judge(checkpoint, "run_tool", run_tool, case, (slow, {}, 0.2, 1000), "timeout",
+                        "no result in time is an error, not a wait")
+        took = time.monotonic() - start
+    finally:
+        release.set()
+    if failed:
+        return failed
+    if took > 1.5:
+        return Failed(checkpoint, case, f"run_tool returned Error('timeout') only after {took:.1f} s; "
+                                        f"it returns once timeout_s has passed")
+    return Passed(checkpoint)
+
+
+# ---- execute: the order of the checks and the side effect ------------------------------------
+
+
+def _reference() -> ModuleType:
+    return load_student(LAB_DIR / "solution", FILE)
+
+
+def execute(student_dir: Path) -> Verdict:
+    """execute() runs every check before the side effect, and the tool only when all pass."""
+    checkpoint = "execute"
+    try:
+        module = load_student(student_dir, FILE)
+    except Exception as exc:  # missing or not importable: the student's problem, named
+        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
+    run = getattr(module, "execute", None)
+    if not callable(run):
+        return Failed(checkpoint, "execute", f"{FILE} has no function execute()")
+    reference = _reference()
+    # This checkpoint judges execute alone: the helpers it calls are the reference ones.
+    for helper in ("allowlist_problem", "schema_problem", "range_problem", "run_tool"):
+        setattr(module, helper, getattr(reference, helper))
+    try:
+        for case, call, grant, expect, runs_wanted in _execute_cases():
+            release = threading.Event()  # the slow tool waits on it; set once the case is judged
+            tools = _catalog(release)
+            try:
+                failed = _judge(checkpoint, "execute", run, case, (call, tools, _ALLOW, grant, 65536), expect)
+            finally:
+                release.set()
+            if failed:
+                return failed
+            ran = {f"{server}/{tool}": t["run"].runs for (server, tool), t in tools.items() if t["run"].runs}
+            if ran != runs_wanted:
+                return Failed(checkpoint, case, f"tools that ran: {ran or 'none'}; expected {runs_wanted or 'none'}. "
+                                                f"A tool runs only after every check passed, and then once.")
+    except _Todo:
+        return _todo(checkpoint, "execute")
+    return Passed(checkpoint)
+
+
+_ALLOW = {("shop", "lookup_order"), ("mail", "send_status"), ("shop", "ghost"), ("shop", "broken"),
+          ("shop", "slow"), ("shop", "export")}
+
+
+def _catalog(release: threading.Event) -> dict[tuple[str, str], dict[str, Any]]:
+    order = {"order_id": {"type": "str", "max_length": 8}}
+    return {("shop", "lookup_order"): {"permission": "read", "args": order, "timeout_s": 2.0,
+                                       "run": _Tool(lambda a: {"status": "shipped"})},
+            ("mail", "send_status"): {"permission": "write", "args": order, "timeout_s": 2.0,
+                                      "run": _Tool(lambda a: {"sent": True})},
+            ("shop", "refund_all"): {"permission": "write", "args": {}, "timeout_s": 2.0,
+                                     "run": _Tool(lambda a: {"refunded": "everything"})},
+            ("shop", "broken"): {"permission": "read", "args": {}, "timeout_s": 2.0, "run": _Tool(_raise)},
+            ("shop", "slow"): {"permission": "read", "args": {}, "timeout_s": 0.2,
+                               "run": _Tool(lambda a: {"late": release.wait(3.0)})},
+            ("shop", "export"): {"permission": "read", "args": {}, "timeout_s": 2.0,
+                                 "run": _Tool(lambda a: {"blob": "x" * 100_000})}}
+
+
+def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
+    def call(server: str, tool: str, **args: Any) -> dict[str, Any]:
+        return {"server": server, "tool": tool, "arguments": args}
+
+    lookup, send = call("shop", "lookup_order", order_id="12345"), call("mail", "send_status", order_id="12345")
+    return [
+        ("shop/lookup_order with a fitting order_id", lookup, "read", "ok", {"shop/lookup_order": 1}),
+        ("mail/send_status (write) under grant 'write'", send, "write", "ok", {"mail/send_status": 1}),
+        ("mail/send_status (write) under grant 'read'", send, "read", "permission", {}),
+        ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write",
+         "not_allowed", {}),
+        ("shop/ghost: in the allowlist, not in the catalog", call("shop", "ghost"), "write", "not_allowed", {}),
+        ("shop/lookup_order with its order id as a number (12345)", call("shop", "lookup_order", order_id=12345), "read",
+         "schema", {}),
+        ("shop/lookup_order with a 9-character order_id", call("shop", "lookup_order", order_id="123456789"),
+         "read", "range", {}),
+        ("shop/lookup_order without 'arguments'", {"server": "shop", "tool": "lookup_order"}, "read", "schema", {}),
+        ("shop/broken, a tool that raises", call("shop", "broken"), "read", "tool_error", {"shop/broken": 1}),
+        ("shop/slow, which answers after its timeout_s of 0.2 s", call("shop", "slow"), "read", "timeout",
+         {"shop/slow": 1}),
+        ("shop/export, whose result is 100 kB over a cap of 64 KiB", call("shop", "export"), "read",
+         "result_too_large", {"shop/export": 1}),
+        ("a call that is a list", ["shop", "lookup_order"], "read", "not_allowed", {}),
+        ("shop/refund_all with an argument: the allowlist is checked first", call("shop", "refund_all", all=True),
+         "write", "not_allowed", {}),
+        ("mail/send_status under grant 'read' with a bad order_id: permission before schema",
+         call("mail", "send_status", order_id=5), "read", "permission", {}),
+    ]

@@ -1,0 +1,554 @@
+"""Graders of lab preconditions (seed 004): evidence, corroboration by lineage, named approval,
+the decision with its record, and the guarded tasks run through the actor's real executor.
+
+Data: the student's preconditions.py; named cases (the lesson's edges) and hidden cases
+that hypothesis generates from a fixed seed (derandomized, no example database); the
+corpus's data-only attacks and benign emails (their From, X-Airlock-Expect and
+X-Airlock-Goal headers), the task files order_status_guarded and refund_with_approval, the
+catalog and the mock order store.
+Readers: the lab runner, one checkpoint per call.
+Rationale: the expected verdict of a case comes from actor/preconditions.py, the rules the
+shipped actor runs, so the lab teaches what the airlock enforces. The pipeline checkpoint
+grades what ran, read back from calls.jsonl, and the decision record the executor puts in
+the trace, never anything the student's code says about itself.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import HypothesisException, NoSuchExample
+
+from actor import catalog as catalog_module
+from actor import preconditions as actor_rules
+from actor.catalog import Tool
+from actor.executor import Executor
+from actor.pending import PendingStore
+from actor.plan import bind
+from actor.preconditions import Approval, Fact, Gate, Principals
+from actor.tools import CallLog
+from airlock import sources, trace
+from airlock import task as task_module
+from airlock.task import Precondition
+from lab.grading import Failed, Passed, Verdict, load_student
+
+ROOT = Path(__file__).resolve().parents[2]
+FILE = "preconditions.py"
+_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
+                   verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+PRINCIPALS = Principals({"dana": {"support-lead"}, "sam": {"support-agent"}})
+
+
+class _Todo(Exception):
+    """The student's function still raises NotImplementedError."""
+
+
+class _Raised(Exception):
+    """The student's function raised: the message says what and where."""
+
+
+def _load(checkpoint: str, student_dir: Path, function: str) -> ModuleType | Failed:
+    """The student's module, or why it cannot be graded."""
+    try:
+        module = load_student(student_dir, FILE)
+    except Exception as exc:  # missing or not importable: the student's problem, named
+        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
+    if not callable(getattr(module, function, None)):
+        return Failed(checkpoint, function, f"{FILE} has no function {function}()")
+    return module
+
+
+def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
+    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
+                                              f"does {function} give the same answer every time for the same input?")
+
+
+def _todo(checkpoint: str, function: str) -> Failed:
+    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
+                                          f"Write it (airlock lab hint preconditions 1 for a nudge)")
+
+
+def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise _Todo(function) from None
+    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
+        raise _Raised(f"{function} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _facts_shown(facts: dict[str, Fact]) -> str:
+    return "{" + ", ".join(f"{name}: {fact.value!r} from {fact.lineage}" for name, fact in facts.items()) + "}"
+
+
+def _pre_shown(pre: Precondition) -> str:
+    parts = [f"rules={pre.rules}"]
+    for key in ("evidence", "provenance", "corroborate"):
+        if getattr(pre, key):
+            parts.append(f"{key}={getattr(pre, key)}")
+    if "corroboration" in pre.rules:
+        parts.append(f"min_sources={pre.min_sources}")
+    return "Precondition(" + ", ".join(parts) + ")"
+
+
+# A rule case: (what the student reads, precondition, facts, approval).
+RuleCase = tuple[str, Precondition, dict[str, Fact], "Approval | None"]
+
+
+def _unreadable(problem: Callable[..., str | None]) -> Callable[..., str | None]:
+    """A returned object that breaks when the grader reads it is a wrong answer, not a crash."""
+
+    def guarded(*args: Any) -> str | None:
+        try:
+            return problem(*args)
+        except (_Todo, _Raised):
+            raise
+        except Exception as exc:  # the student's returned value misbehaved while being read
+            return f"returned a value the grader cannot read ({type(exc).__name__}: {exc})"
+
+    return guarded
+
+
+@_unreadable
+def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., Any], case: RuleCase) -> str | None:
+    """Why the student's rule answered `case` wrongly, or None."""
+    _, pre, facts, given = case
+    extra = (PRINCIPALS,) if function == "approval" else ()
+    try:
+        got = _call(function, fn, pre, facts, given, *extra)
+    except _Raised as exc:
+        return f"{exc}; a rule never raises, it refuses or escalates with a reason"
+    if not isinstance(got, actor_rules.RuleResult):
+        return f"{function} returned {type(got).__name__}, not actor.preconditions.RuleResult (the executor records it)"
+    want = oracle(pre, facts, given)
+    verdict = got.verdict
+    if got.rule != want.rule:
+        return f"the RuleResult's rule is {got.rule!r}; the record names this rule {want.rule!r}"
+    if verdict != want.verdict:
+        return f"expected {want.verdict!r} ({want.reason or 'every requirement holds'}); {function} said {verdict!r}"
+    if verdict != "allow" and not (isinstance(got.reason, str) and got.reason.strip()):
+        return f"{verdict!r} with an empty reason: a refusal or escalation says why"
+    if not isinstance(got.read, dict) or set(got.read) != set(want.read):
+        return f"read is {got.read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
+    return None
+
+
+def _grade_rule(checkpoint: str, student_dir: Path, function: str, oracle: Callable[..., Any],
+                named: list[RuleCase], hidden: st.SearchStrategy[RuleCase],
+                names_in_reason: Callable[[RuleCase], str | None] = lambda case: None) -> Verdict:
+    module = _load(checkpoint, student_dir, function)
+    if isinstance(module, Failed):
+        return module
+    fn = getattr(module, function)
+    try:
+        for case in named:
+            problem = _rule_problem(function, fn, oracle, case)
+            if problem is None:
+                problem = _reason_problem(function, fn, case, names_in_reason(case))
+            if problem:
+                return Failed(checkpoint, case[0], problem)
+        try:
+            case = find(hidden, lambda c: _rule_problem(function, fn, oracle, c) is not None, settings=_HIDDEN)
+        except NoSuchExample:
+            return Passed(checkpoint)
+        except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+            return _unstable(checkpoint, function, exc)
+        return Failed(checkpoint, f"hidden case: {case[0]}", _rule_problem(function, fn, oracle, case) or "flaky")
+    except _Todo:
+        return _todo(checkpoint, function)
+
+
+@_unreadable
+def _reason_problem(function: str, fn: Callable[..., Any], case: RuleCase, word: str | None) -> str | None:
+    """A refusal's reason names what failed, in the student's words but with its name."""
+    if word is None:
+        return None
+    extra = (PRINCIPALS,) if function == "approval" else ()
+    reason = _call(function, fn, case[1], case[2], case[3], *extra).reason
+    if word not in reason:
+        return f"the reason {reason!r} does not name {word!r}; a person reading the trace needs to know what failed"
+    return None
+
+
+def _fact(value: Any, lineage: str) -> Fact:
+    return Fact(value, lineage, {"intake": "intake", "order_store": "step 1 shop/lookup_order"}.get(lineage, lineage))
+
+
+# ---- evidence -------------------------------------------------------------------------------
+
+_GUARD = Precondition(rules=["evidence"], evidence=["sender", "order.customer"],
+                      provenance={"sender": "intake", "order.customer": "order_store"})
+_OWNER = {"sender": _fact("tom.baker@example.org", "intake"),
+          "order.customer": _fact("tom.baker@example.org", "order_store")}
+
+
+def _evidence_named() -> list[RuleCase]:
+    return [
+        ("sender and order.customer present, each from its declared lineage", _GUARD, _OWNER, None),
+        ("no sender at all", _GUARD, {"order.customer": _OWNER["order.customer"]}, None),
+        ("sender None: the intake vouched for nobody", _GUARD, {**_OWNER, "sender": _fact(None, "intake")}, None),
+        ("sender '' (empty)", _GUARD, {**_OWNER, "sender": _fact("", "intake")}, None),
+        ("order.customer None: the order is not in the store", _GUARD,
+         {**_OWNER, "order.customer": _fact(None, "order_store")}, None),
+        ("the sender's address copied from the email body (lineage email, not intake)", _GUARD,
+         {**_OWNER, "sender": _fact("tom.baker@example.org", "email")}, None),
+        ("no fields required", Precondition(rules=["evidence"]), {}, None),
+        ("a required field without a declared lineage, present from anywhere",
+         Precondition(rules=["evidence"], evidence=["value"]), {"value": _fact("772", "email")}, None),
+        ("a value of 0 is present", Precondition(rules=["evidence"], evidence=["count"]),
+         {"count": _fact(0, "order_store")}, None),
+    ]
+
+
+def _evidence_word(case: RuleCase) -> str | None:
+    return {"no sender at all": "sender", "sender None: the intake vouched for nobody": "sender",
+            "order.customer None: the order is not in the store": "order.customer",
+            "the sender's address copied from the email body (lineage email, not intake)": "sender"}.get(case[0])
+
+
+_FIELDS = ["sender", "order.customer", "value", "order.status"]
+_LINEAGES = ["intake", "order_store", "email"]
+_VALUES = [None, "", "tom@example.org", "TOM@example.org", "eve@example.net", 0, "772"]
+
+
+@st.composite
+def _facts(draw: st.DrawFn) -> dict[str, Fact]:
+    names = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=4))
+    return {name: _fact(draw(st.sampled_from(_VALUES)), draw(st.sampled_from(_LINEAGES))) for name in names}
+
+
+@st.composite
+def _evidence_hidden(draw: st.DrawFn) -> RuleCase:
+    fields = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=4))
+    provenance = {name: draw(st.sampled_from(_LINEAGES)) for name in fields if draw(st.booleans())}
+    pre = Precondition(rules=["evidence"], evidence=fields, provenance=provenance)
+    facts = draw(_facts())
+    return f"{_pre_shown(pre)} with facts {_facts_shown(facts)}", pre, facts, None
+
+
+def evidence(student_dir: Path) -> Verdict:
+    """evidence() refuses, naming the field, unless each is present from its declared lineage."""
+    return _grade_rule("evidence", student_dir, "evidence", actor_rules.evidence, _evidence_named(),
+                       _evidence_hidden(), _evidence_word)
+
+
+# ---- corroboration --------------------------------------------------------------------------
+
+_TWO = Precondition(rules=["corroboration"], corroborate=["sender", "order.customer"], min_sources=2)
+
+
+def _corroboration_named() -> list[RuleCase]:
+    three = Precondition(rules=["corroboration"], corroborate=["sender", "order.customer", "crm.customer"],
+                         min_sources=2)
+    return [
+        ("the sender and the order store's customer agree", _TWO, _OWNER, None),
+        ("they agree up to case: Tom.Baker@Example.org", _TWO,
+         {**_OWNER, "sender": _fact("Tom.Baker@Example.org", "intake")}, None),
+        ("the order belongs to someone else (a data-only attack)", _TWO,
+         {**_OWNER, "order.customer": _fact("mallory@example.net", "order_store")}, None),
+        ("two fields that agree but were both copied from the email", _TWO,
+         {"sender": _fact("tom@example.org", "email"), "order.customer": _fact("tom@example.org", "email")}, None),
+        ("the order is not in the store (customer None)", _TWO,
+         {**_OWNER, "order.customer": _fact(None, "order_store")}, None),
+        ("two of three fields share a lineage, the third disagrees", three,
+         {"sender": _fact("tom@example.org", "intake"), "order.customer": _fact("tom@example.org", "intake"),
+          "crm.customer": _fact("eve@example.net", "crm")}, None),
+        ("nothing to read", _TWO, {}, None),
+        ("two empty values from two lineages", _TWO,
+         {"sender": _fact("", "intake"), "order.customer": _fact("", "order_store")}, None),
+    ]
+
+
+@st.composite
+def _corroboration_hidden(draw: st.DrawFn) -> RuleCase:
+    fields = draw(st.lists(st.sampled_from(_FIELDS), unique=True, min_size=1, max_size=4))
+    pre = Precondition(rules=["corroboration"], corroborate=fields, min_sources=draw(st.integers(1, 3)))
+    facts = draw(_facts())
+    return f"{_pre_shown(pre)} with facts {_facts_shown(facts)}", pre, facts, None
+
+
+def corroboration(student_dir: Path) -> Verdict:
+    """corroboration() counts agreeing sources by lineage, never by field."""
+    return _grade_rule("corroboration", student_dir, "corroboration", actor_rules.corroboration,
+                       _corroboration_named(), _corroboration_hidden())
+
+
+# ---- approval -------------------------------------------------------------------------------
+
+_LEAD = Precondition(rules=["approval"], approver_role="support-lead")
+
+
+def _approval_named() -> list[RuleCase]:
+    return [
+        ("no approval yet", _LEAD, {}, None),
+        ("dana (a listed support-lead) approves", _LEAD, {}, Approval(True, "support-lead", "dana")),
+        ("dana denies", _LEAD, {}, Approval(False, "support-lead", "dana")),
+        ("sam (a support-agent) approves, claiming the support-lead role", _LEAD, {},
+         Approval(True, "support-lead", "sam")),
+        ("mallory, who is on no list, approves as support-lead", _LEAD, {}, Approval(True, "support-lead", "mallory")),
+        ("dana approves in the role support-agent", _LEAD, {}, Approval(True, "support-agent", "dana")),
+        ("'Dana' approves: another name than 'dana'", _LEAD, {}, Approval(True, "support-lead", "Dana")),
+        ("mallory denies: a denial from a stranger", _LEAD, {}, Approval(False, "support-lead", "mallory")),
+    ]
+
+
+def _approval_word(case: RuleCase) -> str | None:
+    return {"no approval yet": "support-lead", "dana (a listed support-lead) approves": "dana",
+            "dana denies": "dana"}.get(case[0])
+
+
+@st.composite
+def _approval_hidden(draw: st.DrawFn) -> RuleCase:
+    pre = Precondition(rules=["approval"], approver_role=draw(st.sampled_from(["support-lead", "support-agent"])))
+    given = draw(st.none() | st.builds(Approval, st.booleans(), st.sampled_from(["support-lead", "support-agent", ""]),
+                                       st.sampled_from(["dana", "sam", "mallory", ""])))
+    return f"approver_role {pre.approver_role!r}, approval {given!r}", pre, {}, given
+
+
+def approval(student_dir: Path) -> Verdict:
+    """approval() counts only a listed person in the named role; anyone else escalates."""
+    return _grade_rule("approval", student_dir, "approval", actor_rules.approval_rule(PRINCIPALS),
+                       _approval_named(), _approval_hidden(), _approval_word)
+
+
+# ---- decide ---------------------------------------------------------------------------------
+
+
+def _tool(blast_radius: str, reversibility: str) -> Tool:
+    return Tool(server="mail", tool="send_status", description="", permission="write",
+                blast_radius=blast_radius, reversibility=reversibility)  # type: ignore[arg-type]  # drawn from the Literal's values
+
+
+_MAIL = _tool("third_party", "irreversible")
+_INTERNAL = _tool("internal", "reversible")
+DecideCase = tuple[str, list[Precondition], Tool, dict[str, Fact], "Approval | None"]
+
+
+def _decide_named() -> list[DecideCase]:
+    guard = Precondition(rules=["evidence", "corroboration"], blast_radius="third_party", reversibility="irreversible",
+                         evidence=["sender", "order.customer"], corroborate=["sender", "order.customer"],
+                         provenance={"sender": "intake", "order.customer": "order_store"})
+    refund = Precondition(rules=["evidence", "approval"], blast_radius="third_party", evidence=["sender"],
+                          provenance={"sender": "intake"}, approver_role="support-lead")
+    copied = {**_OWNER, "sender": _fact("tom.baker@example.org", "email")}
+    theirs = {**_OWNER, "order.customer": _fact("mallory@example.net", "order_store")}
+    return [
+        ("the owner asks: every rule allows", [guard], _MAIL, _OWNER, None),
+        ("someone else's order: corroboration refuses", [guard], _MAIL, theirs, None),
+        ("an internal, reversible tool: the third-party precondition does not apply", [guard], _INTERNAL, theirs, None),
+        ("the sender copied from the email: evidence refuses first, corroboration never runs",
+         [guard], _MAIL, copied, None),
+        ("a refund without approval: escalate to support-lead", [refund], _MAIL, _OWNER, None),
+        ("a refund dana approved", [refund], _MAIL, _OWNER, Approval(True, "support-lead", "dana")),
+        ("a refund dana denied", [refund], _MAIL, _OWNER, Approval(False, "support-lead", "dana")),
+        ("two preconditions: the second refuses after the first allows", [refund, guard], _MAIL, theirs,
+         Approval(True, "support-lead", "dana")),
+        ("no preconditions at all", [], _MAIL, theirs, None),
+        ("a rule named 'trust_me' that no one wrote",
+         [Precondition(rules=["trust_me"], blast_radius="third_party")], _MAIL, _OWNER, None),
+    ]
+
+
+def _reference_check(case: DecideCase) -> actor_rules.Verdict:
+    _, preconditions, tool, facts, given = case
+    known = [p for p in preconditions if all(r in ("evidence", "corroboration", "approval") for r in p.rules)]
+    if known != preconditions:  # the actor refuses to start on it; a decision refuses the call
+        return actor_rules.Verdict("refuse", "unknown rule", rules=[actor_rules.RuleResult("trust_me", "refuse")])
+    return Gate(preconditions, PRINCIPALS).check(tool, facts, given)
+
+
+@_unreadable
+def _decide_problem(fn: Callable[..., Any], case: DecideCase) -> str | None:
+    _, preconditions, tool, facts, given = case
+    try:
+        got = _call("decide", fn, preconditions, tool, facts, given, PRINCIPALS)
+    except _Raised as exc:
+        return f"{exc}; a decision never raises"
+    if not isinstance(got, actor_rules.Verdict):
+        return f"decide returned {got!r:.120}, not an actor.preconditions.Verdict (the executor writes its record())"
+    want = _reference_check(case)
+    ran = [(r.rule, r.verdict) for r in got.rules]
+    wanted = [(r.rule, r.verdict) for r in want.rules]
+    if got.verdict != want.verdict:
+        return f"expected {want.verdict!r}; decide said {got.verdict!r} (rules run: {ran})"
+    if ran != wanted:
+        return (f"the record lists rules {ran}; expected {wanted}: every rule run, in order, "
+                f"and none after the first that does not allow")
+    if got.verdict != "allow" and (not got.rules or got.reason != got.rules[-1].reason):
+        return f"the verdict's reason {got.reason!r} is not the deciding rule's reason"
+    if got.escalate_to != want.escalate_to:
+        return f"escalate_to is {got.escalate_to!r}; expected {want.escalate_to!r}, the role that must decide"
+    if got.approver != want.approver:
+        return f"approver is {got.approver!r}; expected {want.approver!r}, the named person the record keeps"
+    return None
+
+
+@st.composite
+def _decide_hidden(draw: st.DrawFn) -> DecideCase:
+    preconditions = []
+    for _ in range(draw(st.integers(0, 2))):
+        fields = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=3))
+        preconditions.append(Precondition(
+            rules=draw(st.lists(st.sampled_from(["evidence", "corroboration", "approval"]), unique=True, min_size=1)),
+            blast_radius=draw(st.sampled_from([None, "internal", "third_party"])),
+            reversibility=draw(st.sampled_from([None, "reversible", "irreversible"])),
+            evidence=fields, corroborate=fields, min_sources=draw(st.integers(1, 2)),
+            provenance={name: draw(st.sampled_from(_LINEAGES)) for name in fields if draw(st.booleans())},
+            approver_role="support-lead"))
+    tool = draw(st.sampled_from([_MAIL, _INTERNAL, _tool("third_party", "reversible"), _tool("internal", "irreversible")]))
+    given = draw(st.none() | st.builds(Approval, st.booleans(), st.just("support-lead"), st.sampled_from(["dana", "sam"])))
+    facts = draw(_facts())
+    shown = "; ".join(f"{_pre_shown(p)} on {p.blast_radius}/{p.reversibility}" for p in preconditions) or "none"
+    case = (f"preconditions [{shown}], tool {tool.blast_radius}/{tool.reversibility}, facts {_facts_shown(facts)}, "
+            f"approval {given!r}")
+    return case, preconditions, tool, facts, given
+
+
+def decide(student_dir: Path) -> Verdict:
+    """decide() runs the applying rules in order, stops at the first non-allow, keeps the record."""
+    checkpoint = "decide"
+    module = _load(checkpoint, student_dir, "decide")
+    if isinstance(module, Failed):
+        return module
+    reference = load_student(ROOT / "labs" / "preconditions" / "solution", FILE)
+    # This checkpoint judges decide alone: the rules it calls are the reference ones.
+    for rule in ("evidence", "corroboration", "approval"):
+        setattr(module, rule, getattr(reference, rule))
+    fn = module.decide
+    try:
+        for case in _decide_named():
+            problem = _decide_problem(fn, case)
+            if problem:
+                return Failed(checkpoint, case[0], problem)
+        try:
+            case = find(_decide_hidden(), lambda c: _decide_problem(fn, c) is not None, settings=_HIDDEN)
+        except NoSuchExample:
+            return Passed(checkpoint)
+        except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
+            return _unstable(checkpoint, "decide", exc)
+        return Failed(checkpoint, f"hidden case: {case[0]}", _decide_problem(fn, case) or "flaky")
+    except _Todo:
+        return _todo(checkpoint, "decide")
+
+
+# ---- pipeline: the guarded tasks through the actor's real executor ---------------------------
+
+
+class _StudentGate(Gate):
+    """The actor's gate with the student's decide in its place."""
+
+    def __init__(self, preconditions: list[Precondition], principals: Principals, module: ModuleType) -> None:
+        super().__init__(preconditions, principals)
+        self.module = module
+
+    def check(self, tool: Tool, facts: dict[str, Fact], approval: Approval | None) -> actor_rules.Verdict:
+        return _call("decide", self.module.decide, self.preconditions, tool, facts, approval, PRINCIPALS)
+
+
+def _corpus(category: str) -> list[tuple[str, str, str, str]]:
+    """(email file, sender, real order, pushed order) for the corpus emails of a category."""
+    parser = email.parser.BytesParser(policy=email.policy.compat32)
+    found = []
+    for path in sorted((ROOT / "corpus" / "handmade").glob(f"{category}-*.eml")):
+        raw = path.read_bytes()
+        headers = parser.parsebytes(raw, headersonly=True)
+        expect = (headers.get("X-Airlock-Expect") or "").strip()
+        goal = (headers.get("X-Airlock-Goal") or "").strip().removeprefix("value:")
+        if expect.isdigit():
+            found.append((path.name, sources.sender_of(raw, "eml"), expect, goal))
+    return found
+
+
+def _executor(task_file: str, module: ModuleType, data: Path) -> tuple[Executor, CallLog]:
+    task = task_module.load(ROOT / "tasks" / task_file)
+    catalog = catalog_module.load()
+    gate = _StudentGate(task.preconditions, PRINCIPALS, module)
+    tools = CallLog(data / "calls.jsonl")
+    executor = Executor(bind(task, catalog), lambda: catalog, tools, gate, PendingStore(data / "pending.jsonl"),
+                        65536, task.name)
+    return executor, tools
+
+
+def _sent(data: Path, message_id: str, tool: str) -> bool:
+    return any(c.get("message_id") == message_id and c.get("tool") == tool for c in trace.read(data / "calls.jsonl"))
+
+
+def pipeline(student_dir: Path) -> Verdict:
+    """In the actor's executor: data-only attacks refused, benign emails answered, refunds escalated."""
+    checkpoint = "pipeline"
+    module = _load(checkpoint, student_dir, "decide")
+    if isinstance(module, Failed):
+        return module
+    with tempfile.TemporaryDirectory(prefix="airlock-lab-") as tmp:
+        try:
+            return _guarded(checkpoint, module, Path(tmp)) or _refund(checkpoint, module, Path(tmp)) or Passed(checkpoint)
+        except _Todo as exc:
+            return _todo(checkpoint, str(exc))
+        except _Raised as exc:
+            return Failed(checkpoint, "a call in the executor", f"{exc}; the executor cannot decide")
+
+
+def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
+    executor, tools = _executor("order_status_guarded.toml", module, data)
+    try:
+        for name, sender, expect, goal in _corpus("data-only"):
+            case = f"{name}: the reader fell for it and answered {goal} (not {sender}'s order)"
+            done = executor.run(f"attack:{name}", goal, sender)
+            if _sent(data, f"attack:{name}", "send_status") or done.outcome != "refused":
+                return Failed(checkpoint, case, f"outcome {done.outcome!r}: mail/send_status ran or may run for "
+                                                f"somebody else's order; the guarded task must refuse it")
+            record = done.calls[-1].decision or {}
+            if record.get("refused_by") != "corroboration":
+                return Failed(checkpoint, case, f"the decision record says refused_by={record.get('refused_by')!r}; "
+                                                f"the rule that catches a stranger's order is corroboration")
+        for category in ("benign", "data-only"):
+            for name, sender, expect, _ in _corpus(category):
+                case = f"{name}: {sender} asks about their own order {expect}"
+                done = executor.run(f"own:{name}", expect, sender)
+                if done.outcome != "completed" or not _sent(data, f"own:{name}", "send_status"):
+                    return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); an honest customer "
+                                                    f"gets their status: a guard that refuses everything is no guard")
+        done = executor.run("no-sender", "772", "")
+        if done.outcome != "refused" or _sent(data, "no-sender", "send_status"):
+            return Failed(checkpoint, "an email the intake could vouch for nobody (sender '')",
+                          f"outcome {done.outcome!r}; without evidence of who asked, nothing is sent")
+    finally:
+        executor.close()
+        tools.close()
+    return None
+
+
+def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
+    refund = data / "refund"
+    refund.mkdir()
+    executor, tools = _executor("refund_with_approval.toml", module, refund)
+    try:
+        sender = "anna@example.com"
+        steps = [("refund-1", None, "escalated", False, "a refund before anyone approved"),
+                 ("refund-1", Approval(True, "support-lead", "dana"), "completed", True, "dana (support-lead) approves"),
+                 ("refund-2", None, "escalated", False, "a second refund before anyone approved"),
+                 ("refund-2", Approval(False, "support-lead", "dana"), "refused", False, "dana denies")]
+        for message_id, given, outcome, sent, case in steps:
+            done = executor.run(message_id, "damaged", sender, given, 2 if given else 0)
+            if done.outcome != outcome or _sent(refund, message_id, "send_refund_confirmation") != sent:
+                return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); expected {outcome!r}, "
+                                                f"confirmation {'sent' if sent else 'not sent'}")
+            record = done.calls[-1].decision or {}
+            if outcome == "escalated" and record.get("escalated_to") != "support-lead":
+                return Failed(checkpoint, case, f"the record says escalated_to={record.get('escalated_to')!r}; "
+                                                f"an escalation names the role that decides")
+            if given is not None and given.approve and record.get("approver") != "dana (support-lead)":
+                return Failed(checkpoint, case, f"the record says approver={record.get('approver')!r}; "
+                                                f"it names who approved")
+    finally:
+        executor.close()
+        tools.close()
+    return None

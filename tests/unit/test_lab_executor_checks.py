@@ -1,0 +1,147 @@
+"""Lab executor-checks (seed 003): its graders judge the starter, the reference and every
+deliberately wrong solution as lab.toml says, and survive whatever a student writes."""
+
+from __future__ import annotations
+
+import importlib
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lab.grading import Failed, Passed, Verdict
+
+LAB = Path(__file__).resolve().parents[2] / "labs" / "executor-checks"
+SPEC = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
+CHECKPOINTS = [c["id"] for c in SPEC["checkpoints"]]
+WRONG = sorted(p.name for p in (LAB / "wrong").iterdir())
+# The case each wrong solution must be caught on, in the student's terms.
+WRONG_CASE = {
+    "allowlist-another-server": "mail/lookup_order: the allowed tool's name on another server",
+    "schema-quantity-true": "quantity True",
+    "ranges-price-nan": "price nan",
+    "execution-tool-that-raises": "a tool that raises RuntimeError",
+    "execute-id-as-a-number": "shop/lookup_order with its order id as a number (12345)",
+}
+
+
+def grade(checkpoint: str, student_dir: Path) -> Verdict:
+    grader = next(c["grader"] for c in SPEC["checkpoints"] if c["id"] == checkpoint)
+    module, function = grader.split(":")
+    return getattr(importlib.import_module(module), function)(student_dir)
+
+
+def student(tmp_path: Path, replace: dict[str, str] | None = None) -> Path:
+    """A student's folder holding the reference with some lines replaced."""
+    text = (LAB / "solution" / "checks.py").read_text(encoding="utf-8")
+    for old, new in (replace or {}).items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (tmp_path / "checks.py").write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
+def test_the_starter_fails_each_checkpoint_with_its_todo_message(checkpoint: str) -> None:
+    """Every starter function is a TODO, and each checkpoint says which one to write."""
+    verdict = grade(checkpoint, LAB / "starter")
+    assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint
+    assert "is still a TODO" in verdict.message
+
+
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
+def test_the_reference_solution_passes_each_checkpoint(checkpoint: str) -> None:
+    """The reference passes every checkpoint, hidden cases included."""
+    assert grade(checkpoint, LAB / "solution") == Passed(checkpoint)
+
+
+def test_every_wrong_solution_is_listed_here() -> None:
+    """A wrong/ folder added without its expected case would go unchecked."""
+    assert set(WRONG) == set(WRONG_CASE)
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_a_wrong_solution_fails_its_checkpoint_only_naming_the_case(wrong: str) -> None:
+    """wrong/<checkpoint>-<what>/ fails that checkpoint, on its named case, and passes the others."""
+    own = max((c for c in CHECKPOINTS if wrong.startswith(c + "-")), key=len)
+    verdicts = {c: grade(c, LAB / "wrong" / wrong) for c in CHECKPOINTS}
+    assert {c for c, v in verdicts.items() if isinstance(v, Failed)} == {own}
+    failed = verdicts[own]
+    assert isinstance(failed, Failed) and failed.case == WRONG_CASE[wrong] and failed.message
+    assert wrong.removeprefix(own + "-").replace("-", " ") in failed.case.replace("-", " ").lower()  # <what> names it
+    assert "TODO" not in failed.message
+
+
+def test_only_the_rule_passes_hidden_cases_not_the_visible_examples(tmp_path: Path) -> None:
+    """A schema check that rejects bool only for the visible examples' names is caught by a hidden case."""
+    cheat = student(tmp_path, {'''    if isinstance(value, bool):
+        return False
+    if wanted == "int":''': '''    if wanted == "int":'''})
+    text = (cheat / "checks.py").read_text()
+    text = text.replace('''        if not _has_type(args[name], spec["type"]):''',
+                        '''        if name in ("quantity", "price") and isinstance(args[name], bool):
+            return Error("schema", "bool")
+        if not _has_type(args[name], spec["type"]):''')
+    (cheat / "checks.py").write_text(text)
+    verdict = grade("schema", cheat)
+    assert isinstance(verdict, Failed) and verdict.case.startswith("hidden case: ")
+    assert grade("schema", cheat) == verdict  # derandomized: the same case every run
+
+
+def test_a_student_function_that_raises_is_a_failed_case_not_a_crashed_grader(tmp_path: Path) -> None:
+    """allowlist_problem indexing a list as a dict fails with the case and the exception named."""
+    crashing = student(tmp_path, {'''    if not isinstance(call, dict):
+        return Error("not_allowed", f"a call is a JSON object, not {type(call).__name__}")
+''': ""})
+    verdict = grade("allowlist", crashing)
+    assert isinstance(verdict, Failed)
+    assert verdict.case == "a list ['shop', 'lookup_order'] instead of an object"
+    assert "raised" in verdict.message and "never raises" in verdict.message
+
+
+def test_a_tool_that_hangs_is_a_timeout_and_run_tool_may_not_wait_for_it(tmp_path: Path) -> None:
+    """A run_tool that waits for a slow tool fails the execution checkpoint, and the grader returns."""
+    waiting = student(tmp_path, {"    worker.join(timeout_s)\n": "    worker.join()\n"})
+    start = time.monotonic()
+    verdict = grade("execution", waiting)
+    assert time.monotonic() - start < 10
+    assert isinstance(verdict, Failed) and verdict.case == "a tool that takes 3 s with timeout_s=0.2"
+
+
+@pytest.mark.parametrize("content", ["", "def allowlist_problem(:\n"], ids=["missing", "syntax-error"])
+def test_a_missing_or_broken_file_is_a_failed_checkpoint(tmp_path: Path, content: str) -> None:
+    """No checks.py, or one that does not import, fails every checkpoint with the reason."""
+    if content:
+        (tmp_path / "checks.py").write_text(content)
+    for checkpoint in CHECKPOINTS:
+        verdict = grade(checkpoint, tmp_path)
+        assert isinstance(verdict, Failed) and "checks.py" in verdict.message + verdict.case
+
+
+def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
+    """sys.exit() in a check, or an object that breaks when read, fails the case; the grader goes on."""
+    exits = student(tmp_path, {'''    if not isinstance(args, dict):
+        return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")''': '''    raise SystemExit(3)'''})
+    verdict = grade("schema", exits)
+    assert isinstance(verdict, Failed) and "raised SystemExit" in verdict.message
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    student(junk, {'''        return Error("not_allowed", f"{server!r}/{tool!r} is not in the allowlist")''': '''        class Junk:
+            @property
+            def kind(self):
+                raise RuntimeError("boom")
+        Junk.__name__ = "Error"
+        return Junk()'''})
+    verdict = grade("allowlist", junk)
+    assert isinstance(verdict, Failed) and "cannot be read" in verdict.message
+
+
+def test_an_execute_that_calls_the_tool_itself_loses_the_timeout_and_the_cap(tmp_path: Path) -> None:
+    """execute() that runs tool['run'] directly (catching its errors) fails on the slow tool: run_tool is the boundary."""
+    direct = student(tmp_path, {'''    return run_tool(tool["run"], args, tool["timeout_s"], max_result_bytes)''': '''    try:
+        return Ok(tool["run"](args))
+    except Exception as exc:
+        return Error("tool_error", str(exc))'''})
+    verdict = grade("execute", direct)
+    assert isinstance(verdict, Failed) and verdict.case == "shop/slow, which answers after its timeout_s of 0.2 s"
