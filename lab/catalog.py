@@ -19,7 +19,7 @@ Folder layout (one lab each):
                             verdict whose `case` names what is wrong: the words of <what>
                             ('-' read as a space, case ignored) appear in `case`, e.g.
                             wrong/contract-arabic-indic/checker.py fails "contract" with
-                            case "Arabic-Indic digits '٤٤١١'"; tests/unit/test_labs.py
+                            case "Arabic-Indic digits '٤٤١١'"; tests/labs/test_labs.py
                             holds every lab to this
 
 lab.toml, every key required unless marked (unknown keys are errors):
