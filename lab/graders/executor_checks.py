@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, Verbosity, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
+from lab.catalog import LABS_ROOT
 from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_student
 
-LAB_DIR = Path(__file__).resolve().parents[2] / "labs" / "executor-checks"
+LAB_DIR = LABS_ROOT / "executor-checks"
 FILE = "checks.py"
 _HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))

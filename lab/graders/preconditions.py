@@ -38,9 +38,10 @@ from actor.tools import CallLog
 from airlock import sources, trace
 from airlock import task as task_module
 from airlock.task import Precondition
+from lab.catalog import LABS_ROOT
 from lab.grading import Failed, Passed, Verdict, load_student
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = LABS_ROOT.parent  # the checkout: the corpus and the task files the pipeline checkpoint runs
 FILE = "preconditions.py"
 _HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
@@ -418,7 +419,7 @@ def decide(student_dir: Path) -> Verdict:
     module = _load(checkpoint, student_dir, "decide")
     if isinstance(module, Failed):
         return module
-    reference = load_student(ROOT / "labs" / "preconditions" / "solution", FILE)
+    reference = load_student(LABS_ROOT / "preconditions" / "solution", FILE)
     # This checkpoint judges decide alone: the rules it calls are the reference ones.
     for rule in ("evidence", "corroboration", "approval"):
         setattr(module, rule, getattr(reference, rule))
