@@ -442,6 +442,23 @@ def test_what_the_student_printed_is_shown_escaped_and_kept(capsys: pytest.Captu
     assert progress is not None and "debug ''" in progress.checkpoints[0].printed
 
 
+def test_wrong_lists_and_writes_a_wrong_solution(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`lab wrong ID` lists each wrong solution with its checkpoint and why; `lab wrong ID
+    NAME --dir D` writes it there, and over existing files only with --force."""
+    code, out, _ = run_lab(capsys, "wrong", "separation")
+    wrongs = SEPARATION.wrong_solutions()
+    assert code == 0 and all(f"{w.name}: fails contract; {w.why}" in out for w in wrongs)
+    folder = tmp_path / "demo"
+    code, out, _ = run_lab(capsys, "wrong", "separation", "contract-arabic-indic", "--dir", str(folder))
+    written = (folder / "checker.py").read_text()
+    assert code == 0 and "isdigit()" in written and written != (SEPARATION.solution / "checker.py").read_text()
+    assert run_lab(capsys, "wrong", "separation", "contract-none", "--dir", str(folder))[0] == 2
+    assert (folder / "checker.py").read_text() == written
+    assert run_lab(capsys, "wrong", "separation", "contract-none", "--dir", str(folder), "--force")[0] == 0
+    code, _, err = run_lab(capsys, "wrong", "separation", "contract-nosuch", "--dir", str(folder))
+    assert code == 2 and "contract-arabic-indic" in err
+
+
 @pytest.mark.parametrize("lab", by_id(LABS))
 def test_notes_show_the_instructor_notes(capsys: pytest.CaptureFixture[str], lab: Lab) -> None:
     """`lab notes ID` prints the expected time, every common mistake and how to read a report."""
