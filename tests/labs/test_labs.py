@@ -19,6 +19,7 @@ from lab.catalog import Lab, LabFormatError, WrongSolution, build_wrong_solution
 from lab.grading import Failed, Passed
 from lab.runner import Limits, grade_all, load_progress, run_checkpoint
 from tests.conftest import ROOT
+from tests.labs.support import grade_in_process
 
 LABS = catalog.load_all()
 LAB_FOLDERS = sorted(p.parent.name for p in (ROOT / "labs").glob("*/lab.toml"))
@@ -214,6 +215,20 @@ def test_every_wrong_solution_pins_its_case(lab_id: str) -> None:
     """In these labs each wrong solution names the exact case it must be caught on; one
     added without it would be held only to the words of <what>."""
     assert all(wrong.case for wrong in catalog.find(lab_id).wrong_solutions())
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+@pytest.mark.parametrize("content", ["", "def broken(:\n"], ids=["missing", "syntax-error"])
+def test_a_missing_or_broken_file_fails_every_checkpoint_naming_it(lab: Lab, tmp_path: Path, content: str) -> None:
+    """No student file, or one that does not import, fails every checkpoint with the file's
+    name; each grader says so itself (graded here in this process, no runner around it)."""
+    if content:
+        for name in lab.student_files:
+            (tmp_path / name).write_text(content)
+    for checkpoint in lab.checkpoints:
+        verdict = grade_in_process(lab, checkpoint.id, tmp_path)
+        assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint.id
+        assert any(name in verdict.message + verdict.case for name in lab.student_files), verdict
 
 
 def test_hidden_cases_are_the_same_on_every_run(tmp_path: Path) -> None:
