@@ -32,9 +32,13 @@ solution reaches every wrong one, and a reader sees the one defect and nothing e
     [[change]]                            # at least one, applied in order
     file = "checker.py"                   # one of student_files
     find = '''text that occurs exactly once in solution/checker.py'''
-    replace = '''the wrong text'''        # (''' strings: TOML reads them as written, no escapes)
+    replace = '''the wrong text'''        # ''' strings: TOML reads code as written
 
-`build_wrong_solution` writes one into a folder, as a student's folder would hold it.
+Each `find` must occur exactly once in the file as the changes before it left it, and
+`replace` must differ from it: an edit of the solution that moves a `find` is then an
+error at load, never a wrong solution that silently became right. `why` must not be
+empty; `build_wrong_solution` writes one into a folder, as a student's folder holds it
+(`airlock lab wrong ID NAME --dir D`).
 
 lab.toml, every key required unless marked (unknown keys are errors):
 
