@@ -13,14 +13,32 @@ Folder layout (one lab each):
       starter/              the student's files: TODO functions raising NotImplementedError;
                             every function can be checked while the others are still TODO
       solution/             the reference, the same file names as starter/
-      wrong/<checkpoint>-<what>/
-                            a deliberately wrong solution, the same file names, that must
-                            fail checkpoint <checkpoint> (and pass the others) with a Failed
-                            verdict whose `case` names what is wrong: the words of <what>
-                            ('-' read as a space, case ignored) appear in `case`, e.g.
-                            wrong/contract-arabic-indic/checker.py fails "contract" with
-                            case "Arabic-Indic digits '٤٤١١'"; tests/labs/test_labs.py
-                            holds every lab to this
+      wrong/<checkpoint>-<what>.toml
+                            a deliberately wrong solution, written as a mutation of the
+                            reference (below), that must fail checkpoint <checkpoint> (and
+                            pass the others) with a Failed verdict whose `case` names what
+                            is wrong: the words of <what> ('-' read as a space, case
+                            ignored) appear in `case`, e.g. wrong/contract-arabic-indic.toml
+                            fails "contract" with case "Arabic-Indic digits '٤٤١١'";
+                            tests/labs/test_labs.py holds every lab to this
+
+A wrong solution is the solution's files with a few exact edits, so a change to the
+solution reaches every wrong one, and a reader sees the one defect and nothing else:
+
+    # wrong/contract-arabic-indic.toml
+    why = "str.isdigit() accepts every Unicode decimal digit, so Arabic-Indic ٤٤١١ passes"
+    case = "Arabic-Indic digits '٤٤١١'"   # optional: the exact case the grader names;
+                                          # left out where hypothesis finds the case
+    [[change]]                            # at least one, applied in order
+    file = "checker.py"                   # one of student_files
+    find = '''text that occurs exactly once in solution/checker.py'''
+    replace = '''the wrong text'''        # ''' strings: TOML reads code as written
+
+Each `find` must occur exactly once in the file as the changes before it left it, and
+`replace` must differ from it: an edit of the solution that moves a `find` is then an
+error at load, never a wrong solution that silently became right. `why` must not be
+empty; `build_wrong_solution` writes one into a folder, as a student's folder holds it
+(`airlock lab wrong ID NAME --dir D`).
 
 lab.toml, every key required unless marked (unknown keys are errors):
 
@@ -139,19 +157,124 @@ class Lab(_Strict):
     def hints_at(self, level: int) -> list[str]:
         return [hint.text for hint in self.hints if hint.level == level]
 
-    def wrong_solutions(self) -> list[Path]:
-        """wrong/<checkpoint>-<what>/ folders, sorted by name."""
-        wrong = self.folder / "wrong"
-        return sorted(p for p in wrong.iterdir() if p.is_dir()) if wrong.is_dir() else []
+    @property
+    def wrong_folder(self) -> Path:
+        return self.folder / "wrong"
 
-    def wrong_checkpoint(self, wrong_dir: Path) -> Checkpoint:
-        """The checkpoint a wrong/<checkpoint>-<what>/ folder must fail: the longest
-        checkpoint id its name starts with, followed by '-'."""
-        matches = [c for c in self.checkpoints if wrong_dir.name.startswith(c.id + "-")]
-        if not matches:
-            raise LabFormatError(f"{wrong_dir}: a wrong solution's folder is <checkpoint>-<what>; "
-                                 f"checkpoints: {', '.join(c.id for c in self.checkpoints)}")
-        return max(matches, key=lambda c: len(c.id))
+    def wrong_solutions(self) -> list[WrongSolution]:
+        """wrong/<checkpoint>-<what>.toml, sorted by name, each parsed and checked."""
+        return [load_wrong_solution(self, path) for path in self._wrong_files()]
+
+    def wrong_solution(self, name: str) -> WrongSolution:
+        path = self.wrong_folder / f"{name}.toml"
+        if not _SLUG.match(name) or not path.is_file():
+            known = ", ".join(p.stem for p in self._wrong_files()) or "none"
+            raise UnknownLab(f"lab {self.id} has no wrong solution {name!r} (it has: {known})")
+        return load_wrong_solution(self, path)
+
+    def _wrong_files(self) -> list[Path]:
+        return sorted(self.wrong_folder.glob("*.toml")) if self.wrong_folder.is_dir() else []
+
+
+class Change(_Strict):
+    """One exact edit of a solution file: `find` is replaced by `replace`."""
+
+    file: str
+    find: str
+    replace: str
+
+
+class _WrongSolutionFile(_Strict):
+    """wrong/<checkpoint>-<what>.toml as written; WrongSolution is what it means."""
+
+    why: str
+    change: list[Change]
+    case: str = ""
+
+
+class WrongSolution(msgspec.Struct, frozen=True):
+    """A checked wrong solution: the checkpoint it must fail, the words its case must hold,
+    and the solution's files with its changes applied."""
+
+    name: str  # <checkpoint>-<what>, the file's name without .toml
+    checkpoint: Checkpoint
+    why: str
+    case: str  # the exact case the grader names, "" when not pinned
+    changes: list[Change]
+    files: dict[str, str]  # every student file, as this wrong solution holds it
+
+    @property
+    def what(self) -> str:
+        """The words of <what>, as they must appear in the failed case."""
+        return self.name[len(self.checkpoint.id) + 1:].replace("-", " ")
+
+
+def load_wrong_solution(lab: Lab, path: Path) -> WrongSolution:
+    """One wrong/<checkpoint>-<what>.toml, checked against the lab and its solution; a
+    LabFormatError names the file and the key."""
+    try:
+        raw = msgspec.toml.decode(path.read_bytes(), type=_WrongSolutionFile)
+    except OSError as exc:
+        raise LabFormatError(f"{path}: cannot read ({exc.strerror})") from exc
+    except msgspec.ValidationError as exc:
+        raise LabFormatError(f"{path}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise LabFormatError(f"{path}: not valid TOML ({exc})") from exc
+    checkpoint = _wrong_checkpoint(lab, path.stem)
+    if checkpoint is None:
+        raise LabFormatError(f"{path}: the name is <checkpoint>-<what>; "
+                             f"checkpoints: {', '.join(c.id for c in lab.checkpoints)}")
+    if not raw.why.strip():
+        raise LabFormatError(f"{path}: why: say what the mistake is")
+    if not raw.change:
+        raise LabFormatError(f"{path}: change: at least one is needed")
+    files = _mutated(lab, path, raw.change)
+    return WrongSolution(name=path.stem, checkpoint=checkpoint, why=raw.why, case=raw.case,
+                         changes=raw.change, files=files)
+
+
+def _wrong_checkpoint(lab: Lab, name: str) -> Checkpoint | None:
+    """The longest checkpoint id the name starts with, followed by '-' and some <what>."""
+    if not _SLUG.match(name):
+        return None
+    matches = [c for c in lab.checkpoints if name.startswith(c.id + "-")]
+    return max(matches, key=lambda c: len(c.id)) if matches else None
+
+
+def _mutated(lab: Lab, path: Path, changes: list[Change]) -> dict[str, str]:
+    """The solution's files with the changes applied in order. Each `find` must occur exactly
+    once in the text it edits, so an edit of the solution that moves it is an error here,
+    never a wrong solution that silently stopped being wrong."""
+    files = {name: (lab.solution / name).read_text(encoding="utf-8") for name in lab.student_files
+             if (lab.solution / name).is_file()}
+    for i, change in enumerate(changes):
+        key = f"change[{i}]"
+        if change.file not in lab.student_files:
+            raise LabFormatError(f"{path}: {key}.file: {change.file!r} is none of student_files {lab.student_files}")
+        if change.file not in files:
+            raise LabFormatError(f"{path}: {key}.file: solution/{change.file} is missing")
+        text = files[change.file]
+        if not change.find:
+            raise LabFormatError(f"{path}: {key}.find: is empty; it is text that occurs exactly once "
+                                 f"in solution/{change.file}")
+        found = text.count(change.find)
+        if found != 1:
+            how = "is not found" if not found else f"is found {found} times"
+            raise LabFormatError(f"{path}: {key}.find: {how} in solution/{change.file}"
+                                 + (" (after the changes before it)" if i else "") + "; it must occur exactly once")
+        if change.replace == change.find:
+            raise LabFormatError(f"{path}: {key}.replace: the same as find, so nothing changes")
+        files[change.file] = text.replace(change.find, change.replace, 1)
+    return files
+
+
+def build_wrong_solution(wrong: WrongSolution, target: Path) -> Path:
+    """The wrong solution's files written into `target` (made if missing), as a student's
+    folder holds them: for the tests, and for a trainer who wants to see one run."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in wrong.files.items():
+        (target / name).write_text(text, encoding="utf-8")
+    return target
 
 
 def load(folder: Path) -> Lab:
@@ -172,6 +295,7 @@ def load(folder: Path) -> Lab:
     lab = msgspec.structs.replace(lab, location=str(folder))
     for problem in _problems(lab):
         raise LabFormatError(f"{path}: {problem}")
+    lab.wrong_solutions()  # each one checked at load too, naming its own file
     return lab
 
 
@@ -229,14 +353,13 @@ def _problems(lab: Lab) -> list[str]:
     levels = [hint.level for hint in lab.hints]
     if levels != sorted(levels) or set(levels) != set(HINT_LEVELS):
         problems.append(f"hints: levels {levels} are not 1, 2 and 3, each at least once, in order")
-    for folder in (lab.starter, lab.solution, *lab.wrong_solutions()):
+    for folder in (lab.starter, lab.solution):
         have = sorted(p.name for p in folder.glob("*.py")) if folder.is_dir() else []
         if have != sorted(lab.student_files):
             where = folder.relative_to(lab.folder)
             problems.append(f"student_files: {where}/ holds {have}, not {sorted(lab.student_files)}")
-    for wrong in lab.wrong_solutions():
-        try:
-            lab.wrong_checkpoint(wrong)
-        except LabFormatError as exc:
-            problems.append(f"wrong/{wrong.name}: {exc}")
+    if lab.wrong_folder.is_dir():
+        # a folder or stray file left in wrong/ would be a wrong solution nobody checks
+        for other in sorted(p for p in lab.wrong_folder.iterdir() if p.suffix != ".toml" or not p.is_file()):
+            problems.append(f"wrong/{other.name}: a wrong solution is a <checkpoint>-<what>.toml file")
     return problems

@@ -1,4 +1,4 @@
-"""python -m lab (and `airlock lab`): list, start, check, hint, notes, reset and progress.
+"""python -m lab (and `airlock lab`): list, start, check, hint, notes, reset, progress and wrong.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from airlock.terminal import json_line, shown
-from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, find, load_all
+from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
 from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
 
@@ -51,7 +51,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     target = Path(args.dir)
-    present = [name for name in lab.student_files if (target / name).exists()]
+    present = _student_files_in(lab, target)
     if present and not args.force:
         raise UsageError(f"{target} already holds {', '.join(present)}: your work is kept. "
                          f"`lab check {lab.id} --dir {target}` grades it; --force replaces it with the starter "
@@ -126,7 +126,7 @@ def cmd_notes(args: argparse.Namespace) -> int:
 def cmd_reset(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     target = Path(args.dir)
-    present = [name for name in lab.student_files if (target / name).exists()]
+    present = _student_files_in(lab, target)
     backup = None
     if present:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -138,6 +138,28 @@ def cmd_reset(args: argparse.Namespace) -> int:
     _copy_starter(lab, target)
     print(shown(f"{target} holds the starter of {lab.id} again"
                 + (f"; your files are in {backup}" if backup else "")))
+    return 0
+
+
+def cmd_wrong(args: argparse.Namespace) -> int:
+    """For a trainer: the deliberately wrong solutions, or one written into a folder to run
+    `lab check` on, so the class sees what a failed checkpoint looks like."""
+    lab = find(args.id, args.labs_root)
+    if args.name is None:
+        for wrong in lab.wrong_solutions():
+            print(shown(f"{wrong.name}: fails {wrong.checkpoint.id}; {wrong.why}"))
+        return 0
+    wrong = lab.wrong_solution(args.name)
+    if args.dir is None:
+        raise UsageError(f"--dir D names the folder to write {wrong.name} into")
+    target = Path(args.dir)
+    present = _student_files_in(lab, target)
+    if present and not args.force:
+        raise UsageError(f"{target} already holds {', '.join(present)}: kept; --force replaces it")
+    build_wrong_solution(wrong, target)
+    for line in (f"{target} holds {lab.id}'s wrong solution {wrong.name}: {wrong.why}",
+                 f"  airlock lab check {lab.id} --dir {target}   fails checkpoint {wrong.checkpoint.id}"):
+        print(shown(line))
     return 0
 
 
@@ -193,6 +215,10 @@ def _progress_record(folder: Path, progress: Progress) -> dict[str, object]:
                             for r in progress.checkpoints]}
 
 
+def _student_files_in(lab: Lab, target: Path) -> list[str]:
+    return [name for name in lab.student_files if (target / name).exists()]
+
+
 def _copy_starter(lab: Lab, target: Path) -> None:
     for name in lab.student_files:
         shutil.copyfile(lab.starter / name, target / name)
@@ -236,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--json", action="store_true",
                           help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
                                'or {"dir", "error"} for a progress file that cannot be read')
+    wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
+                    "into a folder to check")
+    wrong.add_argument("id", help="the lab's id, from `lab list`")
+    wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
+    wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
+    wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
     return parser
 
 

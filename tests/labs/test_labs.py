@@ -15,14 +15,17 @@ from pathlib import Path
 import pytest
 
 from lab import catalog, commands
-from lab.catalog import Lab, LabFormatError
+from lab.catalog import Lab, LabFormatError, WrongSolution, build_wrong_solution
 from lab.grading import Failed, Passed
 from lab.runner import Limits, grade_all, load_progress, run_checkpoint
 from tests.conftest import ROOT
+from tests.labs.support import grade_in_process
 
 LABS = catalog.load_all()
 LAB_FOLDERS = sorted(p.parent.name for p in (ROOT / "labs").glob("*/lab.toml"))
 WRONG = [pytest.param(lab, wrong, id=f"{lab.id}/{wrong.name}") for lab in LABS for wrong in lab.wrong_solutions()]
+# Labs whose every wrong solution pins the exact case it is caught on (`case` in its .toml).
+CASE_PINNED = ("executor-checks", "preconditions")
 SEPARATION = catalog.find("separation")
 TEST_LIMITS = Limits(wall_s=30.0, cpu_s=30)
 
@@ -35,6 +38,11 @@ def student_copy(source: Path, target: Path) -> Path:
     """A student's folder holding a copy of `source`, so grading never writes into labs/."""
     shutil.copytree(source, target)
     return target
+
+
+def wrong_copy(lab: Lab, name: str, target: Path) -> Path:
+    """A student's folder holding one wrong solution, built from the reference and its changes."""
+    return build_wrong_solution(lab.wrong_solution(name), target)
 
 
 def with_checker(tmp_path: Path, code: str) -> Path:
@@ -106,16 +114,65 @@ def test_a_broken_lab_toml_names_file_and_key(tmp_path: Path, edit: str, old: st
     assert str(folder / "lab.toml") in str(caught.value) and named in str(caught.value)
 
 
-def test_a_wrong_folder_must_name_a_checkpoint_and_hold_the_student_files(tmp_path: Path) -> None:
-    """wrong/<checkpoint>-<what>/ names an existing checkpoint and holds the same file names."""
+MUTATION = '''why = "a deliberately broken mutation"
+[[change]]
+file = "checker.py"
+find = 'return None'
+replace = 'return answer'
+'''
+
+
+@pytest.mark.parametrize(("name", "text", "named"), [
+    pytest.param("contract-ok", MUTATION, "", id="well-formed"),
+    pytest.param("contract-missing", MUTATION.replace("'return None'", "'return Nothing'"),
+                 "change[0].find: is not found in solution/checker.py", id="find-not-found"),
+    pytest.param("contract-ambiguous", MUTATION.replace("'return None'", "'return'"),
+                 "change[0].find: is found 2 times in solution/checker.py", id="find-ambiguous"),
+    pytest.param("contract-empty-find", MUTATION.replace("'return None'", "''"),
+                 "change[0].find: is empty", id="find-empty"),
+    pytest.param("contract-other-file", MUTATION.replace('"checker.py"', '"other.py"'),
+                 "change[0].file: 'other.py' is none of student_files", id="unknown-file"),
+    pytest.param("contract-no-change", 'why = "nothing changes"\nchange = []\n',
+                 "change: at least one is needed", id="empty-change-list"),
+    pytest.param("contract-same", MUTATION.replace("'return answer'", "'return None'"),
+                 "change[0].replace: the same as find", id="replace-equals-find"),
+    pytest.param("contract-typo", MUTATION.replace("replace =", "replcae ="), "replcae", id="unknown-key"),
+    pytest.param("contract-no-why", MUTATION.replace('why = "a deliberately broken mutation"', ""),
+                 "why", id="missing-why"),
+    pytest.param("nosuch-thing", MUTATION, "<checkpoint>-<what>", id="checkpoint-prefix-unknown"),
+    pytest.param("contract-", MUTATION, "<checkpoint>-<what>", id="what-missing"),
+])
+def test_a_broken_wrong_solution_names_file_and_key(tmp_path: Path, name: str, text: str, named: str) -> None:
+    """wrong/<checkpoint>-<what>.toml names a checkpoint, and each change names a student
+    file and a `find` that occurs exactly once: anything else fails the lab's load,
+    naming the .toml and the key."""
     folder = broken_copy(tmp_path, "")
-    (folder / "wrong" / "nosuch-thing").mkdir()
-    shutil.copy(folder / "solution" / "checker.py", folder / "wrong" / "nosuch-thing")
-    with pytest.raises(LabFormatError, match="nosuch-thing"):
+    path = folder / "wrong" / f"{name}.toml"
+    path.write_text(text)
+    if not named:
+        wrong = catalog.load(folder).wrong_solution(name)
+        assert "return answer" in wrong.files["checker.py"] and wrong.checkpoint.id == "contract"
+        return
+    with pytest.raises(LabFormatError) as caught:
         catalog.load(folder)
-    shutil.rmtree(folder / "wrong" / "nosuch-thing")
+    assert str(path) in str(caught.value) and named in str(caught.value)
+
+
+def test_a_solution_edit_that_moves_a_find_breaks_the_load(tmp_path: Path) -> None:
+    """A wrong solution whose `find` no longer occurs in the edited reference fails at load,
+    instead of silently turning into a copy of the reference that passes."""
+    folder = broken_copy(tmp_path, "")
+    checker = folder / "solution" / "checker.py"
+    checker.write_text(checker.read_text().replace("[0-9]{1,6}", "[0-9]{1,6}?"))
+    with pytest.raises(LabFormatError, match=r"wrong/contract-[a-z-]+\.toml: change\[0\]\.find: is not found"):
+        catalog.load(folder)
+
+
+def test_a_folder_left_in_wrong_is_an_error(tmp_path: Path) -> None:
+    """A wrong/ folder (the old format) or a stray file would be a wrong solution nobody checks."""
+    folder = broken_copy(tmp_path, "")
     (folder / "wrong" / "contract-empty").mkdir()
-    with pytest.raises(LabFormatError, match="student_files: wrong/contract-empty"):
+    with pytest.raises(LabFormatError, match="wrong/contract-empty: a wrong solution is a"):
         catalog.load(folder)
 
 
@@ -128,7 +185,7 @@ def test_starter_fails_each_checkpoint_as_a_todo(lab: Lab, tmp_path: Path) -> No
     folder = student_copy(lab.starter, tmp_path / "student")
     for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
         assert isinstance(verdict, Failed), checkpoint.id
-        assert verdict.checkpoint == checkpoint.id and "TODO" in verdict.message, verdict
+        assert verdict.checkpoint == checkpoint.id and "is still a TODO" in verdict.message, verdict
 
 
 @pytest.mark.parametrize("lab", by_id(LABS))
@@ -139,23 +196,44 @@ def test_solution_passes_every_checkpoint(lab: Lab, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("lab", "wrong"), WRONG)
-def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Path, tmp_path: Path) -> None:
-    """wrong/<checkpoint>-<what>/ fails exactly <checkpoint>, and its case names <what>."""
-    target = lab.wrong_checkpoint(wrong)
-    what = wrong.name[len(target.id) + 1:].replace("-", " ").lower()
-    folder = student_copy(wrong, tmp_path / "student")
+def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: WrongSolution, tmp_path: Path) -> None:
+    """wrong/<checkpoint>-<what>.toml fails exactly <checkpoint>, its case names <what>
+    (and is the `case` the file pins, where it pins one), and the others pass."""
+    folder = build_wrong_solution(wrong, tmp_path / "student")
     for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
-        if checkpoint.id != target.id:
+        if checkpoint.id != wrong.checkpoint.id:
             assert verdict == Passed(checkpoint.id), f"{wrong.name} should pass {checkpoint.id}: {verdict}"
             continue
         assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}"
-        assert what in verdict.case.replace("-", " ").lower(), verdict
-        assert "TODO" not in verdict.message
+        assert wrong.what.lower() in verdict.case.replace("-", " ").lower(), verdict
+        assert not wrong.case or verdict.case == wrong.case, verdict
+        assert verdict.message and "TODO" not in verdict.message
+
+
+@pytest.mark.parametrize("lab_id", CASE_PINNED)
+def test_every_wrong_solution_pins_its_case(lab_id: str) -> None:
+    """In these labs each wrong solution names the exact case it must be caught on; one
+    added without it would be held only to the words of <what>."""
+    assert all(wrong.case for wrong in catalog.find(lab_id).wrong_solutions())
+
+
+@pytest.mark.parametrize("lab", by_id(LABS))
+@pytest.mark.parametrize("content", ["", "def broken(:\n"], ids=["missing", "syntax-error"])
+def test_a_missing_or_broken_file_fails_every_checkpoint_naming_it(lab: Lab, tmp_path: Path, content: str) -> None:
+    """No student file, or one that does not import, fails every checkpoint with the file's
+    name; each grader says so itself (graded here in this process, no runner around it)."""
+    if content:
+        for name in lab.student_files:
+            (tmp_path / name).write_text(content)
+    for checkpoint in lab.checkpoints:
+        verdict = grade_in_process(lab, checkpoint.id, tmp_path)
+        assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint.id
+        assert any(name in verdict.message + verdict.case for name in lab.student_files), verdict
 
 
 def test_hidden_cases_are_the_same_on_every_run(tmp_path: Path) -> None:
     """Grading is deterministic: the generated case that catches a wrong checker is the same twice."""
-    folder = student_copy(SEPARATION.folder / "wrong" / "contract-generated", tmp_path / "student")
+    folder = wrong_copy(SEPARATION, "contract-generated", tmp_path / "student")
     first, second = grade_contract(folder), grade_contract(folder)
     assert isinstance(first, Failed) and first == second
 
@@ -323,7 +401,7 @@ def test_check_exit_code_progress_line_and_case(capsys: pytest.CaptureFixture[st
     good = student_copy(SEPARATION.solution, tmp_path / "good")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(good))
     assert code == 0 and "checkpoints 1 / 1" in out
-    bad = student_copy(SEPARATION.folder / "wrong" / "contract-arabic-indic", tmp_path / "bad")
+    bad = wrong_copy(SEPARATION, "contract-arabic-indic", tmp_path / "bad")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(bad))
     assert code == 1 and "checkpoints 0 / 1" in out and "Arabic-Indic digits" in out and "hint" in out
 
@@ -377,6 +455,23 @@ def test_what_the_student_printed_is_shown_escaped_and_kept(capsys: pytest.Captu
     assert code == 1 and "printed: debug '4411' \\x1b[2J" in out and "\x1b" not in out
     progress = load_progress(folder)
     assert progress is not None and "debug ''" in progress.checkpoints[0].printed
+
+
+def test_wrong_lists_and_writes_a_wrong_solution(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`lab wrong ID` lists each wrong solution with its checkpoint and why; `lab wrong ID
+    NAME --dir D` writes it there, and over existing files only with --force."""
+    code, out, _ = run_lab(capsys, "wrong", "separation")
+    wrongs = SEPARATION.wrong_solutions()
+    assert code == 0 and all(f"{w.name}: fails contract; {w.why}" in out for w in wrongs)
+    folder = tmp_path / "demo"
+    code, out, _ = run_lab(capsys, "wrong", "separation", "contract-arabic-indic", "--dir", str(folder))
+    written = (folder / "checker.py").read_text()
+    assert code == 0 and "isdigit()" in written and written != (SEPARATION.solution / "checker.py").read_text()
+    assert run_lab(capsys, "wrong", "separation", "contract-none", "--dir", str(folder))[0] == 2
+    assert (folder / "checker.py").read_text() == written
+    assert run_lab(capsys, "wrong", "separation", "contract-none", "--dir", str(folder), "--force")[0] == 0
+    code, _, err = run_lab(capsys, "wrong", "separation", "contract-nosuch", "--dir", str(folder))
+    assert code == 2 and "contract-arabic-indic" in err
 
 
 @pytest.mark.parametrize("lab", by_id(LABS))

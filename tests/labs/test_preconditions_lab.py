@@ -1,80 +1,23 @@
-"""Lab preconditions (seed 004): its graders judge the starter, the reference and every
-deliberately wrong solution as lab.toml says, and the pipeline checkpoint grades what the
-actor's real executor did with the student's code in its place."""
+"""Lab preconditions (seed 004): what its graders do beyond the starter, reference and
+wrong solutions tests/labs/test_labs.py grades for every lab: hidden cases, and the
+pipeline checkpoint, which grades what the actor's real executor did with the student's
+code in its place."""
 
 from __future__ import annotations
 
-import importlib
+import functools
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
-import pytest
+from lab import catalog
+from lab.grading import Failed
+from tests.labs.support import grade_in_process, solution_with
 
-from lab.grading import Failed, Passed, Verdict
-
-LAB = Path(__file__).resolve().parents[2] / "labs" / "preconditions"
-SPEC = tomllib.loads((LAB / "lab.toml").read_text(encoding="utf-8"))
-CHECKPOINTS = [c["id"] for c in SPEC["checkpoints"]]
-WRONG = sorted(p.name for p in (LAB / "wrong").iterdir())
-# The case each wrong solution must be caught on, in the student's terms.
-WRONG_CASE = {
-    "evidence-copied-from-the-email-body":
-        "the sender's address copied from the email body (lineage email, not intake)",
-    "corroboration-both-copied-from-the-email": "two fields that agree but were both copied from the email",
-    "approval-claiming-the-support-lead-role": "sam (a support-agent) approves, claiming the support-lead role",
-    "decide-corroboration-never-runs":
-        "the sender copied from the email: evidence refuses first, corroboration never runs",
-}
-
-
-def grade(checkpoint: str, student_dir: Path) -> Verdict:
-    grader = next(c["grader"] for c in SPEC["checkpoints"] if c["id"] == checkpoint)
-    module, function = grader.split(":")
-    return getattr(importlib.import_module(module), function)(student_dir)
-
-
-def student(tmp_path: Path, replace: dict[str, str] | None = None, append: str = "") -> Path:
-    """A student's folder holding the reference with some lines replaced or appended."""
-    text = (LAB / "solution" / "preconditions.py").read_text(encoding="utf-8")
-    for old, new in (replace or {}).items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    (tmp_path / "preconditions.py").write_text(text + append, encoding="utf-8")
-    return tmp_path
-
-
-@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
-def test_the_starter_fails_each_checkpoint_with_its_todo_message(checkpoint: str) -> None:
-    """Every starter function is a TODO, and each checkpoint says which one to write."""
-    verdict = grade(checkpoint, LAB / "starter")
-    assert isinstance(verdict, Failed) and verdict.checkpoint == checkpoint
-    assert "is still a TODO" in verdict.message
-
-
-@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
-def test_the_reference_solution_passes_each_checkpoint(checkpoint: str) -> None:
-    """The reference passes every checkpoint, hidden cases and the pipeline included."""
-    assert grade(checkpoint, LAB / "solution") == Passed(checkpoint)
-
-
-def test_every_wrong_solution_is_listed_here() -> None:
-    """A wrong/ folder added without its expected case would go unchecked."""
-    assert set(WRONG) == set(WRONG_CASE)
-
-
-@pytest.mark.parametrize("wrong", WRONG)
-def test_a_wrong_solution_fails_its_checkpoint_only_naming_the_case(wrong: str) -> None:
-    """wrong/<checkpoint>-<what>/ fails that checkpoint, on its named case, and passes the others."""
-    own = max((c for c in CHECKPOINTS if wrong.startswith(c + "-")), key=len)
-    verdicts = {c: grade(c, LAB / "wrong" / wrong) for c in CHECKPOINTS}
-    assert {c for c, v in verdicts.items() if isinstance(v, Failed)} == {own}
-    failed = verdicts[own]
-    assert isinstance(failed, Failed) and failed.case == WRONG_CASE[wrong] and failed.message
-    assert wrong.removeprefix(own + "-").replace("-", " ") in failed.case.replace("-", " ").lower()  # <what> names it
-    assert "TODO" not in failed.message
+LAB = catalog.find("preconditions")
+grade = functools.partial(grade_in_process, LAB)
+student = functools.partial(solution_with, LAB)
 
 
 def test_only_the_rule_passes_hidden_cases_not_the_visible_examples(tmp_path: Path) -> None:
@@ -107,16 +50,6 @@ def test_a_rule_that_raises_is_a_failed_case_not_a_crashed_grader(tmp_path: Path
     verdict = grade("evidence", crashing)
     assert isinstance(verdict, Failed) and verdict.case == "no sender at all"
     assert "raised KeyError" in verdict.message and "never raises" in verdict.message
-
-
-@pytest.mark.parametrize("content", ["", "def evidence(:\n"], ids=["missing", "syntax-error"])
-def test_a_missing_or_broken_file_is_a_failed_checkpoint(tmp_path: Path, content: str) -> None:
-    """No preconditions.py, or one that does not import, fails every checkpoint with the reason."""
-    if content:
-        (tmp_path / "preconditions.py").write_text(content)
-    for checkpoint in CHECKPOINTS:
-        verdict = grade(checkpoint, tmp_path)
-        assert isinstance(verdict, Failed) and "preconditions.py" in verdict.message + verdict.case
 
 
 def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
