@@ -90,9 +90,11 @@ def service_owner(env: dict[str, str]) -> Owner:
 
 
 def _id(text: str) -> int:
+    # Not 0: compose.yaml passes the same value as every service's `user:`, so 0 would run
+    # the services as root (or in root's group) and undo the separation this lab exists for.
     value = int(text)
-    if not 0 <= value < 2**31:
-        raise ValueError("must be a uid or gid, 0 or more")
+    if not 1 <= value < 2**31:
+        raise ValueError("must be a uid or gid other than root's, 1 or more")
     return value
 
 

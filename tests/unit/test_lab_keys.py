@@ -128,9 +128,12 @@ def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("env", "error"), [
     ({"AIRLOCK_UID": "abc"}, "AIRLOCK_UID='abc' is invalid"),
     ({"AIRLOCK_GID": "-1"}, "AIRLOCK_GID='-1' is invalid"),
+    pytest.param({"AIRLOCK_UID": "0"}, "AIRLOCK_UID='0' is invalid", id="root-uid"),
+    pytest.param({"AIRLOCK_GID": "0"}, "AIRLOCK_GID='0' is invalid", id="root-gid"),
 ])
 def test_service_owner_names_a_bad_setting(env: dict[str, str], error: str) -> None:
-    """A uid that does not cast is a SettingsError naming the variable, not a traceback."""
+    """A uid that does not cast, or is root's (the same value is the services' `user:` in compose),
+    is a SettingsError naming the variable, not a traceback."""
     with pytest.raises(ConfigError, match=error):
         lab_init.service_owner(env)
 
@@ -185,8 +188,9 @@ def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monk
     monkeypatch.setattr(lab_init, "DATA", tmp_path / "data")
     monkeypatch.setattr(lab_init, "LAB_KEYS", folder)
     monkeypatch.setenv("AIRLOCK_LAB_KEYS_SHOWN", "./airlock-keys")
-    monkeypatch.setenv("AIRLOCK_UID", str(os.getuid()))
-    monkeypatch.setenv("AIRLOCK_GID", str(os.getgid()))
+    # The images' ids, not this user's: as root here 0 would be refused before the keys are checked.
+    monkeypatch.setenv("AIRLOCK_UID", str(SERVICE.uid))
+    monkeypatch.setenv("AIRLOCK_GID", str(SERVICE.gid))
     assert lab_init.main() == 78
     error = capsys.readouterr().err
     assert "the keys in ./airlock-keys are incomplete (missing reader.key)" in error and str(folder) not in error
