@@ -4,6 +4,7 @@ host CLI finds them with no export."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -110,6 +111,63 @@ def test_grants_never_follow_a_link(tmp_path: Path) -> None:
     (folder / "services" / "link").symlink_to(outside)
     (data / "trace.jsonl").symlink_to(outside)
     assert not [g for g in lab_init.grants(folder, data, HOST, SERVICE) if g.path.is_symlink()]
+
+
+def swap_for_a_link(path: Path, target: Path) -> None:
+    """What a service does between grants() and apply(): rename a link over an entry it can write."""
+    link = path.with_name(path.name + ".new")
+    link.symlink_to(target)
+    link.replace(path)
+
+
+def owner_and_mode(path: Path) -> tuple[int, int, int]:
+    info = path.stat()
+    return info.st_uid, info.st_gid, info.st_mode
+
+
+@pytest.mark.parametrize("swapped", [
+    pytest.param("airlock-data/trace.jsonl", id="data-file"),
+    pytest.param("airlock-keys/services/reader/reader.key_secret", id="service-secret"),
+    pytest.param("airlock-keys/services/broker/allow", id="folder-above-a-granted-file"),
+])
+def test_apply_never_follows_a_link_swapped_in_after_grants(tmp_path: Path, swapped: str) -> None:
+    """A link renamed over a granted path (or a folder above it) after grants() ran: apply()
+    leaves the link's target as it was, owner and mode, setuid bit included."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
+    keys.ensure(folder)
+    data.mkdir()
+    (data / "trace.jsonl").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "allow").mkdir()
+    for name in ("trace.jsonl", "reader.key_secret", "allow/reader/reader.key"):
+        (outside / name).parent.mkdir(parents=True, exist_ok=True)
+        (outside / name).write_text("not the lab's")
+        (outside / name).chmod(0o4700)
+    (outside / "allow").chmod(0o700)
+    planned = lab_init.grants(folder, data, me, me)
+    before = {p: owner_and_mode(p) for p in [outside, *outside.rglob("*")]}
+    path = tmp_path / swapped
+    if path.is_dir():
+        shutil.rmtree(path)
+        swap_for_a_link(path, outside / "allow")
+    else:
+        swap_for_a_link(path, outside / path.name)
+    lab_init.apply(planned)
+    assert {p: owner_and_mode(p) for p in before} == before
+
+
+def test_a_setuid_bit_on_a_data_file_is_dropped(tmp_path: Path) -> None:
+    """A data file made setuid (by a service, or anyone) comes out 0o660 plus its rwx bits, no setuid, setgid or sticky."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
+    keys.ensure(folder)
+    data.mkdir()
+    (data / "calls.jsonl").write_text("")
+    (data / "calls.jsonl").chmod(0o7755)
+    lab_init.apply(lab_init.grants(folder, data, me, me))
+    assert stat.S_IMODE((data / "calls.jsonl").stat().st_mode) == 0o775
 
 
 def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
