@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from airlock.errors import SettingsError
+from airlock.errors import KeysMissing, SettingsError
 
 DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
 LAB_KEYS_FOLDER = "airlock-keys"  # the compose lab's keys, beside its data folder (compose.yaml)
@@ -65,11 +65,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
            before leaves keys in the data dir that the lab's broker does not know;
         3. the keys `airlock up` made in the data dir (<data-dir>/keys);
 
-        else None. A folder counts only once it holds the broker's public key."""
+        else None. A folder counts only once it holds the broker's public key. One this user
+        cannot look into (another user's ./airlock-keys, 0700) is KeysMissing saying so."""
         if self.keys is not None:
             return self.keys
         for made in self.key_folders_looked_in:
-            if (made / "broker.key").exists():
+            if holds(made, "broker.key"):
                 return made
         return None
 
@@ -81,6 +82,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def calls_path(self) -> Path:
         return self.data_dir / "calls.jsonl"
+
+
+def holds(folder: Path, name: str) -> bool:
+    """Whether `folder` holds the file `name`; KeysMissing, not a PermissionError, when this
+    user may not look: the CLI reports AirlockErrors in one line, other errors as tracebacks."""
+    try:
+        return (folder / name).exists()
+    except OSError as exc:
+        raise KeysMissing(f"{folder} is not readable by uid {os.getuid()} ({exc.strerror}), so no keys there can be "
+                          "used: run as the user who owns it, or set AIRLOCK_KEYS to keys of your own") from None
 
 
 def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -3,6 +3,7 @@ host CLI finds them with no export."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys, lab_init, settings
-from airlock.errors import ConfigError
+from airlock import cli, keys, lab_init, settings
+from airlock.client import IntakeClient
+from airlock.errors import ConfigError, KeysMissing
 
 HOST, SERVICE = lab_init.Owner(1000, 1000), lab_init.Owner(10001, 10001)
 
@@ -234,6 +236,48 @@ def test_the_lab_folder_follows_the_data_dir(tmp_path: Path) -> None:
     """--data-dir elsewhere: the lab's keys beside that folder are found."""
     folder = lab_keys(tmp_path / "lab" / "airlock-keys")
     assert settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "lab" / "airlock-data")}).keys_folder == folder
+
+
+def deny_entries_of(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for a second user in the checkout: ./airlock-keys is another user's, 0700, so the
+    folder itself can be stat'ed but nothing in it (EACCES). Patched, as root would get in."""
+    real_stat = Path.stat
+
+    def stat_or_deny(path: Path, *, follow_symlinks: bool = True):
+        if folder in path.parents:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_stat(path, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(Path, "stat", stat_or_deny)
+
+
+def test_another_users_lab_keys_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """./airlock-keys unreadable by this user: KeysMissing naming the folder and the uid, not a PermissionError."""
+    folder = lab_keys(tmp_path / "airlock-keys")
+    deny_entries_of(folder, monkeypatch)
+    with pytest.raises(KeysMissing, match=rf"{folder} is not readable by uid {os.getuid()}"):
+        settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "airlock-data")}).keys_folder
+
+
+def test_unreadable_AIRLOCK_KEYS_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AIRLOCK_KEYS naming a folder this user cannot read: the client's check says so, typed."""
+    folder = lab_keys(tmp_path / "elsewhere")
+    deny_entries_of(folder, monkeypatch)
+    with pytest.raises(KeysMissing, match=rf"{folder} is not readable by uid {os.getuid()}"):
+        IntakeClient(settings.load({"AIRLOCK_KEYS": str(folder)}), require_keys=True)
+
+
+@pytest.mark.parametrize("command", [["status"], ["approve", "x-1", "--as", "support-lead", "--by", "dana"]])
+def test_the_cli_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """The second user's `airlock status` or `approve`: exit 1 and one line, no traceback."""
+    folder = lab_keys(tmp_path / "airlock-keys")
+    deny_entries_of(folder, monkeypatch)
+    monkeypatch.delenv("AIRLOCK_KEYS", raising=False)
+    monkeypatch.setenv("AIRLOCK_DATA_DIR", str(tmp_path / "airlock-data"))
+    assert cli.main(command) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("airlock: ") and f"not readable by uid {os.getuid()}" in err and err.count("\n") == 1
 
 
 def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
