@@ -8,6 +8,7 @@ pass their own mapping instead of os.environ. Timing settings carry their unit i
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -69,9 +70,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         cannot look into (another user's ./airlock-keys, 0700) is KeysMissing saying so."""
         if self.keys is not None:
             return self.keys
-        for made in self.key_folders_looked_in:
-            if holds(made, "broker.key"):
-                return made
+        lab, made_by_up = self.key_folders_looked_in
+        if holds(lab, "broker.key"):
+            return lab
+        _require_own_or_absent(made_by_up)  # it sits in a data dir others may write
+        if holds(made_by_up, "broker.key"):
+            return made_by_up
         return None
 
     @property
@@ -92,6 +96,26 @@ def holds(folder: Path, name: str) -> bool:
     except OSError as exc:
         raise KeysMissing(f"{folder} is not readable by uid {os.getuid()} ({exc.strerror}), so no keys there can be "
                           "used: run as the user who owns it, or set AIRLOCK_KEYS to keys of your own") from None
+
+
+def _require_own_or_absent(folder: Path) -> None:
+    """KeysMissing unless `folder` is absent or a folder (not a link) of this user's. The
+    compose lab's ./airlock-data belongs to the services' user, who could otherwise put
+    keys of its choosing (or a link) where `airlock up` looks for its own, or makes them."""
+    try:
+        info = folder.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise KeysMissing(f"{folder} is not readable by uid {os.getuid()} ({exc.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "a link, or not a folder"
+    elif info.st_uid != os.getuid():
+        why = f"owned by uid {info.st_uid}"
+    else:
+        return
+    raise KeysMissing(f"{folder} is not a folder of uid {os.getuid()}: {why}; its keys are not used "
+                      "(remove it if you did not make it)")
 
 
 def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
