@@ -18,10 +18,19 @@ Who may do what, once this ran:
       services/<service>/         the services' user, group the host's, 0770: each container
                                   mounts only its own and reads its secret as that user;
                                   the host user (through the group) can still delete it
-    airlock-data/                 the services' user, group the host's, 0775: the services
-                                  write, the host user reads the trace and may clean up
-                                  (no setgid bit: chmod would drop it, as root here is not
-                                  in the host's group and holds no CAP_FSETID; not needed)
+    airlock-data/                 the services' user, group the host's, 01775: the services
+                                  write, the host user reads the trace (no setgid bit:
+                                  chmod would drop it, as root here is not in the host's
+                                  group and holds no CAP_FSETID; not needed). Sticky, so the
+                                  services cannot rename away the run/ and keys/ an `airlock
+                                  up` here made as the host user; the cost: deleting the
+                                  services' files there takes their uid or root
+      trace.jsonl, calls.jsonl    the services' user, group the host's, rwx bits kept | 0660
+
+The group is the project folder's, so every member of it may write the data folder and
+rewrite the trace and the call log, which `airlock pending`, approve/deny and the graders
+trust: where users share a primary group (often `users`), that is every local user. Give
+the project folder a group of its own (or keep the checkout private) on a shared machine.
 
 Every step is idempotent: a second `up` keeps the keys and only puts owners and modes back.
 """
@@ -70,7 +79,9 @@ def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Gr
         else:
             mode = (0o640 if serving else 0o600) if path.name.endswith(".key_secret") else 0o644
         planned.append(Grant(path, owner, mode, folder=path.is_dir()))
-    planned.append(Grant(data, shared, 0o775, folder=True))
+    # Sticky (01775): the services may add files but not rename or delete what they do not
+    # own, such as the run/ and keys/ an `airlock up` on this folder made as the host user.
+    planned.append(Grant(data, shared, 0o1775, folder=True))
     for path in sorted(data.iterdir()) if data.is_dir() else []:
         # Files the services append to (trace.jsonl, journal.bin, calls.jsonl), perhaps made
         # by an earlier run as another user. Folders (run/, keys/ of `airlock up`) stay the host's.

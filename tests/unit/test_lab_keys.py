@@ -98,7 +98,8 @@ def test_owners_and_modes(tmp_path: Path) -> None:
     secret = got["airlock-keys/services/reader/reader.key_secret"]
     assert (secret.owner, secret.mode) == (shared, 0o640)
     assert got["airlock-keys/services/broker/allow/reader/reader.key"].owner == shared
-    assert (got["airlock-data"].owner, got["airlock-data"].mode) == (shared, 0o775)
+    # Sticky: the services may not rename the host's run/ or keys/ (airlock up's) out of the way.
+    assert (got["airlock-data"].owner, got["airlock-data"].mode) == (shared, 0o1775)
     assert got["airlock-data/trace.jsonl"].owner == shared and got["airlock-data/trace.jsonl"].mode & 0o660 == 0o660
     assert "airlock-data/keys" not in got
 
@@ -179,7 +180,7 @@ def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
     assert "made" in lab_init.prepare(project, data, folder, me)
     first = snapshot(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert stat.S_IMODE(data.stat().st_mode) == 0o775
+    assert stat.S_IMODE(data.stat().st_mode) == 0o1775
     assert stat.S_IMODE((folder / "services" / "actor" / "actor.key_secret").stat().st_mode) == 0o640
     assert "kept" in lab_init.prepare(project, data, folder, me)
     assert snapshot(folder) == first
