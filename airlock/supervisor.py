@@ -191,8 +191,8 @@ def _broker_started_since(trace_path: Path, offset: int) -> bool:
     """Whether the trace has a broker `started` line after byte `offset`. The lock keeps out
     a second `airlock up`, not every writer: the compose lab's broker appends to the same
     ./airlock-data/trace.jsonl, so a `started` line can be that broker's. The others may then
-    start before this broker has bound; check_ports before it, and _wait_ready's check that
-    the broker that answers is still this one, are what cover that case."""
+    start before this broker has bound; check_ports before it, and _wait_ready counting an
+    answer only while this broker's process is alive, are what cover that case."""
     try:
         with open(trace_path, "rb") as lines:
             lines.seek(offset)
