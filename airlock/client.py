@@ -17,7 +17,7 @@ from pathlib import Path
 import zmq
 
 from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing
-from airlock.settings import Settings
+from airlock.settings import Settings, holds
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
     Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
@@ -43,7 +43,7 @@ def _require_keys(settings: Settings, role: str) -> Path:
     `airlock up` always authenticates, so a CLI client without keys can only fail; it says
     so now instead of waiting for a broker that will never answer it."""
     folder = settings.keys_folder
-    if folder is not None and (folder / f"{role}.key_secret").exists():
+    if folder is not None and holds(folder, f"{role}.key_secret"):
         return folder
     if settings.keys is not None:
         raise KeysMissing(f"no CURVE key {role}.key_secret in {settings.keys} (AIRLOCK_KEYS): {KEYS_HINT}")

@@ -18,10 +18,19 @@ Who may do what, once this ran:
       services/<service>/         the services' user, group the host's, 0770: each container
                                   mounts only its own and reads its secret as that user;
                                   the host user (through the group) can still delete it
-    airlock-data/                 the services' user, group the host's, 0775: the services
-                                  write, the host user reads the trace and may clean up
-                                  (no setgid bit: chmod would drop it, as root here is not
-                                  in the host's group and holds no CAP_FSETID; not needed)
+    airlock-data/                 the services' user, group the host's, 01775: the services
+                                  write, the host user reads the trace (no setgid bit:
+                                  chmod would drop it, as root here is not in the host's
+                                  group and holds no CAP_FSETID; not needed). Sticky, so the
+                                  services cannot rename away the run/ and keys/ an `airlock
+                                  up` here made as the host user; the cost: deleting the
+                                  services' files there takes their uid or root
+      trace.jsonl, calls.jsonl    the services' user, group the host's, rwx bits kept | 0660
+
+The group is the project folder's, so every member of it may write the data folder and
+rewrite the trace and the call log, which `airlock pending`, approve/deny and the graders
+trust: where users share a primary group (often `users`), that is every local user. Give
+the project folder a group of its own (or keep the checkout private) on a shared machine.
 
 Every step is idempotent: a second `up` keeps the keys and only puts owners and modes back.
 """
@@ -52,12 +61,13 @@ class Grant:
     path: Path
     owner: Owner
     mode: int
+    folder: bool = False  # what grants() saw there: apply() touches nothing of another kind
 
 
 def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Grant]:
     """Owner and mode for every path the lab needs (see the module's docstring for why)."""
     shared = Owner(service.uid, host.gid)  # the services' user; the host user through the group
-    planned = [Grant(key_folder, host, 0o700)]
+    planned = [Grant(key_folder, host, 0o700, folder=True)]
     for path in sorted(key_folder.rglob("*")):
         if path.is_symlink():
             continue  # never follow a link out of the folder
@@ -68,20 +78,60 @@ def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Gr
             mode = 0o770 if serving else 0o755
         else:
             mode = (0o640 if serving else 0o600) if path.name.endswith(".key_secret") else 0o644
-        planned.append(Grant(path, owner, mode))
-    planned.append(Grant(data, shared, 0o775))
+        planned.append(Grant(path, owner, mode, folder=path.is_dir()))
+    # Sticky (01775): the services may add files but not rename or delete what they do not
+    # own, such as the run/ and keys/ an `airlock up` on this folder made as the host user.
+    planned.append(Grant(data, shared, 0o1775, folder=True))
     for path in sorted(data.iterdir()) if data.is_dir() else []:
         # Files the services append to (trace.jsonl, journal.bin, calls.jsonl), perhaps made
         # by an earlier run as another user. Folders (run/, keys/ of `airlock up`) stay the host's.
         if path.is_file() and not path.is_symlink():
-            planned.append(Grant(path, shared, stat.S_IMODE(path.stat().st_mode) | 0o660))
+            # Only the rwx bits are kept: a setuid, setgid or sticky bit someone set is dropped.
+            planned.append(Grant(path, shared, (stat.S_IMODE(path.stat().st_mode) & 0o777) | 0o660))
     return planned
 
 
-def apply(planned: list[Grant]) -> None:
+def apply(planned: list[Grant]) -> list[Path]:
+    """Set each grant's owner and mode through a descriptor opened with no link followed
+    anywhere in its path; returns the paths skipped because they changed since grants().
+
+    The services own /data and their key folders, so between grants() and here they can
+    rename a link over an entry (or over a folder above one): a chown or chmod by path, as
+    root with DAC_OVERRIDE and FOWNER, would then land on the link's target, /lab-keys'
+    secrets included. Skipping such a path changes nothing its owner could not change anyway."""
+    skipped = []
     for grant in planned:
-        os.chown(grant.path, grant.owner.uid, grant.owner.gid, follow_symlinks=False)
-        os.chmod(grant.path, grant.mode)
+        try:
+            fd = _open_without_links(grant.path, grant.folder)
+        except OSError:  # ELOOP, ENOTDIR, ENOENT: a link, or the entry is gone or replaced
+            skipped.append(grant.path)
+            continue
+        try:
+            if grant.folder or stat.S_ISREG(os.fstat(fd).st_mode):
+                os.fchown(fd, grant.owner.uid, grant.owner.gid)
+                os.fchmod(fd, grant.mode)  # after fchown, which clears setuid and setgid bits
+            else:
+                skipped.append(grant.path)  # a fifo or a socket where a file was: not ours to grant
+        finally:
+            os.close(fd)
+    return skipped
+
+
+def _open_without_links(path: Path, folder: bool) -> int:
+    """A descriptor for `path`, walked one component at a time from / with O_NOFOLLOW, so a
+    link anywhere in it fails (ELOOP or ENOTDIR) instead of being followed. O_NONBLOCK: a
+    fifo swapped in does not hang the open; O_NOCTTY: a terminal does not become ours."""
+    parts = path.absolute().parts
+    parent = os.open(parts[0], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in parts[1:-1]:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+            os.close(parent)
+            parent = inner
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | (os.O_DIRECTORY if folder else 0)
+        return os.open(parts[-1], flags, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def service_owner(env: dict[str, str]) -> Owner:
@@ -90,9 +140,11 @@ def service_owner(env: dict[str, str]) -> Owner:
 
 
 def _id(text: str) -> int:
+    # Not 0: compose.yaml passes the same value as every service's `user:`, so 0 would run
+    # the services as root (or in root's group) and undo the separation this lab exists for.
     value = int(text)
-    if not 0 <= value < 2**31:
-        raise ValueError("must be a uid or gid, 0 or more")
+    if not 1 <= value < 2**31:
+        raise ValueError("must be a uid or gid other than root's, 1 or more")
     return value
 
 
@@ -102,9 +154,10 @@ def prepare(project: Path, data: Path, key_folder: Path, service: Owner) -> str:
     host = Owner(info.st_uid, info.st_gid)
     data.mkdir(parents=True, exist_ok=True)
     made = keys.ensure(key_folder)
-    apply(grants(key_folder, data, host, service))
+    skipped = apply(grants(key_folder, data, host, service))
+    changed = f"; left alone, changed while this ran: {', '.join(map(str, skipped))}" if skipped else ""
     return (f"lab keys {made} in {key_folder}; host user {host.uid}:{host.gid} owns them, "
-            f"services run as {service.uid}:{service.gid} and write {data}")
+            f"services run as {service.uid}:{service.gid} and write {data}{changed}")
 
 
 def main() -> int:

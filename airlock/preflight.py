@@ -5,6 +5,8 @@
   however it dies, so a stale file never blocks); a second one exits 1 naming the pid, and
   so never joins the first one's broker nor deletes its pid files. `check_left_running`
   covers the holder killed with -9, whose services outlive it.
+- `own_folder`, `own_file`: run/ and the files `up` writes there, opened without following a
+  link and used only if this user owns them (others may write the data dir).
 - `check_ports`: every port free, else ConfigError (exit 78) naming port and setting.
 - `require_extra`: an optional dependency a command needs is installed, else ConfigError
   with the exact pip command (checked before any child starts, not after one exits 78).
@@ -20,6 +22,7 @@ import fcntl
 import importlib.util
 import os
 import socket
+import stat
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -77,7 +80,13 @@ def one_stack(data_dir: Path) -> Iterator[None]:
     lock = data_dir / "run" / "up.lock"
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        folder = own_folder(lock.parent)
+        try:
+            fd = own_file(folder, lock)
+        finally:
+            os.close(folder)
+    except ConfigError as exc:  # not this user's: a link, or another user's entry
+        raise ConfigError(f"cannot write {lock}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot write {lock}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
     try:
@@ -92,6 +101,48 @@ def one_stack(data_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+# The data dir may be writable by others: the compose lab's ./airlock-data is the services'
+# (uid 10001), and it is also `airlock up`'s default. Whatever they put there (run/ renamed
+# and made again, up.lock a link to ~/.bashrc) must not be written with this user's rights,
+# so run/ and the files in it are opened without following a link and used only if this
+# user owns them.
+
+def own_folder(path: Path) -> int:
+    """A descriptor for the folder `path`, or ConfigError unless it is a folder (not a link to
+    one) that this user owns."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ConfigError(f"{path} is not a folder of uid {os.getuid()}: a link, or not a folder") from None
+        raise
+    return _mine(fd, path, "folder")
+
+
+def own_file(folder: int, path: Path) -> int:
+    """A read-write descriptor for the regular file `path` in the open `folder`, made if
+    missing (0644), or ConfigError if it is a link or not this user's. Never truncated here:
+    truncate only once it is known to be ours."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        fd = os.open(path.name, flags, 0o644, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is not a file of uid {os.getuid()}: a link") from None
+        raise
+    return _mine(fd, path, "file")
+
+
+def _mine(fd: int, path: Path, kind: str) -> int:
+    info = os.fstat(fd)
+    is_kind = stat.S_ISDIR(info.st_mode) if kind == "folder" else stat.S_ISREG(info.st_mode)
+    if is_kind and info.st_uid == os.getuid():
+        return fd
+    os.close(fd)
+    why = f"owned by uid {info.st_uid}" if is_kind else f"not a regular {kind}"
+    raise ConfigError(f"{path} is not a {kind} of uid {os.getuid()}: {why} (remove it if you did not make it)")
 
 
 def survivors(run_dir: Path) -> dict[str, int]:

@@ -8,13 +8,14 @@ pass their own mapping instead of os.environ. Timing settings carry their unit i
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from airlock.errors import SettingsError
+from airlock.errors import KeysMissing, SettingsError
 
 DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
 LAB_KEYS_FOLDER = "airlock-keys"  # the compose lab's keys, beside its data folder (compose.yaml)
@@ -65,12 +66,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
            before leaves keys in the data dir that the lab's broker does not know;
         3. the keys `airlock up` made in the data dir (<data-dir>/keys);
 
-        else None. A folder counts only once it holds the broker's public key."""
+        else None. A folder counts only once it holds the broker's public key. One this user
+        cannot look into (another user's ./airlock-keys, 0700) is KeysMissing saying so."""
         if self.keys is not None:
             return self.keys
-        for made in self.key_folders_looked_in:
-            if (made / "broker.key").exists():
-                return made
+        lab, made_by_up = self.key_folders_looked_in
+        if holds(lab, "broker.key"):
+            return lab
+        _require_own_or_absent(made_by_up)  # it sits in a data dir others may write
+        if holds(made_by_up, "broker.key"):
+            return made_by_up
         return None
 
     @property
@@ -81,6 +86,36 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def calls_path(self) -> Path:
         return self.data_dir / "calls.jsonl"
+
+
+def holds(folder: Path, name: str) -> bool:
+    """Whether `folder` holds the file `name`; KeysMissing, not a PermissionError, when this
+    user may not look: the CLI reports AirlockErrors in one line, other errors as tracebacks."""
+    try:
+        return (folder / name).exists()
+    except OSError as exc:
+        raise KeysMissing(f"{folder} is not readable by uid {os.getuid()} ({exc.strerror}), so no keys there can be "
+                          "used: run as the user who owns it, or set AIRLOCK_KEYS to keys of your own") from None
+
+
+def _require_own_or_absent(folder: Path) -> None:
+    """KeysMissing unless `folder` is absent or a folder (not a link) of this user's. The
+    compose lab's ./airlock-data belongs to the services' user, who could otherwise put
+    keys of its choosing (or a link) where `airlock up` looks for its own, or makes them."""
+    try:
+        info = folder.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise KeysMissing(f"{folder} is not readable by uid {os.getuid()} ({exc.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "a link, or not a folder"
+    elif info.st_uid != os.getuid():
+        why = f"owned by uid {info.st_uid}"
+    else:
+        return
+    raise KeysMissing(f"{folder} is not a folder of uid {os.getuid()}: {why}; its keys are not used "
+                      "(remove it if you did not make it)")
 
 
 def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:

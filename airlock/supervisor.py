@@ -24,6 +24,7 @@ import msgspec
 
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable
+from airlock.preflight import own_file, own_folder
 from airlock.settings import Settings
 from airlock.task import Task
 
@@ -187,8 +188,11 @@ class Supervisor:
 
 
 def _broker_started_since(trace_path: Path, offset: int) -> bool:
-    """Whether the trace has a broker `started` line after byte `offset` (the lock makes
-    this stack the file's only writer)."""
+    """Whether the trace has a broker `started` line after byte `offset`. The lock keeps out
+    a second `airlock up`, not every writer: the compose lab's broker appends to the same
+    ./airlock-data/trace.jsonl, so a `started` line can be that broker's. The others may then
+    start before this broker has bound; check_ports before it, and _wait_ready counting an
+    answer only while this broker's process is alive, are what cover that case."""
     try:
         with open(trace_path, "rb") as lines:
             lines.seek(offset)
@@ -206,10 +210,18 @@ def _broker_started_since(trace_path: Path, offset: int) -> bool:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Readers of a pid file never see it half written."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    """Readers of a pid file never see it half written. The run folder may sit in a data dir
+    others write (preflight.own_folder says why): a link planted there is not followed."""
+    folder = own_folder(path.parent)
+    try:
+        temporary = path.with_name(path.name + ".tmp")
+        fd = own_file(folder, temporary)
+        with os.fdopen(fd, "w") as file:
+            file.truncate(0)
+            file.write(text)
+        os.replace(temporary.name, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)
 
 
 def child_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:

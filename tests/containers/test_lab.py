@@ -67,7 +67,7 @@ def test_host_cli_finds_the_lab_keys_without_export(lab) -> None:
 
 
 def test_init_gave_each_folder_to_its_user(lab) -> None:
-    """The host user owns the keys (0700, secrets 0600); the services' user its own secret and the data."""
+    """The host user owns the keys (0700, secrets 0600); the services' user its own secret and the data (sticky)."""
     me = os.stat(lab.folder)
     keys, data = lab.key_folder.stat(), lab.data.stat()
     assert (keys.st_uid, stat.S_IMODE(keys.st_mode)) == (me.st_uid, 0o700)
@@ -75,7 +75,7 @@ def test_init_gave_each_folder_to_its_user(lab) -> None:
     assert (client_secret.st_uid, stat.S_IMODE(client_secret.st_mode)) == (me.st_uid, 0o600)
     service_secret = (lab.key_folder / "services" / "reader" / "reader.key_secret").stat()
     assert (service_secret.st_uid, stat.S_IMODE(service_secret.st_mode)) == (10001, 0o640)
-    assert (data.st_uid, data.st_gid, stat.S_IMODE(data.st_mode)) == (10001, me.st_gid, 0o775)
+    assert (data.st_uid, data.st_gid, stat.S_IMODE(data.st_mode)) == (10001, me.st_gid, 0o1775)  # sticky
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

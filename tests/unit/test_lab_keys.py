@@ -3,14 +3,17 @@ host CLI finds them with no export."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 
-from airlock import keys, lab_init, settings
-from airlock.errors import ConfigError
+from airlock import cli, keys, lab_init, settings
+from airlock.client import IntakeClient
+from airlock.errors import ConfigError, KeysMissing
 
 HOST, SERVICE = lab_init.Owner(1000, 1000), lab_init.Owner(10001, 10001)
 
@@ -95,7 +98,8 @@ def test_owners_and_modes(tmp_path: Path) -> None:
     secret = got["airlock-keys/services/reader/reader.key_secret"]
     assert (secret.owner, secret.mode) == (shared, 0o640)
     assert got["airlock-keys/services/broker/allow/reader/reader.key"].owner == shared
-    assert (got["airlock-data"].owner, got["airlock-data"].mode) == (shared, 0o775)
+    # Sticky: the services may not rename the host's run/ or keys/ (airlock up's) out of the way.
+    assert (got["airlock-data"].owner, got["airlock-data"].mode) == (shared, 0o1775)
     assert got["airlock-data/trace.jsonl"].owner == shared and got["airlock-data/trace.jsonl"].mode & 0o660 == 0o660
     assert "airlock-data/keys" not in got
 
@@ -112,6 +116,63 @@ def test_grants_never_follow_a_link(tmp_path: Path) -> None:
     assert not [g for g in lab_init.grants(folder, data, HOST, SERVICE) if g.path.is_symlink()]
 
 
+def swap_for_a_link(path: Path, target: Path) -> None:
+    """What a service does between grants() and apply(): rename a link over an entry it can write."""
+    link = path.with_name(path.name + ".new")
+    link.symlink_to(target)
+    link.replace(path)
+
+
+def owner_and_mode(path: Path) -> tuple[int, int, int]:
+    info = path.stat()
+    return info.st_uid, info.st_gid, info.st_mode
+
+
+@pytest.mark.parametrize("swapped", [
+    pytest.param("airlock-data/trace.jsonl", id="data-file"),
+    pytest.param("airlock-keys/services/reader/reader.key_secret", id="service-secret"),
+    pytest.param("airlock-keys/services/broker/allow", id="folder-above-a-granted-file"),
+])
+def test_apply_never_follows_a_link_swapped_in_after_grants(tmp_path: Path, swapped: str) -> None:
+    """A link renamed over a granted path (or a folder above it) after grants() ran: apply()
+    leaves the link's target as it was, owner and mode, setuid bit included."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
+    keys.ensure(folder)
+    data.mkdir()
+    (data / "trace.jsonl").write_text("")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "allow").mkdir()
+    for name in ("trace.jsonl", "reader.key_secret", "allow/reader/reader.key"):
+        (outside / name).parent.mkdir(parents=True, exist_ok=True)
+        (outside / name).write_text("not the lab's")
+        (outside / name).chmod(0o4700)
+    (outside / "allow").chmod(0o700)
+    planned = lab_init.grants(folder, data, me, me)
+    before = {p: owner_and_mode(p) for p in [outside, *outside.rglob("*")]}
+    path = tmp_path / swapped
+    if path.is_dir():
+        shutil.rmtree(path)
+        swap_for_a_link(path, outside / "allow")
+    else:
+        swap_for_a_link(path, outside / path.name)
+    lab_init.apply(planned)
+    assert {p: owner_and_mode(p) for p in before} == before
+
+
+def test_a_setuid_bit_on_a_data_file_is_dropped(tmp_path: Path) -> None:
+    """A data file made setuid (by a service, or anyone) comes out 0o660 plus its rwx bits, no setuid, setgid or sticky."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
+    keys.ensure(folder)
+    data.mkdir()
+    (data / "calls.jsonl").write_text("")
+    (data / "calls.jsonl").chmod(0o7755)
+    lab_init.apply(lab_init.grants(folder, data, me, me))
+    assert stat.S_IMODE((data / "calls.jsonl").stat().st_mode) == 0o775
+
+
 def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
     """The init service's whole run, as this user: keys made, modes set; a second run keeps the keys."""
     me = lab_init.Owner(os.getuid(), os.getgid())
@@ -119,7 +180,7 @@ def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
     assert "made" in lab_init.prepare(project, data, folder, me)
     first = snapshot(folder)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert stat.S_IMODE(data.stat().st_mode) == 0o775
+    assert stat.S_IMODE(data.stat().st_mode) == 0o1775
     assert stat.S_IMODE((folder / "services" / "actor" / "actor.key_secret").stat().st_mode) == 0o640
     assert "kept" in lab_init.prepare(project, data, folder, me)
     assert snapshot(folder) == first
@@ -128,9 +189,12 @@ def test_prepare_applies_them_and_is_idempotent(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("env", "error"), [
     ({"AIRLOCK_UID": "abc"}, "AIRLOCK_UID='abc' is invalid"),
     ({"AIRLOCK_GID": "-1"}, "AIRLOCK_GID='-1' is invalid"),
+    pytest.param({"AIRLOCK_UID": "0"}, "AIRLOCK_UID='0' is invalid", id="root-uid"),
+    pytest.param({"AIRLOCK_GID": "0"}, "AIRLOCK_GID='0' is invalid", id="root-gid"),
 ])
 def test_service_owner_names_a_bad_setting(env: dict[str, str], error: str) -> None:
-    """A uid that does not cast is a SettingsError naming the variable, not a traceback."""
+    """A uid that does not cast, or is root's (the same value is the services' `user:` in compose),
+    is a SettingsError naming the variable, not a traceback."""
     with pytest.raises(ConfigError, match=error):
         lab_init.service_owner(env)
 
@@ -175,6 +239,48 @@ def test_the_lab_folder_follows_the_data_dir(tmp_path: Path) -> None:
     assert settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "lab" / "airlock-data")}).keys_folder == folder
 
 
+def deny_entries_of(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for a second user in the checkout: ./airlock-keys is another user's, 0700, so the
+    folder itself can be stat'ed but nothing in it (EACCES). Patched, as root would get in."""
+    real_stat = Path.stat
+
+    def stat_or_deny(path: Path, *, follow_symlinks: bool = True):
+        if folder in path.parents:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_stat(path, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(Path, "stat", stat_or_deny)
+
+
+def test_another_users_lab_keys_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """./airlock-keys unreadable by this user: KeysMissing naming the folder and the uid, not a PermissionError."""
+    folder = lab_keys(tmp_path / "airlock-keys")
+    deny_entries_of(folder, monkeypatch)
+    with pytest.raises(KeysMissing, match=rf"{folder} is not readable by uid {os.getuid()}"):
+        settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "airlock-data")}).keys_folder
+
+
+def test_unreadable_AIRLOCK_KEYS_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AIRLOCK_KEYS naming a folder this user cannot read: the client's check says so, typed."""
+    folder = lab_keys(tmp_path / "elsewhere")
+    deny_entries_of(folder, monkeypatch)
+    with pytest.raises(KeysMissing, match=rf"{folder} is not readable by uid {os.getuid()}"):
+        IntakeClient(settings.load({"AIRLOCK_KEYS": str(folder)}), require_keys=True)
+
+
+@pytest.mark.parametrize("command", [["status"], ["approve", "x-1", "--as", "support-lead", "--by", "dana"]])
+def test_the_cli_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """The second user's `airlock status` or `approve`: exit 1 and one line, no traceback."""
+    folder = lab_keys(tmp_path / "airlock-keys")
+    deny_entries_of(folder, monkeypatch)
+    monkeypatch.delenv("AIRLOCK_KEYS", raising=False)
+    monkeypatch.setenv("AIRLOCK_DATA_DIR", str(tmp_path / "airlock-data"))
+    assert cli.main(command) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("airlock: ") and f"not readable by uid {os.getuid()}" in err and err.count("\n") == 1
+
+
 def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """Exit 78 and a message naming ./airlock-keys (what the user removes), not the container's path."""
@@ -185,8 +291,9 @@ def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monk
     monkeypatch.setattr(lab_init, "DATA", tmp_path / "data")
     monkeypatch.setattr(lab_init, "LAB_KEYS", folder)
     monkeypatch.setenv("AIRLOCK_LAB_KEYS_SHOWN", "./airlock-keys")
-    monkeypatch.setenv("AIRLOCK_UID", str(os.getuid()))
-    monkeypatch.setenv("AIRLOCK_GID", str(os.getgid()))
+    # The images' ids, not this user's: as root here 0 would be refused before the keys are checked.
+    monkeypatch.setenv("AIRLOCK_UID", str(SERVICE.uid))
+    monkeypatch.setenv("AIRLOCK_GID", str(SERVICE.gid))
     assert lab_init.main() == 78
     error = capsys.readouterr().err
     assert "the keys in ./airlock-keys are incomplete (missing reader.key)" in error and str(folder) not in error

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, preflight, settings as settings_module, supervisor, task as task_module
-from airlock.errors import AlreadyRunning, ConfigError, TaskError
+from airlock import cli, keys, preflight, settings as settings_module, supervisor, task as task_module
+from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.wire import Email, Reading, Rejected
 from airlock.terminal import shown
 from reader import recordings
@@ -46,6 +46,83 @@ def test_a_held_data_dir_is_refused_naming_the_pid(tmp_path: Path) -> None:
                 pass
     with preflight.one_stack(tmp_path):  # released on exit: the next stack may start
         pass
+
+
+# --- a data dir others can write (the compose lab's ./airlock-data is the services' too) ----
+
+def someone_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process runs as another uid than the one owning what tmp_path holds."""
+    other = os.getuid() + 1
+    monkeypatch.setattr(os, "getuid", lambda: other)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A file of the host user's a planted link points at (say ~/.bashrc)."""
+    path = tmp_path / "bashrc"
+    path.write_text("the host user's own\n")
+    return path
+
+
+def test_a_lock_file_planted_as_a_link_is_refused(tmp_path: Path, outside: Path) -> None:
+    """run/up.lock renamed to a link by whoever else writes the data dir: refused, its target untouched."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "up.lock").symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"run/up\.lock"):
+        with preflight.one_stack(tmp_path):
+            pass
+    assert outside.read_text() == "the host user's own\n"
+
+
+def test_a_run_folder_planted_as_a_link_is_refused(tmp_path: Path, outside: Path) -> None:
+    """run/ itself a link to a folder elsewhere: refused before a file is made there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=r"run\b.*not a folder of uid"):
+        with preflight.one_stack(tmp_path):
+            pass
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_run_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run/ made by another uid (renamed in by a service): refused, naming the owner."""
+    (tmp_path / "run").mkdir()
+    someone_else(monkeypatch)
+    with pytest.raises(ConfigError, match=rf"owned by uid {os.stat(tmp_path).st_uid}"):
+        with preflight.one_stack(tmp_path):
+            pass
+
+
+def test_a_pid_file_planted_as_a_link_is_not_followed(tmp_path: Path, outside: Path) -> None:
+    """The pid file's temporary name planted as a link: refused, the link's target untouched."""
+    (tmp_path / "up.pid.tmp").symlink_to(outside)
+    with pytest.raises(ConfigError, match=r"up\.pid\.tmp"):
+        supervisor._write_atomically(tmp_path / "up.pid", "123\n")
+    assert outside.read_text() == "the host user's own\n"
+
+
+def test_pid_files_are_written_atomically_in_the_users_folder(tmp_path: Path) -> None:
+    """The ordinary case still works: the file holds the text, no temporary is left."""
+    supervisor._write_atomically(tmp_path / "up.pid", "123\n")
+    assert (tmp_path / "up.pid").read_text() == "123\n" and not (tmp_path / "up.pid.tmp").exists()
+
+
+def test_a_keys_folder_planted_as_a_link_is_refused(tmp_path: Path) -> None:
+    """<data-dir>/keys a link (to keys someone else made): KeysMissing naming it, never used."""
+    keys.generate(tmp_path / "theirs")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keys").symlink_to(tmp_path / "theirs")
+    with pytest.raises(KeysMissing, match=r"data/keys is not a folder of uid"):
+        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder
+
+
+def test_a_keys_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """<data-dir>/keys owned by another uid: KeysMissing naming the owner, never used."""
+    keys.generate(tmp_path / "data" / "keys")
+    someone_else(monkeypatch)
+    with pytest.raises(KeysMissing, match=r"data/keys is not a folder of uid .* owned by uid"):
+        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder
 
 
 # --- extras and task files -------------------------------------------------------------------
