@@ -20,12 +20,15 @@ What is changed, and why (the REWRITE rules):
   - a leading `pip install ... &&` is dropped: this test runs in the environment it made;
   - every fixed port (`127.0.0.1:8090`, `--port 8090`) becomes a free loopback port, the
     same one throughout a section, so nothing reaches a server this test did not start;
-  - the word `ID` becomes the message id that the section's last `airlock inject` printed.
+  - the word `ID` becomes the message id that the section's last `airlock inject` printed;
+  - a command whose comment begins `after you write` is the student's next try at a lab: the
+    lab's reference solution is put in its `--dir` first, as a student who did the work has.
 What a comment promises (the PROMISE rules; a comment with none of these only explains):
   - `# -> WORD`: the command's output reports the outcome WORD and no other outcome;
   - `"text"` in quotes, and `server/tool` pairs: each appears in the command's output;
-  - `names WORD`: WORD appears in the command's output.
-Every command run in the foreground must exit 0.
+  - `names WORD`: WORD appears in the command's output;
+  - `(exit N)`: the command exits N (a lab check that still fails exits 1, on purpose).
+Every other command run in the foreground must exit 0.
 """
 
 from __future__ import annotations
@@ -239,14 +242,24 @@ class Session:
         if command.background:
             self.start(command, text.removesuffix("&").strip())
             return
+        if command.comment.startswith("after you write"):
+            self.do_the_students_work(command)
         done = subprocess.run(["bash", "-c", text], cwd=self.workdir, env=self.env, text=True,
                               capture_output=True, timeout=COMMAND_TIMEOUT_S)
         where = f"README.md:{command.line}: `{command.text}` (ran `{text}`)"
-        assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        promised = re.search(r"\(exit (\d+)\)", command.comment)
+        expected = int(promised.group(1)) if promised else 0
+        assert done.returncode == expected, (f"{where} exited {done.returncode}, not {expected}:\n"
+                                             f"{done.stdout}\n{done.stderr}")
         if re.search(r"(^|\s)airlock inject\b", text):
             first = done.stdout.splitlines()[0]  # `ID  outcome file`, or with --json {"id": ...}
             self.last_id = json.loads(first)["id"] if first.startswith("{") else first.split()[0]
         check_promises(command, where, done.stdout)
+
+    def do_the_students_work(self, command: Command) -> None:
+        lab_id, folder = lab_and_folder(command)
+        for path in (ROOT / "labs" / lab_id / "solution").iterdir():
+            shutil.copyfile(path, self.workdir / folder / path.name)
 
     def start(self, command: Command, text: str) -> None:
         # A server is ready when it says so: airlock up with its banner's last line, anything
@@ -266,6 +279,13 @@ class Session:
     def close(self) -> None:
         for server in reversed(self.background):
             server.stop()
+
+
+def lab_and_folder(command: Command) -> tuple[str, str]:
+    """`airlock lab check ID --dir D` -> (ID, D), for a README line that names both."""
+    found = re.search(r"\bairlock lab \w+ ([a-z0-9-]+) --dir (\S+)", command.text)
+    assert found, f"README.md:{command.line}: `after you write` needs `airlock lab ... ID --dir D`"
+    return found.group(1), found.group(2)
 
 
 def check_promises(command: Command, where: str, output: str) -> None:
