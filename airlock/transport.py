@@ -37,15 +37,18 @@ LINGER_MS = 1000
 HWM = 100_000
 # What a refused CURVE handshake looks like from the client's side (libzmq >= 4.3):
 # the broker's ZAP handler denied the key (ERROR 400): the client key is not allowed;
-# the broker closed the connection mid-handshake: it could not read the HELLO, so the
-# broker key this client holds is not the running broker's; a protocol error: the peer
-# does not speak CURVE at all. libzmq reconnects and fails again each time, so a failure
-# without detail counts once it repeats, in case one was a broker going down.
+# the broker closed the connection mid-handshake: most likely it could not read the HELLO,
+# so the broker key this client holds is not the running broker's, but a broker going down
+# mid-handshake looks the same; a protocol error: the peer does not speak CURVE at all.
+# libzmq reconnects and fails again each time, so a failure without detail counts once it
+# repeats, and is worded as the guess it is. The monitor is attached before the socket
+# connects, so the first success is never missed: after it, nothing is counted.
 HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 HANDSHAKE_REFUSALS: dict[int, str] = {
     zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the broker does not allow this client key",
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "the broker key here is not the running broker's",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: ("the broker closed the handshake: most likely the broker key here "
+                                           "is not the running broker's, or the broker went down mid-handshake"),
     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the broker does not speak CURVE with this key"}
 REPEATS_BEFORE_REFUSED = 2
 
@@ -88,6 +91,16 @@ def use_curve(sock: zmq.Socket, client: Pair | None, server_key: bytes | None) -
 
 def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
            server_key: bytes | None = None) -> zmq.Socket:
+    """A connected DEALER to `endpoint`."""
+    sock = unconnected_dealer(ctx, max_frame_bytes, client, server_key)
+    sock.connect(endpoint)
+    return sock
+
+
+def unconnected_dealer(ctx: zmq.Context, max_frame_bytes: int, client: Pair | None = None,
+                       server_key: bytes | None = None) -> zmq.Socket:
+    """A DEALER with every option set, not yet connected: a monitor attached now sees
+    every event of its first connection."""
     sock = ctx.socket(zmq.DEALER)
     use_curve(sock, client, server_key)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
@@ -96,7 +109,6 @@ def dealer(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair |
     sock.setsockopt(zmq.RCVHWM, HWM)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)  # backoff doubles up to this cap
-    sock.connect(endpoint)
     return sock
 
 
@@ -110,14 +122,18 @@ class ZmqChannel:
     def __init__(self, ctx: zmq.Context, endpoint: str, max_frame_bytes: int, client: Pair | None = None,
                  server_key: bytes | None = None, watch_handshake: bool = False) -> None:
         self.endpoint, self.max_frame_bytes = endpoint, max_frame_bytes
-        self._sock = dealer(ctx, endpoint, max_frame_bytes, client, server_key)
+        self._sock = unconnected_dealer(ctx, max_frame_bytes, client, server_key)
         self._monitor: zmq.Socket | None = None
         self._failures = 0
         if watch_handshake and client is not None:
+            # Watched before it connects: a success missed here would leave the monitor on
+            # for the socket's life, and two drops in a later broker restart would then
+            # read as a refused key.
             self._monitor = self._sock.get_monitor_socket(HANDSHAKE_EVENTS)
             self._poller = zmq.Poller()
             self._poller.register(self._sock, zmq.POLLIN)
             self._poller.register(self._monitor, zmq.POLLIN)
+        self._sock.connect(endpoint)
 
     def send(self, message: Message) -> None:
         self._sock.send(encode(message))
@@ -157,6 +173,7 @@ class ZmqChannel:
             except zmq.Again:
                 return
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._failures = 0  # earlier drops were the broker's, not this key's
                 self._unwatch()
                 return
             self._failures += 1

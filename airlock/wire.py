@@ -152,7 +152,10 @@ class Reading(Message, tag="reading"):
     `notes` carry facts for the trace (sender, subject, model error); the broker records
     them and strips them before the validator sees the Reading. `no_answer_because` is set
     only with source "none": why neither the model nor a recording answered, so the
-    rejection the email ends with says both, not just that the answer is empty.
+    rejection the email ends with says both, not just that the answer is empty. It is the
+    one piece of reader text that leaves the validator: the validator cuts it to
+    READER_EXPLANATION_LIMIT_CHARS and appends it to the Rejected reason, which the Result,
+    the trace, the SMTP reply and the page then carry.
     """
 
     message_id: str

@@ -17,7 +17,11 @@ what it says, over every record seen (not just the cards kept):
 - `outside_plan` counts calls that ran outside the plan of the task that ran them (the
   plan each call line records; lines from actors older than that are judged against
   the page's own task), once per email and step: a replay (a redelivered or resumed step
-  the call log answers without running it again) is not a new call and never counts.
+  the call log answers without running it again) is not a new call and never counts;
+- `ran_twice` counts steps that really ran more than once for one email (a second call
+  line that is no replay, status ok or error: the tool was invoked again), once per email
+  and step. The call log exists so this never happens; when it does, the repeat stays on
+  the card, flagged `repeated`, and the page shows the counter in red.
 An email's final outcome is final: a later or repeated line about it (a duplicate
 outcome, a late answer, an observation, a replay) is kept on its timeline, marked late,
 and changes nothing else. Only a call that really ran after the outcome (a late answer
@@ -36,6 +40,8 @@ EMAIL_LIMIT = 500  # cards kept in memory; the oldest finished one goes first
 OPEN_LIMIT = 200_000  # emails remembered as received or escalated, not yet final
 FINISHED_LIMIT = 100_000  # final emails remembered, so a late line cannot count one again
 COUNTED_LIMIT = 100_000  # (email, step) of outside-plan calls already counted
+RAN_LIMIT = 100_000  # (email, step) of steps that really ran, so a second run is seen
+RAN = ("ok", "error")  # call statuses that mean the tool was invoked (not refused, escalated, replayed)
 NAIVE_LIMIT = 100
 SYSTEM_LIMIT = 30  # facts about no one email (broker started, service restarted...)
 COLUMNS = ("reader", "validator", "actor")
@@ -65,7 +71,7 @@ class Board:
         self._plan_pairs = set(self.plan)
         self.limit = limit
         self.cards: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-        self.counters = {"emails": 0, **{name: 0 for name in OUTCOMES}, "outside_plan": 0}
+        self.counters = {"emails": 0, **{name: 0 for name in OUTCOMES}, "outside_plan": 0, "ran_twice": 0}
         self.system: collections.deque[dict[str, str]] = collections.deque(maxlen=SYSTEM_LIMIT)
         self.naive: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         # Where each email stands, for the counters: "open" or "escalated" while it may
@@ -73,6 +79,8 @@ class Board:
         self._open: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._counted: collections.OrderedDict[tuple[str, int | str], None] = collections.OrderedDict()
+        # (email, step) -> how many times it really ran; bounded like the others.
+        self._ran: collections.OrderedDict[tuple[str, int | str], int] = collections.OrderedDict()
         self._seq = 0
 
     def outside_plan(self, server: Any, tool: Any, recorded: list[Any] | None = None) -> bool:
@@ -103,6 +111,7 @@ class Board:
         if late and message_id not in self.cards:
             if handler is Board._on_call:  # its card is gone, but a call that ran still counts
                 self._judge_call(message_id, record)
+                self._ran_again(message_id, record)
             return None  # no empty card for an email that has ended
         card = self._card(message_id, record)
         if len(card["events"]) < EVENTS_PER_CARD:
@@ -187,8 +196,7 @@ class Board:
     def _judge_call(self, message_id: str, record: dict[str, Any]) -> bool:
         """Whether this call is outside its plan; counted once per email and step, never for a replay."""
         outside = self.outside_plan(record.get("server"), record.get("tool"), self._plan_of(record))
-        step = record.get("step")
-        key = (message_id, step if isinstance(step, (int, str)) else repr(step))
+        key = _step_key(message_id, record)
         if outside and record.get("status") != "replayed" and key not in self._counted:
             self._counted[key] = None
             if len(self._counted) > COUNTED_LIMIT:
@@ -196,20 +204,36 @@ class Board:
             self.counters["outside_plan"] += 1
         return outside
 
+    def _ran_again(self, message_id: str, record: dict[str, Any]) -> bool:
+        """Whether this call line is a second real run of its step for this email (invariant 4:
+        a step runs at most once); counted under ran_twice once per email and step."""
+        if record.get("status") not in RAN:
+            return False
+        key = _step_key(message_id, record)
+        runs = self._ran.pop(key, 0) + 1
+        self._ran[key] = runs  # moved to the end: the most recently seen is forgotten last
+        if len(self._ran) > RAN_LIMIT:
+            self._ran.popitem(last=False)
+        if runs == 2:
+            self.counters["ran_twice"] += 1
+        return runs > 1
+
     def _on_call(self, card: dict[str, Any], record: dict[str, Any]) -> None:
         outside = self._judge_call(record["message_id"], record)
+        repeated = self._ran_again(record["message_id"], record)
         replay = record.get("status") == "replayed"
         listed = next((i for i, call in enumerate(card["calls"]) if call["step"] == record.get("step")), None)
-        if listed is not None and (replay or card["calls"][listed]["status"] != "replayed"):
-            return  # this step is on the card already: a replay or a repeat adds nothing
+        if not repeated and listed is not None and (replay or card["calls"][listed]["status"] != "replayed"):
+            return  # this step is on the card already: a replay adds nothing
         if replay and card["final"]:
             return  # a replay after the outcome changes nothing
         call = {
             "step": record.get("step"), "server": shown(record.get("server")), "tool": shown(record.get("tool")),
             "args": shown_args(record.get("args")), "status": shown(record.get("status")),
             "error": shown(record.get("error")), "outside_plan": outside, "late": card["final"],
+            "repeated": repeated,
         }
-        if listed is None:
+        if listed is None or repeated:  # a second run is listed beside the first, never over it
             card["calls"].append(call)
         else:  # the step's own report, after the replay that stood in for it
             card["calls"][listed] = call
@@ -289,6 +313,12 @@ HANDLERS = {
     ("broker", "decision"): Board._on_decision,
     ("broker", "outcome"): Board._on_outcome,
 }
+
+
+def _step_key(message_id: str, record: dict[str, Any]) -> tuple[str, int | str]:
+    """(email, step) of a call line; a step that is not an int or text is keyed by its repr."""
+    step = record.get("step")
+    return message_id, step if isinstance(step, (int, str)) else repr(step)
 
 
 def _system_detail(record: dict[str, Any]) -> str:

@@ -3,8 +3,11 @@
 Each checkpoint runs as `python -m lab.grade` (lab/grade.py) in a fresh process, so one
 student function that hangs, eats memory, exits or crashes costs only its own checkpoint,
 and the grader's state never leaks from one checkpoint into the next. The process gets:
-- a wall-clock limit (killed with its whole process group when it runs over);
-- a CPU-time limit, an address-space cap and a file-size cap (resource.setrlimit);
+- a wall-clock limit; its whole process group is killed when it runs over, and also when
+  it ends, so a process the student's code started never outlives the checkpoint;
+- a CPU-time limit, an address-space cap and a file-size cap, which lab.grade sets on
+  itself (resource.setrlimit) before it imports the student's code: the runner starts
+  graders from worker threads, where a preexec_fn can deadlock the child;
 - stdin from /dev/null (input() ends at once), stdout and stderr into files that are
   never read as a verdict (a student's print cannot forge one);
 - a private temporary working folder, so the student's code writes there (hypothesis
@@ -18,7 +21,6 @@ checkpoint, which `airlock lab progress` collects for a trainer.
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -115,12 +117,11 @@ def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits
         workdir = Path(work)
         verdict_path = workdir / "verdict.json"
         command = [sys.executable, "-m", "lab.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
-                   "--verdict", str(verdict_path), "--labs-root", str(root.resolve())]
+                   "--verdict", str(verdict_path), "--labs-root", str(root.resolve()), *_limit_options(limits)]
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
             started = time.monotonic()
             process = subprocess.Popen(command, cwd=workdir, env=_environment(), stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=err, start_new_session=True,
-                                       preexec_fn=lambda: _limit(limits))
+                                       stdout=out, stderr=err, start_new_session=True)
             try:
                 code = process.wait(timeout=limits.wall_s)
             except subprocess.TimeoutExpired:
@@ -129,6 +130,7 @@ def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits
                                      f"the code did not finish within {limits.wall_s:g} s: a loop that never "
                                      f"ends, or a wait for input that never comes"), _printed(workdir / "stdout"))
             elapsed = time.monotonic() - started
+            _kill_group(process)  # what the student's code started (a `sleep 1d`) ends with it
         return Graded(_read_verdict(checkpoint, verdict_path, code, elapsed, limits, workdir),
                       _printed(workdir / "stdout"))
 
@@ -156,7 +158,7 @@ def _read_verdict(checkpoint: Checkpoint, path: Path, code: int, elapsed: float,
     detail = f"; last output: {tail}" if tail else ""
     return Failed(checkpoint.id, "exit",
                   f"the process ended with exit code {code} after {elapsed:.1f} s without a verdict "
-                  f"(os._exit, or a crash inside Python){detail}")
+                  f"(os._exit, closed file descriptors, or a crash inside Python){detail}")
 
 
 def _environment() -> dict[str, str]:
@@ -184,14 +186,18 @@ def _hypothesis_cache() -> Path | None:
     return folder
 
 
-def _limit(limits: Limits) -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _limit_options(limits: Limits) -> list[str]:
+    """The caps lab.grade sets on itself (lab.grade.apply_limits)."""
+    return ["--cpu-s", str(limits.cpu_s), "--memory-bytes", str(limits.memory_bytes),
+            "--file-bytes", str(limits.file_bytes)]
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the grader's process group (its own session), then reap the grader.
+
+    After a normal exit the grader is already reaped, but the group id stays taken while
+    any process the student's code started is still in it, so the signal reaches those and
+    no one else; an empty group is ProcessLookupError."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:

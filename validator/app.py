@@ -11,6 +11,10 @@ from airlock.transport import Channel
 from airlock.wire import Message, Passed, Reading, Rejected
 from validator.narrow import Value, read_value
 
+# The reader is the untrusted stage: its explanation reaches the Result, the trace, the
+# SMTP reply and the page, so it is cut here to a length a person reads at a glance.
+READER_EXPLANATION_LIMIT_CHARS = 300
+
 
 class Validator:
     def __init__(self, narrow: NarrowType) -> None:
@@ -25,9 +29,16 @@ class Validator:
                     case broken:
                         # An empty answer the reader explained: the reason says why (model
                         # down, no recording), so nobody has to dig for it in the trace.
-                        reason = f"{broken.reason}: {because}" if because and not answer else broken.reason
+                        reason = f"{broken.reason}: {_capped(because)}" if because and not answer else broken.reason
                         return [Rejected(message_id=message_id, rule=broken.rule, reason=reason)]
         return []  # this role's decoder admits only Reading
+
+
+def _capped(because: str) -> str:
+    """The reader's explanation cut to READER_EXPLANATION_LIMIT_CHARS, marked when cut."""
+    if len(because) <= READER_EXPLANATION_LIMIT_CHARS:
+        return because
+    return because[:READER_EXPLANATION_LIMIT_CHARS] + "…"
 
 
 def serve(settings: Settings, task: Task, stop: threading.Event,

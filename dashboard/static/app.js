@@ -31,7 +31,7 @@ function argsText(args) {
 }
 
 function callItem(call, withStatus) {
-  const item = el('li', 'call' + (call.outside_plan ? ' outside' : ''));
+  const item = el('li', 'call' + (call.outside_plan || call.repeated ? ' outside' : ''));
   item.appendChild(el('span', 'pair', call.server + '/' + call.tool));
   item.appendChild(document.createTextNode('(' + argsText(call.args) + ')'));
   if (withStatus && call.status && call.status !== 'ok') {
@@ -39,6 +39,7 @@ function callItem(call, withStatus) {
   }
   if (call.late) item.appendChild(el('span', 'tag tag-late', 'after the outcome'));
   if (call.outside_plan) item.appendChild(el('span', 'tag tag-outside', 'OUTSIDE THE PLAN'));
+  if (call.repeated) item.appendChild(el('span', 'tag tag-outside', 'RAN TWICE'));
   if (call.error) item.appendChild(el('div', 'small', call.error));
   return item;
 }
@@ -165,7 +166,8 @@ function setCounters(counters) {
   document.querySelectorAll('.counter').forEach((box) => {
     const value = counters[box.dataset.key] || 0;
     box.querySelector('.n').textContent = String(value);
-    if (box.dataset.key === 'outside_plan') box.classList.toggle('alarm', value > 0);
+    // Both mean an invariant broke: red from across the room, never a number to squint at.
+    if (box.dataset.key === 'outside_plan' || box.dataset.key === 'ran_twice') box.classList.toggle('alarm', value > 0);
   });
 }
 

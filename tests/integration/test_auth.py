@@ -3,6 +3,7 @@ are refused at the handshake, counted and recorded; the broker fails closed."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from airlock import keys
+from airlock import keys, transport
 from airlock.wire import Ping, encode, outbound_decoder
-from tests.conftest import ROOT, airlock_env
+from tests.conftest import ROOT, airlock_env, free_ports
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -77,3 +78,59 @@ def test_keys_command(tmp_path: Path) -> None:
     again = subprocess.run([sys.executable, "-m", "airlock", "keys", "--out", str(out)], cwd=ROOT,
                            capture_output=True, text=True, timeout=30)
     assert again.returncode == 78 and "--force" in again.stderr
+
+
+def listener_once_free(port: int) -> socket.socket:
+    """A TCP listener on `port`, once a closed ZeroMQ socket's I/O thread has let go of it."""
+    bound: list[socket.socket] = []
+
+    def bind() -> bool:
+        try:
+            bound.append(socket.create_server(("127.0.0.1", port)))
+        except OSError:
+            return False
+        return True
+
+    assert wait_until(bind, timeout_s=5.0), f"port {port} stayed taken"
+    return bound[0]
+
+
+def test_a_broker_restart_with_the_same_keys_is_not_a_refused_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client whose first handshake succeeded, then met a broker going down mid-handshake
+    twice before it came back with the same keys, is never told its key was refused. The
+    monitor is made slow to attach, so a channel that connects before it watches would miss
+    that first success and keep counting failures for the socket's life."""
+    ctx = zmq.Context.instance()
+    server, client = (keys.Pair(*zmq.curve_keypair()) for _ in range(2))
+    (port,) = free_ports(1)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    broker = transport.router(ctx, endpoint, 1 << 20, server, "intake")
+    attach = zmq.Socket.get_monitor_socket
+
+    def attach_once_the_client_has_shaken_hands(sock: zmq.Socket, *args: object) -> zmq.Socket:
+        try:  # a frame flows only after the client's handshake succeeded, so once it arrives,
+            sock.send(encode(Ping(ref=1)), zmq.NOBLOCK)  # a channel that connected first has
+            broker.poll(1000)  # missed that event
+        except zmq.Again:  # not connected yet: nothing to miss
+            pass
+        return attach(sock, *args)
+
+    monkeypatch.setattr(zmq.Socket, "get_monitor_socket", attach_once_the_client_has_shaken_hands)
+    channel = transport.ZmqChannel(ctx, endpoint, 1 << 20, client, server.public, watch_handshake=True)
+    try:
+        channel.send(Ping(ref=1))
+        assert broker.poll(5000), "the first broker never heard the client"
+        broker.close(linger=0)
+        # The broker going down: it takes each connection and drops it before the handshake ends.
+        with listener_once_free(port) as going_down:
+            going_down.settimeout(5.0)
+            for _ in range(transport.REPEATS_BEFORE_REFUSED + 1):
+                going_down.accept()[0].close()
+                assert channel.recv(0.05) is None
+        broker = transport.router(ctx, endpoint, 1 << 20, server, "intake")  # back, same keys
+        channel.send(Ping(ref=2))
+        assert channel.recv(0.5) is None  # reads every handshake event: none may refuse this key
+        assert broker.poll(5000), "the restarted broker never heard the client"
+    finally:
+        channel.close()
+        broker.close(linger=0)

@@ -8,8 +8,10 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -338,6 +340,55 @@ def test_memory_is_capped(tmp_path: Path) -> None:
     code = "def check(answer):\n    return bytearray(3 * 1024 ** 3)\n"
     verdict = grade_contract(with_checker(tmp_path, code), Limits(wall_s=30.0, cpu_s=30, memory_bytes=1024**3))
     assert isinstance(verdict, Failed) and "MemoryError" in verdict.message
+
+
+def test_closing_the_verdict_file_is_a_failed_checkpoint_naming_it(tmp_path: Path) -> None:
+    """Code that closes every file descriptor stops the verdict; the failure says that may be why."""
+    code = "import os\n\ndef check(answer):\n    os.closerange(3, 4096)\n    return answer\n"
+    verdict = grade_contract(with_checker(tmp_path, code))
+    assert isinstance(verdict, Failed) and verdict.case == "exit"
+    assert "closed file descriptors" in verdict.message
+
+
+def _running(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (killed, waiting for its parent to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_processes_the_code_starts_do_not_outlive_the_check(tmp_path: Path) -> None:
+    """A child the student's code leaves running is killed with its group when the checkpoint ends."""
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess\n\ndef check(answer):\n"
+            "    child = subprocess.Popen(['sleep', '600'])\n"
+            f"    open({str(pid_file)!r}, 'w').write(str(child.pid))\n    return answer\n")
+    grade_contract(with_checker(tmp_path, code))
+    pid = int(pid_file.read_text())
+    try:
+        deadline = time.monotonic() + 5.0  # SIGKILL is sent before grading returns; delivery is asynchronous
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(pid), "the student's child process outlived the check"
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_grader_caps_its_own_memory(tmp_path: Path) -> None:
+    """python -m lab.grade sets its limits itself before the student's code is imported,
+    so the runner needs no preexec_fn (unsafe in its worker threads)."""
+    folder = with_checker(tmp_path, "def check(answer):\n    return bytearray(3 * 1024 ** 3)\n")
+    verdict_path = tmp_path / "verdict.json"
+    subprocess.run([sys.executable, "-m", "lab.grade", "separation", "contract", str(folder),
+                    "--verdict", str(verdict_path), "--cpu-s", "30", "--memory-bytes", str(1024**3),
+                    "--file-bytes", str(64 * 1024**2)],
+                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=60, check=False)
+    verdict = json.loads(verdict_path.read_bytes())
+    assert verdict["type"] == "Failed" and "MemoryError" in verdict["message"], verdict
 
 
 # --- the commands ---------------------------------------------------------------------------

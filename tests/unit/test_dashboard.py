@@ -83,7 +83,7 @@ def test_seed_email_card_and_counters() -> None:
         ("shop", "lookup_order", {"order_id": "4411"}, False), ("mail", "send_status", {"order_id": "4411"}, False)]
     assert card["outcome"] == "completed" and card["final"] and not card["refusals"]
     assert board.counters == {"emails": 1, "completed": 1, "rejected": 0, "refused": 0, "escalated": 0,
-                              "failed": 0, "outside_plan": 0}
+                              "failed": 0, "outside_plan": 0, "ran_twice": 0}
 
 
 def test_rejected_card_stays_with_the_validator() -> None:

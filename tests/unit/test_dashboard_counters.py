@@ -108,7 +108,7 @@ def test_page_on_a_data_dir_where_another_task_ran(settings: settings_module.Set
     for record in records:
         board.apply(record)
     assert board.counters == {"emails": 5, "completed": 4, "rejected": 0, "refused": 0, "escalated": 1,
-                              "failed": 0, "outside_plan": 0}
+                              "failed": 0, "outside_plan": 0, "ran_twice": 0}
     assert board.waiting() == [c["id"] for c in board.cards.values() if c["outcome"] == "escalated"]
     refund_cards = [c for c in board.cards.values() if c["task"] == "refund_with_approval"]
     assert len(refund_cards) == 3
@@ -163,6 +163,29 @@ def test_a_replayed_call_is_not_a_new_call() -> None:
                         status=status))
     assert board.counters["outside_plan"] == 1
     assert [(c["step"], c["status"]) for c in board.cards["m-1"]["calls"]] == [(1, "ok")]
+
+
+@pytest.mark.parametrize("again", ["ok", "error"])
+def test_a_step_that_really_ran_twice_is_shown_and_counted(again: str) -> None:
+    """A second real run of a step (not a replay) is listed, flagged repeated and counted once
+    per email and step under ran_twice; a replay in between changes nothing."""
+    board = Board(PLAN)
+    for status in ("ok", "replayed", again, "ok"):
+        board.apply(rec("call", stage="actor", step=1, server="shop", tool="lookup_order", args={}, status=status))
+    assert board.counters["ran_twice"] == 1 and board.counters["outside_plan"] == 0
+    assert [(c["status"], c["repeated"]) for c in board.cards["m-1"]["calls"]] == [
+        ("ok", False), (again, True), ("ok", True)]
+
+
+def test_a_step_that_ran_twice_after_its_card_is_gone_still_counts() -> None:
+    """The repeat is counted even when the email's card was evicted after its outcome."""
+    board = Board(PLAN, limit=1)
+    board.apply(rec("call", stage="actor", step=1, server="shop", tool="lookup_order", args={}, status="ok"))
+    board.apply(rec("outcome", outcome="completed", ended_at="actor", final=True))
+    board.apply(rec("received", "m-2"))
+    assert list(board.cards) == ["m-2"]
+    board.apply(rec("call", stage="actor", step=1, server="shop", tool="lookup_order", args={}, status="ok"))
+    assert board.counters["ran_twice"] == 1
 
 
 def test_escalated_counts_emails_waiting_not_escalation_lines() -> None:

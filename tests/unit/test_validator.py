@@ -118,3 +118,12 @@ def test_reason_escapes_invisible_characters() -> None:
     """A reason never carries a raw bidi control that could reorder what a person reads."""
     result = read_value("\u202e1144", DIGITS)
     assert isinstance(result, Broken) and "\u202e" not in result.reason and "\\u202e" in result.reason
+
+
+def test_reader_explanation_is_capped_in_the_reason() -> None:
+    """The reader's free-text no_answer_because reaches the reason cut to a bounded length."""
+    because = "x" * 5000 + "TAIL"
+    (rejected,) = Validator(DIGITS).handle(
+        Reading(message_id="c", answer="", source="none", no_answer_because=because))
+    assert isinstance(rejected, Rejected) and "xxx" in rejected.reason
+    assert "TAIL" not in rejected.reason and len(rejected.reason) < 500
