@@ -41,6 +41,14 @@ def test_kernel_imports_no_service() -> None:
         assert not names & set(SERVICES), f"{module} imports {sorted(names & set(SERVICES))}"
 
 
+@pytest.mark.parametrize("package", ["airlock", *SERVICES])
+def test_no_runtime_code_imports_the_labs(package: str) -> None:
+    """The labs grade students' code: no service, and not the kernel the services import,
+    may import `lab` (the CLI reaches it as `python -m lab`, a process of its own)."""
+    for module, names in imported_top_levels(package).items():
+        assert "lab" not in names, f"{module} imports lab"
+
+
 def test_reader_package_contains_no_tool_code() -> None:
     """Nothing in reader/ names the catalog, the call log or a tool of the plan."""
     forbidden = ("calls.jsonl", "CallLog", "catalog", "lookup_order", "send_status", "refund_all",

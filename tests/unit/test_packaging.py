@@ -46,6 +46,14 @@ def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
     assert install != -1 and install < first_source
 
 
+@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES] + ["dashboard/Dockerfile", "airlock/Dockerfile"])
+def test_no_image_carries_the_labs(path: str) -> None:
+    """Service images (and the CLI image) copy nothing of `lab/` or `labs/`: graders and
+    students' reference code are not part of the runtime."""
+    copied = [c.rstrip("/") for c in copies(ROOT / path)]
+    assert not {"lab", "labs", "."} & set(copied), copied
+
+
 def test_reader_image_has_no_tool_code() -> None:
     """The reader's image copies no actor package and no catalog."""
     text = (ROOT / "reader" / "Dockerfile").read_text()
