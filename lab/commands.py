@@ -11,6 +11,7 @@ usage error (unknown lab, a folder that holds work and no --force, a hint level 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -285,3 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except PermissionError as exc:  # most often the compose `lab` tool run without -u
+        print(f"airlock lab: cannot write {shown(str(exc.filename))}: permission denied; this user "
+              f"(uid {os.getuid()}) may not write there (in the container lab, run it as yourself: "
+              f'docker compose run --rm -u "$(id -u):$(id -g)" lab ...)', file=sys.stderr)
+        return 1

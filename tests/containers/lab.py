@@ -32,7 +32,7 @@ from airlock.attack import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
 PROJECT_PREFIX = "airlocktest"
-IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli")  # compose.yaml's
+IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli", "lab")  # compose.yaml's
 SUBNET_POOL = ipaddress.ip_network("172.31.0.0/16")  # each run takes one free /24 of it
 # Set outside, these would point the lab or the host CLI somewhere else than the README says.
 NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",

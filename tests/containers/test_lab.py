@@ -5,6 +5,7 @@ host CLI with no export, and proven isolation."""
 from __future__ import annotations
 
 import os
+import shutil
 import smtplib
 import stat
 import time
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.containers.lab import BUILD_TIMEOUT_S
+
 SEED = "samples/seed_4411_de.eml"
+STUDENT_WHEN_ROOT = 4242  # tests run as root: `-u 0` would run the lab tool as root, so a student of our own
 pytestmark = pytest.mark.containers
 PLAN_4411 = [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
@@ -52,6 +56,34 @@ def test_inject_through_compose_run(lab) -> None:
     message_id, outcome = line.split()[:2]
     assert outcome == "completed", done.stdout
     assert planned_calls(lab, message_id) == PLAN_4411
+
+
+def test_lab_tool_through_compose_run(lab) -> None:
+    """`docker compose run --rm -u UID:GID lab list|start|check` grades a student with no Python:
+    the starter fails (exit 1), the reference solution passes (exit 0), every file it wrote is the student's."""
+    built = lab.compose("build", "lab", timeout=BUILD_TIMEOUT_S)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    uid, gid = (os.getuid(), os.getgid()) if os.getuid() != 0 else (STUDENT_WHEN_ROOT, STUDENT_WHEN_ROOT)
+    mine = lab.folder / "my-separation"
+    mine.mkdir()
+    os.chown(mine, uid, gid)  # the student's folder (a no-op unless the tests run as root)
+    student = ("run", "--rm", "-u", f"{uid}:{gid}", "lab")
+
+    listed = lab.compose(*student, "list")
+    assert listed.returncode == 0 and "separation" in listed.stdout, listed.stderr
+    started = lab.compose(*student, "start", "separation", "--dir", "my-separation")
+    assert started.returncode == 0, started.stderr
+    first = lab.compose(*student, "check", "separation", "--dir", "my-separation")
+    assert first.returncode == 1 and "checkpoints 0 / 1" in first.stdout, first.stdout + first.stderr
+
+    shutil.copyfile(lab.folder / "labs" / "separation" / "solution" / "checker.py", mine / "checker.py")
+    again = lab.compose(*student, "check", "separation", "--dir", "my-separation")
+    assert again.returncode == 0 and "checkpoints 1 / 1" in again.stdout, again.stdout + again.stderr
+
+    written = [mine, *mine.rglob("*")]
+    assert {p.name for p in written} >= {"my-separation", ".airlock-lab", "progress.json", "checker.py"}
+    assert {(p.name, p.stat().st_uid, p.stat().st_gid) for p in written} == {(p.name, uid, gid) for p in written}
+    assert not (lab.folder / ".hypothesis").exists() and not (mine / ".hypothesis").exists()
 
 
 def test_host_cli_finds_the_lab_keys_without_export(lab) -> None:

@@ -436,6 +436,19 @@ def test_start_never_overwrites_without_force(capsys: pytest.CaptureFixture[str]
     assert (folder / "checker.py").read_text() == (SEPARATION.starter / "checker.py").read_text()
 
 
+def test_a_folder_it_may_not_write_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder this user may not write (the compose `lab` tool run without -u) is one line naming
+    it and the -u fix, exit 1, not a traceback."""
+    def refused(*_: object, **__: object) -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "me"))
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    code, _, err = run_lab(capsys, "start", "separation", "--dir", str(tmp_path / "me"))
+    assert code == 1 and len(err.splitlines()) == 1
+    assert str(tmp_path / "me") in err and '-u "$(id -u):$(id -g)"' in err
+
+
 def test_reset_keeps_a_backup(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """`lab reset` puts the starter back and keeps the student's file under .airlock-lab/backup-*."""
     folder = tmp_path / "me"

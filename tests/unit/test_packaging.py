@@ -33,7 +33,8 @@ def test_service_image_holds_only_kernel_and_itself(service: str) -> None:
     assert "airlock/" in copied
 
 
-@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES] + ["model/Dockerfile", "airlock/Dockerfile"])
+@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES]
+                         + ["model/Dockerfile", "airlock/Dockerfile", "lab/Dockerfile"])
 def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
     """Each image ends as a non-root user, takes its base from a build argument, and
     installs dependencies before copying source (layer caching)."""
@@ -42,7 +43,7 @@ def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
     users = re.findall(r"^USER (\S+)", text, flags=re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0")
     install = text.find("pip install")
-    first_source = min((text.find(f"COPY {p}/") for p in ("airlock", *SERVICES) if f"COPY {p}/" in text), default=len(text))
+    first_source = min((text.find(f"COPY {p}/") for p in ("airlock", "lab", "labs", *SERVICES) if f"COPY {p}/" in text), default=len(text))
     assert install != -1 and install < first_source
 
 
@@ -58,3 +59,11 @@ def test_reader_image_has_no_tool_code() -> None:
     """The reader's image copies no actor package and no catalog."""
     text = (ROOT / "reader" / "Dockerfile").read_text()
     assert "actor" not in text and "catalog" not in text
+
+
+def test_lab_image_holds_what_the_graders_import() -> None:
+    """The lab tool's image (`docker compose run --rm lab ...`) copies the kernel, the lab
+    package, the labs and what lab/graders import: actor/, tasks/, corpus/handmade/."""
+    copied = {c.rstrip("/") for c in copies(ROOT / "lab" / "Dockerfile")}
+    assert {"airlock", "lab", "labs", "actor", "tasks", "corpus/handmade"} <= copied, copied
+    assert not copied & (set(SERVICES) - {"actor"}), copied
