@@ -48,8 +48,9 @@ class Stack:
             if line.startswith("airlock is up"):
                 self._up.set()
 
-    def airlock(self, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "airlock", *args], env=self.env, cwd=ROOT,
+    def airlock(self, *args: str, stdin: str | None = None, timeout: float = 120,
+                cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "airlock", *args], env=self.env, cwd=cwd,
                               input=stdin, capture_output=True, text=True, timeout=timeout)
 
     def inject(self, *args: str, stdin: str | None = None) -> list[dict]:

@@ -18,6 +18,7 @@ import pytest
 from airlock import preflight, settings as settings_module, supervisor
 from airlock.errors import AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
+from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
@@ -77,12 +78,12 @@ def test_a_port_in_use_is_a_config_error_naming_it(tmp_path: Path) -> None:
 def test_up_with_a_port_in_use_exits_78_without_starting(tmp_path: Path) -> None:
     """`airlock up` whose intake port is taken: exit 78 with one line naming the port,
     never "airlock is up", never a restart, and no pid files left behind."""
-    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    s = Stack(tmp_path)
+    env = s.env
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", int(env["AIRLOCK_INTAKE_PORT"])))
         taken.listen()
-        done = subprocess.run([sys.executable, "-m", "airlock", "up"], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        done = s.airlock("up", timeout=60)
     assert done.returncode == 78, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and f"port {env['AIRLOCK_INTAKE_PORT']} (intake" in done.stderr
     assert "airlock is up" not in done.stdout and "restarting" not in done.stdout + done.stderr
@@ -92,7 +93,7 @@ def test_up_with_a_port_in_use_exits_78_without_starting(tmp_path: Path) -> None
 def test_broker_that_cannot_bind_exits_78_naming_the_port(tmp_path: Path) -> None:
     """The broker itself (the race the pre-check cannot close) exits 78, never 1, which
     the supervisor would restart every 10 s forever."""
-    env = {**os.environ, **airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = Stack(tmp_path).env
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", int(env["AIRLOCK_ACTOR_PORT"])))
         taken.listen()
@@ -135,9 +136,7 @@ def test_dead_model_and_missing_recordings_are_said_at_start_and_in_the_outcome(
 def test_a_task_path_that_is_not_there_says_pass_task(tmp_path: Path, command: list[str]) -> None:
     """Outside the clone, `--task tasks/order_status.toml` is not there: every command that
     takes --task says where it looked and to pass --task FILE, in one line."""
-    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "airlock", *command, "--task", "tasks/order_status.toml"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = Stack(tmp_path).airlock(*command, "--task", "tasks/order_status.toml", cwd=tmp_path, timeout=60)
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
     assert f"tasks/order_status.toml (from {tmp_path})" in done.stderr
     assert "pass --task FILE (or set AIRLOCK_TASK)" in done.stderr and str(TASKS) in done.stderr
@@ -170,7 +169,7 @@ def test_a_dead_model_is_reported_quickly(fake_model) -> None:
 def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> None:
     """`python -m intake` without aiosmtpd: exit 78 and one line naming '.[smtp]', no traceback."""
     blocked = "import runpy, sys; sys.modules['aiosmtpd'] = None; runpy.run_module('intake', run_name='__main__')"
-    env = {**os.environ, **airlock_env(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = Stack(tmp_path).env
     done = subprocess.run([sys.executable, "-c", blocked], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 78, done.stderr
     assert done.stderr.count("\n") == 1 and "pip install -e '.[smtp]'" in done.stderr
@@ -179,7 +178,8 @@ def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> 
 def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> None:
     """`airlock up` killed with -9 leaves its children running: a new `airlock up` on that
     data dir exits 1 naming them by pid, instead of a second broker on the same trace."""
-    env = {**os.environ, **airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    s = Stack(tmp_path)
+    env = s.env
     left = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -187,8 +187,7 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
         run.mkdir(parents=True)
         (run / "broker.pid").write_text(f"{left.pid}\n")
         (run / "reader-1.pid").write_text(f"{os.getpid()}\n")  # alive, but not a reader: not blamed
-        done = subprocess.run([sys.executable, "-m", "airlock", "up"], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+        done = s.airlock("up", timeout=60)
     finally:
         left.terminate()
         left.wait(20)
