@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 
+from airlock import trace
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable
 from airlock.preflight import own_file, own_folder
@@ -200,11 +200,8 @@ def _broker_started_since(trace_path: Path, offset: int) -> bool:
     except FileNotFoundError:
         return False
     for line in new.splitlines():
-        try:
-            record = msgspec.json.decode(line)
-        except msgspec.DecodeError:
-            continue  # a line still being written
-        if isinstance(record, dict) and record.get("stage") == "broker" and record.get("event") == "started":
+        record = trace.decode_line(line)  # None for a line still being written
+        if record and record.get("stage") == "broker" and record.get("event") == "started":
             return True
     return False
 
