@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from airlock.errors import KeysMissing, SettingsError
+from airlock.task import SHIPPED_TASKS
 
 DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
 LAB_KEYS_FOLDER = "airlock-keys"  # the compose lab's keys, beside its data folder (compose.yaml)
@@ -163,7 +164,7 @@ def default_task() -> str:
     from outside a clone or editable install), else the relative path, whose load then
     fails naming --task. The banner prints the task it took."""
     here = Path("tasks/order_status.toml")
-    shipped = Path(__file__).resolve().parent.parent / here
+    shipped = SHIPPED_TASKS / here.name
     return str(here if here.exists() or not shipped.is_file() else shipped)
 
 

@@ -197,7 +197,7 @@ def load(path: str | Path) -> Task:
     return task
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "tasks"  # the tasks in a clone or editable install
+SHIPPED_TASKS = Path(__file__).resolve().parent.parent / "tasks"  # the tasks in a clone or editable install
 
 
 def _tried(path: Path) -> str:
@@ -205,8 +205,8 @@ def _tried(path: Path) -> str:
 
 
 def _shipped_hint(path: Path) -> str:
-    if SHIPPED.is_dir() and path.resolve().parent != SHIPPED:
-        return f"; the shipped tasks are in {SHIPPED}"
+    if SHIPPED_TASKS.is_dir() and path.resolve().parent != SHIPPED_TASKS:
+        return f"; the shipped tasks are in {SHIPPED_TASKS}"
     return ""
 
 
