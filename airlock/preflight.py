@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from airlock.errors import AlreadyRunning, ConfigError
-from airlock.settings import Settings
+from airlock.settings import PORT_IN_USE_HINT, Settings
 
 PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
 
@@ -193,6 +193,6 @@ def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = N
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     raise ConfigError(
-                        f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: another "
-                        "airlock up or another program listens there; stop it or choose another port") from None
+                        f"port {number} ({name}, AIRLOCK_{name.upper()}_PORT) on {host} is in use: "
+                        f"{PORT_IN_USE_HINT}") from None
                 raise ConfigError(f"cannot listen on {host}:{number} ({name}): {exc.strerror}") from None

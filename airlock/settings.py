@@ -18,6 +18,9 @@ import msgspec
 from airlock.errors import KeysMissing, SettingsError
 from airlock.task import SHIPPED_TASKS
 
+# What a port already in use means, said by the start-up check and by the broker alike.
+PORT_IN_USE_HINT = "another airlock up or another program listens there; stop it or choose another port"
+
 DEFAULT_PORTS = {"intake": 7401, "reader": 7402, "validator": 7403, "actor": 7404, "trace": 7405}
 LAB_KEYS_FOLDER = "airlock-keys"  # the compose lab's keys, beside its data folder (compose.yaml)
 

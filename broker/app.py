@@ -17,7 +17,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from airlock import trace
 from airlock.errors import ConfigError
-from airlock.settings import Settings
+from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
 from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
@@ -72,8 +72,7 @@ def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Se
 
 def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
     """The one line a bind failure becomes: which endpoint, why, and which setting moves it."""
-    hint = ("another airlock up or another program listens there; stop it or choose another port"
-            if exc.errno == zmq.EADDRINUSE else f"check AIRLOCK_{name.upper()}_BIND_HOST")
+    hint = PORT_IN_USE_HINT if exc.errno == zmq.EADDRINUSE else f"check AIRLOCK_{name.upper()}_BIND_HOST"
     return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
 
 
