@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Iterator
 
-from airlock import settings as settings_module, task as task_module
+from airlock import preflight, settings as settings_module, task as task_module
 from airlock.errors import EX_CONFIG, ConfigError
 
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
@@ -70,16 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_module.load()
         config = config_module.load(host=args.host, port=args.port, naive_model_url=args.naive_model_url)
         task = task_module.load(settings.task)
+        preflight.require_extra("python -m dashboard", ("starlette", "uvicorn"), "dashboard")
         from dashboard.app import create_app  # needs starlette; uvicorn is imported by serve()
-        import uvicorn  # noqa: F401
 
         app = create_app(settings, config, [(step.server, step.tool) for step in task.plan], task=task.name)
     except ConfigError as exc:
         print(f"dashboard: {exc}", file=sys.stderr)
-        return EX_CONFIG
-    except ImportError as exc:
-        print(f"dashboard: {exc.name or exc} is not installed: run pip install -e '.[dashboard]' in the airlock "
-              "folder (or pip install 'airlock[dashboard]')", file=sys.stderr)
         return EX_CONFIG
     try:
         sock = listen(config.host, config.port)
