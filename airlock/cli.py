@@ -316,10 +316,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
-def cmd_lab(args: argparse.Namespace) -> int:
+def run_lab(rest: Sequence[str]) -> int:
     # The labs and their graders live in the `lab` package, apart from the kernel the
     # services import: run it as its own process so the kernel imports nothing of it.
-    return subprocess.call([sys.executable, "-m", "lab", *args.rest])
+    return subprocess.call([sys.executable, "-m", "lab", *rest])
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    return run_lab(args.rest)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -452,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
         return subprocess.call([sys.executable, "-m", "bench", *argv[1:]])  # its options are its own
     if argv[:1] == ["lab"]:
-        return subprocess.call([sys.executable, "-m", "lab", *argv[1:]])  # its help and options are its own
+        return run_lab(argv[1:])  # its help and options are its own
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
