@@ -22,7 +22,7 @@ import msgspec
 
 from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import AirlockError, ConfigError, EmailTooLarge, RequestRefused, UsageError
+from airlock.errors import AirlockError, ConfigError, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -111,7 +111,7 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
     if args.text is not None:
         raw = args.text.encode("utf-8")
         if len(raw) > limit:
-            raise EmailTooLarge(f"--text is {len(raw)} bytes; the limit is {limit} ({LIMIT_SETTING})")
+            raise sources.too_large("--text", str(len(raw)), limit, LIMIT_SETTING)
         items.append(Submission(raw, "text", "--text"))
     for name in args.files:
         if name == "-":

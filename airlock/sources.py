@@ -57,12 +57,17 @@ def sender_of(raw: bytes, fmt: EmailFormat) -> str:
     return address if _ADDRESS.match(address) else ""
 
 
+def too_large(name: str, size: str, limit: int, setting: str = "") -> EmailTooLarge:
+    """The refusal of an email over `limit`, one wording for files, --text and stdin (the
+    setting that sets the limit is named, so the user knows what to change)."""
+    return EmailTooLarge(f"{name} is {size} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
+
+
 def read(path: Path, limit: int = MAX_FILE_BYTES, setting: str = "") -> bytes:
-    """The file's bytes, or EmailTooLarge before reading one over `limit` (the setting that
-    sets the limit is named in the message, so the user knows what to change)."""
+    """The file's bytes, or EmailTooLarge before reading one over `limit`."""
     size = path.stat().st_size
     if size > limit:
-        raise EmailTooLarge(f"{path} is {size} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
+        raise too_large(str(path), str(size), limit, setting)
     return path.read_bytes()
 
 
@@ -71,5 +76,5 @@ def read_stream(stream: BinaryIO, limit: int, setting: str = "", name: str = "st
     the rest is never read, so a huge or endless input costs no more memory than the limit."""
     raw = stream.read(limit + 1)
     if len(raw) > limit:
-        raise EmailTooLarge(f"{name} is over {limit} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
+        raise too_large(name, f"over {limit}", limit, setting)
     return raw
