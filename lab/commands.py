@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from airlock.errors import UsageError
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
@@ -27,8 +28,10 @@ MAX_TIME_LIMIT_S = 3600.0
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
 
-class UsageError(Exception):
-    """The command cannot do what was asked; the message says why and what to do."""
+def say(lines: Sequence[str]) -> None:
+    """Print lines for a person; lab text and paths are shown escaped, like all CLI output."""
+    for line in lines:
+        print(shown(line))
 
 
 def summary(lab: Lab) -> dict[str, object]:
@@ -63,8 +66,7 @@ def cmd_start(args: argparse.Namespace) -> int:
              f"  airlock lab check {lab.id} --dir {target}",
              f"the lesson: {lab.folder / 'README.md'}" + "".join(
                  f" ({lang}: README.{lang}.md)" for lang in lab.languages if lang != "en")]
-    for line in lines:
-        print(shown(line))
+    say(lines)
     return 0
 
 
@@ -119,8 +121,7 @@ def cmd_notes(args: argparse.Namespace) -> int:
              "checkpoints:", *(f"  - {c.id}: {c.title}" for c in lab.checkpoints),
              "common mistakes:", *(f"  - {m}" for m in lab.instructor.mistakes),
              "reading the report:", f"  {lab.instructor.reading_the_report}"]
-    for line in lines:
-        print(shown(line))
+    say(lines)
     return 0
 
 
