@@ -71,10 +71,17 @@ student's functions.
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
+
+from lab.grading import Verdict
+
+T = TypeVar("T")
 
 LABS_ROOT = Path(__file__).resolve().parent.parent / "labs"
 LESSON_LANGUAGES = frozenset({"en", "nl", "de", "ru", "tr"})
@@ -109,6 +116,10 @@ class Checkpoint(_Strict):
     @property
     def grader_function(self) -> str:
         return self.grader.split(":", 1)[1]
+
+    def load_grader(self) -> Callable[[Path], Verdict]:
+        """The grader function itself, imported now (in the grade process, not at load)."""
+        return getattr(importlib.import_module(self.grader_module), self.grader_function)
 
 
 class Hint(_Strict):
@@ -209,17 +220,22 @@ class WrongSolution(msgspec.Struct, frozen=True):
         return self.name[len(self.checkpoint.id) + 1:].replace("-", " ")
 
 
-def load_wrong_solution(lab: Lab, path: Path) -> WrongSolution:
-    """One wrong/<checkpoint>-<what>.toml, checked against the lab and its solution; a
-    LabFormatError names the file and the key."""
+def _decode(path: Path, kind: type[T]) -> T:
+    """A TOML file as `kind`, or LabFormatError naming the file (and msgspec's key path)."""
     try:
-        raw = msgspec.toml.decode(path.read_bytes(), type=_WrongSolutionFile)
+        return msgspec.toml.decode(path.read_bytes(), type=kind)
     except OSError as exc:
         raise LabFormatError(f"{path}: cannot read ({exc.strerror})") from exc
     except msgspec.ValidationError as exc:
         raise LabFormatError(f"{path}: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise LabFormatError(f"{path}: not valid TOML ({exc})") from exc
+
+
+def load_wrong_solution(lab: Lab, path: Path) -> WrongSolution:
+    """One wrong/<checkpoint>-<what>.toml, checked against the lab and its solution; a
+    LabFormatError names the file and the key."""
+    raw = _decode(path, _WrongSolutionFile)
     checkpoint = _wrong_checkpoint(lab, path.stem)
     if checkpoint is None:
         raise LabFormatError(f"{path}: the name is <checkpoint>-<what>; "
@@ -280,16 +296,7 @@ def build_wrong_solution(wrong: WrongSolution, target: Path) -> Path:
 def load(folder: Path) -> Lab:
     """One lab folder, checked in full (see the module docstring)."""
     path = folder / "lab.toml"
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise LabFormatError(f"{path}: cannot read ({exc.strerror})") from exc
-    try:
-        lab = msgspec.toml.decode(raw, type=Lab)
-    except msgspec.ValidationError as exc:
-        raise LabFormatError(f"{path}: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise LabFormatError(f"{path}: not valid TOML ({exc})") from exc
+    lab = _decode(path, Lab)
     if lab.location:
         raise LabFormatError(f"{path}: location: not a lab.toml key (it is where the file lies)")
     lab = msgspec.structs.replace(lab, location=str(folder))

@@ -15,7 +15,6 @@ preexec_fn could deadlock the child.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import resource
 import sys
@@ -31,7 +30,7 @@ _encode = msgspec.json.Encoder().encode
 
 def grade(lab_id: str, checkpoint_id: str, student_dir: Path, root: Path) -> Verdict:
     checkpoint = find(lab_id, root).checkpoint(checkpoint_id)
-    grader = getattr(importlib.import_module(checkpoint.grader_module), checkpoint.grader_function)
+    grader = checkpoint.load_grader()
     try:
         verdict = grader(student_dir)
     except SystemExit as exc:

@@ -4,7 +4,6 @@ reference with a few edits, the way a wrong/<name>.toml describes one."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from lab.catalog import Lab
@@ -13,7 +12,7 @@ from lab.grading import Verdict
 
 def grade_in_process(lab: Lab, checkpoint_id: str, student_dir: Path) -> Verdict:
     checkpoint = lab.checkpoint(checkpoint_id)
-    return getattr(importlib.import_module(checkpoint.grader_module), checkpoint.grader_function)(student_dir)
+    return checkpoint.load_grader()(student_dir)
 
 
 def solution_with(lab: Lab, folder: Path, replace: dict[str, str] | None = None, append: str = "") -> Path:

@@ -4,7 +4,6 @@ student's code is (one process per checkpoint); the runner's limits; the lab com
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shutil
@@ -79,7 +78,7 @@ def test_lab_has_its_lessons_files_and_graders(lab: Lab) -> None:
     assert {hint.level for hint in lab.hints} == {1, 2, 3}
     assert lab.instructor.mistakes and lab.instructor.reading_the_report
     for checkpoint in lab.checkpoints:
-        assert callable(getattr(importlib.import_module(checkpoint.grader_module), checkpoint.grader_function))
+        assert callable(checkpoint.load_grader())
     assert list(lab.wrong_solutions()), "every lab ships deliberately wrong solutions"
 
 
