@@ -128,3 +128,27 @@ def hidden_cases(strategy: Any, check: Callable[[Any], None], *, max_examples: i
         check(case)
 
     run()
+
+
+# For the graders that find a student's first wrong answer with hypothesis.find: the same
+# cases on every run (derandomized, no database), quiet, whatever the student's code costs.
+def find_settings(max_examples: int = 200) -> Any:
+    from hypothesis import HealthCheck, Verbosity, settings
+
+    return settings(derandomize=True, database=None, max_examples=max_examples, deadline=None,
+                    verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+
+
+class StillTodo(Exception):
+    """The student's function still raises NotImplementedError (args: its name)."""
+
+
+def todo(checkpoint: str, function: str, lab_id: str) -> Failed:
+    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
+                                          f"Write it (airlock lab hint {lab_id} 1 for a nudge)")
+
+
+def unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
+    """hypothesis could not replay the student's failure: an answer that changes between calls."""
+    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
+                                              f"does {function} give the same answer every time for the same input?")

@@ -22,26 +22,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import find
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, StudentCodeMissing, Verdict, load_student
+from lab.grading import (Failed, Passed, StillTodo, StudentCodeMissing, Verdict, find_settings, load_student, todo,
+                         unstable)
 
 LAB_DIR = LABS_ROOT / "executor-checks"
 FILE = "checks.py"
-_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
-                   verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+_HIDDEN = find_settings()
 
 
 # A case: (what the student reads, the function's arguments, the expected answer: "none",
 # "ok" or an Error kind, and why, shown when the student's answer differs).
 Case = tuple[str, tuple[Any, ...], str, str]
-
-
-class _Todo(Exception):
-    """The student's function still raises NotImplementedError."""
 
 
 def _shown(result: Any) -> str:
@@ -75,7 +71,7 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
     try:
         result = fn(*args)
     except NotImplementedError:
-        raise _Todo(function) from None
+        raise StillTodo(function) from None
     except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
         return Failed(checkpoint, case, f"{function} raised {type(exc).__name__}: {exc}; expected it to return "
                                         f"{_expected(expect)}. A check never raises: every problem is an Error value.")
@@ -87,16 +83,6 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
         because = f" ({why})" if why else ""
         return Failed(checkpoint, case, f"expected {_expected(expect)}{because}; {function} returned {shown}")
     return None
-
-
-def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
-    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
-                                              f"does {function} give the same answer every time for the same input?")
-
-
-def _todo(checkpoint: str, function: str) -> Failed:
-    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
-                                          f"Write it (airlock lab hint executor-checks 1 for a nudge)")
 
 
 def _grade(checkpoint: str, student_dir: Path, function: str,
@@ -125,11 +111,11 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
             except NoSuchExample:
                 return Passed(checkpoint)
             except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
-                return _unstable(checkpoint, function, exc)
+                return unstable(checkpoint, function, exc)
             failed = _judge(checkpoint, function, fn, f"hidden case: {case}", args, expect, why)
             return failed or Failed(checkpoint, f"hidden case: {case}", "answered differently on a second call")
-    except _Todo:
-        return _todo(checkpoint, function)
+    except StillTodo:
+        return todo(checkpoint, function, "executor-checks")
     return Passed(checkpoint)
 
 
@@ -374,8 +360,8 @@ def execution(student_dir: Path) -> Verdict:
                 return Failed(checkpoint, case, f"the tool ran {tool.runs} times; run_tool calls it exactly once "
                                                 f"(a second run is a second side effect)")
         return _timeout_case(checkpoint, run_tool)
-    except _Todo:
-        return _todo(checkpoint, "run_tool")
+    except StillTodo:
+        return todo(checkpoint, "run_tool", "executor-checks")
 
 
 def _timeout_case(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
@@ -436,8 +422,8 @@ def execute(student_dir: Path) -> Verdict:
             if ran != runs_wanted:
                 return Failed(checkpoint, case, f"tools that ran: {ran or 'none'}; expected {runs_wanted or 'none'}. "
                                                 f"A tool runs only after every check passed, and then once.")
-    except _Todo:
-        return _todo(checkpoint, "execute")
+    except StillTodo:
+        return todo(checkpoint, "execute", "executor-checks")
     return Passed(checkpoint)
 
 

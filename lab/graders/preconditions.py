@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, find, settings
+from hypothesis import find
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
@@ -39,17 +39,12 @@ from airlock import sources, trace
 from airlock import task as task_module
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, Verdict, load_student
+from lab.grading import Failed, Passed, StillTodo, Verdict, find_settings, load_student, todo, unstable
 
 ROOT = LABS_ROOT.parent  # the checkout: the corpus and the task files the pipeline checkpoint runs
 FILE = "preconditions.py"
-_HIDDEN = settings(derandomize=True, database=None, max_examples=200, deadline=None,
-                   verbosity=Verbosity.quiet, suppress_health_check=list(HealthCheck))
+_HIDDEN = find_settings()
 PRINCIPALS = Principals({"dana": {"support-lead"}, "sam": {"support-agent"}})
-
-
-class _Todo(Exception):
-    """The student's function still raises NotImplementedError."""
 
 
 class _Raised(Exception):
@@ -67,21 +62,11 @@ def _load(checkpoint: str, student_dir: Path, function: str) -> ModuleType | Fai
     return module
 
 
-def _unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
-    return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
-                                              f"does {function} give the same answer every time for the same input?")
-
-
-def _todo(checkpoint: str, function: str) -> Failed:
-    return Failed(checkpoint, "the TODO", f"{function}() is still a TODO: it raises NotImplementedError. "
-                                          f"Write it (airlock lab hint preconditions 1 for a nudge)")
-
-
 def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except NotImplementedError:
-        raise _Todo(function) from None
+        raise StillTodo(function) from None
     except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
         raise _Raised(f"{function} raised {type(exc).__name__}: {exc}") from exc
 
@@ -110,7 +95,7 @@ def _unreadable(problem: Callable[..., str | None]) -> Callable[..., str | None]
     def guarded(*args: Any) -> str | None:
         try:
             return problem(*args)
-        except (_Todo, _Raised):
+        except (StillTodo, _Raised):
             raise
         except Exception as exc:  # the student's returned value misbehaved while being read
             return f"returned a value the grader cannot read ({type(exc).__name__}: {exc})"
@@ -161,10 +146,10 @@ def _grade_rule(checkpoint: str, student_dir: Path, function: str, oracle: Calla
         except NoSuchExample:
             return Passed(checkpoint)
         except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
-            return _unstable(checkpoint, function, exc)
+            return unstable(checkpoint, function, exc)
         return Failed(checkpoint, f"hidden case: {case[0]}", _rule_problem(function, fn, oracle, case) or "flaky")
-    except _Todo:
-        return _todo(checkpoint, function)
+    except StillTodo:
+        return todo(checkpoint, function, "preconditions")
 
 
 @_unreadable
@@ -434,10 +419,10 @@ def decide(student_dir: Path) -> Verdict:
         except NoSuchExample:
             return Passed(checkpoint)
         except HypothesisException as exc:  # e.g. Flaky: the same case answered two ways
-            return _unstable(checkpoint, "decide", exc)
+            return unstable(checkpoint, "decide", exc)
         return Failed(checkpoint, f"hidden case: {case[0]}", _decide_problem(fn, case) or "flaky")
-    except _Todo:
-        return _todo(checkpoint, "decide")
+    except StillTodo:
+        return todo(checkpoint, "decide", "preconditions")
 
 
 # ---- pipeline: the guarded tasks through the actor's real executor ---------------------------
@@ -491,8 +476,8 @@ def pipeline(student_dir: Path) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as tmp:
         try:
             return _guarded(checkpoint, module, Path(tmp)) or _refund(checkpoint, module, Path(tmp)) or Passed(checkpoint)
-        except _Todo as exc:
-            return _todo(checkpoint, str(exc))
+        except StillTodo as exc:
+            return todo(checkpoint, str(exc), "preconditions")
         except _Raised as exc:
             return Failed(checkpoint, "a call in the executor", f"{exc}; the executor cannot decide")
 
