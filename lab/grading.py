@@ -152,3 +152,15 @@ def unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
     """hypothesis could not replay the student's failure: an answer that changes between calls."""
     return Failed(checkpoint, "hidden cases", f"the hidden cases could not be judged ({type(exc).__name__}): "
                                               f"does {function} give the same answer every time for the same input?")
+
+
+def module_or_failed(checkpoint: str, student_dir: Path, filename: str, function: str) -> ModuleType | Failed:
+    """The student's module holding `function`, or the Failed verdict saying why it cannot
+    be graded (missing, not importable, or without that function)."""
+    try:
+        module = load_student(student_dir, filename)
+    except Exception as exc:  # missing or not importable: the student's problem, named
+        return Failed(checkpoint, filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}")
+    if not callable(getattr(module, function, None)):
+        return Failed(checkpoint, function, f"{filename} has no function {function}()")
+    return module

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
 from lab.catalog import LABS_ROOT
-from lab.grading import (Failed, Passed, StillTodo, StudentCodeMissing, Verdict, find_settings, load_student, todo,
-                         unstable)
+from lab.grading import (Failed, Passed, StillTodo, StudentCodeMissing, Verdict, find_settings, load_student,
+                         module_or_failed, todo, unstable)
 
 LAB_DIR = LABS_ROOT / "executor-checks"
 FILE = "checks.py"
@@ -343,13 +343,10 @@ def _execution_cases() -> list[tuple[str, Callable[[dict[str, Any]], Any], int, 
 def execution(student_dir: Path) -> Verdict:
     """run_tool() runs the tool once, under its timeout, and types every failure."""
     checkpoint = "execution"
-    try:
-        module = load_student(student_dir, FILE)
-    except Exception as exc:  # missing or not importable: the student's problem, named
-        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
-    run_tool = getattr(module, "run_tool", None)
-    if not callable(run_tool):
-        return Failed(checkpoint, "run_tool", f"{FILE} has no function run_tool()")
+    module = module_or_failed(checkpoint, student_dir, FILE, "run_tool")
+    if isinstance(module, Failed):
+        return module
+    run_tool = module.run_tool
     try:
         for case, behaviour, cap, expect, why in _execution_cases():
             tool = _Tool(behaviour)
@@ -397,13 +394,10 @@ def _reference() -> ModuleType:
 def execute(student_dir: Path) -> Verdict:
     """execute() runs every check before the side effect, and the tool only when all pass."""
     checkpoint = "execute"
-    try:
-        module = load_student(student_dir, FILE)
-    except Exception as exc:  # missing or not importable: the student's problem, named
-        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
-    run = getattr(module, "execute", None)
-    if not callable(run):
-        return Failed(checkpoint, "execute", f"{FILE} has no function execute()")
+    module = module_or_failed(checkpoint, student_dir, FILE, "execute")
+    if isinstance(module, Failed):
+        return module
+    run = module.execute
     reference = _reference()
     # This checkpoint judges execute alone: the helpers it calls are the reference ones.
     for helper in ("allowlist_problem", "schema_problem", "range_problem", "run_tool"):

@@ -39,7 +39,8 @@ from airlock import sources, trace
 from airlock import task as task_module
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, StillTodo, Verdict, find_settings, load_student, todo, unstable
+from lab.grading import (Failed, Passed, StillTodo, Verdict, find_settings, load_student, module_or_failed, todo,
+                         unstable)
 
 ROOT = LABS_ROOT.parent  # the checkout: the corpus and the task files the pipeline checkpoint runs
 FILE = "preconditions.py"
@@ -49,17 +50,6 @@ PRINCIPALS = Principals({"dana": {"support-lead"}, "sam": {"support-agent"}})
 
 class _Raised(Exception):
     """The student's function raised: the message says what and where."""
-
-
-def _load(checkpoint: str, student_dir: Path, function: str) -> ModuleType | Failed:
-    """The student's module, or why it cannot be graded."""
-    try:
-        module = load_student(student_dir, FILE)
-    except Exception as exc:  # missing or not importable: the student's problem, named
-        return Failed(checkpoint, FILE, f"{FILE} cannot be loaded: {type(exc).__name__}: {exc}")
-    if not callable(getattr(module, function, None)):
-        return Failed(checkpoint, function, f"{FILE} has no function {function}()")
-    return module
 
 
 def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -130,7 +120,7 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
 def _grade_rule(checkpoint: str, student_dir: Path, function: str, oracle: Callable[..., Any],
                 named: list[RuleCase], hidden: st.SearchStrategy[RuleCase],
                 names_in_reason: Callable[[RuleCase], str | None] = lambda case: None) -> Verdict:
-    module = _load(checkpoint, student_dir, function)
+    module = module_or_failed(checkpoint, student_dir, FILE, function)
     if isinstance(module, Failed):
         return module
     fn = getattr(module, function)
@@ -401,7 +391,7 @@ def _decide_hidden(draw: st.DrawFn) -> DecideCase:
 def decide(student_dir: Path) -> Verdict:
     """decide() runs the applying rules in order, stops at the first non-allow, keeps the record."""
     checkpoint = "decide"
-    module = _load(checkpoint, student_dir, "decide")
+    module = module_or_failed(checkpoint, student_dir, FILE, "decide")
     if isinstance(module, Failed):
         return module
     reference = load_student(LABS_ROOT / "preconditions" / "solution", FILE)
@@ -470,7 +460,7 @@ def _sent(data: Path, message_id: str, tool: str) -> bool:
 def pipeline(student_dir: Path) -> Verdict:
     """In the actor's executor: data-only attacks refused, benign emails answered, refunds escalated."""
     checkpoint = "pipeline"
-    module = _load(checkpoint, student_dir, "decide")
+    module = module_or_failed(checkpoint, student_dir, FILE, "decide")
     if isinstance(module, Failed):
         return module
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as tmp:
