@@ -146,9 +146,7 @@ class Board:
         if message_id in self._open or message_id in self._finished:
             return
         self.counters["emails"] += 1
-        self._open[message_id] = "open"
-        if len(self._open) > OPEN_LIMIT:
-            self._open.popitem(last=False)
+        _remember(self._open, message_id, "open", OPEN_LIMIT)
 
     def _on_received(self, card: dict[str, Any], record: dict[str, Any]) -> None:
         self._see(record["message_id"])
@@ -198,9 +196,7 @@ class Board:
         outside = self.outside_plan(record.get("server"), record.get("tool"), self._plan_of(record))
         key = _step_key(message_id, record)
         if outside and record.get("status") != "replayed" and key not in self._counted:
-            self._counted[key] = None
-            if len(self._counted) > COUNTED_LIMIT:
-                self._counted.popitem(last=False)
+            _remember(self._counted, key, None, COUNTED_LIMIT)
             self.counters["outside_plan"] += 1
         return outside
 
@@ -210,10 +206,8 @@ class Board:
         if record.get("status") not in RAN:
             return False
         key = _step_key(message_id, record)
-        runs = self._ran.pop(key, 0) + 1
-        self._ran[key] = runs  # moved to the end: the most recently seen is forgotten last
-        if len(self._ran) > RAN_LIMIT:
-            self._ran.popitem(last=False)
+        runs = self._ran.pop(key, 0) + 1  # popped, so it goes back at the end: forgotten last
+        _remember(self._ran, key, runs, RAN_LIMIT)
         if runs == 2:
             self.counters["ran_twice"] += 1
         return runs > 1
@@ -258,9 +252,7 @@ class Board:
         if outcome == WAITING:
             self._open[message_id] = WAITING
         else:
-            self._finished[message_id] = None
-            if len(self._finished) > FINISHED_LIMIT:
-                self._finished.popitem(last=False)
+            _remember(self._finished, message_id, None, FINISHED_LIMIT)
         card.update(outcome=outcome, reason=shown(record.get("reason")), rule=shown(record.get("rule")),
                     waiting=outcome == WAITING, final=outcome != WAITING)
         ended_at = record.get("ended_at")
@@ -313,6 +305,14 @@ HANDLERS = {
     ("broker", "decision"): Board._on_decision,
     ("broker", "outcome"): Board._on_outcome,
 }
+
+
+def _remember(memory: collections.OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Keep key -> value; past `limit` entries the oldest is forgotten, so a long trace costs
+    bounded memory (a forgotten email can at worst be judged again, never crash the page)."""
+    memory[key] = value
+    if len(memory) > limit:
+        memory.popitem(last=False)
 
 
 def _step_key(message_id: str, record: dict[str, Any]) -> tuple[str, int | str]:
