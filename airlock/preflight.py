@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from airlock.errors import AlreadyRunning, ConfigError
-from airlock.settings import PORT_IN_USE_HINT, Settings
+from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url
 
 PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
 
@@ -46,8 +46,7 @@ def require_extra(what: str, modules: tuple[str, ...], extra: str) -> None:
 
 def models_url(base: str) -> str:
     """The OpenAI-compatible model list next to the chat endpoint the reader will use."""
-    base = base.rstrip("/").removesuffix("/chat/completions")
-    return base + ("/models" if base.endswith("/v1") else "/v1/models")
+    return model_api_url(base, "models")
 
 
 def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:

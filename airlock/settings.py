@@ -132,6 +132,16 @@ def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def model_api_url(base: str, resource: str) -> str:
+    """The OpenAI-compatible `resource` ("chat/completions", "models") of the model URL a user
+    gave: the server, its /v1, or the chat endpoint itself (then its siblings sit beside it).
+    One rule for the reader's requests and the start-up probe."""
+    base = base.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return f"{base.removesuffix('/chat/completions')}/{resource}"
+    return f"{base}/{resource}" if base.endswith("/v1") else f"{base}/v1/{resource}"
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:

@@ -15,6 +15,8 @@ from typing import Literal
 
 import msgspec
 
+from airlock.settings import model_api_url
+
 MAX_BODY_BYTES = 1024 * 1024
 MAX_TOKENS = 24  # the answer is one short value; a long answer is already a wrong one
 
@@ -47,10 +49,7 @@ _response = msgspec.json.Decoder(_ChatResponse)
 
 
 def completions_url(base: str) -> str:
-    base = base.rstrip("/")
-    if base.endswith("/chat/completions"):
-        return base
-    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+    return model_api_url(base, "chat/completions")
 
 
 def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) -> ModelAnswer | ModelFailure:
