@@ -220,3 +220,17 @@ def test_naive_json_lines_hold_no_raw_bidi(tmp_path, fake_model) -> None:
     (line,) = done.stdout.splitlines()
     assert "done\u202e\u2066 4411" in json.loads(line)["answer"]
     assert "\u202e" not in done.stdout and "\u2066" not in done.stdout
+
+
+def test_record_shows_an_email_made_reason_escaped(tmp_path) -> None:
+    """`airlock record` skips an email with a hostile charset name and prints it escaped."""
+    task = tmp_path / "task.toml"
+    task.write_text((ROOT / "tasks" / "order_status.toml").read_text()
+                    .replace('"../samples/recorded/order_status.jsonl"', '"recorded.jsonl"'))
+    evil = tmp_path / "evil.eml"
+    evil.write_text("From: a@example.org\nSubject: hi\nContent-Type: text/plain; "
+                    "charset=\"x\x1b]0;pwned\x07\u202e\"\n\nWhere is order 4411?\n")
+    done = run("record", "--model-url", "http://127.0.0.1:9", "--task", str(task), str(evil),
+               env={**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
+    assert "skip" in done.stdout and "x\\x1b]0;pwned\\x07\\u202e" in done.stdout, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout

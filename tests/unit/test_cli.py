@@ -195,23 +195,6 @@ def test_decision_refused_reads_the_approval_rule(tmp_path: Path, refused: bool,
     assert escalations.decision_refused(path, ESCALATED, timeout_s=0.1) == why
 
 
-def test_record_shows_an_email_made_reason_escaped(tmp_path: Path) -> None:
-    """`airlock record` skips an email with a hostile charset name and prints it escaped."""
-    import subprocess
-    import sys
-
-    task = tmp_path / "task.toml"
-    task.write_text((ROOT / "tasks" / "order_status.toml").read_text()
-                    .replace('"../samples/recorded/order_status.jsonl"', '"recorded.jsonl"'))
-    evil = tmp_path / "evil.eml"
-    evil.write_text("From: a@example.org\nSubject: hi\nContent-Type: text/plain; "
-                    "charset=\"x\x1b]0;pwned\x07\u202e\"\n\nWhere is order 4411?\n")
-    done = subprocess.run([sys.executable, "-m", "airlock", "record", "--model-url", "http://127.0.0.1:9",
-                           "--task", str(task), str(evil)], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
-    assert "skip" in done.stdout and "x\\x1b]0;pwned\\x07\\u202e" in done.stdout, done.stdout + done.stderr
-    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
-
 
 def test_arrived_reports_results_already_received_without_waiting(settings) -> None:
     """After Ctrl-C the client still reports what has arrived, and waits for nothing more."""
