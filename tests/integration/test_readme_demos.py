@@ -51,6 +51,7 @@ import pytest
 
 from airlock.attack import free_ports
 from tests.conftest import ROOT
+from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -474,15 +475,20 @@ def test_inline_dashboard_serves_the_page(tmp_path: Path) -> None:
     try:
         session.run(Command(DASHBOARD_UP, "", 0))
         url = f"http://127.0.0.1:{session.env['AIRLOCK_DASHBOARD_PORT']}/"
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:  # the page is a child of airlock up and may answer a moment after its banner
+        failures: list[OSError] = []
+        bodies: list[bytes] = []
+
+        def served() -> bool:  # the page is a child of airlock up: it may answer after the banner
             try:
                 with urllib.request.urlopen(url, timeout=5) as response:
-                    assert response.status == 200 and b"<html" in response.read().lower()
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                    assert response.status == 200
+                    bodies.append(response.read())
+                    return True
+            except OSError as exc:
+                failures.append(exc)
+                return False
+
+        assert wait_until(served, READY_TIMEOUT_S, every_s=0.2), f"{url} did not answer: {failures[-1:]}"
+        assert b"<html" in bodies[0].lower()
     finally:
         session.close()
