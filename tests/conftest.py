@@ -27,10 +27,13 @@ hypothesis_settings.load_profile("airlock")
 
 
 
+def port_env(*names: str) -> dict[str, str]:
+    """AIRLOCK_<NAME>_PORT for each name, each a free loopback port."""
+    return {f"AIRLOCK_{name.upper()}_PORT": str(port) for name, port in zip(names, free_ports(len(names)))}
+
+
 def airlock_env(data_dir: Path, task: Path | None = None, **extra: str) -> dict[str, str]:
-    ports = free_ports(5)
-    env = {f"AIRLOCK_{name.upper()}_PORT": str(port)
-           for name, port in zip(("intake", "reader", "validator", "actor", "trace"), ports)}
+    env = port_env("intake", "reader", "validator", "actor", "trace")
     env["AIRLOCK_DATA_DIR"] = str(data_dir)
     env["AIRLOCK_TASK"] = str(task or ROOT / "tasks" / "order_status.toml")
     env.update(extra)

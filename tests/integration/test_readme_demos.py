@@ -50,7 +50,7 @@ from pathlib import Path
 import pytest
 
 from airlock.attack import free_ports
-from tests.conftest import ROOT
+from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -220,8 +220,7 @@ class Session:
         for name in project_entries():
             (workdir / name).symlink_to(ROOT / name)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-        names = ("intake", "reader", "validator", "actor", "trace", "dashboard")
-        env.update({f"AIRLOCK_{n.upper()}_PORT": str(p) for n, p in zip(names, free_ports(len(names)))})
+        env.update(port_env("intake", "reader", "validator", "actor", "trace", "dashboard"))
         # `airlock` and `python` are those of this interpreter's environment (the venv).
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.pop("PYTHONPATH", None)
