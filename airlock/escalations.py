@@ -11,6 +11,7 @@ from airlock import trace
 
 TRACE_POLL_S = 0.05  # how often decision_refused looks for the broker's outcome line
 
+
 def waiting(path: Path) -> list[dict[str, object]]:
     """Each escalated email with no decision yet, as the trace tells it: the step and tool
     waiting, the role it needs and why, the value the validator passed, the sender the
