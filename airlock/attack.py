@@ -61,17 +61,19 @@ def free_ports(count: int) -> list[int]:
 class PrivateStack:
     """`airlock up` in a child process with its own ports and data folder."""
 
-    def __init__(self, data_dir: Path, task: Path, model_url: str | None, readers: int) -> None:
+    def __init__(self, data_dir: Path, task: Path, model_url: str | None, readers: int,
+                 env: dict[str, str] | None = None, up_args: tuple[str, ...] = ()) -> None:
         ports = dict(zip(("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE"), free_ports(5)))
         self.env = {**os.environ, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()},
                     "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_TASK": str(task),
-                    "AIRLOCK_MODEL_URL": model_url or ""}
-        self.readers = readers
+                    "AIRLOCK_MODEL_URL": model_url or "", **(env or {})}
+        self.readers, self.up_args = readers, up_args
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
     def __enter__(self) -> settings_module.Settings:
-        self.process = subprocess.Popen([sys.executable, "-m", "airlock", "up", "--readers", str(self.readers)],
+        self.process = subprocess.Popen([sys.executable, "-m", "airlock", "up", "--readers", str(self.readers),
+                                         *self.up_args],
                                         env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready = threading.Event()
 

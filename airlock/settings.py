@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from airlock.errors import KeysMissing, SettingsError
+from airlock.student import Plug, parse_plug
 from airlock.task import SHIPPED_TASKS
 
 # What a port already in use means, said by the start-up check and by the broker alike.
@@ -49,6 +50,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int  # deliveries of one email to one stage before it ends failed
     restart_backoff_max_s: float  # `airlock up` restarts a dead child after a delay doubling to this
     keys: Path | None  # CURVE keys (airlock keys); None: no authentication
+    student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
+    student_timeout_s: float  # one call of the student's function, after which it is stopped
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -219,6 +222,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
         "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
         "keys": read("AIRLOCK_KEYS", lambda text: Path(text) if text else None, ""),
+        "student_code": read("AIRLOCK_STUDENT_CODE", parse_plug, ""),
+        "student_timeout_s": read("AIRLOCK_STUDENT_TIMEOUT_S", _positive(float), "2"),
     }
     for key, value in overrides.items():
         if key not in values:

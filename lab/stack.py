@@ -1,0 +1,89 @@
+"""A lab's private airlock: `airlock up` on free ports, with a student's code plugged in.
+
+The labs' in-stack checkpoints and `airlock lab run` both go through here, so that what a
+student's code did is read the same way everywhere: from the stack's calls.jsonl (what
+ran) and trace.jsonl (what each stage decided), never from what a model said.
+
+Offline by default: the model is the project's hostile model (it obeys the last instruction
+it finds in an email, the worst case), or the reader's recorded answers; a URL selects a
+real OpenAI-compatible endpoint (the lab's SmolLM2, say).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airlock import trace
+from airlock.attack import PrivateStack, free_ports, run_separated
+from airlock.campaign import CampaignEmail
+from airlock.hostile import HostileModel
+from airlock.score import EmailResult
+from airlock.settings import Settings
+from airlock.student import Plug
+
+EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
+IN_FLIGHT = 8
+
+
+@dataclass
+class Stack:
+    """A running lab stack: its settings, its page (if asked for) and its files."""
+
+    settings: Settings
+    page_url: str | None
+    model: str
+
+    @property
+    def calls_path(self) -> Path:
+        return self.settings.calls_path
+
+    @property
+    def trace_path(self) -> Path:
+        return self.settings.trace_path
+
+    def run(self, emails: list[CampaignEmail], timeout_s: float = EMAILS_TIMEOUT_S) -> StackRun:
+        results, stragglers = run_separated(emails, self.settings, timeout_s, IN_FLIGHT, lambda done, total: None)
+        return StackRun(results, stragglers, self.trace_events([r.id for r in results]))
+
+    def trace_events(self, message_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Each email's trace lines, in order (the stack has settled every one of them)."""
+        wanted = set(message_ids)
+        events: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in message_ids}
+        for record in trace.read(self.trace_path):
+            if record.get("message_id") in wanted:
+                events[record["message_id"]].append(record)
+        return events
+
+
+@dataclass
+class StackRun:
+    results: list[EmailResult]
+    stragglers: list[str]  # ids with no outcome by the deadline: a failed run, never ignored
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def lab_stack(data_dir: Path, task: Path, *, model: str = "hostile", plug: Plug | None = None,
+              catalog: Path | None = None, page: bool = False, readers: int = 1) -> Iterator[Stack]:
+    """Start the stack (and the hostile model when asked for), yield it, stop both."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {"AIRLOCK_STUDENT_CODE": str(plug) if plug else "", "AIRLOCK_CATALOG": str(catalog or "")}
+    up_args: tuple[str, ...] = ()
+    page_url = None
+    if page:
+        (port,) = free_ports(1)
+        up_args, page_url = ("--dashboard", "--dashboard-port", str(port)), f"http://127.0.0.1:{port}/"
+    with contextlib.ExitStack() as stack:
+        model_url: str | None
+        if model == "hostile":
+            model_url = stack.enter_context(contextlib.closing(HostileModel().start())).url
+        elif model == "recorded":
+            model_url = None
+        else:
+            model_url = model
+        settings = stack.enter_context(PrivateStack(data_dir, task.resolve(), model_url, readers, env, up_args))
+        yield Stack(settings, page_url, model)
