@@ -311,6 +311,8 @@ class Router:
         ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
             where = {"step": call.step, "server": call.server, "tool": call.tool}
+            if call.student:  # a lab: this step's decision ran student code (absent otherwise)
+                where["student"] = call.student
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
                         key=call.key, decision=call.decision)
             if call.status in ("refused", "escalated"):
