@@ -29,6 +29,8 @@ solution reaches every wrong one, and a reader sees the one defect and nothing e
     why = "str.isdigit() accepts every Unicode decimal digit, so Arabic-Indic ٤٤١١ passes"
     case = "Arabic-Indic digits '٤٤١١'"   # optional: the exact case the grader names;
                                           # left out where hypothesis finds the case
+    also_fails = ["in-the-stack"]         # optional: other checkpoints that grade the same
+                                          # code (an in-stack one runs it) and must fail too
     [[change]]                            # at least one, applied in order
     file = "checker.py"                   # one of student_files
     find = '''text that occurs exactly once in solution/checker.py'''
@@ -133,6 +135,20 @@ class Instructor(_Strict):
     reading_the_report: str
 
 
+class Run(_Strict):
+    """[run]: how the lab runs in a private stack (lab.stack), the student's file plugged in.
+    Paths are checkout-relative; "./x" is relative to the lab folder."""
+
+    plug: str  # a key of airlock.student.PLUG_POINTS
+    file: str  # the student's file that plugs in, one of student_files
+    task: str
+    catalog: str = ""
+    emails: list[str] = []
+    model: str = "hostile"  # hostile | recorded
+    rug_pull: str = ""  # a catalog swapped in for `catalog` after rug_pull_after emails
+    rug_pull_after: int = 0
+
+
 class Lab(_Strict):
     id: str
     title: str
@@ -144,6 +160,7 @@ class Lab(_Strict):
     checkpoints: list[Checkpoint]
     hints: list[Hint]
     instructor: Instructor
+    run: Run | None = None
     location: str = ""  # the lab's folder, set by load(); a lab.toml that sets it is refused
 
     @property
@@ -201,6 +218,7 @@ class _WrongSolutionFile(_Strict):
     why: str
     change: list[Change]
     case: str = ""
+    also_fails: list[str] = []
 
 
 class WrongSolution(msgspec.Struct, frozen=True):
@@ -213,6 +231,7 @@ class WrongSolution(msgspec.Struct, frozen=True):
     case: str  # the exact case the grader names, "" when not pinned
     changes: list[Change]
     files: dict[str, str]  # every student file, as this wrong solution holds it
+    also_fails: list[str] = []  # other checkpoints that grade the same code and must fail too
 
     @property
     def what(self) -> str:
@@ -244,9 +263,14 @@ def load_wrong_solution(lab: Lab, path: Path) -> WrongSolution:
         raise LabFormatError(f"{path}: why: say what the mistake is")
     if not raw.change:
         raise LabFormatError(f"{path}: change: at least one is needed")
+    ids = [c.id for c in lab.checkpoints]
+    for i, other in enumerate(raw.also_fails):
+        if other not in ids or other == checkpoint.id:
+            raise LabFormatError(f"{path}: also_fails[{i}]: {other!r} is not another checkpoint of {lab.id} "
+                                 f"({', '.join(ids)})")
     files = _mutated(lab, path, raw.change)
     return WrongSolution(name=path.stem, checkpoint=checkpoint, why=raw.why, case=raw.case,
-                         changes=raw.change, files=files)
+                         changes=raw.change, files=files, also_fails=raw.also_fails)
 
 
 def _wrong_checkpoint(lab: Lab, name: str) -> Checkpoint | None:

@@ -142,6 +142,8 @@ replace = 'return answer'
                  "why", id="missing-why"),
     pytest.param("nosuch-thing", MUTATION, "<checkpoint>-<what>", id="checkpoint-prefix-unknown"),
     pytest.param("contract-", MUTATION, "<checkpoint>-<what>", id="what-missing"),
+    pytest.param("contract-also", 'also_fails = ["nosuch"]\n' + MUTATION, "also_fails[0]", id="also-fails-unknown"),
+    pytest.param("contract-also", 'also_fails = ["contract"]\n' + MUTATION, "also_fails[0]", id="also-fails-itself"),
 ])
 def test_a_broken_wrong_solution_names_file_and_key(tmp_path: Path, name: str, text: str, named: str) -> None:
     """wrong/<checkpoint>-<what>.toml names a checkpoint, and each change names a student
@@ -198,10 +200,14 @@ def test_solution_passes_every_checkpoint(lab: Lab, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("lab", "wrong"), WRONG)
 def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: WrongSolution, tmp_path: Path) -> None:
-    """wrong/<checkpoint>-<what>.toml fails exactly <checkpoint>, its case names <what>
-    (and is the `case` the file pins, where it pins one), and the others pass."""
+    """wrong/<checkpoint>-<what>.toml fails exactly <checkpoint> (and the checkpoints its
+    `also_fails` names, which grade the same code), its case names <what> (and is the `case`
+    the file pins, where it pins one), and the others pass."""
     folder = build_wrong_solution(wrong, tmp_path / "student")
     for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
+        if checkpoint.id in wrong.also_fails:
+            assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}, which also_fails names"
+            continue
         if checkpoint.id != wrong.checkpoint.id:
             assert verdict == Passed(checkpoint.id), f"{wrong.name} should pass {checkpoint.id}: {verdict}"
             continue
