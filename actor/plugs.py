@@ -104,10 +104,13 @@ class ActorPlug:
         # plan): the lab's execute() looks the tool up itself, after allowlist_problem.
         call = {"server": step.pair[0], "tool": step.pair[1], "arguments": dict(args)}
         problem = self._problem("allowlist_problem", call, set(self.plan))
-        if problem is not None or step.pair not in catalog:
-            return problem
-        schema = schema_of(catalog[step.pair])
-        return self._problem("schema_problem", dict(args), schema) or self._problem("range_problem", dict(args), schema)
+        if problem is None and step.pair in catalog:
+            schema = schema_of(catalog[step.pair])
+            problem = (self._problem("schema_problem", dict(args), schema)
+                       or self._problem("range_problem", dict(args), schema))
+        if problem is not None:
+            problem.read["call"] = call  # what the student's checks judged, for the record
+        return problem
 
     def _problem(self, function: str, *args: Any) -> RuleResult | None:
         answer = self.code.call(function, *args)
