@@ -104,6 +104,9 @@ def _probe(path: Path, functions: tuple[str, ...], lab_id: str) -> Failed | None
                 return todo(CHECKPOINT, function, lab_id)
             if isinstance(answer, StudentFailed) and answer.kind in ("missing", "unloadable"):
                 return Failed(CHECKPOINT, path.name, answer.describe())
+            if isinstance(answer, StudentFailed) and answer.kind in ("timeout", "crashed"):
+                # every step would wait for it in turn: say so now, not after the wall-clock limit
+                return Failed(CHECKPOINT, f"{function}() called with None for each argument", answer.describe())
     finally:
         code.close()
     return None
