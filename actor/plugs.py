@@ -31,13 +31,25 @@ from actor.selection import bound_pair
 from airlock.student import Plug, StudentCode, StudentFailed
 
 SHOWN_CHARS = 120  # of a student's answer quoted in a reason: enough to recognise it
+# A student's answer kept in a decision record, at most: the record travels in the actor's
+# Done (one frame, AIRLOCK_MAX_FRAME_BYTES) and into the trace, whatever the student returned.
+MAX_KEPT_BYTES = 8 * 1024
 VERDICTS = ("allow", "refuse", "escalate")
 _STRICTNESS = {"allow": 0, "escalate": 1, "refuse": 2}
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    return _cut(repr(value))
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+
+
+def _kept(value: Any) -> Any:
+    """A student's answer for the record, or its size when it is too large to keep."""
+    size = len(msgspec.json.encode(value))
+    return value if size <= MAX_KEPT_BYTES else {"bytes": size, "cap": MAX_KEPT_BYTES}
 
 
 def _refusal(rule: str, reason: str, read: dict[str, Any] | None = None) -> RuleResult:
@@ -84,7 +96,7 @@ class ActorPlug:
         if isinstance(answer, StudentFailed):
             return _failed(answer)
         expected = _pair(bound_pair(catalog.keys(), step.pair))
-        read = {"requested": requested, "answer": answer}
+        read = {"requested": requested, "answer": _kept(answer)}
         if not isinstance(answer, dict) or "choice" not in answer:
             return _refusal("student.failed", f"your bound_tool_choice() returned {_shown(answer)}, not a dict "
                                               "with a 'choice'; the step is refused (fail closed)", read)
@@ -92,7 +104,7 @@ class ActorPlug:
         if chosen == expected:
             return None
         shown = "nothing (None)" if chosen is None else (
-            f"{chosen['server']}/{chosen['tool']}" if isinstance(chosen, dict) and set(chosen) == {"server", "tool"}
+            _cut(f"{chosen['server']}/{chosen['tool']}") if isinstance(chosen, dict) and set(chosen) == {"server", "tool"}
             else _shown(chosen))
         planned = f"{step.pair[0]}/{step.pair[1]}"
         return _refusal("student.selection", f"your bound_tool_choice() chose {shown} for the planned "
@@ -120,7 +132,8 @@ class ActorPlug:
             return None
         if isinstance(answer, dict) and isinstance(answer.get("kind"), str) and isinstance(answer.get("detail"), str):
             return _refusal("student.checks", f"your {function}() found a problem: "
-                                              f"{answer['kind']}: {_shown(answer['detail'])}", {"answer": answer})
+                                              f"{_cut(answer['kind'])}: {_shown(answer['detail'])}",
+                            {"answer": _kept(answer)})
         return _refusal("student.failed", f"your {function}() returned {_shown(answer)}, neither None nor an "
                                           "Error(kind, detail); the step is refused (fail closed)")
 
@@ -152,6 +165,10 @@ class ActorPlug:
 
 def _as_verdict(answer: Any) -> Verdict | RuleResult:
     """The student's decide() answer converted back strictly, or a student.failed refusal."""
+    size = len(msgspec.json.encode(answer))
+    if size > MAX_KEPT_BYTES:
+        return _refusal("student.failed", f"your decide() returned a decision record of {size} bytes, more than "
+                                          f"{MAX_KEPT_BYTES}; the step is refused (fail closed)")
     try:
         verdict = msgspec.convert(answer, Verdict, strict=True)
     except msgspec.ValidationError as exc:

@@ -242,6 +242,7 @@ def test_a_decide_that_refuses_everything_stands(plugged, settings) -> None:
     pytest.param("return 'allow'\n", "not a Verdict", id="a-string"),
     pytest.param("return Verdict('maybe')\n", "the verdict 'maybe'", id="unknown-verdict"),
     pytest.param("return {'verdict': 'allow', 'rules': 'all'}\n", "not a Verdict", id="rules-not-a-list"),
+    pytest.param("return Verdict('allow', 'x' * 500_000)\n", "bytes, more than", id="a-huge-record"),
 ])
 def test_a_decide_that_misbehaves_fails_closed(plugged, settings, body: str, said: str) -> None:
     """decide() that hangs, exits, raises, is a TODO or answers what does not convert
@@ -278,3 +279,13 @@ def test_an_old_call_without_the_field_still_reads() -> None:
     old = msgspec.msgpack.encode({"kind": "call", "step": 1, "server": "s", "tool": "t", "args": {}, "status": "ok"})
     call = msgspec.msgpack.decode(old, type=Call)
     assert call.student == "" and b"student" not in msgspec.msgpack.encode(call)
+
+
+def test_a_huge_answer_stays_out_of_the_record(plugged, settings) -> None:
+    """A selection answering a 500 kB pair: refused, and the Done (one wire frame) stays small."""
+    actor = plugged("actor.select", with_body(SELECTION, "bound_tool_choice",
+                                              "return {'choice': {'server': 'x' * 500_000, 'tool': 't'}}\n"),
+                    SELECT_RUN / "task.toml", SELECT_RUN / "catalog.toml")
+    done = run(actor, ORDER)
+    assert refused_by(done)[0] == "student.selection" and calls(settings) == []
+    assert len(msgspec.msgpack.encode(done)) < 20_000
