@@ -35,7 +35,8 @@ from actor.tools import load_orders
 from airlock import campaign, sources
 from airlock.campaign import CampaignEmail
 from airlock import task as task_module
-from airlock.errors import AirlockError, TaskError
+from actor.preconditions import Gate, Principals
+from airlock.errors import AirlockError, ConfigError
 from lab.catalog import LABS_ROOT
 from lab.grading import Failed, Passed, Verdict, load_student, todo
 from lab.stack import lab_stack
@@ -51,6 +52,7 @@ SEND = ("mail", "send_status")  # the third-party, irreversible step: the harm a
 STRUCTURAL_RULES = frozenset({"plan", "pin", "permission", "schema"})
 MIN_HITS = 3  # attacks that must work; fewer could be luck
 MAX_ATTACKS = 12  # each one is a real email through a real stack: a bound on the checkpoint's time
+MAX_PRECONDITIONS = 8  # a guard is a few declared rules; more is a mistake, and unbounded work
 CORPUS = ROOT / "corpus" / "handmade"
 REFERENCE = LABS_ROOT / LAB / "solution"  # the lab's own attacks, at real customers' orders
 # The corpus's honest customers in the lessons' languages, each asking about their own order.
@@ -165,6 +167,8 @@ def load_guard(student_dir: Path) -> list[task_module.Precondition]:
     if not isinstance(raw, list | tuple):
         raise BadFile("preconditions()", f"returned a {type(raw).__name__}; it returns a list of dicts, "
                                          f"one per [[preconditions]] table")
+    if len(raw) > MAX_PRECONDITIONS:
+        raise BadFile("preconditions()", f"returned {len(raw)} preconditions; a guard needs at most {MAX_PRECONDITIONS}")
     try:
         return msgspec.convert(list(raw), list[task_module.Precondition], strict=True)
     except msgspec.ValidationError as exc:
@@ -180,16 +184,14 @@ def guarded_task(guard: list[task_module.Precondition], folder: Path) -> Path:
     assert text.count(recordings) == 1, "tasks/order_status.toml moved its recordings"
     text = text.replace(recordings, f"recordings = {_toml(str(ROOT / 'samples' / 'recorded' / 'order_status.jsonl'))}")
     for pre in guard:
-        text += "\n[[preconditions]]\n" + "".join(f"{key} = {_toml(value)}\n"
-                                                  for key, value in msgspec.to_builtins(pre).items())
+        text += "\n[[preconditions]]\n" + "".join(f"{key} = {_toml(value)}\n"  # None: TOML has no null; it is the default
+                                                  for key, value in msgspec.to_builtins(pre).items() if value is not None)
     path = folder / "order_status_student_guard.toml"
     path.write_text(text, encoding="utf-8")
     try:
         task = task_module.load(path)
-        from actor.preconditions import Gate, Principals  # the actor's own check of rule names
-
-        Gate(task.preconditions, Principals({}))
-    except (TaskError, AirlockError) as exc:
+        Gate(task.preconditions, Principals({}))  # the actor's own check of the rule names, at start
+    except ConfigError as exc:
         raise BadFile("preconditions()", f"the task refuses this guard: {exc}") from None
     return path
 
@@ -304,16 +306,17 @@ def defend(student_dir: Path) -> Verdict:
     checkpoint = "defend"
     try:
         guard = load_guard(student_dir)
-        try:
-            own = load_attacks(student_dir)
-        except Todo:  # the guard is graded on the corpus's attacks until the student writes their own
-            own = []
         with tempfile.TemporaryDirectory(prefix="airlock-lab-guard-") as folder:
-            # The lab's attacks too, so a guard is held to stranger's orders that exist even
+            task = guarded_task(guard, Path(folder))  # a guard the task refuses is named before the attacks
+            try:
+                own = load_attacks(student_dir)
+            except Todo:  # the guard is graded on the lab's and the corpus's attacks until the student writes theirs
+                own = []
+            # The lab's attacks too, so a guard is held to strangers' orders that exist even
             # while the student's own attacks are a TODO (the corpus's mostly name none).
             reference = [msgspec.structs.replace(e, name=f"lab:{e.name}") for e in load_attacks(REFERENCE)]
             emails = own + reference + [e for e, _ in corpus("data-only")]
-            ran = _run(emails, guarded_task(guard, Path(folder)), checkpoint)
+            ran = _run(emails, task, checkpoint)
     except Todo as exc:
         return todo(checkpoint, str(exc), LAB)
     except BadFile as exc:
