@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from airlock import task as task_module
 from lab import catalog
 from lab.graders import red_and_blue
 from lab.graders.red_and_blue import BadFile, Ran, foreign_sends, load_attacks, load_guard, why_no_hit
@@ -138,8 +139,6 @@ def test_a_malformed_guard_is_a_named_failure(tmp_path: Path, returned: str, wor
 def test_the_guarded_task_is_the_unguarded_one_plus_the_guard(tmp_path: Path) -> None:
     """The task the guard runs in differs from tasks/order_status.toml only by its
     [[preconditions]], and its recorded answers are still found."""
-    from airlock import task as task_module
-
     path = red_and_blue.guarded_task(load_guard(LAB.solution), tmp_path)
     guarded, plain = task_module.load(path), task_module.load(ROOT / "tasks" / "order_status.toml")
     shipped = task_module.load(ROOT / "tasks" / "order_status_guarded.toml")
