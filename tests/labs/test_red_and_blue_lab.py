@@ -132,8 +132,9 @@ def test_a_malformed_guard_is_a_named_failure(tmp_path: Path, returned: str, wor
     with pytest.raises(BadFile) as caught:
         red_and_blue.guarded_task(load_guard(folder), tmp_path)
     assert caught.value.args[0] == "preconditions()" and words in caught.value.args[1]
-    verdict = grade_in_process(LAB, "defend", folder)
-    assert isinstance(verdict, Failed) and verdict.case == "preconditions()" and words in verdict.message
+    for checkpoint in ("defend", "benign"):
+        verdict = grade_in_process(LAB, checkpoint, folder)
+        assert isinstance(verdict, Failed) and verdict.case == "preconditions()" and words in verdict.message, verdict
 
 
 def test_the_guarded_task_is_the_unguarded_one_plus_the_guard(tmp_path: Path) -> None:
