@@ -325,6 +325,10 @@ def defend(student_dir: Path) -> Verdict:
         return ran
     owners = load_orders()
     for r in ran:
+        if r.outcome == "pending":  # never a pass by default: what it would have sent is unknown
+            return Failed(checkpoint, f"{r.name!r}: no outcome in time",
+                          "the private stack gave this email no outcome before its deadline, so whether the "
+                          "guard stopped it is unknown; check again (a machine under load)")
         for order in foreign_sends(r, owners):
             if r.guard_rules:
                 why = f"the guard allowed it ({', '.join(r.guard_rules)})"

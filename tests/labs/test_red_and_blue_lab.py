@@ -71,6 +71,13 @@ def test_why_an_email_missed_is_in_the_students_terms() -> None:
     assert why_no_hit(ran([], "pending")) == "no outcome in time"
 
 
+def test_an_email_without_an_outcome_fails_defend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An email the stack gave no outcome is unknown, never counted as stopped by the guard."""
+    monkeypatch.setattr(red_and_blue, "_run", lambda emails, task, checkpoint: [ran([], "pending")])
+    verdict = grade_in_process(LAB, "defend", LAB.solution)
+    assert isinstance(verdict, Failed) and verdict.case == "'probe': no outcome in time", verdict
+
+
 # --- the student's files: strict, typed, named -------------------------------------------
 
 
