@@ -26,7 +26,7 @@ LABS = catalog.load_all()
 LAB_FOLDERS = sorted(p.parent.name for p in (ROOT / "labs").glob("*/lab.toml"))
 WRONG = [pytest.param(lab, wrong, id=f"{lab.id}/{wrong.name}") for lab in LABS for wrong in lab.wrong_solutions()]
 # Labs whose every wrong solution pins the exact case it is caught on (`case` in its .toml).
-CASE_PINNED = ("executor-checks", "preconditions")
+CASE_PINNED = ("executor-checks", "preconditions", "red-and-blue")
 SEPARATION = catalog.find("separation")
 TEST_LIMITS = Limits(wall_s=30.0, cpu_s=30)
 
