@@ -62,7 +62,7 @@ def test_reader_package_contains_no_tool_code() -> None:
 
 def test_running_reader_loads_no_other_service() -> None:
     """Importing everything the reader process runs pulls in no actor, validator or broker module."""
-    probe = ("import sys, reader.app, reader.record, reader.mail, reader.model, reader.prompt; "
+    probe = ("import sys, reader.app, reader.mail, reader.model, reader.prompt, reader.recordings; "
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'actor', 'validator', 'broker'}))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
