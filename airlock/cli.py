@@ -7,7 +7,8 @@ no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab)
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
 an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
-file, nothing to inject), 78 for bad configuration, 130 after Ctrl-C. Tracebacks are bugs.
+file, nothing to inject), 78 for bad configuration (a tool run where its lab package is not
+installed, too), 130 after Ctrl-C. Tracebacks are bugs.
 Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
 
@@ -250,13 +251,22 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def run_in_lab(argv: Sequence[str]) -> NoReturn:
-    """Become `python -m lab ARGV...`: the same process id, signals and exit code as if the
-    command ran here. Replacing the process, rather than waiting on a child, keeps Ctrl-C and
-    SIGTERM on the process that owns what the command started (attack's private stack, the
-    hostile model's port): a parent killed by SIGTERM would leave its child serving."""
+    """Become `python -m lab NAME ...` for `airlock NAME ...` (`python -m lab ...` for
+    `airlock lab ...`): the same process id, signals and exit code as if the command ran
+    here. Replacing the process, rather than waiting on a child, keeps Ctrl-C and SIGTERM on
+    the process that owns what the command started (attack's private stack, the hostile
+    model's port): a parent killed by SIGTERM would leave its child serving. Where lab is
+    not installed (an image holding the kernel only), one line and 78, not a traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("lab") is None:  # a top-level name: it looks, it does not import
+        print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
+              "(the service images and the CLI image hold the kernel only): pip install -e . in a checkout",
+              file=sys.stderr)
+        sys.exit(78)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "lab", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)])
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -331,10 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lab"]:
-        run_in_lab(argv[1:])  # the labs' commands; their help and options are lab's
     if argv[:1] and argv[0] in LAB_COMMANDS:
-        run_in_lab(argv)  # a tool's help and options are lab's too
+        run_in_lab(argv)  # their help and options are lab's
     parser = build_parser()
     return handled(parser.parse_args(argv))
 
