@@ -166,7 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
 
     corpus = command("corpus", cmd_corpus, data_dir=False)
-    corpus.set_defaults(handler=None)
     corpus_commands = corpus.add_subparsers(dest="corpus_command", required=True)
     corpus_import = corpus_commands.add_parser("import", help="AgentDojo and BIPIA payloads as .eml files")
     corpus_import.set_defaults(handler=cmd_corpus)
