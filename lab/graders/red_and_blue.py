@@ -31,12 +31,13 @@ from typing import Annotated, Any
 
 import msgspec
 
-from actor.tools import load_orders
-from airlock import campaign, sources
-from airlock.campaign import CampaignEmail
-from airlock import task as task_module
 from actor.preconditions import Gate, Principals
+from actor.tools import load_orders
+from airlock import sources
+from airlock import task as task_module
 from airlock.errors import AirlockError, ConfigError
+from lab import campaign
+from lab.campaign import CampaignEmail
 from lab.catalog import LABS_ROOT
 from lab.grading import Failed, Passed, Verdict, load_student, todo
 from lab.stack import lab_stack
