@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.set_defaults(handler=cmd_bench)
     bench_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to python -m bench")
 
-    lab_cmd = commands.add_parser("lab", help="hands-on labs: list, start, check, hint, reset, progress (python -m lab)",
+    lab_cmd = commands.add_parser("lab", help="hands-on labs: list, start, check, run, hint, reset, progress (python -m lab)",
                                   description="the course's labs: write the piece of code a lesson is about and have "
                                               "it graded by what it does; `airlock lab --help` lists the commands")
     lab_cmd.set_defaults(handler=cmd_lab)
