@@ -84,7 +84,11 @@ def test_reader_image_has_no_tool_code() -> None:
 
 def test_lab_image_holds_what_the_graders_import() -> None:
     """The lab tool's image (`docker compose run --rm lab ...`) copies the kernel, the lab
-    package, the labs and what lab/graders import: actor/, tasks/, corpus/handmade/."""
+    package, the labs and what the graders run: the four pipeline services (an in-stack
+    checkpoint starts a private `airlock up` in the container), tasks/ with the samples their
+    recordings name, corpus/handmade/. Nothing else: no SMTP intake, no page."""
     copied = {c.rstrip("/") for c in copies(ROOT / "lab" / "Dockerfile")}
-    assert {"airlock", "lab", "labs", "actor", "tasks", "corpus/handmade"} <= copied, copied
-    assert not copied & (set(SERVICES) - {"actor"}), copied
+    stack = {"broker", "reader", "validator", "actor"}
+    assert {"airlock", "lab", "labs", "tasks", "samples", "corpus/handmade"} | stack <= copied, copied
+    assert not copied & (set(SERVICES) - stack), copied
+    assert "dashboard" not in copied, copied
