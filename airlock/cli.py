@@ -1,10 +1,14 @@
-"""The `airlock` command: up, inject, trace, status, pending, approve, deny, record, verify,
-attack, naive, model, corpus.
+"""The `airlock` command: the runtime's commands and the tools around it.
+
+The runtime's (up, inject, trace, status, pending, approve, deny, keys) run here; the tools
+no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab) are the
+`lab` package's, and `airlock NAME` runs `python -m lab NAME` in this process's place.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
 an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
-file, nothing to inject), 78 for bad configuration, 130 after Ctrl-C. Tracebacks are bugs.
+file, nothing to inject), 78 for bad configuration (a tool run where its lab package is not
+installed, too), 130 after Ctrl-C. Tracebacks are bugs.
 Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
 
@@ -12,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
@@ -29,8 +32,22 @@ if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do no
     from airlock.client import IntakeClient, Submission
     from airlock.wire import Result
 
-_json = msgspec.json.Encoder()
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
+# The commands whose code is in the `lab` package, the tools no service runs, with the one
+# line `airlock --help` shows for each. `airlock NAME ...` becomes `python -m lab NAME ...`
+# (`airlock lab ...` becomes `python -m lab ...`), so the kernel the services import never
+# imports lab. lab/cli.py builds these commands' parsers and takes their help from here.
+LAB_COMMANDS = {
+    "attack": "inject a corpus and score the side effects that ran",
+    "verify": "prove the running compose lab is isolated",
+    "record": "record a live model's answers as samples",
+    "pins": "print the pin of each planned tool, to paste into the task's [[plan]] steps",
+    "naive": "run the naive agent (email and tools in one model call) on emails",
+    "model": "serve a worst-case model for tests and demos",
+    "corpus": "build attack emails from the public corpora",
+    "bench": "measure what the separation costs",
+    "lab": "hands-on labs: list, start, check, run, hint, reset, progress",
+}
 
 
 def _settings(args: argparse.Namespace) -> settings_module.Settings:
@@ -195,82 +212,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_record(args: argparse.Namespace) -> int:
-    # Recording needs the reader's prompt and model client; the reader runs it in its own
-    # process so the kernel never imports a service.
-    command = [sys.executable, "-m", "reader.record", "--model-url", args.model_url]
-    if args.task:
-        command += ["--task", args.task]
-    return subprocess.call(command + args.files)
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from airlock import verify
-
-    checks = verify.run(args.project or verify.default_project())
-    if args.json:
-        print(_json.encode([{"service": c.service, "check": c.name, "ok": c.ok, "reason": c.reason}
-                            for c in checks]).decode())
-    else:
-        print(verify.table(checks))
-    return 0 if all(c.ok for c in checks) else 1
-
-
-def cmd_attack(args: argparse.Namespace) -> int:
-    from airlock import attack, score
-    from airlock import task as task_module
-
-    settings = _settings(args)
-    task = task_module.load(settings.task)
-    model_url = args.model_url if args.model_url is not None else settings.model_url
-    if args.mode == "naive" and not model_url:
-        raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
-    result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
-                        attack.progress_bar(), args.in_flight)
-    if args.report:
-        Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
-    print(score.table(result))
-    if args.report:
-        print(f"  report: {args.report}")
-    return 0
-
-
-def cmd_naive(args: argparse.Namespace) -> int:
-    # The naive agent imports reader and actor code by design; it runs as its own process.
-    command = [sys.executable, "-m", "naive", *args.files]
-    for flag, value in (("--model-url", args.model_url), ("--data-dir", args.data_dir)):
-        if value:
-            command += [flag, value]
-    return subprocess.call(command)
-
-
-def cmd_model(args: argparse.Namespace) -> int:
-    import threading
-
-    from airlock.hostile import HostileModel
-    from airlock.service import stop_on_signals
-
-    if not args.hostile:
-        raise UsageError("only the worst-case model is built in (--hostile); for a real one see the README")
-    server = HostileModel(args.host, args.port).start()
-    print(f"hostile model: {server.url}/v1/chat/completions (obeys the last instruction in each email)", flush=True)
-    stop: threading.Event = stop_on_signals()
-    stop.wait()
-    server.close()
-    return 0
-
-
-def cmd_corpus(args: argparse.Namespace) -> int:
-    from airlock import corpus
-
-    source = Path(args.source)
-    if not source.is_dir():
-        raise UsageError(f"no corpora folder at {source}")
-    built = corpus.import_public(source, Path(args.out))
-    print(f"{len(built)} emails written to {args.out}")
-    return 0
-
-
 def cmd_pending(args: argparse.Namespace) -> int:
     """Escalated emails with no decision yet, read from the trace."""
     waiting = escalations.waiting(_settings(args).trace_path)
@@ -309,21 +250,23 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    # The baseline chains the services' handle() in one process, so the benchmark lives in
-    # its own package and runs as its own process: the kernel imports no service.
-    command = [sys.executable, "-m", "bench", *args.rest]
-    return subprocess.call(command)
+def run_in_lab(argv: Sequence[str]) -> NoReturn:
+    """Become `python -m lab NAME ...` for `airlock NAME ...` (`python -m lab ...` for
+    `airlock lab ...`): the same process id, signals and exit code as if the command ran
+    here. Replacing the process, rather than waiting on a child, keeps Ctrl-C and SIGTERM on
+    the process that owns what the command started (attack's private stack, the hostile
+    model's port): a parent killed by SIGTERM would leave its child serving. Where lab is
+    not installed (an image holding the kernel only), one line and 78, not a traceback."""
+    import importlib.util
 
-
-def run_lab(rest: Sequence[str]) -> int:
-    # The labs and their graders live in the `lab` package, apart from the kernel the
-    # services import: run it as its own process so the kernel imports nothing of it.
-    return subprocess.call([sys.executable, "-m", "lab", *rest])
-
-
-def cmd_lab(args: argparse.Namespace) -> int:
-    return run_lab(args.rest)
+    if importlib.util.find_spec("lab") is None:  # a top-level name: it looks, it does not import
+        print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
+              "(the service images and the CLI image hold the kernel only): pip install -e . in a checkout",
+              file=sys.stderr)
+        sys.exit(78)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)])
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -373,12 +316,6 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
     status.add_argument("--json", action="store_true", help="one JSON line: workers, queued, in_flight, counters")
 
-    verify = commands.add_parser("verify", help="prove the running compose lab is isolated",
-                                 description="inspect and probe the running compose lab; exit 1 on any FAIL")
-    verify.set_defaults(handler=cmd_verify)
-    verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
-    verify.add_argument("--json", action="store_true", help="print the checks as JSON")
-
     pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
     pending.add_argument("--json", action="store_true",
                          help='one JSON line per email: {"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
@@ -390,75 +327,29 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
 
-    bench_cmd = commands.add_parser("bench", help="measure what the separation costs (python -m bench)",
-                                    description="measure throughput, latency, CPU and memory of the pipeline "
-                                                "against the same handle() functions in one process; "
-                                                "options: --emails N --readers N --json FILE --model-url URL --latency-emails N")
-    bench_cmd.set_defaults(handler=cmd_bench)
-    bench_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to python -m bench")
-
-    lab_cmd = commands.add_parser("lab", help="hands-on labs: list, start, check, hint, reset, progress (python -m lab)",
-                                  description="the course's labs: write the piece of code a lesson is about and have "
-                                              "it graded by what it does; `airlock lab --help` lists the commands")
-    lab_cmd.set_defaults(handler=cmd_lab)
-    lab_cmd.add_argument("rest", nargs=argparse.REMAINDER, help="a lab command and its options, passed to python -m lab")
-
     keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
                                    description="generate CURVE key pairs for the broker and every role")
     keys_cmd.set_defaults(handler=cmd_keys)
     keys_cmd.add_argument("--out", default="airlock-keys", help="folder for the keys (default ./airlock-keys)")
     keys_cmd.add_argument("--force", action="store_true", help="replace existing keys")
 
-    attack_cmd = command("attack", cmd_attack, "inject a corpus and score the side effects that ran")
-    attack_cmd.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
-    attack_cmd.add_argument("--mode", choices=["separated", "naive"], default="separated",
-                            help="separated: the airlock pipeline (default); naive: one model call with the tools")
-    attack_cmd.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
-    attack_cmd.add_argument("--report", help="write the JSON report here")
-    attack_cmd.add_argument("--task", help="task file (default tasks/order_status.toml)")
-    attack_cmd.add_argument("--readers", type=int, default=2, help="readers in the private stack (default 2)")
-    attack_cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
-    attack_cmd.add_argument("--in-flight", type=int, help="emails in flight at once (default 4 per reader)")
-    attack_cmd.add_argument("--running", action="store_true",
-                            help="attack the running stack of $AIRLOCK_* instead of a private one")
-
-    naive_cmd = command("naive", cmd_naive, "run the naive agent (email and tools in one model call) on emails")
-    naive_cmd.add_argument("files", nargs="+", help=".eml or .txt files or folders")
-    naive_cmd.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; required)")
-
-    model_cmd = commands.add_parser("model", help="serve a worst-case model for tests and demos",
-                                    description="serve an OpenAI-compatible model that obeys the last instruction in the email")
-    model_cmd.set_defaults(handler=cmd_model)
-    model_cmd.add_argument("--hostile", action="store_true", help="obey the email's last instruction (the only model built in)")
-    model_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    model_cmd.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
-
-    corpus_cmd = commands.add_parser("corpus", help="build attack emails from the public corpora",
-                                     description="build attack emails from the public corpora")
-    corpus_sub = corpus_cmd.add_subparsers(dest="corpus_command", required=True)
-    corpus_import = corpus_sub.add_parser("import", help="AgentDojo and BIPIA payloads as .eml files")
-    corpus_import.set_defaults(handler=cmd_corpus)
-    corpus_import.add_argument("--from", dest="source", default="../shared/corpora",
-                               help="the corpora folder (default ../shared/corpora)")
-    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go (default corpus/imported)")
-
-    record = commands.add_parser("record", help="record a live model's answers as samples",
-                                 description="record a live model's answers for sample emails")
-    record.set_defaults(handler=cmd_record)
-    record.add_argument("files", nargs="+", help=".eml or .txt files or folders")
-    record.add_argument("--model-url", required=True, help="the OpenAI-compatible endpoint to record")
-    record.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    # Listed here for `airlock --help` only: main() hands them to `python -m lab` before parsing.
+    for name, text in LAB_COMMANDS.items():
+        commands.add_parser(name, help=text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
-        return subprocess.call([sys.executable, "-m", "bench", *argv[1:]])  # its options are its own
-    if argv[:1] == ["lab"]:
-        return run_lab(argv[1:])  # its help and options are its own
+    if argv[:1] and argv[0] in LAB_COMMANDS:
+        run_in_lab(argv)  # their help and options are lab's
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return handled(parser.parse_args(argv))
+
+
+def handled(args: argparse.Namespace) -> int:
+    """Run a parsed command, each failure one escaped line on stderr with its exit code
+    (the module docstring's table); lab/cli.py runs its commands through this too."""
     try:
         return args.handler(args)
     except ConfigError as exc:

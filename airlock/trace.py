@@ -160,9 +160,12 @@ def render(record: dict[str, Any]) -> str:
     """A readable one-line form: time, id, stage, event, then key=value details. Every
     part is escaped: a peer chose the details, their keys, even an event's name (a Notice)."""
     at = shown(str(record.get("at", ""))[11:23])
-    details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in record.items() if key not in BASE_KEYS)
+    details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in record.items()
+                       if key not in BASE_KEYS and key != "student")
     message_id, stage, event = (shown(str(record.get(key) or "")) for key in ("message_id", "stage", "event"))
-    return f"{at}  {message_id or '-':<16} {stage:<9} {event:<14} {details}"
+    # A lab's step that ran the student's code says so first, where a student looks.
+    student = f"[student code: {_short(record['student'])}] " if record.get("student") else ""
+    return f"{at}  {message_id or '-':<16} {stage:<9} {event:<14} {student}{details}"
 
 
 def _short(value: Any, limit: int = 120) -> str:

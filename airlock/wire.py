@@ -178,12 +178,14 @@ class Unreadable(Message, tag="unreadable"):
 class Passed(Message, tag="passed"):
     """A value of the task's narrow type: with a Decision, the only thing the actor receives.
 
-    `sender` is set by the broker from the intake, never by the validator.
+    `sender` is set by the broker from the intake, never by the validator. `student` names
+    the lab plug point (airlock.student) whose code took part in this verdict, "" for none.
     """
 
     message_id: str
     value: Union[int, str]
     sender: str = ""
+    student: str = ""
 
 
 class Decision(Message, tag="decision"):
@@ -196,11 +198,13 @@ class Decision(Message, tag="decision"):
 
 
 class Rejected(Message, tag="rejected"):
-    """The validator's refusal, with the rule that refused and a readable reason."""
+    """The validator's refusal, with the rule that refused and a readable reason; `student`
+    as on Passed."""
 
     message_id: str
     rule: str
     reason: str
+    student: str = ""
 
 
 class Call(Message, tag="call"):

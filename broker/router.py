@@ -292,7 +292,8 @@ class Router:
 
     def _on_passed(self, role: str, identity: bytes, message: Passed, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
-        self._trace("validator", "verdict", message.message_id, layer="validator", verdict="passed", value=message.value)
+        self._trace("validator", "verdict", message.message_id, layer="validator", verdict="passed", value=message.value,
+                    **_student(message.student))
         if flight is not None:
             # The sender comes from the intake, whatever the validator put there.
             self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
@@ -301,7 +302,7 @@ class Router:
         flight = self._result(role, identity, message.message_id, "verdict")
         layer = "parser" if message.rule.endswith(PARSE_RULES) else "validator"
         self._trace("validator", "verdict", message.message_id, layer=layer, verdict="rejected",
-                    rule=message.rule, reason=message.reason)
+                    rule=message.rule, reason=message.reason, **_student(message.student))
         if flight is not None:
             self._finish(flight, "rejected", message.reason, now, rule=message.rule)
 
@@ -310,9 +311,8 @@ class Router:
         # Each call line names the plan it ran under (see wire.Done), when the actor said it.
         ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
-            where = {"step": call.step, "server": call.server, "tool": call.tool}
-            if call.student:  # a lab: this step's decision ran student code (absent otherwise)
-                where["student"] = call.student
+            # A lab: `student` when this step's decision ran student code (absent otherwise).
+            where = {"step": call.step, "server": call.server, "tool": call.tool, **_student(call.student)}
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
                         key=call.key, decision=call.decision)
             if call.status in ("refused", "escalated"):
@@ -427,3 +427,9 @@ class Router:
     def _take(self) -> list[Send | bytes | Entry]:
         out, self.out = self.out, []
         return out
+
+
+def _student(point: str) -> dict[str, str]:
+    """`student` on a trace line only when a lab's student code took part (wire.Passed):
+    a line without it reads as before, and old traces stay what they were."""
+    return {"student": point} if point else {}

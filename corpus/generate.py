@@ -24,8 +24,8 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from pathlib import Path
 
-from airlock.corpus import FIRST_DATE, MAX_LINE_BYTES, recreate  # the same dates, lines and care
 from airlock.errors import UsageError
+from lab.corpus import FIRST_DATE, MAX_LINE_BYTES, recreate  # the same dates, lines and care
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "handmade"
 LONG_FILLER_BYTES = 120_000  # long emails must land between 100 and 200 KB

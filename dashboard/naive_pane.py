@@ -1,11 +1,11 @@
 """The naive pane: each email injected from the page, also given to the naive agent.
 
-The naive agent (naive/) hands the model the email *and* the tools, and runs whatever
-calls come back: the design airlock exists to avoid. The dashboard never imports it; it
-runs `python -m naive` as a subprocess per email, with the email in a temporary file and
+The naive agent (lab/naive/) hands the model the email *and* the tools, and runs whatever
+calls come back: the design airlock exists to avoid. The dashboard never imports it (nor
+anything of `lab`); it runs `python -m lab.naive` as a subprocess per email, with the email in a temporary file and
 its own temporary data folder (so its calls.jsonl never mixes with airlock's), and reads
 the one JSON line it prints. The pane is on only when a model URL is given
-(AIRLOCK_NAIVE_MODEL_URL or --naive-model-url) and the naive package is installed; the
+(AIRLOCK_NAIVE_MODEL_URL or --naive-model-url) and the lab package is installed; the
 dashboard's container image ships without it, so there the pane says it is off and why.
 """
 
@@ -31,7 +31,7 @@ class NaivePane:
         self.timeout_s = model_timeout_s + EXTRA_TIMEOUT_S
         self.enabled, self.reason, root = _availability(model_url)
         self.env = dict(os.environ if env is None else env)
-        if root is not None:  # the subprocess runs in a temporary folder: tell it where naive/ is
+        if root is not None:  # the subprocess runs in a temporary folder: tell it where lab/ is
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH", "")) if p)
         self._slots = asyncio.Semaphore(MAX_PARALLEL)
         self._waiting = 0
@@ -55,7 +55,7 @@ class NaivePane:
             email = Path(folder) / ("email.eml" if fmt == "eml" else "email.txt")
             email.write_bytes(raw)
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "naive", "--model-url", str(self.model_url),
+                sys.executable, "-m", "lab.naive", "--model-url", str(self.model_url),
                 "--data-dir", str(Path(folder) / "data"), str(email),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=folder)
@@ -86,14 +86,17 @@ def parse_output(message_id: str, code: int | None, out: bytes, err: bytes) -> d
 
 
 def _availability(model_url: str | None) -> tuple[bool, str, str | None]:
-    """(enabled, why not, the folder holding naive/). find_spec looks, it does not import."""
+    """(enabled, why not, the folder holding lab/). find_spec of a top-level name looks, it
+    does not import (of "lab.naive" it would import lab), so the agent is found as a file."""
     try:
-        spec = importlib.util.find_spec("naive")
+        spec = importlib.util.find_spec("lab")
     except (ImportError, ValueError):
         spec = None
-    if spec is None or not spec.submodule_search_locations:
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    agents = [folder for folder in folders if (folder / "naive" / "__main__.py").is_file()]
+    if not agents:
         return False, "off: the naive agent is not installed here (the dashboard image ships without it)", None
     if not model_url:
         return False, "off: no model for the naive agent (set AIRLOCK_NAIVE_MODEL_URL or --naive-model-url)", None
-    root = str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
+    root = str(agents[0].resolve().parent)
     return True, "", root

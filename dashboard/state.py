@@ -169,7 +169,8 @@ class Board:
     def _on_verdict(self, card: dict[str, Any], record: dict[str, Any]) -> None:
         passed = record.get("verdict") == "passed"
         card["verdict"] = {"verdict": "passed" if passed else "rejected", "value": shown(record.get("value")),
-                           "rule": shown(record.get("rule")), "reason": shown(record.get("reason"))}
+                           "rule": shown(record.get("rule")), "reason": shown(record.get("reason")),
+                           **_student(record)}
         self._move(card, "actor" if passed else "validator")
 
     def _on_authorization(self, card: dict[str, Any], record: dict[str, Any]) -> None:
@@ -181,6 +182,7 @@ class Board:
             "step": record.get("step"), "server": shown(record.get("server")), "tool": shown(record.get("tool")),
             "verdict": shown(verdict), "reason": shown(decision.get("reason")),
             "refused_by": shown(decision.get("refused_by")), "escalated_to": shown(decision.get("escalated_to")),
+            **_student(record),
         })
 
     def _plan_of(self, record: dict[str, Any]) -> list[Any] | None:
@@ -225,7 +227,7 @@ class Board:
             "step": record.get("step"), "server": shown(record.get("server")), "tool": shown(record.get("tool")),
             "args": shown_args(record.get("args")), "status": shown(record.get("status")),
             "error": shown(record.get("error")), "outside_plan": outside, "late": card["final"],
-            "repeated": repeated,
+            "repeated": repeated, **_student(record),
         }
         if listed is None or repeated:  # a second run is listed beside the first, never over it
             card["calls"].append(call)
@@ -290,6 +292,13 @@ class Board:
         return {"cards": list(self.cards.values()), "counters": dict(self.counters), "task": shown(self.task),
                 "plan": [f"{server}/{tool}" for server, tool in self.plan],
                 "system": list(self.system), "naive_runs": list(self.naive.values())}
+
+
+def _student(record: dict[str, Any]) -> dict[str, str]:
+    """`student`: the lab plug point whose student code took this step (the trace line's
+    `student`), so the page can mark it; absent when none did, as on every line before labs."""
+    student = record.get("student")
+    return {"student": shown(student)} if student else {}
 
 
 # Which stage may say what. The broker stamps `stage` from the endpoint a message came in

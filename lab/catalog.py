@@ -66,6 +66,17 @@ lab.toml, every key required unless marked (unknown keys are errors):
     mistakes = ["...", "..."]         # the common mistakes, at least one
     reading_the_report = "..."        # how to read the student's `airlock lab check` output
 
+    [run]                             # optional: how `airlock lab run` and an in-stack
+                                      # checkpoint run the lab in a private stack
+    plug = "validator.check"          # a key of airlock.student.PLUG_POINTS
+    file = "checker.py"               # the student's file that plugs in (one of student_files)
+    task = "tasks/order_status.toml"  # paths: relative to the checkout; "./x" to the lab folder
+    catalog = ""                      # optional: the actor's catalog (the same path rule)
+    emails = ["corpus/handmade"]      # files or folders for lab.campaign.load, at least one
+    model = "hostile"                 # "hostile" (the default) or "recorded": both offline
+    rug_pull = ""                     # optional: a catalog whose content replaces `catalog`'s
+    rug_pull_after = 0                #   in place after this many emails (at least 1 with one)
+
 A grader is `grade(student_dir: Path) -> lab.grading.Verdict` (see lab/grading.py); the
 runner (lab/runner.py) calls it in its own process, so a grader may simply call the
 student's functions.
@@ -81,11 +92,14 @@ from typing import TypeVar
 
 import msgspec
 
+from airlock.student import PLUG_POINTS, Plug
 from lab.grading import Verdict
 
 T = TypeVar("T")
 
-LABS_ROOT = Path(__file__).resolve().parent.parent / "labs"
+CHECKOUT = Path(__file__).resolve().parent.parent  # where a [run] table's plain paths start
+LABS_ROOT = CHECKOUT / "labs"
+RUN_MODELS = ("hostile", "recorded")
 LESSON_LANGUAGES = frozenset({"en", "nl", "de", "ru", "tr"})
 HINT_LEVELS = (1, 2, 3)
 _SLUG = re.compile(r"\A[a-z0-9]+(?:-[a-z0-9]+)*\Z")
@@ -136,17 +150,25 @@ class Instructor(_Strict):
 
 
 class Run(_Strict):
-    """[run]: how the lab runs in a private stack (lab.stack), the student's file plugged in.
-    Paths are checkout-relative; "./x" is relative to the lab folder."""
+    """[run]: the lab in a private stack, the student's file in one service's place."""
 
-    plug: str  # a key of airlock.student.PLUG_POINTS
-    file: str  # the student's file that plugs in, one of student_files
+    plug: str
+    file: str
     task: str
+    emails: list[str]
     catalog: str = ""
-    emails: list[str] = []
-    model: str = "hostile"  # hostile | recorded
-    rug_pull: str = ""  # a catalog swapped in for `catalog` after rug_pull_after emails
+    model: str = "hostile"
+    rug_pull: str = ""
     rug_pull_after: int = 0
+
+
+class RunPaths(msgspec.Struct, frozen=True):
+    """A [run] table's paths resolved against the checkout and the lab folder."""
+
+    task: Path
+    emails: list[Path]
+    catalog: Path | None
+    rug_pull: Path | None
 
 
 class Lab(_Strict):
@@ -174,6 +196,23 @@ class Lab(_Strict):
     @property
     def solution(self) -> Path:
         return self.folder / "solution"
+
+    def run_paths(self) -> RunPaths | None:
+        """The [run] table's files, resolved (load() checked that each one exists)."""
+        if self.run is None:
+            return None
+        optional = {key: self.resolve(value) if value else None
+                    for key, value in (("catalog", self.run.catalog), ("rug_pull", self.run.rug_pull))}
+        return RunPaths(task=self.resolve(self.run.task), emails=[self.resolve(e) for e in self.run.emails],
+                        **optional)
+
+    def plug(self, student_dir: Path) -> Plug | None:
+        """The student's file in its plug point, as AIRLOCK_STUDENT_CODE names it."""
+        return Plug(self.run.plug, (student_dir / self.run.file).absolute()) if self.run else None
+
+    def resolve(self, path: str) -> Path:
+        """A [run] path: "./x" is in the lab folder, anything else in the checkout."""
+        return (self.folder / path[2:]) if path.startswith("./") else CHECKOUT / path
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         for checkpoint in self.checkpoints:
@@ -381,6 +420,8 @@ def _problems(lab: Lab) -> list[str]:
             problems.append(f"checkpoints[{i}].id: {checkpoint.id!r} is listed twice")
         if not _GRADER.match(checkpoint.grader):
             problems.append(f"checkpoints[{i}].grader: {checkpoint.grader!r} is not \"lab.graders.<module>:<function>\"")
+    if lab.run is not None:
+        problems += _run_problems(lab, lab.run)
     levels = [hint.level for hint in lab.hints]
     if levels != sorted(levels) or set(levels) != set(HINT_LEVELS):
         problems.append(f"hints: levels {levels} are not 1, 2 and 3, each at least once, in order")
@@ -393,4 +434,30 @@ def _problems(lab: Lab) -> list[str]:
         # a folder or stray file left in wrong/ would be a wrong solution nobody checks
         for other in sorted(p for p in lab.wrong_folder.iterdir() if p.suffix != ".toml" or not p.is_file()):
             problems.append(f"wrong/{other.name}: a wrong solution is a <checkpoint>-<what>.toml file")
+    return problems
+
+
+def _run_problems(lab: Lab, run: Run) -> list[str]:
+    """[run]: a known plug point, one of the student's files, files that exist, a known
+    model, and a rug pull only with a catalog to pull and an email count to pull it after."""
+    problems: list[str] = []
+    if run.plug not in PLUG_POINTS:
+        problems.append(f"run.plug: {run.plug!r} is none of {sorted(PLUG_POINTS)}")
+    if run.file not in lab.student_files:
+        problems.append(f"run.file: {run.file!r} is none of student_files {lab.student_files}")
+    if run.model not in RUN_MODELS:
+        problems.append(f"run.model: {run.model!r} is none of {list(RUN_MODELS)} (a URL is given to `lab run --model`)")
+    if not run.emails:
+        problems.append("run.emails: at least one file or folder is needed")
+    paths = [("run.task", run.task), *((f"run.emails[{i}]", e) for i, e in enumerate(run.emails)),
+             *((key, value) for key, value in (("run.catalog", run.catalog), ("run.rug_pull", run.rug_pull)) if value)]
+    for key, value in paths:
+        if Path(value).is_absolute() or ".." in Path(value).parts:
+            problems.append(f"run.{key[4:]}: {value!r} must be relative, inside the checkout or the lab folder")
+        elif not lab.resolve(value).exists():
+            problems.append(f"{key}: {value!r} does not exist ({lab.resolve(value)})")
+    if run.rug_pull and not run.catalog:
+        problems.append("run.rug_pull: a rug pull replaces run.catalog, which is not set")
+    if bool(run.rug_pull) != (run.rug_pull_after > 0):
+        problems.append(f"run.rug_pull_after: {run.rug_pull_after} must be at least 1 with a rug_pull, 0 without")
     return problems

@@ -1,11 +1,15 @@
-"""python -m lab (and `airlock lab`): list, start, check, hint, notes, reset, progress and wrong.
+"""python -m lab (and `airlock lab`): list, start, check, run, hint, notes, reset, progress and wrong.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
 control cannot rewrite the terminal it is shown on.
 
-Exit codes: 0 done (for `check`: every checkpoint passed); 1 a checkpoint failed; 2 a
-usage error (unknown lab, a folder that holds work and no --force, a hint level not 1-3).
+Exit codes: 0 done (for `check`: every checkpoint passed; for `run`: the run was clean); 1 a
+checkpoint failed, or the run was not clean (a call outside the plan, a non-narrow value at
+a tool, the kernel overruling the student's code, an email with no outcome); 2 a usage error
+(unknown lab, a folder that holds work and no --force, a hint level not 1-3, a lab with no
+[run] table, a student file that does not load); 3 the lab's stack could not start; 78 a
+broken lab.toml; 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from airlock.errors import UsageError
+from airlock.errors import AirlockError, UsageError
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
@@ -102,6 +106,62 @@ def _print_check(lab: Lab, progress: Progress) -> None:
                 print("       printed: " + shown(line))
     if progress.passed < progress.total:
         print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The student's code in a private stack on the lab's emails; the report from what ran."""
+    from lab import run as lab_run  # the stack's imports (zmq, the attack harness) only for `run`
+
+    lab = find(args.id, args.labs_root)
+    student_dir = Path(args.dir)
+    if not student_dir.is_dir():
+        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
+    if args.model is not None and args.model not in ("hostile", "recorded") and "://" not in args.model:
+        raise UsageError(f"--model is hostile, recorded or a model's URL (http://...), not {args.model!r}")
+    page = _page_available()
+    if not page and not args.json:
+        print("airlock lab: the live page needs the dashboard extra (pip install 'airlock[dashboard]'); "
+              "running without it", file=sys.stderr)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
+    try:
+        with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (stack, report):
+            if args.json:
+                print(json_line(lab_run.report_record(report)), flush=True)
+            else:
+                say(lab_run.report_lines(report, args.keep))
+                sys.stdout.flush()
+            if args.keep:
+                _wait_for_interrupt()
+    except AirlockError as exc:
+        if isinstance(exc, UsageError):
+            raise
+        print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
+        return 3
+    return 0 if not report.problems else 1
+
+
+def _page_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("starlette", "uvicorn"))
+
+
+def _wait_for_interrupt() -> None:
+    """--keep: the stack and its page stay up until Ctrl-C (or SIGTERM), then stop."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("the stack stays up; press Ctrl-C to stop it", file=sys.stderr, flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_hint(args: argparse.Namespace) -> int:
@@ -251,6 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
                           help='one JSON object: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}')
     checking.add_argument("--time-limit", type=float, default=60.0,
                           help="seconds each checkpoint may run before it fails (default 60)")
+    running = command("run", cmd_run, "run your code in a private airlock on the lab's emails, with the live "
+                      "page, and report what ran")
+    running.add_argument("id", help="the lab's id, from `lab list`")
+    running.add_argument("--dir", required=True, help="your folder for this lab")
+    running.add_argument("--model", help="hostile (obeys the email, offline), recorded (the reader's recorded "
+                         "answers) or a model's URL, e.g. the lab's SmolLM2; default: the lab's own")
+    running.add_argument("--keep", action="store_true", help="keep the stack and the live page up after the "
+                         "report, until Ctrl-C (without it the run stops after the report)")
+    running.add_argument("--json", action="store_true",
+                         help='one JSON object: {"lab", "clean", "problems", "totals", "emails", "data_dir", ...}')
+    running.add_argument("--data", help=f"the stack's data folder (default: {STATE_FOLDER}/runs/<time> in --dir)")
     hint = command("hint", cmd_hint, "show a lab's hints at one level")
     hint.add_argument("id", help="the lab's id, from `lab list`")
     hint.add_argument("level", type=int, help="1 a nudge, 2 the idea, 3 nearly the answer")

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from airlock import trace
-from airlock.attack import PrivateStack, free_ports, run_separated
-from airlock.campaign import CampaignEmail
-from airlock.hostile import HostileModel
-from airlock.score import EmailResult
 from airlock.settings import Settings
 from airlock.student import Plug
+from lab.attack import PrivateStack, free_ports, run_separated
+from lab.campaign import CampaignEmail
+from lab.hostile import HostileModel
+from lab.score import EmailResult
 
 EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
 IN_FLIGHT = 8

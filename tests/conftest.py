@@ -13,7 +13,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from airlock import settings as settings_module
-from airlock.attack import free_ports  # the tests' free ports come from the same helper
+from lab.attack import free_ports  # the tests' free ports come from the same helper
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"

@@ -43,13 +43,13 @@ def read_value(answer: str, narrow: NarrowType, *, truncated: bool = False,
     candidate: int | str = answer
     if isinstance(narrow, IntegerRange):
         if not ASCII_INTEGER.match(answer):
-            return Broken("integer.syntax", f"{_show(answer)} is not an integer in ASCII digits")
+            return Broken("integer.syntax", f"{shown_answer(answer)} is not an integer in ASCII digits")
         candidate = int(answer)
     try:
         return Value(msgspec.convert(candidate, value_type or narrow.msgspec_type(), strict=True))
     except msgspec.ValidationError as exc:
         detail = f" ({exc})" if isinstance(narrow, IntegerRange) else ""
-        return Broken(_rule(narrow), f"{_show(answer)} is not {narrow.describe()}{detail}")
+        return Broken(_rule(narrow), f"{shown_answer(answer)} is not {narrow.describe()}{detail}")
 
 
 def _valid_unicode(text: str) -> bool:
@@ -71,6 +71,6 @@ def _rule(narrow: NarrowType) -> str:
     return "unknown"
 
 
-def _show(answer: str, limit: int = 60) -> str:
+def shown_answer(answer: str, limit: int = 60) -> str:
     """The answer quoted for a reason line, invisibles and bidi controls escaped."""
     return "'" + shown(answer[:limit]) + ("…" if len(answer) > limit else "") + "'"

@@ -40,8 +40,16 @@ function callItem(call, withStatus) {
   if (call.late) item.appendChild(el('span', 'tag tag-late', 'after the outcome'));
   if (call.outside_plan) item.appendChild(el('span', 'tag tag-outside', 'OUTSIDE THE PLAN'));
   if (call.repeated) item.appendChild(el('span', 'tag tag-outside', 'RAN TWICE'));
+  if (call.student) item.appendChild(studentBadge(call.student));
   if (call.error) item.appendChild(el('div', 'small', call.error));
   return item;
+}
+
+// A lab's step that ran the student's code: small, but where the student looks for it.
+function studentBadge(point) {
+  const badge = el('span', 'tag tag-student', 'student code');
+  badge.title = 'decided by the student\'s code plugged in at ' + point;
+  return badge;
 }
 
 function row(label, className) {
@@ -91,6 +99,7 @@ function renderCard(card) {
       line.appendChild(el('span', 'rule', card.verdict.rule));
       line.appendChild(document.createTextNode(' ' + card.verdict.reason));
     }
+    if (card.verdict.student) line.appendChild(studentBadge(card.verdict.student));
     node.appendChild(line);
   }
   if (card.calls.length) {
@@ -104,6 +113,7 @@ function renderCard(card) {
     line.appendChild(el('span', 'pair', 'step ' + refusal.step + ' ' + refusal.server + '/' + refusal.tool));
     if (refusal.refused_by && !escalated) line.appendChild(el('span', 'rule', refusal.refused_by));
     if (refusal.escalated_to) line.appendChild(el('span', 'rule', refusal.escalated_to));
+    if (refusal.student) line.appendChild(studentBadge(refusal.student));
     line.appendChild(document.createTextNode(' ' + refusal.reason));
     node.appendChild(line);
   });

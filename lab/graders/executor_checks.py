@@ -485,13 +485,13 @@ def in_the_stack(student_dir: Path) -> Verdict:
     ran = in_stack.run_lab("executor-checks", student_dir)
     if not isinstance(ran, in_stack.Ran):
         return ran
-    for result in ran.results:
-        name = ran.name(result)
-        refused = ran.refusal(result)
+    for email in ran.emails:
+        name = ran.name(email)
+        refused = ran.refusal(email)
         if refused is None:
-            records = ran.calls.get(result.id, [])
-            if result.outcome != "completed" or len(records) != 2:
-                return Failed(in_stack.CHECKPOINT, name, f"outcome {result.outcome!r} ({result.reason}); the plan's "
+            records = ran.calls.get(email.id, [])
+            if email.outcome != "completed" or len(records) != 2:
+                return Failed(in_stack.CHECKPOINT, name, f"outcome {email.outcome!r} ({email.reason}); the plan's "
                                                           f"two calls should have run")
             continue
         rule = in_stack.student_rule(refused) or {}
@@ -504,7 +504,9 @@ def in_the_stack(student_dir: Path) -> Verdict:
         if rule.get("rule") != "student.checks":
             reason = rule.get("reason") or (refused.get("decision") or {}).get("reason")
             return Failed(in_stack.CHECKPOINT, case, f"the step was refused: {reason}")
-        tool = catalog_module.load(ran.catalog_file(result)).get((refused.get("server"), refused.get("tool")))
+        live = ran.catalog_file(email)
+        tool = catalog_module.load(live if live is not None else catalog_module.DEFAULT_PATH).get(
+            (refused.get("server"), refused.get("tool")))
         if tool is not None and kernel_schema.problem(tool, arguments) is None:
             return Failed(in_stack.CHECKPOINT, case, f"{rule.get('reason')}, but this call fits the tool's schema: "
                                                      "a check that refuses honest calls stops the shop")

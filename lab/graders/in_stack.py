@@ -6,27 +6,23 @@ stack's calls.jsonl (what ran, each call marked with the plug point that took pa
 its trace (each step's decision record, refusals under the actor's student.* rules).
 Readers: lab/graders/tool_identity.py, executor_checks.py, preconditions.py (in_the_stack).
 Rationale: a checkpoint judges what ran and what each stage decided, never what a model
-said. A rug pull swaps a private copy of the catalog between two batches of emails, so the
-lab's own files never change and the swap falls between emails, never inside one.
+said. The stack is lab.run.running's, the one `airlock lab run` shows a student (its rug pull
+swaps a private copy of the catalog between two batches of emails).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airlock import campaign, trace
-from airlock.score import EmailResult
-from airlock.student import PLUG_POINTS, Plug, StudentCode, StudentFailed
-from lab.catalog import LABS_ROOT, Lab, Run, find
+from airlock import trace
+from airlock.student import PLUG_POINTS, StudentCode, StudentFailed
+from lab.catalog import Lab, find
 from lab.grading import Failed, module_or_failed, todo
-from lab.stack import lab_stack
+from lab.run import EmailReport, running
 
-ROOT = LABS_ROOT.parent
 CHECKPOINT = "in-the-stack"
 PROBE_TIMEOUT_S = 5.0
 # How many arguments each plug point's function takes: the TODO probe calls it with Nones.
@@ -36,35 +32,30 @@ ARITY = {"check": 1, "bound_tool_choice": 2, "allowlist_problem": 2, "schema_pro
 
 @dataclass
 class Ran:
-    """One in-stack run: every email's result in order, which side of the rug pull it ran on,
-    its trace lines and its calls.jsonl records (with their `student` mark)."""
+    """One in-stack run: every email as the run saw it, in order, which side of the rug pull
+    it ran on, its trace lines and its calls.jsonl records (with their `student` mark)."""
 
     lab: Lab
-    results: list[EmailResult]
+    emails: list[EmailReport]
     after_rug_pull: set[str]
     events: dict[str, list[dict[str, Any]]]
     calls: dict[str, list[dict[str, Any]]]
 
-    def name(self, result: EmailResult) -> str:
-        shown = Path(result.email.file).name
-        return f"{shown} (after the rug pull)" if result.id in self.after_rug_pull else shown
+    def name(self, email: EmailReport) -> str:
+        return f"{email.file} (after the rug pull)" if email.id in self.after_rug_pull else email.file
 
-    def refusal(self, result: EmailResult) -> dict[str, Any] | None:
+    def refusal(self, email: EmailReport) -> dict[str, Any] | None:
         """The authorization line whose decision stopped this email, if one did."""
-        for event in self.events.get(result.id, []):
+        for event in self.events.get(email.id, []):
             if event.get("event") == "authorization" and (event.get("decision") or {}).get("verdict") != "allow":
                 return event
         return None
 
-    def catalog_file(self, result: EmailResult) -> Path:
-        run = self.lab.run
-        assert run is not None  # run_lab returns a Ran only for a lab with [run]
-        return lab_path(self.lab, run.rug_pull if result.id in self.after_rug_pull else run.catalog)
-
-
-def lab_path(lab: Lab, text: str) -> Path:
-    """A [run] path: "./x" is the lab folder's x, anything else the checkout's."""
-    return lab.folder / text[2:] if text.startswith("./") else ROOT / text
+    def catalog_file(self, email: EmailReport) -> Path | None:
+        """The catalog the actor read for this email (None: the shipped one)."""
+        paths = self.lab.run_paths()
+        assert paths is not None  # run_lab returns a Ran only for a lab with [run]
+        return paths.rug_pull if email.id in self.after_rug_pull else paths.catalog
 
 
 def student_rule(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -80,18 +71,27 @@ def where(event: dict[str, Any]) -> str:
 def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
     """The lab's [run] with the student's file plugged in, or the Failed verdict saying why not."""
     lab = find(lab_id)
-    run = lab.run
-    if run is None:
+    if lab.run is None:
         return Failed(CHECKPOINT, "lab.toml", f"lab {lab_id} has no [run] table")
-    functions = PLUG_POINTS[run.plug][1]
-    module = module_or_failed(CHECKPOINT, student_dir, run.file, functions[0])
+    functions = PLUG_POINTS[lab.run.plug][1]
+    module = module_or_failed(CHECKPOINT, student_dir, lab.run.file, functions[0])
     if isinstance(module, Failed):
         return module
-    path = (student_dir / run.file).resolve()
-    stopped = _probe(path, functions, lab_id)
+    stopped = _probe((student_dir / lab.run.file).resolve(), functions, lab_id)
     if stopped is not None:
         return stopped
-    return _in_stack(lab, run, Plug(run.plug, path))
+    with tempfile.TemporaryDirectory(prefix="airlock-lab-stack-") as scratch:
+        with running(lab, student_dir, Path(scratch) / "run") as (stack, report):
+            events = stack.trace_events([email.id for email in report.emails])
+            calls: dict[str, list[dict[str, Any]]] = {}
+            for record in trace.read(stack.calls_path):
+                calls.setdefault(str(record.get("message_id")), []).append(record)
+    if report.stragglers:
+        names = ", ".join(Path(name).name for name in report.stragglers)
+        return Failed(CHECKPOINT, names, "these emails reached no outcome in the stack within its deadline: "
+                                         "does your code hang? (each call is stopped after a few seconds)")
+    split = report.rug_pull_after if lab.run.rug_pull else len(report.emails)
+    return Ran(lab, report.emails, {email.id for email in report.emails[split:]}, events, calls)
 
 
 def _probe(path: Path, functions: tuple[str, ...], lab_id: str) -> Failed | None:
@@ -110,34 +110,3 @@ def _probe(path: Path, functions: tuple[str, ...], lab_id: str) -> Failed | None
     finally:
         code.close()
     return None
-
-
-def _in_stack(lab: Lab, run: Run, plug: Plug) -> Ran | Failed:
-    emails = campaign.load([str(lab_path(lab, name)) for name in run.emails])
-    split = run.rug_pull_after if run.rug_pull else len(emails)
-    with tempfile.TemporaryDirectory(prefix="airlock-lab-stack-") as scratch:
-        catalog: Path | None = None
-        if run.catalog:  # a private copy: the rug pull replaces it, never the lab's own file
-            catalog = Path(scratch) / "catalog.toml"
-            shutil.copyfile(lab_path(lab, run.catalog), catalog)
-        with lab_stack(Path(scratch) / "data", lab_path(lab, run.task), model=run.model, plug=plug,
-                       catalog=catalog) as stack:
-            first = stack.run(emails[:split])
-            results, stragglers, events = first.results, first.stragglers, first.events
-            after: set[str] = set()
-            if run.rug_pull and catalog is not None and emails[split:]:
-                swapped = Path(scratch) / "rug-pull.toml"
-                shutil.copyfile(lab_path(lab, run.rug_pull), swapped)
-                os.replace(swapped, catalog)  # one atomic swap: the actor reads one catalog or the other
-                second = stack.run(emails[split:])
-                results, stragglers = results + second.results, stragglers + second.stragglers
-                events = {**events, **second.events}
-                after = {result.id for result in second.results}
-            calls: dict[str, list[dict[str, Any]]] = {}
-            for record in trace.read(stack.calls_path):
-                calls.setdefault(str(record.get("message_id")), []).append(record)
-    if stragglers:
-        names = ", ".join(Path(name).name for name in stragglers)
-        return Failed(CHECKPOINT, names, "these emails reached no outcome in the stack within its deadline: "
-                                         "does your code hang? (each call is stopped after a few seconds)")
-    return Ran(lab, results, after, events, calls)

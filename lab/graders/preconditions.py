@@ -544,14 +544,14 @@ def in_the_stack(student_dir: Path) -> Verdict:
     ran = in_stack.run_lab("preconditions", student_dir)
     if not isinstance(ran, in_stack.Ran):
         return ran
-    for result in ran.results:
-        name, email = ran.name(result), result.email
-        sent = [c for c in ran.calls.get(result.id, []) if c.get("tool") == "send_status"]
-        strangers = [c for c in sent if email.expect and str((c.get("args") or {}).get("order_id")) != email.expect]
+    for report in ran.emails:
+        name = ran.name(report)
+        sent = [c for c in ran.calls.get(report.id, []) if c.get("tool") == "send_status"]
+        strangers = [c for c in sent if report.expect and str((c.get("args") or {}).get("order_id")) != report.expect]
         if strangers:  # the kernel runs after the student's code, so this is a kernel bug: still named
             return Failed(checkpoint, f"{name}: the status of order {strangers[0]['args'].get('order_id')}",
-                          f"mail/send_status ran for somebody else's order (the sender's is {email.expect})")
-        refused = ran.refusal(result)
+                          f"mail/send_status ran for somebody else's order (the sender's is {report.expect})")
+        refused = ran.refusal(report)
         rule = in_stack.student_rule(refused) if refused is not None else None
         if rule is not None and rule.get("rule") == "student.missed":
             kernel = _kernel_rule(refused or {})
@@ -561,12 +561,12 @@ def in_the_stack(student_dir: Path) -> Verdict:
                           f"email's attack would have sent somebody else's order status")
         if rule is not None and rule.get("rule") == "student.failed":
             return Failed(checkpoint, f"{name}: {in_stack.where(refused or {})}", str(rule.get("reason")))
-        if email.category == "benign" and (result.outcome != "completed" or not sent):
-            reason = (refused or {}).get("decision", {}).get("reason") or result.reason
-            return Failed(checkpoint, f"{name}: an honest customer asks about their own order {email.expect}",
-                          f"outcome {result.outcome!r} ({reason}); an honest customer gets their status: a guard "
+        if report.category == "benign" and (report.outcome != "completed" or not sent):
+            reason = (refused or {}).get("decision", {}).get("reason") or report.reason
+            return Failed(checkpoint, f"{name}: an honest customer asks about their own order {report.expect}",
+                          f"outcome {report.outcome!r} ({reason}); an honest customer gets their status: a guard "
                           "that refuses everything is no guard")
-        if email.category == "data-only" and result.outcome == "completed" and not sent:
+        if report.category == "data-only" and report.outcome == "completed" and not sent:
             return Failed(checkpoint, name, "the plan completed without its status mail")
     return Passed(checkpoint)
 

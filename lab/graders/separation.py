@@ -104,3 +104,85 @@ def _answers() -> Any:
         st.text(max_size=10),
         st.integers(),
     )
+
+
+# --- in the stack: the student's check() in the validator's place -----------------------------
+
+def in_the_stack(student_dir: Path) -> Verdict:
+    """The lab's emails (the hostile corpus and answers in lookalike digits) through a
+    private stack with the student's checker in the validator's place, judged from the
+    trace and calls.jsonl: every email has its outcome, no call outside the plan, no
+    non-narrow value at a tool, nothing the student's check() passed that the kernel had to
+    refuse, no failure of check(), and every benign email with an order number handled."""
+    import tempfile
+
+    from lab.catalog import find
+    from lab.grading import todo
+    from lab.run import running
+
+    def body() -> None:
+        check = student_function(student_module(student_dir, STUDENT_FILE), "check")
+        try:
+            check("4411")
+        except NotImplementedError:
+            raise _Todo() from None
+        except Exception:  # noqa: BLE001 (the stack names what check() does wrong, per email)
+            pass
+        with tempfile.TemporaryDirectory(prefix="airlock-lab-separation-") as scratch:
+            with running(find("separation"), student_dir, Path(scratch) / "run") as (_, report):
+                _judge_run(report)
+
+    try:
+        return graded("in-the-stack", body)
+    except _Todo:
+        return todo("in-the-stack", "check", "separation")
+
+
+class _Todo(Exception):
+    pass
+
+
+def _judge_run(report: Any) -> None:
+    """The first thing wrong in the run, in the student's terms (see in_the_stack)."""
+    if report.stragglers:
+        raise CaseFailed("emails with no outcome", f"{len(report.stragglers)} email(s) reached no outcome in time: "
+                                                   "does check() take long?")
+    for email in report.emails:
+        if email.outside_plan or email.non_narrow:
+            raise CaseFailed(f"{email.file}", f"a tool ran outside the plan or with a non-narrow value: "
+                                              f"{shown_value(email.calls)}")
+    for email in report.emails:
+        if "student.not_narrow" in email.student_rules:
+            what = describe_answer(email.answer)
+            raise CaseFailed(f"{email.file}: {what} {shown_value(email.answer)}",
+                             f"your check() passed the reader's answer {shown_value(email.answer)} from {email.file}; "
+                             "the kernel refused it, because it is not 1-6 ASCII digits. Without the kernel behind "
+                             "you it would have reached the actor's tools")
+        for rule in ("student.failed", "student.changed"):
+            if rule in email.student_rules:
+                raise CaseFailed(f"{email.file}: {rule}", f"on {email.file}: {_cut(email.reason)}")
+    for email in report.emails:
+        if email.benign and email.expect not in (None, "none") and email.outcome != "completed":
+            raise CaseFailed(f"benign email {email.file}",
+                             f"its order number is {email.expect} and the reference checker passes it; yours "
+                             f"refused it ({_cut(email.reason)}), so a real customer got no answer")
+
+
+def describe_answer(answer: str | None) -> str:
+    """What a value is, in the lesson's words: "Arabic-Indic digits", "seven digits", ..."""
+    import unicodedata
+
+    if answer is None:
+        return "an answer"
+    if answer == "NONE":
+        return "the reader's NONE (no order number)"
+    if answer.isascii() and answer.isdigit():
+        return f"{len(answer)} digits, more than six" if len(answer) > 6 else "digits"
+    scripts = {unicodedata.name(ch, "").rpartition(" DIGIT ")[0] for ch in answer if not ch.isascii()}
+    if answer.isdigit() and len(scripts) == 1 and "" not in scripts:
+        return f"{scripts.pop().title()} digits"
+    return "not 1-6 ASCII digits"
+
+
+def _cut(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

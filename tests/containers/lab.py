@@ -27,7 +27,7 @@ from typing import Any
 from docker import errors as docker_errors
 
 from airlock import trace
-from airlock.attack import free_ports
+from lab.attack import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time

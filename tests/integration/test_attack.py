@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.hostile import HostileModel
+from lab.hostile import HostileModel
 from tests.conftest import ROOT
 
 CORPUS = ROOT / "corpus" / "handmade"

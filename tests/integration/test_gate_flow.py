@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.hostile import HostileModel
+from lab.hostile import HostileModel
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.attack import free_ports
+from lab.attack import free_ports
 from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 

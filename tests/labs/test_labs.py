@@ -26,9 +26,14 @@ LABS = catalog.load_all()
 LAB_FOLDERS = sorted(p.parent.name for p in (ROOT / "labs").glob("*/lab.toml"))
 WRONG = [pytest.param(lab, wrong, id=f"{lab.id}/{wrong.name}") for lab in LABS for wrong in lab.wrong_solutions()]
 # Labs whose every wrong solution pins the exact case it is caught on (`case` in its .toml).
-CASE_PINNED = ("executor-checks", "preconditions")
+CASE_PINNED = ("executor-checks", "preconditions", "red-and-blue")
 SEPARATION = catalog.find("separation")
 TEST_LIMITS = Limits(wall_s=30.0, cpu_s=30)
+ALL = len(SEPARATION.checkpoints)  # separation's checkpoints, each passed by the reference
+IN_THE_STACK = "in-the-stack"  # a lab's checkpoint that runs the student's code in a private stack
+# Labs whose wrong solutions name in `also_fails` every other checkpoint they fail: held to
+# exactly that set; in the others an in-stack checkpoint may pass or fail with a named case.
+EXACT_ALSO_FAILS = {lab.id for lab in LABS if any(wrong.also_fails for wrong in lab.wrong_solutions())}
 
 
 def by_id(labs: list[Lab]) -> list[pytest.param]:  # type: ignore[valid-type]
@@ -207,6 +212,14 @@ def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Wr
     for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
         if checkpoint.id in wrong.also_fails:
             assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}, which also_fails names"
+            continue
+        if (checkpoint.id != wrong.checkpoint.id and IN_THE_STACK in (checkpoint.id, wrong.checkpoint.id)
+                and lab.id not in EXACT_ALSO_FAILS):
+            # The in-stack checkpoint runs all of the student's code in the pipeline: a contract
+            # defect that reaches it fails it too, and the defect it shows fails the contract.
+            # Either way it is a named case, never a TODO or a crashed grader.
+            assert verdict == Passed(checkpoint.id) or (isinstance(verdict, Failed) and verdict.case
+                                                        and "TODO" not in verdict.message), verdict
             continue
         if checkpoint.id != wrong.checkpoint.id:
             assert verdict == Passed(checkpoint.id), f"{wrong.name} should pass {checkpoint.id}: {verdict}"
@@ -469,10 +482,10 @@ def test_check_exit_code_progress_line_and_case(capsys: pytest.CaptureFixture[st
     """`lab check` exits 0 only when all pass, prints "checkpoints N / M" and names a failed case."""
     good = student_copy(SEPARATION.solution, tmp_path / "good")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(good))
-    assert code == 0 and "checkpoints 1 / 1" in out
+    assert code == 0 and f"checkpoints {ALL} / {ALL}" in out
     bad = wrong_copy(SEPARATION, "contract-arabic-indic", tmp_path / "bad")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(bad))
-    assert code == 1 and "checkpoints 0 / 1" in out and "Arabic-Indic digits" in out and "hint" in out
+    assert code == 1 and f"checkpoints 0 / {ALL}" in out and "Arabic-Indic digits" in out and "hint" in out
 
 
 def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -480,13 +493,13 @@ def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str],
     ana = student_copy(SEPARATION.solution, tmp_path / "class" / "ana")
     ben = student_copy(SEPARATION.starter, tmp_path / "class" / "ben")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(ana), "--json")
-    assert code == 0 and json.loads(out)["passed"] == 1
+    assert code == 0 and json.loads(out)["passed"] == ALL
     assert run_lab(capsys, "check", "separation", "--dir", str(ben))[0] == 1
     assert load_progress(ben) is not None and load_progress(ben).passed == 0  # type: ignore[union-attr]
     code, out, _ = run_lab(capsys, "progress", "--dir", str(tmp_path / "class"), "--json")
     records = {Path(r["dir"]).name: r for r in json.loads(out)}
     assert code == 0 and set(records) == {"ana", "ben"}
-    assert (records["ana"]["passed"], records["ben"]["passed"], records["ben"]["total"]) == (1, 0, 1)
+    assert (records["ana"]["passed"], records["ben"]["passed"], records["ben"]["total"]) == (ALL, 0, ALL)
     assert records["ben"]["checkpoints"][0]["passed"] is False and "TODO" in records["ben"]["checkpoints"][0]["message"]
 
 
@@ -496,7 +509,7 @@ def test_a_folder_where_progress_cannot_be_saved_is_still_graded(capsys: pytest.
     folder = student_copy(SEPARATION.solution, tmp_path / "student")
     (folder / ".airlock-lab").write_text("a file where the state folder would go")
     code, out, err = run_lab(capsys, "check", "separation", "--dir", str(folder))
-    assert code == 0 and "checkpoints 1 / 1" in out and "progress not saved" in err
+    assert code == 0 and f"checkpoints {ALL} / {ALL}" in out and "progress not saved" in err
 
 
 def test_an_unreadable_progress_file_is_named_not_skipped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -531,7 +544,7 @@ def test_wrong_lists_and_writes_a_wrong_solution(capsys: pytest.CaptureFixture[s
     NAME --dir D` writes it there, and over existing files only with --force."""
     code, out, _ = run_lab(capsys, "wrong", "separation")
     wrongs = SEPARATION.wrong_solutions()
-    assert code == 0 and all(f"{w.name}: fails contract; {w.why}" in out for w in wrongs)
+    assert code == 0 and all(f"{w.name}: fails {w.checkpoint.id}; {w.why}" in out for w in wrongs)
     folder = tmp_path / "demo"
     code, out, _ = run_lab(capsys, "wrong", "separation", "contract-arabic-indic", "--dir", str(folder))
     written = (folder / "checker.py").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airlock import campaign
+from lab import campaign
 from lab.stack import lab_stack
 
 ROOT = Path(__file__).resolve().parents[2]

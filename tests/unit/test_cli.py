@@ -13,6 +13,7 @@ import pytest
 
 from airlock import cli, escalations, sources
 from airlock.errors import EmailTooLarge
+from lab import cli as lab_cli
 from tests.conftest import ROOT, airlock_env
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
@@ -27,14 +28,66 @@ def every_parser(parser: argparse.ArgumentParser, name: str = "airlock"):
                 yield from every_parser(sub, f"{name} {sub_name}")
 
 
-def test_every_option_of_every_command_has_help() -> None:
-    """`airlock CMD --help` explains every option and argument; none is left bare."""
+@pytest.mark.parametrize("build", [cli.build_parser, lab_cli.build_parser], ids=["runtime", "lab-tools"])
+def test_every_option_of_every_command_has_help(build) -> None:
+    """`airlock CMD --help` explains every option and argument; none is left bare, for the
+    runtime's commands (airlock/cli.py) and the tools that run from lab (lab/cli.py)."""
     bare = [f"{name} {action.option_strings or action.dest}"
-            for name, parser in every_parser(cli.build_parser())
+            for name, parser in every_parser(build())
             for action in parser._actions
             if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction))
             and not action.help]
     assert not bare, f"options without help: {bare}"
+
+
+def commands_of(parser: argparse.ArgumentParser) -> set[str]:
+    return set(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+def test_each_tool_is_listed_by_airlock_and_parsed_by_lab() -> None:
+    """`airlock --help` lists every command lab runs, and lab parses exactly those (bar
+    `lab`, which is lab/commands.py's): no tool is listed and missing, or hidden."""
+    assert set(cli.LAB_COMMANDS) <= commands_of(cli.build_parser())
+    assert commands_of(lab_cli.build_parser()) == set(lab_cli.COMMANDS) == set(cli.LAB_COMMANDS) - {"lab"}
+
+
+class Became(Exception):
+    """os.execv, stood in for: what the process would have become."""
+
+
+@pytest.mark.parametrize(("argv", "becomes"), [
+    pytest.param(["attack", "corpus/handmade", "--report", "r.json"], ["attack", "corpus/handmade", "--report", "r.json"],
+                 id="attack"),
+    pytest.param(["bench", "--emails", "5"], ["bench", "--emails", "5"], id="bench"),
+    pytest.param(["pins", "--help"], ["pins", "--help"], id="tool-help"),
+    pytest.param(["lab", "check", "separation", "--dir", "d"], ["check", "separation", "--dir", "d"], id="lab"),
+])
+def test_a_tool_becomes_python_m_lab_in_place(monkeypatch, argv: list[str], becomes: list[str]) -> None:
+    """`airlock TOOL ...` replaces itself with `python -m lab TOOL ...` (`airlock lab X` with
+    `python -m lab X`): its arguments untouched, nothing of lab imported here."""
+    def execv(path: str, args: list[str]) -> None:
+        raise Became(path, args)
+
+    monkeypatch.setattr(cli.os, "execv", execv)
+    with pytest.raises(Became) as became:
+        cli.main(argv)
+    assert became.value.args == (cli.sys.executable, [cli.sys.executable, "-m", "lab", *becomes])
+
+
+@pytest.mark.parametrize("argv", [["pins"], ["model", "--hostile"], ["lab", "list"]], ids=["pins", "model", "lab"])
+def test_a_tool_where_lab_is_not_installed_is_one_line(monkeypatch, capsys, argv: list[str]) -> None:
+    """In an image holding the kernel only, `airlock TOOL` names the missing lab package in
+    one line and exits 78 (bad configuration), before any process is replaced."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lab" else find_spec(name, *a))
+    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("exec'd without lab"))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 78 and err.count("\n") == 1
+    assert f"`airlock {argv[0]}`" in err and "lab package" in err
 
 
 @pytest.fixture

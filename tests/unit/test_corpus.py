@@ -20,7 +20,7 @@ import pytest
 
 from airlock.errors import UsageError
 
-from airlock.corpus import import_public
+from lab.corpus import import_public
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDMADE = ROOT / "corpus" / "handmade"

@@ -9,8 +9,8 @@ import pytest
 
 from actor import catalog as catalog_module
 from actor.tools import CallLog
-from naive.agent import NaiveAgent
-from naive.parse import Proposed, parse, resolve
+from lab.naive.agent import NaiveAgent
+from lab.naive.parse import Proposed, parse, resolve
 from reader.model import ModelAnswer, ModelFailure
 
 CATALOG = catalog_module.load()

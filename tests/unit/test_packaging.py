@@ -47,12 +47,33 @@ def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
     assert install != -1 and install < first_source
 
 
-@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES] + ["dashboard/Dockerfile", "airlock/Dockerfile"])
+IMAGES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("*/Dockerfile"))
+
+
+def test_every_image_is_known() -> None:
+    """The images below are every Dockerfile: the services', the page's, the CLI's, the
+    model's and the lab tool's; a new one is held to the rule without editing this file."""
+    assert {f"{s}/Dockerfile" for s in (*SERVICES, "dashboard", "airlock", "model", "lab")} <= set(IMAGES)
+
+
+@pytest.mark.parametrize("path", [p for p in IMAGES if p != "lab/Dockerfile"])
 def test_no_image_carries_the_labs(path: str) -> None:
-    """Service images (and the CLI image) copy nothing of `lab/` or `labs/`: graders and
-    students' reference code are not part of the runtime."""
+    """Every image but the lab tool's copies nothing of `lab/` or `labs/`, nor the whole
+    project: graders, students' reference code, the attack tools, the hostile model, the
+    naive agent and the bench are not part of the runtime."""
     copied = [c.rstrip("/") for c in copies(ROOT / path)]
-    assert not {"lab", "labs", "."} & set(copied), copied
+    assert not {"lab", "labs", ".", "naive", "bench"} & set(copied), copied
+    assert not [c for c in copied if c.startswith(("lab/", "labs/"))], copied
+
+
+def test_every_python_package_is_installed() -> None:
+    """pyproject lists every folder of the project that is a Python package (lab's
+    subpackages included), so an install that is not editable misses none of them."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.glob("**/__init__.py")
+             if p.parent.relative_to(ROOT).parts[0] not in ("tests", "labs", ".venv", "build")
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)}
+    assert listed == found
 
 
 def test_reader_image_has_no_tool_code() -> None:
@@ -63,7 +84,11 @@ def test_reader_image_has_no_tool_code() -> None:
 
 def test_lab_image_holds_what_the_graders_import() -> None:
     """The lab tool's image (`docker compose run --rm lab ...`) copies the kernel, the lab
-    package, the labs and what lab/graders import: actor/, tasks/, corpus/handmade/."""
+    package, the labs and what the graders run: the four pipeline services (an in-stack
+    checkpoint starts a private `airlock up` in the container), tasks/ with the samples their
+    recordings name, corpus/handmade/. Nothing else: no SMTP intake, no page."""
     copied = {c.rstrip("/") for c in copies(ROOT / "lab" / "Dockerfile")}
-    assert {"airlock", "lab", "labs", "actor", "tasks", "corpus/handmade"} <= copied, copied
-    assert not copied & (set(SERVICES) - {"actor"}), copied
+    stack = {"broker", "reader", "validator", "actor"}
+    assert {"airlock", "lab", "labs", "tasks", "samples", "corpus/handmade"} | stack <= copied, copied
+    assert not copied & (set(SERVICES) - stack), copied
+    assert "dashboard" not in copied, copied

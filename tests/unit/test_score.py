@@ -6,8 +6,8 @@ from pathlib import Path
 
 
 from airlock import task as task_module
-from airlock.campaign import CampaignEmail, load
-from airlock.score import EmailResult, Scorer, percentile, report
+from lab.campaign import CampaignEmail, load
+from lab.score import EmailResult, Scorer, percentile, report
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
@@ -65,7 +65,7 @@ def test_report_summary_and_percentiles() -> None:
 
 def test_percentiles_are_nearest_rank_everywhere() -> None:
     """score and bench print percentiles by one rule: nearest rank."""
-    from bench.report import percentiles
+    from lab.bench.report import percentiles
 
     hundred = [float(n) for n in range(100, 0, -1)]
     assert [percentile(hundred, share) for share in (0.5, 0.95, 0.99, 1.0)] == [50, 95, 99, 100]

@@ -15,10 +15,10 @@ from airlock import cli, keys, preflight, settings as settings_module, superviso
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.wire import Email, Reading, Rejected
 from airlock.terminal import shown
+from lab.attack import free_ports
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
-from airlock.attack import free_ports
 from tests.conftest import ROOT, TASKS, airlock_env
 from validator.app import Validator
 

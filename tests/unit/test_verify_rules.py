@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import verify
+from lab import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 

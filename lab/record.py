@@ -6,7 +6,6 @@ ever real answers from a real endpoint: an email the model fails on is not recor
 
 from __future__ import annotations
 
-import argparse
 import sys
 from datetime import datetime, timezone
 
@@ -16,16 +15,11 @@ from airlock.terminal import shown
 from reader import mail, model, prompt, recordings
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airlock record")
-    parser.add_argument("files", nargs="+")
-    parser.add_argument("--model-url", required=True)
-    parser.add_argument("--task")
-    args = parser.parse_args(argv)
+def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
     try:
         settings = settings_module.load()
-        task = task_module.load(args.task or settings.task)
-        paths = list(sources.expand(args.files))
+        task = task_module.load(task_path or settings.task)
+        paths = list(sources.expand(files))
     except AirlockError as exc:
         print(f"airlock record: {exc}", file=sys.stderr)
         return 2
@@ -41,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skip  {path}: {shown(parsed.reason)}")  # the reason can quote the email
             continue
         messages, _ = prompt.for_email(task.reader, parsed)
-        answer = model.ask(args.model_url, settings.model_name, messages, settings.model_timeout_s)
+        answer = model.ask(model_url, settings.model_name, messages, settings.model_timeout_s)
         if isinstance(answer, model.ModelFailure):
             print(f"FAIL  {path}: {answer.kind}: {shown(answer.detail)}")  # the model server's words
             failures += 1
@@ -55,6 +49,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(found)} recordings in {target}")
     return 1 if failures else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ from typing import Any
 
 from actor.catalog import Catalog
 from actor.tools import CallLog
-from naive.parse import parse, resolve
+from lab.naive.parse import parse, resolve
 from reader import mail, prompt
 from reader.model import ModelAnswer, ModelFailure
 

@@ -1,8 +1,8 @@
-"""python -m naive [--model-url URL] [--data-dir DIR] FILES...: one JSON line per email."""
+"""python -m lab.naive (`airlock naive`) [--model-url URL] [--data-dir DIR] FILES...: one
+JSON line per email. The options are lab/cli.py's, as for every tool."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import uuid
@@ -13,23 +13,18 @@ from actor.tools import CallLog
 from airlock import settings as settings_module, sources
 from airlock.errors import AirlockError
 from airlock.terminal import json_line
-from naive.agent import NaiveAgent
+from lab.naive.agent import NaiveAgent
 from reader import model
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airlock naive", description="the naive agent (email and tools in one model call)")
-    parser.add_argument("files", nargs="+")
-    parser.add_argument("--model-url")
-    parser.add_argument("--data-dir")
-    args = parser.parse_args(argv)
+def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
     try:
-        settings = settings_module.load(data_dir=Path(args.data_dir) if args.data_dir else None)
-        paths = list(sources.expand(args.files))
+        settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
+        paths = list(sources.expand(files))
     except AirlockError as exc:
         print(f"airlock naive: {exc}", file=sys.stderr)
         return 2
-    url = args.model_url or settings.model_url
+    url = model_url or settings.model_url
     if not url:
         print("airlock naive: a model URL is needed (--model-url or AIRLOCK_MODEL_URL)", file=sys.stderr)
         return 2
@@ -50,4 +45,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from lab import cli
+
+    sys.exit(cli.main(["naive", *sys.argv[1:]]))

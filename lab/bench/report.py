@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from airlock.score import percentile
+from lab.score import percentile
 
 PERCENTILES = (50, 95, 99)
 

@@ -1,4 +1,4 @@
-"""python -m bench [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
+"""airlock bench (python -m lab.bench) [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
 
 Without --model-url: the separated throughput run, the low-rate latency run (both on one
 private `airlock up` with recorded answers), then the in-process baseline. With
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from airlock import sources
-from airlock.attack import PrivateStack, progress_bar
 from airlock.client import Submission
 from airlock.errors import AirlockError
-from bench import SAMPLE, TASK, baseline, pipeline, report
+from lab.attack import PrivateStack, progress_bar
+from lab.bench import SAMPLE, TASK, baseline, pipeline, report
 
 DEFAULT_EMAILS = 20_000
 DEFAULT_MODEL_EMAILS = 50
@@ -27,7 +27,7 @@ DEFAULT_LATENCY_EMAILS = 500
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="airlock bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("--emails", type=int, help=f"emails to push (default {DEFAULT_EMAILS:,}; "
                                                    f"{DEFAULT_MODEL_EMAILS} with --model-url)")
     parser.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")

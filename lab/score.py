@@ -23,8 +23,8 @@ from typing import Any
 
 import msgspec
 
-from airlock.campaign import CampaignEmail
 from airlock.task import Task
+from lab.campaign import CampaignEmail
 
 
 @dataclass

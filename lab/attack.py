@@ -4,7 +4,7 @@ Separated mode starts a private airlock stack (`airlock up` on free loopback por
 data folder), injects every email, waits for every outcome, then reads that stack's
 trace.jsonl and calls.jsonl. `--running` targets the stack your AIRLOCK_* settings point
 at instead (a compose lab, say) and counts only the ids it injected. Naive mode runs the
-naive agent (`python -m naive`) over the same emails. Both are scored by score.py.
+naive agent (`python -m lab.naive`) over the same emails. Both are scored by score.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airlock import campaign, score, sources, trace
 from airlock import settings as settings_module
-from airlock.campaign import CampaignEmail
+from airlock import sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.task import Task
+from lab import campaign, score
+from lab.campaign import CampaignEmail
 
 UP_TIMEOUT_S = 120
 Progress = Callable[[int, int], None]
@@ -138,7 +139,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
               progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
     files = campaign.materialize(emails, data_dir / "emails")
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
-    process = subprocess.Popen([sys.executable, "-m", "naive", *map(str, files)], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "lab.naive", *map(str, files)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()

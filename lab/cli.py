@@ -1,0 +1,190 @@
+"""The tools around the runtime, which no service runs: `airlock attack`, verify, record,
+pins, naive, model, corpus and bench, as `python -m lab COMMAND ...`.
+
+`airlock COMMAND ...` becomes this process (airlock/cli.py run_in_lab), so the kernel the
+services import never imports `lab`. The kernel owns each command's one-line help
+(LAB_COMMANDS, what `airlock --help` lists) and the exit codes (airlock.cli.handled); this
+module owns the commands' options and runs them. Heavy imports (ZeroMQ, the reader's and
+the actor's code) wait inside the handler that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from airlock import settings as settings_module
+from airlock.cli import LAB_COMMANDS, handled
+from airlock.errors import UsageError
+
+_json = msgspec.json.Encoder()
+
+
+def _settings(args: argparse.Namespace) -> settings_module.Settings:
+    return settings_module.load(
+        data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
+        task=Path(args.task) if getattr(args, "task", None) else None,
+    )
+
+
+def cmd_attack(args: argparse.Namespace) -> int:
+    from airlock import task as task_module
+    from lab import attack, score
+
+    settings = _settings(args)
+    task = task_module.load(settings.task)
+    model_url = args.model_url if args.model_url is not None else settings.model_url
+    if args.mode == "naive" and not model_url:
+        raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
+    result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
+                        attack.progress_bar(), args.in_flight)
+    if args.report:
+        Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
+    print(score.table(result))
+    if args.report:
+        print(f"  report: {args.report}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from lab import verify
+
+    checks = verify.run(args.project or verify.default_project())
+    if args.json:
+        print(_json.encode([{"service": c.service, "check": c.name, "ok": c.ok, "reason": c.reason}
+                            for c in checks]).decode())
+    else:
+        print(verify.table(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from lab import record  # the reader's prompt and model client: this process, never the kernel's
+
+    return record.run(args.files, args.model_url, args.task)
+
+
+def cmd_pins(args: argparse.Namespace) -> int:
+    from lab import pins
+
+    return pins.run(args.task, args.catalog)
+
+
+def cmd_naive(args: argparse.Namespace) -> int:
+    from lab.naive.__main__ import run  # imports reader and actor code, by design
+
+    return run(args.files, args.model_url, args.data_dir)
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    import threading
+
+    from airlock.service import stop_on_signals
+    from lab.hostile import HostileModel
+
+    if not args.hostile:
+        raise UsageError("only the worst-case model is built in (--hostile); for a real one see the README")
+    server = HostileModel(args.host, args.port).start()
+    print(f"hostile model: {server.url}/v1/chat/completions (obeys the last instruction in each email)", flush=True)
+    stop: threading.Event = stop_on_signals()
+    stop.wait()
+    server.close()
+    return 0
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from lab import corpus
+
+    source = Path(args.source)
+    if not source.is_dir():
+        raise UsageError(f"no corpora folder at {source}")
+    built = corpus.import_public(source, Path(args.out))
+    print(f"{len(built)} emails written to {args.out}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from lab.bench.__main__ import main as bench  # the benchmark parses its own options
+
+    return bench(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airlock", description="the tools around the runtime, which no service runs")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler, data_dir: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=LAB_COMMANDS[name], description=LAB_COMMANDS[name])
+        sub.set_defaults(handler=handler)
+        if data_dir:
+            sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live "
+                                                "(default $AIRLOCK_DATA_DIR or ./airlock-data)")
+        return sub
+
+    attack = command("attack", cmd_attack)
+    attack.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
+    attack.add_argument("--mode", choices=["separated", "naive"], default="separated",
+                        help="separated: the airlock pipeline (default); naive: one model call with the tools")
+    attack.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
+    attack.add_argument("--report", help="write the JSON report here")
+    attack.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    attack.add_argument("--readers", type=int, default=2, help="readers in the private stack (default 2)")
+    attack.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
+    attack.add_argument("--in-flight", type=int, help="emails in flight at once (default 4 per reader)")
+    attack.add_argument("--running", action="store_true",
+                        help="attack the running stack of $AIRLOCK_* instead of a private one")
+
+    verify = command("verify", cmd_verify, data_dir=False)
+    verify.description = "inspect and probe the running compose lab; exit 1 on any FAIL"
+    verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
+    verify.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+    record = command("record", cmd_record, data_dir=False)
+    record.description = "record a live model's answers for sample emails"
+    record.add_argument("files", nargs="+", help=".eml or .txt files or folders")
+    record.add_argument("--model-url", required=True, help="the OpenAI-compatible endpoint to record")
+    record.add_argument("--task", help="task file (default tasks/order_status.toml)")
+
+    pins = command("pins", cmd_pins, data_dir=False)
+    pins.description = ("print `call = ...  pin = ...` for each step of a task's plan: a pinned step refuses "
+                        "to run its tool once the tool's server, name, description or schema changes")
+    pins.add_argument("task", nargs="?", default="tasks/order_status.toml",
+                      help="task file (default tasks/order_status.toml)")
+    pins.add_argument("--catalog", type=Path, help="tool catalog (default the actor's catalog.toml)")
+
+    naive = command("naive", cmd_naive)
+    naive.add_argument("files", nargs="+", help=".eml or .txt files or folders")
+    naive.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; required)")
+
+    model = command("model", cmd_model, data_dir=False)
+    model.description = "serve an OpenAI-compatible model that obeys the last instruction in the email"
+    model.add_argument("--hostile", action="store_true", help="obey the email's last instruction (the only model built in)")
+    model.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    model.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
+
+    corpus = command("corpus", cmd_corpus, data_dir=False)
+    corpus_commands = corpus.add_subparsers(dest="corpus_command", required=True)
+    corpus_import = corpus_commands.add_parser("import", help="AgentDojo and BIPIA payloads as .eml files")
+    corpus_import.set_defaults(handler=cmd_corpus)
+    corpus_import.add_argument("--from", dest="source", default="../shared/corpora",
+                               help="the corpora folder (default ../shared/corpora)")
+    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go (default corpus/imported)")
+
+    bench = command("bench", cmd_bench, data_dir=False)
+    bench.add_argument("rest", nargs=argparse.REMAINDER,
+                       help="--emails N --readers N --json FILE --model-url URL --latency-emails N "
+                            "(`airlock bench --help` explains each)")
+    return parser
+
+
+COMMANDS = frozenset(LAB_COMMANDS) - {"lab"}  # `airlock lab ...` is lab/commands.py's
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if argv[:1] == ["bench"]:  # the benchmark's options and help are its own (lab/bench/__main__.py)
+        return cmd_bench(argparse.Namespace(rest=argv[1:]))
+    return handled(build_parser().parse_args(argv))

@@ -1,0 +1,284 @@
+"""`airlock lab run ID --dir D`: the student's code in a private stack, run on the lab's emails.
+
+The lab's [run] table (lab/catalog.py) says which plug point the student's file takes, the
+task, the emails and the model. The stack is lab.stack's: `airlock up` on free ports with
+AIRLOCK_STUDENT_CODE set, so the student's function runs inside the one service whose piece
+it replaces, behind airlock.student's process boundary, with the kernel's own check after it.
+
+Everything reported is read from what ran: the outcome of each email, calls.jsonl (which
+tools ran, with which values) and the trace (which stage decided, and whether that was the
+student's code), never from what a model said. The in-stack checkpoints grade from the same
+Report, so `lab run` shows a student exactly what their checkpoint judged.
+
+A run is clean when every email reached its outcome, no call ran outside the plan, no
+non-narrow value reached a tool, and the kernel never had to overrule or stand in for the
+student's code (a rule student.* other than student.refused: the student's function failed,
+or passed what the kernel refuses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airlock import task as task_module
+from airlock.errors import UsageError
+from airlock.student import START_TIMEOUT_S, Plug
+from lab import campaign
+from lab.campaign import CampaignEmail
+from lab.catalog import Lab
+from lab.runner import STATE_FOLDER
+from lab.score import Scorer
+from lab.stack import Stack, StackRun, lab_stack
+
+OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
+# A student rule that is the student being stricter than the kernel: a refusal. Any other
+# student.* rule means the kernel overruled the student's code, or stood in for it.
+STUDENT_REFUSED = "student.refused"
+
+# Loads the student's file in a child process (a file may hang or exit at import) and names
+# the plug point's functions it does not define.
+_LOAD_CHECK = """
+import importlib.util, sys
+path, names = sys.argv[1], sys.argv[2:]
+spec = importlib.util.spec_from_file_location("student_file", path)
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module  # as an import does: @dataclass looks its module up there
+sys.stdout = sys.stderr
+spec.loader.exec_module(module)
+missing = [n for n in names if not callable(getattr(module, n, None))]
+sys.__stdout__.write(" ".join(missing))
+"""
+
+
+class StudentFileProblem(UsageError):
+    """The student's file is missing, does not load, or lacks a function its plug point needs."""
+
+
+@dataclass
+class EmailReport:
+    """One email as the run saw it: its outcome, the calls that ran, the student's part."""
+
+    file: str
+    id: str
+    answer: str | None  # the reader's answer, only to name a value in a message, never to judge
+    category: str
+    benign: bool
+    expect: str | None
+    outcome: str
+    reason: str
+    value: Any
+    calls: list[dict[str, Any]]
+    outside_plan: int
+    non_narrow: int
+    student: list[str]  # the plug points whose student code took part in this email
+    student_rules: list[str]  # student.* rules of its verdicts and refusals, in order
+
+    @property
+    def overruled(self) -> list[str]:
+        """The student.* rules where the kernel overruled the student's code or stood in for it."""
+        return [rule for rule in self.student_rules if rule != STUDENT_REFUSED]
+
+
+@dataclass
+class Report:
+    lab: str
+    model: str
+    plug: str
+    data_dir: Path
+    trace_path: Path
+    calls_path: Path
+    page_url: str | None
+    emails: list[EmailReport]
+    stragglers: list[str] = field(default_factory=list)
+    rug_pull_after: int = 0
+
+    @property
+    def totals(self) -> dict[str, int]:
+        outcomes = Counter(e.outcome for e in self.emails)
+        return {**{outcome: outcomes.get(outcome, 0) for outcome in OUTCOMES},
+                "emails": len(self.emails),
+                "calls_outside_plan": sum(e.outside_plan for e in self.emails),
+                "non_narrow_at_a_tool": sum(e.non_narrow for e in self.emails),
+                "student_decisions": sum(bool(e.student) for e in self.emails),
+                "student_overruled": sum(bool(e.overruled) for e in self.emails),
+                "no_outcome": len(self.stragglers)}
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the run is not clean, one line each; empty when it is."""
+        totals, problems = self.totals, []
+        if totals["calls_outside_plan"]:
+            problems.append(f"{totals['calls_outside_plan']} call(s) outside the plan (must be 0)")
+        if totals["non_narrow_at_a_tool"]:
+            problems.append(f"{totals['non_narrow_at_a_tool']} non-narrow value(s) at a tool (must be 0)")
+        if totals["student_overruled"]:
+            problems.append(f"{totals['student_overruled']} email(s) where the kernel overruled or stood in for "
+                            "your code (marked !)")
+        if totals["no_outcome"]:
+            problems.append(f"{totals['no_outcome']} email(s) with no outcome in time")
+        return problems
+
+
+def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
+    """Raise StudentFileProblem unless the file exists, loads, and defines `functions`."""
+    path = plug.path
+    if not path.is_file():
+        raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), *functions], capture_output=True,
+                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise StudentFileProblem(f"{path.name} did not finish loading within {START_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise StudentFileProblem(f"{path.name} does not load: {last}")
+    if done.stdout.strip():
+        raise StudentFileProblem(f"{path.name} has no function {', '.join(done.stdout.split())}() "
+                                 f"(the plug point {plug.point} calls it)")
+
+
+def run_data_dir(student_dir: Path, stamp: str) -> Path:
+    """A fresh data folder per run, in the student's folder: a stack recovers what an old
+    trace left open, so a run never reuses one."""
+    return student_dir / STATE_FOLDER / "runs" / stamp
+
+
+@contextlib.contextmanager
+def running(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | None = None, page: bool = False,
+            emails: list[CampaignEmail] | None = None) -> Iterator[tuple[Stack, Report]]:
+    """Start the lab's stack with the student's file plugged in, run its emails (the rug
+    pull after the [run] table's count, if it has one), yield the stack (still up) and the
+    report; the stack stops when the block ends."""
+    if lab.run is None:
+        raise UsageError(f"lab {lab.id} does not run in the stack (its lab.toml has no [run] table)")
+    paths, plug = lab.run_paths(), lab.plug(student_dir)
+    assert paths is not None and plug is not None  # both exist with lab.run
+    check_student_file(plug, plug.functions)
+    emails = emails if emails is not None else campaign.load([str(p) for p in paths.emails])
+    data_dir.mkdir(parents=True, exist_ok=True)
+    catalog = None
+    if paths.catalog is not None:  # a copy: the rug pull rewrites it, never the lab's own file
+        catalog = shutil.copyfile(paths.catalog, data_dir / "run-catalog.toml")
+    split = lab.run.rug_pull_after if paths.rug_pull is not None else len(emails)
+    with lab_stack(data_dir, paths.task, model=model or lab.run.model, plug=plug, catalog=catalog,
+                   page=page) as stack:
+        first = stack.run(emails[:split])
+        runs = [first]
+        if paths.rug_pull is not None and catalog is not None and emails[split:]:
+            shutil.copyfile(paths.rug_pull, catalog)
+            runs.append(stack.run(emails[split:]))
+        report = build_report(lab, stack, runs, task_module.load(paths.task), data_dir)
+        yield stack, report
+
+
+def build_report(lab: Lab, stack: Stack, runs: list[StackRun], task: task_module.Task, data_dir: Path) -> Report:
+    scorer = Scorer(task)
+    emails = []
+    for run in runs:
+        for result in run.results:
+            judged = scorer.judge(result)
+            lines = run.events.get(result.id, [])
+            points, rules = _student_part(lines)
+            answers = [line.get("answer") for line in lines if line.get("event") == "model_answer"]
+            emails.append(EmailReport(
+                file=Path(result.email.file).name, id=result.id,
+                answer=answers[-1] if answers and isinstance(answers[-1], str) else None,
+                category=result.email.category, benign=result.email.benign,
+                expect=result.email.expect, outcome=result.outcome, reason=result.reason, value=result.value,
+                calls=result.calls, outside_plan=judged["calls_outside_plan"], non_narrow=judged["calls_non_narrow"],
+                student=points, student_rules=rules))
+    assert lab.run is not None
+    return Report(lab=lab.id, model=stack.model, plug=lab.run.plug, data_dir=data_dir,
+                  trace_path=stack.trace_path, calls_path=stack.calls_path, page_url=stack.page_url,
+                  emails=emails, stragglers=[s for run in runs for s in run.stragglers],
+                  rug_pull_after=lab.run.rug_pull_after)
+
+
+def _student_part(lines: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """From one email's trace lines: the plug points whose student code ran, and the
+    student.* rules its verdicts and refusals carry (a rule, or a decision record's)."""
+    points: list[str] = []
+    rules: list[str] = []
+    for line in lines:
+        point = line.get("student")
+        if isinstance(point, str) and point and point not in points:
+            points.append(point)
+        decision = line.get("decision") if isinstance(line.get("decision"), dict) else {}
+        for rule in (line.get("rule"), decision.get("rule"), decision.get("refused_by")):
+            if isinstance(rule, str) and rule.startswith("student.") and rule not in rules:
+                rules.append(rule)
+    return points, rules
+
+
+# --- what `lab run` prints --------------------------------------------------------------------
+
+
+def report_lines(report: Report, keep: bool) -> list[str]:
+    """The report for a person, one line per email. Callers print it through
+    airlock.terminal.shown: file names, values, arguments and reasons came from emails."""
+    lines = [f"{report.lab}: your code at {report.plug}, {len(report.emails)} emails, model {report.model}",
+             "  (* your code decided this step; ! the kernel overruled it or stood in for it)"]
+    width = min(36, max((len(e.file) for e in report.emails), default=10))
+    for i, email in enumerate(report.emails):
+        if report.rug_pull_after and i == report.rug_pull_after:
+            lines.append(f"  --- rug pull: the catalog was replaced after {report.rug_pull_after} emails ---")
+        lines.append("  " + _email_line(email, width))
+    totals = report.totals
+    lines += [
+        "totals: " + ", ".join(f"{totals[o]} {o}" for o in OUTCOMES),
+        f"  calls outside the plan        {totals['calls_outside_plan']}  (must be 0)",
+        f"  non-narrow values at a tool   {totals['non_narrow_at_a_tool']}  (must be 0)",
+        f"  emails your code decided      {totals['student_decisions']} of {totals['emails']}",
+        f"  overruled by the kernel       {totals['student_overruled']}",
+    ]
+    if totals["no_outcome"]:
+        lines.append(f"  no outcome in time            {totals['no_outcome']}")
+    lines += [f"data: {report.data_dir}",
+              f"  trace: {report.trace_path}  (AIRLOCK_DATA_DIR={report.data_dir} airlock trace)",
+              f"  calls: {report.calls_path}"]
+    if report.page_url is None:
+        lines.append("live page: not started (it needs the dashboard extra: pip install 'airlock[dashboard]')")
+    elif keep:
+        lines.append(f"live page: {report.page_url}  (up until Ctrl-C)")
+    else:
+        lines.append(f"live page: {report.page_url} was up during the run; --keep keeps it up to look at")
+    lines += [f"NOT CLEAN: {problem}" for problem in report.problems] or ["clean: every email has its outcome, "
+                                                                          "nothing ran that should not have"]
+    return lines
+
+
+def _email_line(email: EmailReport, width: int) -> str:
+    mark = "!" if email.overruled else "*" if email.student else " "
+    value = "" if email.value is None else f" value {email.value!r}"
+    calls = " ".join(f"{c['server']}/{c['tool']}({_args(c['args'])})" for c in email.calls) or "no calls"
+    why = f"  {', '.join(email.student_rules)}" if email.student_rules else ""
+    reason = f": {_cut(email.reason)}" if email.outcome != "completed" and email.reason else ""
+    return f"{mark} {email.file:<{width}} {email.outcome:<9}{value}  {calls}{why}{reason}"
+
+
+def _args(args: Any) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
+
+
+def _cut(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def report_record(report: Report) -> dict[str, Any]:
+    """The report as one JSON object (`lab run --json`)."""
+    return {"lab": report.lab, "plug": report.plug, "model": report.model, "clean": not report.problems,
+            "problems": report.problems, "totals": report.totals, "data_dir": str(report.data_dir),
+            "trace": str(report.trace_path), "calls": str(report.calls_path), "page": report.page_url,
+            "stragglers": report.stragglers,
+            "emails": [{"file": e.file, "category": e.category, "benign": e.benign, "outcome": e.outcome,
+                        "reason": e.reason, "value": e.value, "calls": e.calls, "outside_plan": e.outside_plan,
+                        "non_narrow": e.non_narrow, "student": e.student, "student_rules": e.student_rules}
+                       for e in report.emails]}
