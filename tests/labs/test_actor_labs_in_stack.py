@@ -51,3 +51,21 @@ def test_a_wrong_selection_after_the_rug_pull_is_named_with_it(tmp_path: Path) -
     verdict = grade_in_process(lab, "in-the-stack", folder)
     assert isinstance(verdict, Failed)
     assert "(after the rug pull)" in verdict.case and "[[tool:relay/send-status]]" in verdict.case
+
+
+def test_lab_run_counts_the_students_own_refusals_as_clean(tmp_path: Path) -> None:
+    """`lab run executor-checks` with the reference: its checks refuse the over-range order and
+    the rug-pulled call themselves (student.checks), which is the student's code deciding, not
+    the kernel overruling it: the run is clean (exit 0). A range check without its maximum is
+    overruled (student.missed): not clean (exit 1)."""
+    from tests.labs.test_lab_run import lab_run
+
+    lab = catalog.find("executor-checks")
+    (tmp_path / "good").mkdir()
+    good = solution_with(lab, tmp_path / "good")
+    done = lab_run("executor-checks", "--dir", str(good))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "student.checks" in done.stdout and "overruled by the kernel       0" in done.stdout
+    bad = catalog.build_wrong_solution(lab.wrong_solution("in-the-stack-over-the-range"), tmp_path / "bad")
+    done = lab_run("executor-checks", "--dir", str(bad))
+    assert done.returncode == 1 and "student.missed" in done.stdout, done.stdout
