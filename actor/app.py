@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module
+from actor import catalog as catalog_module, plugs
 from actor.executor import Executor, LiveCatalog
 from actor.pending import PendingStore
 from actor.plan import bind
@@ -86,8 +86,9 @@ def build(settings: Settings, task: Task) -> Actor:
     plan = bind(task, catalog_module.load(catalog_path))
     gate = Gate(task.preconditions, Principals.load(task.principals_path))
     tools = CallLog(settings.calls_path)
+    plug = plugs.build(settings.student_code, settings.student_timeout_s, [step.pair for step in plan])
     executor = Executor(plan, LiveCatalog(catalog_path), tools, gate, PendingStore(settings.data_dir / "pending.jsonl"),
-                        settings.max_result_bytes, task.name)
+                        settings.max_result_bytes, task.name, plug)
     return Actor(executor, task.value_decoder(), tools)
 
 

@@ -23,6 +23,7 @@ import msgspec
 from actor import catalog as catalog_module, schema
 from actor.catalog import Catalog, Tool
 from actor.pending import Escalation, PendingStore
+from actor.plugs import ActorPlug
 from actor.plan import BoundStep, structural_problem
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
 from actor.tools import CallLog, call_key
@@ -54,9 +55,11 @@ class LiveCatalog:
 
 class Executor:
     def __init__(self, plan: list[BoundStep], catalog: Callable[[], Catalog], tools: CallLog, gate: Gate,
-                 pending: PendingStore, max_result_bytes: int, task: str = "") -> None:
+                 pending: PendingStore, max_result_bytes: int, task: str = "", plug: ActorPlug | None = None) -> None:
         self.plan, self.catalog, self.tools, self.gate = plan, catalog, tools, gate
         self.pending, self.max_result_bytes, self.task = pending, max_result_bytes, task
+        self.plug = plug  # a lab's student code at one of the actor's plug points (actor/plugs.py)
+        self.student = plug.point if plug else ""  # marks every call whose decision ran it
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool")
 
     def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
@@ -75,7 +78,7 @@ class Executor:
             args = step.arguments(value)
             verdict, tool = self.authorize(step, args, facts, approval if step.number == approval_step else None)
             call = Call(step=step.number, server=step.pair[0], tool=step.pair[1], args=args, status="ok",
-                        key=call_key(message_id, step.number), decision=verdict.record())
+                        key=call_key(message_id, step.number), decision=verdict.record(), student=self.student)
             where = f"step {step.number} {step.pair[0]}/{step.pair[1]}"
             if verdict.verdict == "refuse":
                 calls.append(msgspec.structs.replace(call, status="refused"))
@@ -95,15 +98,27 @@ class Executor:
 
     def authorize(self, step: BoundStep, args: dict[str, Any], facts: dict[str, Fact],
                   approval: Approval | None) -> tuple[Verdict, Tool | None]:
-        rule, reason, tool = structural_problem(step, self.catalog())
+        catalog = self.catalog()  # one reading for the student's code and the kernel alike
+        # A student's selection or checks are asked first; the kernel's own still run after
+        # them, so student code can only make a step stricter (actor/plugs.py).
+        student = self.plug.before(step, args, catalog) if self.plug else None
+        if student is not None:
+            return Verdict("refuse", student.reason, rules=[student]), catalog.get(step.pair)
+        rule, reason, tool = structural_problem(step, catalog)
         if not rule and tool is not None:
             problem = schema.problem(tool, args)
             if problem:
                 rule, reason = "schema", f"arguments do not match the schema: {problem}"
         if rule:
-            return Verdict("refuse", reason, rules=[RuleResult(rule, "refuse", reason, {"args": args})]), tool
+            refusal = RuleResult(rule, "refuse", reason, {"args": args})
+            if rule == "schema" and self.plug is not None and self.plug.point == "actor.checks":
+                refusal = self.plug.missed(refusal)
+            return Verdict("refuse", refusal.reason, rules=[refusal]), tool
         checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "schema")]
-        verdict = self.gate.check(tool, facts, approval)
+        if self.plug is not None and self.plug.point == "actor.decide":
+            verdict = self.plug.decide(self.gate, tool, facts, approval)
+        else:
+            verdict = self.gate.check(tool, facts, approval)
         verdict.rules = checks + verdict.rules
         return verdict, tool
 
@@ -112,9 +127,9 @@ class Executor:
         try:
             if tool.mock.delay_s:  # a tool that can block runs on the pool, under its timeout
                 made, result = self._pool.submit(self.tools.run, tool, message_id, step.number, args,
-                                                 cancelled).result(timeout=tool.timeout_s)
+                                                 cancelled, self.student).result(timeout=tool.timeout_s)
             else:  # a mock that cannot block: the hop to a thread would cost more than the call
-                made, result = self.tools.run(tool, message_id, step.number, args, cancelled)
+                made, result = self.tools.run(tool, message_id, step.number, args, cancelled, self.student)
         except concurrent.futures.TimeoutError:
             cancelled.set()  # the mock stops before its side effect; a real tool would be asked to
             return msgspec.structs.replace(call, status="error", error=f"timeout: no result within {tool.timeout_s} s")
@@ -129,3 +144,5 @@ class Executor:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.pending.close()
+        if self.plug is not None:
+            self.plug.close()

@@ -150,7 +150,7 @@ class Gate:
                 raise CatalogError(f"precondition rules {unknown} are unknown (known: {sorted(self.rules)})")
             if "approval" in pre.rules and not pre.approver_role:
                 raise CatalogError("an approval rule needs approver_role")
-        self.preconditions = preconditions
+        self.preconditions, self.principals = preconditions, principals
 
     def applies(self, pre: Precondition, tool: Tool) -> bool:
         return (pre.blast_radius in (None, tool.blast_radius)

@@ -50,14 +50,18 @@ class CallLog:
         self._dirty = False
         self.orders = load_orders() if orders is None else orders
 
-    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any]) -> bool:
-        """Log one call; False (and nothing written) if its key was already logged."""
+    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+             student: str = "") -> bool:
+        """Log one call; False (and nothing written) if its key was already logged. `student`
+        names the lab plug point whose code took part in deciding it (kept only when set)."""
         key = call_key(message_id, step)
         with self._lock:
             if key in self.done:
                 return False
             record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
                       "args": args, "at": utc_now()}
+            if student:
+                record["student"] = student
             self._file.write(self._encode(record) + b"\n")
             self._file.flush()
             self._dirty = True
@@ -73,13 +77,13 @@ class CallLog:
                 self._dirty = False
 
     def run(self, tool: Tool, message_id: str, step: int, args: dict[str, Any],
-            cancelled: threading.Event) -> tuple[bool, dict[str, Any]]:
+            cancelled: threading.Event, student: str = "") -> tuple[bool, dict[str, Any]]:
         """The mock tool: (made now, result). Misbehaviour comes from the catalog's mock."""
         if tool.mock.delay_s and cancelled.wait(tool.mock.delay_s):
             raise TimeoutError("cancelled before the side effect")
         if tool.mock.fail:
             raise ToolFailure(tool.mock.fail)
-        made = self.call(message_id, step, tool.server, tool.tool, args)
+        made = self.call(message_id, step, tool.server, tool.tool, args, student)
         return made, self.result(tool, args)
 
     def result(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:

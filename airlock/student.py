@@ -249,6 +249,7 @@ def child_main() -> None:
         if spec is None or spec.loader is None:
             raise ImportError(f"{path.name} is not a Python module")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # as an import does: @dataclass looks its module up there
         spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001 (anything a file does at import is the student's)
         reply("unloadable", _cut(f"{path.name}: {type(exc).__name__}: {exc}"))

@@ -221,6 +221,7 @@ class Call(Message, tag="call"):
     key: str = ""
     decision: Record = {}
     result: Record = {}
+    student: str = ""  # a lab: the plug point (e.g. "actor.select") whose student code took part in the decision
 
 
 class Done(Message, tag="done"):

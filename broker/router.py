@@ -311,7 +311,8 @@ class Router:
         # Each call line names the plan it ran under (see wire.Done), when the actor said it.
         ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
         for call in message.calls:
-            where = {"step": call.step, "server": call.server, "tool": call.tool}
+            # A lab: `student` when this step's decision ran student code (absent otherwise).
+            where = {"step": call.step, "server": call.server, "tool": call.tool, **_student(call.student)}
             self._trace("actor", "authorization", message.message_id, layer="authorization", **where,
                         key=call.key, decision=call.decision)
             if call.status in ("refused", "escalated"):

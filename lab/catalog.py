@@ -29,6 +29,8 @@ solution reaches every wrong one, and a reader sees the one defect and nothing e
     why = "str.isdigit() accepts every Unicode decimal digit, so Arabic-Indic ٤٤١١ passes"
     case = "Arabic-Indic digits '٤٤١١'"   # optional: the exact case the grader names;
                                           # left out where hypothesis finds the case
+    also_fails = ["in-the-stack"]         # optional: other checkpoints that grade the same
+                                          # code (an in-stack one runs it) and must fail too
     [[change]]                            # at least one, applied in order
     file = "checker.py"                   # one of student_files
     find = '''text that occurs exactly once in solution/checker.py'''
@@ -255,6 +257,7 @@ class _WrongSolutionFile(_Strict):
     why: str
     change: list[Change]
     case: str = ""
+    also_fails: list[str] = []
 
 
 class WrongSolution(msgspec.Struct, frozen=True):
@@ -267,6 +270,7 @@ class WrongSolution(msgspec.Struct, frozen=True):
     case: str  # the exact case the grader names, "" when not pinned
     changes: list[Change]
     files: dict[str, str]  # every student file, as this wrong solution holds it
+    also_fails: list[str] = []  # other checkpoints that grade the same code and must fail too
 
     @property
     def what(self) -> str:
@@ -298,9 +302,14 @@ def load_wrong_solution(lab: Lab, path: Path) -> WrongSolution:
         raise LabFormatError(f"{path}: why: say what the mistake is")
     if not raw.change:
         raise LabFormatError(f"{path}: change: at least one is needed")
+    ids = [c.id for c in lab.checkpoints]
+    for i, other in enumerate(raw.also_fails):
+        if other not in ids or other == checkpoint.id:
+            raise LabFormatError(f"{path}: also_fails[{i}]: {other!r} is not another checkpoint of {lab.id} "
+                                 f"({', '.join(ids)})")
     files = _mutated(lab, path, raw.change)
     return WrongSolution(name=path.stem, checkpoint=checkpoint, why=raw.why, case=raw.case,
-                         changes=raw.change, files=files)
+                         changes=raw.change, files=files, also_fails=raw.also_fails)
 
 
 def _wrong_checkpoint(lab: Lab, name: str) -> Checkpoint | None:

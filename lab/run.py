@@ -39,9 +39,11 @@ from lab.score import Scorer
 from lab.stack import Stack, StackRun, lab_stack
 
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
-# A student rule that is the student being stricter than the kernel: a refusal. Any other
-# student.* rule means the kernel overruled the student's code, or stood in for it.
+# A student rule that is the student being stricter than the kernel: a refusal (the
+# validator's student.refused, the actor's student.checks). Any other student.* rule means
+# the kernel overruled the student's code, or stood in for it.
 STUDENT_REFUSED = "student.refused"
+STUDENTS_OWN_REFUSALS = (STUDENT_REFUSED, "student.checks")
 
 # Loads the student's file in a child process (a file may hang or exit at import) and names
 # the plug point's functions it does not define.
@@ -50,6 +52,7 @@ import importlib.util, sys
 path, names = sys.argv[1], sys.argv[2:]
 spec = importlib.util.spec_from_file_location("student_file", path)
 module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module  # as an import does: @dataclass looks its module up there
 sys.stdout = sys.stderr
 spec.loader.exec_module(module)
 missing = [n for n in names if not callable(getattr(module, n, None))]
@@ -83,7 +86,7 @@ class EmailReport:
     @property
     def overruled(self) -> list[str]:
         """The student.* rules where the kernel overruled the student's code or stood in for it."""
-        return [rule for rule in self.student_rules if rule != STUDENT_REFUSED]
+        return [rule for rule in self.student_rules if rule not in STUDENTS_OWN_REFUSALS]
 
 
 @dataclass

@@ -468,3 +468,46 @@ def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
         ("mail/send_status under grant 'read' with a bad order_id: permission before schema",
          call("mail", "send_status", order_id=5), "read", "permission", {}),
     ]
+
+
+# ---- in the stack: the student's checks in the actor, before every step ------------------------
+
+
+def in_the_stack(student_dir: Path) -> Verdict:
+    """The lab's emails through a private stack whose actor asks the student's
+    allowlist_problem, schema_problem and range_problem before each step: an order number
+    over the tool's range, and a rug pull that turns a bool argument into an int, must be
+    stopped by the student's checks (the kernel's, which run after, must find nothing left),
+    and honest calls must run. Judged from the trace's decision records and calls.jsonl."""
+    from actor import catalog as catalog_module, schema as kernel_schema
+    from lab.graders import in_stack  # the stack's imports only where a stack runs
+
+    ran = in_stack.run_lab("executor-checks", student_dir)
+    if not isinstance(ran, in_stack.Ran):
+        return ran
+    for email in ran.emails:
+        name = ran.name(email)
+        refused = ran.refusal(email)
+        if refused is None:
+            records = ran.calls.get(email.id, [])
+            if email.outcome != "completed" or len(records) != 2:
+                return Failed(in_stack.CHECKPOINT, name, f"outcome {email.outcome!r} ({email.reason}); the plan's "
+                                                          f"two calls should have run")
+            continue
+        rule = in_stack.student_rule(refused) or {}
+        call = (rule.get("read") or {}).get("call") or {}
+        arguments = call.get("arguments", (rule.get("read") or {}).get("args", {}))
+        case = f"{name}: {in_stack.where(refused)} " + ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        if rule.get("rule") == "student.missed":
+            return Failed(in_stack.CHECKPOINT, case, f"{rule.get('reason')}. Your checks let this call through "
+                                                     "to its side effect; only the kernel's own check stopped it")
+        if rule.get("rule") != "student.checks":
+            reason = rule.get("reason") or (refused.get("decision") or {}).get("reason")
+            return Failed(in_stack.CHECKPOINT, case, f"the step was refused: {reason}")
+        live = ran.catalog_file(email)
+        tool = catalog_module.load(live if live is not None else catalog_module.DEFAULT_PATH).get(
+            (refused.get("server"), refused.get("tool")))
+        if tool is not None and kernel_schema.problem(tool, arguments) is None:
+            return Failed(in_stack.CHECKPOINT, case, f"{rule.get('reason')}, but this call fits the tool's schema: "
+                                                     "a check that refuses honest calls stops the shop")
+    return Passed(in_stack.CHECKPOINT)

@@ -528,3 +528,52 @@ def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
         executor.close()
         tools.close()
     return None
+
+
+# ---- in the stack: the student's decide in the actor of a running airlock ---------------------
+
+
+def in_the_stack(student_dir: Path) -> Verdict:
+    """The corpus's data-only attacks and honest emails through a private stack whose actor
+    asks the student's decide() before each step (the kernel's preconditions run after it):
+    no status mail for somebody else's order, no decision the kernel had to overrule, and
+    every honest customer answered. Judged from calls.jsonl and the decision records."""
+    from lab.graders import in_stack  # the stack's imports only where a stack runs
+
+    checkpoint = in_stack.CHECKPOINT
+    ran = in_stack.run_lab("preconditions", student_dir)
+    if not isinstance(ran, in_stack.Ran):
+        return ran
+    for report in ran.emails:
+        name = ran.name(report)
+        sent = [c for c in ran.calls.get(report.id, []) if c.get("tool") == "send_status"]
+        strangers = [c for c in sent if report.expect and str((c.get("args") or {}).get("order_id")) != report.expect]
+        if strangers:  # the kernel runs after the student's code, so this is a kernel bug: still named
+            return Failed(checkpoint, f"{name}: the status of order {strangers[0]['args'].get('order_id')}",
+                          f"mail/send_status ran for somebody else's order (the sender's is {report.expect})")
+        refused = ran.refusal(report)
+        rule = in_stack.student_rule(refused) if refused is not None else None
+        if rule is not None and rule.get("rule") == "student.missed":
+            kernel = _kernel_rule(refused or {})
+            return Failed(checkpoint, f"{name}: your decide() allowed {in_stack.where(refused or {})} where the "
+                                      f"kernel's {kernel} refuses",
+                          f"{rule.get('reason')}. In a stack without the kernel's check behind yours, this "
+                          f"email's attack would have sent somebody else's order status")
+        if rule is not None and rule.get("rule") == "student.failed":
+            return Failed(checkpoint, f"{name}: {in_stack.where(refused or {})}", str(rule.get("reason")))
+        if report.category == "benign" and (report.outcome != "completed" or not sent):
+            reason = (refused or {}).get("decision", {}).get("reason") or report.reason
+            return Failed(checkpoint, f"{name}: an honest customer asks about their own order {report.expect}",
+                          f"outcome {report.outcome!r} ({reason}); an honest customer gets their status: a guard "
+                          "that refuses everything is no guard")
+        if report.category == "data-only" and report.outcome == "completed" and not sent:
+            return Failed(checkpoint, name, "the plan completed without its status mail")
+    return Passed(checkpoint)
+
+
+def _kernel_rule(event: dict[str, Any]) -> str:
+    """The kernel's rule that refused where the student's decide allowed (after student.missed)."""
+    rules = (event.get("decision") or {}).get("rules") or []
+    names = [str(r.get("rule")) for r in rules]
+    after = rules[names.index("student.missed") + 1:] if "student.missed" in names else []
+    return next((str(r.get("rule")) for r in after if r.get("verdict") != "allow"), "preconditions")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actor import selection as reference
-from lab.grading import (CaseFailed, Verdict, graded, hidden_cases, shown_value, student_function,
+from lab.grading import (CaseFailed, Failed, Passed, Verdict, graded, hidden_cases, shown_value, student_function,
                          student_module)
 
 STUDENT_FILE = "selection.py"
@@ -224,3 +224,52 @@ def _generated_inputs() -> Any:
         return (tuple(rows) if draw(st.booleans()) else rows), requested
 
     return inputs()
+
+
+# ---- in the stack: the student's bound_tool_choice in the actor, before every step -----------
+
+
+def in_the_stack(student_dir: Path) -> Verdict:
+    """The lab's emails through a private stack whose actor asks the student's
+    bound_tool_choice before each step, with a marker in a description and a rug pull
+    mid-run: every planned call must run on its planned pair, per calls.jsonl."""
+    from lab.graders import in_stack  # the stack's imports only where a stack runs
+
+    ran = in_stack.run_lab("tool-identity", student_dir)
+    if not isinstance(ran, in_stack.Ran):
+        return ran
+    plan = [("shop", "lookup-order"), ("mail", "send-status")]
+    for email in ran.emails:
+        name = ran.name(email)
+        refused = ran.refusal(email)
+        if refused is not None:
+            rule = in_stack.student_rule(refused) or {}
+            step = in_stack.where(refused)
+            if rule.get("rule") == "student.selection":
+                chosen = ((rule.get("read") or {}).get("answer") or {}).get("choice")
+                return Failed(in_stack.CHECKPOINT, _wrong_choice_case(name, step, chosen, ran.catalog_file(email)),
+                              f"{rule.get('reason')}: the actor refused the step, so this customer got no answer")
+            return Failed(in_stack.CHECKPOINT, f"{name}: {step}",
+                          f"the step was refused: {(refused.get('decision') or {}).get('reason')}")
+        records = ran.calls.get(email.id, [])
+        ran_on = [(c.get("server"), c.get("tool")) for c in records]
+        if email.outcome != "completed" or ran_on != plan:
+            return Failed(in_stack.CHECKPOINT, name, f"outcome {email.outcome!r} ({email.reason}), calls {ran_on}; "
+                                                      f"expected the plan {plan} to run")
+        if any(c.get("student") != "actor.select" for c in records):
+            return Failed(in_stack.CHECKPOINT, name, "calls.jsonl does not mark these calls as decided with your "
+                                                     "code (student = actor.select): was your selection asked?")
+    return Passed(in_stack.CHECKPOINT)
+
+
+def _wrong_choice_case(name: str, step: str, chosen: Any, catalog_file: Path | None) -> str:
+    """The case in the student's terms: which pair the selection chose, and whether a
+    description's marker named it."""
+    if not isinstance(chosen, dict):
+        return f"{name}: {step}: your selection chose nothing (None) for a planned pair the catalog offers"
+    pair = f"{chosen.get('server')}/{chosen.get('tool')}"
+    if catalog_file is not None and f"[[tool:{pair}]]" in catalog_file.read_text(encoding="utf-8"):
+        return f"{name}: {step}: your selection follows the marker [[tool:{pair}]] in a description"
+    if step.endswith(f"/{chosen.get('tool')}"):
+        return f"{name}: {step}: your selection chose {pair}, the same tool name on another server"
+    return f"{name}: {step}: your selection chose {pair}, not the planned pair"

@@ -31,6 +31,9 @@ SEPARATION = catalog.find("separation")
 TEST_LIMITS = Limits(wall_s=30.0, cpu_s=30)
 ALL = len(SEPARATION.checkpoints)  # separation's checkpoints, each passed by the reference
 IN_THE_STACK = "in-the-stack"  # a lab's checkpoint that runs the student's code in a private stack
+# Labs whose wrong solutions name in `also_fails` every other checkpoint they fail: held to
+# exactly that set; in the others an in-stack checkpoint may pass or fail with a named case.
+EXACT_ALSO_FAILS = {lab.id for lab in LABS if any(wrong.also_fails for wrong in lab.wrong_solutions())}
 
 
 def by_id(labs: list[Lab]) -> list[pytest.param]:  # type: ignore[valid-type]
@@ -144,6 +147,8 @@ replace = 'return answer'
                  "why", id="missing-why"),
     pytest.param("nosuch-thing", MUTATION, "<checkpoint>-<what>", id="checkpoint-prefix-unknown"),
     pytest.param("contract-", MUTATION, "<checkpoint>-<what>", id="what-missing"),
+    pytest.param("contract-also", 'also_fails = ["nosuch"]\n' + MUTATION, "also_fails[0]", id="also-fails-unknown"),
+    pytest.param("contract-also", 'also_fails = ["contract"]\n' + MUTATION, "also_fails[0]", id="also-fails-itself"),
 ])
 def test_a_broken_wrong_solution_names_file_and_key(tmp_path: Path, name: str, text: str, named: str) -> None:
     """wrong/<checkpoint>-<what>.toml names a checkpoint, and each change names a student
@@ -200,11 +205,16 @@ def test_solution_passes_every_checkpoint(lab: Lab, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("lab", "wrong"), WRONG)
 def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: WrongSolution, tmp_path: Path) -> None:
-    """wrong/<checkpoint>-<what>.toml fails exactly <checkpoint>, its case names <what>
-    (and is the `case` the file pins, where it pins one), and the others pass."""
+    """wrong/<checkpoint>-<what>.toml fails exactly <checkpoint> (and the checkpoints its
+    `also_fails` names, which grade the same code), its case names <what> (and is the `case`
+    the file pins, where it pins one), and the others pass."""
     folder = build_wrong_solution(wrong, tmp_path / "student")
     for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
-        if checkpoint.id != wrong.checkpoint.id and IN_THE_STACK in (checkpoint.id, wrong.checkpoint.id):
+        if checkpoint.id in wrong.also_fails:
+            assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}, which also_fails names"
+            continue
+        if (checkpoint.id != wrong.checkpoint.id and IN_THE_STACK in (checkpoint.id, wrong.checkpoint.id)
+                and lab.id not in EXACT_ALSO_FAILS):
             # The in-stack checkpoint runs all of the student's code in the pipeline: a contract
             # defect that reaches it fails it too, and the defect it shows fails the contract.
             # Either way it is a named case, never a TODO or a crashed grader.

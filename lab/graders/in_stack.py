@@ -1,0 +1,112 @@
+"""What the actor labs' in-stack checkpoints share: the lab's [run] in a private stack with
+the student's file plugged in, read back from calls.jsonl and the trace.
+
+Data: the lab's [run] table (lab/catalog.py), the student's file, the emails it names; the
+stack's calls.jsonl (what ran, each call marked with the plug point that took part) and
+its trace (each step's decision record, refusals under the actor's student.* rules).
+Readers: lab/graders/tool_identity.py, executor_checks.py, preconditions.py (in_the_stack).
+Rationale: a checkpoint judges what ran and what each stage decided, never what a model
+said. The stack is lab.run.running's, the one `airlock lab run` shows a student (its rug pull
+swaps a private copy of the catalog between two batches of emails).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airlock import trace
+from airlock.student import PLUG_POINTS, StudentCode, StudentFailed
+from lab.catalog import Lab, find
+from lab.grading import Failed, module_or_failed, todo
+from lab.run import EmailReport, running
+
+CHECKPOINT = "in-the-stack"
+PROBE_TIMEOUT_S = 5.0
+# How many arguments each plug point's function takes: the TODO probe calls it with Nones.
+ARITY = {"check": 1, "bound_tool_choice": 2, "allowlist_problem": 2, "schema_problem": 2, "range_problem": 2,
+         "decide": 5}
+
+
+@dataclass
+class Ran:
+    """One in-stack run: every email as the run saw it, in order, which side of the rug pull
+    it ran on, its trace lines and its calls.jsonl records (with their `student` mark)."""
+
+    lab: Lab
+    emails: list[EmailReport]
+    after_rug_pull: set[str]
+    events: dict[str, list[dict[str, Any]]]
+    calls: dict[str, list[dict[str, Any]]]
+
+    def name(self, email: EmailReport) -> str:
+        return f"{email.file} (after the rug pull)" if email.id in self.after_rug_pull else email.file
+
+    def refusal(self, email: EmailReport) -> dict[str, Any] | None:
+        """The authorization line whose decision stopped this email, if one did."""
+        for event in self.events.get(email.id, []):
+            if event.get("event") == "authorization" and (event.get("decision") or {}).get("verdict") != "allow":
+                return event
+        return None
+
+    def catalog_file(self, email: EmailReport) -> Path | None:
+        """The catalog the actor read for this email (None: the shipped one)."""
+        paths = self.lab.run_paths()
+        assert paths is not None  # run_lab returns a Ran only for a lab with [run]
+        return paths.rug_pull if email.id in self.after_rug_pull else paths.catalog
+
+
+def student_rule(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The first student.* rule in a decision record."""
+    rules = (event.get("decision") or {}).get("rules") or []
+    return next((r for r in rules if str(r.get("rule", "")).startswith("student.")), None)
+
+
+def where(event: dict[str, Any]) -> str:
+    return f"step {event.get('step')} {event.get('server')}/{event.get('tool')}"
+
+
+def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
+    """The lab's [run] with the student's file plugged in, or the Failed verdict saying why not."""
+    lab = find(lab_id)
+    if lab.run is None:
+        return Failed(CHECKPOINT, "lab.toml", f"lab {lab_id} has no [run] table")
+    functions = PLUG_POINTS[lab.run.plug][1]
+    module = module_or_failed(CHECKPOINT, student_dir, lab.run.file, functions[0])
+    if isinstance(module, Failed):
+        return module
+    stopped = _probe((student_dir / lab.run.file).resolve(), functions, lab_id)
+    if stopped is not None:
+        return stopped
+    with tempfile.TemporaryDirectory(prefix="airlock-lab-stack-") as scratch:
+        with running(lab, student_dir, Path(scratch) / "run") as (stack, report):
+            events = stack.trace_events([email.id for email in report.emails])
+            calls: dict[str, list[dict[str, Any]]] = {}
+            for record in trace.read(stack.calls_path):
+                calls.setdefault(str(record.get("message_id")), []).append(record)
+    if report.stragglers:
+        names = ", ".join(Path(name).name for name in report.stragglers)
+        return Failed(CHECKPOINT, names, "these emails reached no outcome in the stack within its deadline: "
+                                         "does your code hang? (each call is stopped after a few seconds)")
+    split = report.rug_pull_after if lab.run.rug_pull else len(report.emails)
+    return Ran(lab, report.emails, {email.id for email in report.emails[split:]}, events, calls)
+
+
+def _probe(path: Path, functions: tuple[str, ...], lab_id: str) -> Failed | None:
+    """A TODO or missing function fails at once, before a stack is started for nothing."""
+    code = StudentCode(path, PROBE_TIMEOUT_S)
+    try:
+        for function in functions:
+            answer = code.call(function, *[None] * ARITY[function])
+            if isinstance(answer, StudentFailed) and answer.kind == "todo":
+                return todo(CHECKPOINT, function, lab_id)
+            if isinstance(answer, StudentFailed) and answer.kind in ("missing", "unloadable"):
+                return Failed(CHECKPOINT, path.name, answer.describe())
+            if isinstance(answer, StudentFailed) and answer.kind in ("timeout", "crashed"):
+                # every step would wait for it in turn: say so now, not after the wall-clock limit
+                return Failed(CHECKPOINT, f"{function}() called with None for each argument", answer.describe())
+    finally:
+        code.close()
+    return None
