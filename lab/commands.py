@@ -125,6 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
     try:
+        if lab.run is not None and lab.run.phased:
+            return _run_phased(lab, student_dir, data_dir, args, page)
         with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (stack, report):
             if args.json:
                 print(json_line(lab_run.report_record(report)), flush=True)
@@ -138,6 +140,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
         return 3
+    return 0 if not report.problems else 1
+
+
+def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Namespace, page: bool) -> int:
+    """A lab with no plug point (red-and-blue): its phases, each in its own stack."""
+    from lab import phased_run
+
+    with phased_run.running_phases(lab, student_dir, data_dir, model=args.model, page=page) as report:
+        if args.json:
+            print(json_line(phased_run.report_record(report)), flush=True)
+        else:
+            say(phased_run.report_lines(report, args.keep))
+            sys.stdout.flush()
+        if args.keep:
+            _wait_for_interrupt()
     return 0 if not report.problems else 1
 
 
