@@ -160,4 +160,6 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if process.stderr is not None:  # after a timeout nobody reads it any more
+        process.stderr.close()
     process.wait()

@@ -388,8 +388,8 @@ def run_phases(student_dir: Path, folder: Path) -> list[Phase]:
         file = ATTACKS_FILE if str(exc) == "attacks" else GUARD_FILE
         raise PhaseProblem(f"{file}: {exc}() is still a TODO (it raises NotImplementedError). `lab run {LAB}` "
                            f"runs your attacks, then the same attacks against your guard, so it needs both "
-                           f"{ATTACKS_FILE} and {GUARD_FILE}; `airlock lab check {LAB}` grades each alone, and "
-                           f"`airlock lab hint {LAB} 1` helps") from None
+                           f"{ATTACKS_FILE} and {GUARD_FILE}; `airlock lab check {LAB} --dir {student_dir}` grades "
+                           f"each alone, and `airlock lab hint {LAB} 1` helps") from None
     except BadFile as exc:
         case, message = exc.args
         raise PhaseProblem(f"{case}: {message}") from None
