@@ -6,9 +6,11 @@ control cannot rewrite the terminal it is shown on.
 
 Exit codes: 0 done (for `check`: every checkpoint passed; for `run`: the run was clean); 1 a
 checkpoint failed, or the run was not clean (a call outside the plan, a non-narrow value at
-a tool, the kernel overruling the student's code, an email with no outcome); 2 a usage error
-(unknown lab, a folder that holds work and no --force, a hint level not 1-3, a lab with no
-[run] table, a student file that does not load); 3 the lab's stack could not start; 78 a
+a tool, the kernel overruling the student's code, an email with no outcome; for a phased run
+(red-and-blue): an attack that got through, or an honest email not answered, where the phase
+holds); 2 a usage error (unknown lab, a folder that holds work and no --force, a hint level
+not 1-3, a lab with no [run] table, a student file that does not load or is still a TODO a
+phased run needs); 3 the lab's stack could not start; 78 a
 broken lab.toml; 130 Ctrl-C.
 """
 
