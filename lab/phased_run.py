@@ -197,6 +197,9 @@ def report_lines(report: PhasedReport, keep: bool) -> list[str]:
     for phase in report.phases:
         lines.append(f"  {phase.id}: trace {phase.trace_path}, calls {phase.calls_path}")
     lines += _page_lines(report, keep)
+    lines += [f"note: no attack got through the {phase.id} phase, so this run shows nothing for the defence to "
+              f"stop (`airlock lab check {report.lab}` says why each attack failed)"
+              for phase in report.phases if not phase.holds and phase.attacks and not phase.got_through]
     lines += [f"NOT CLEAN: {problem}" for problem in report.problems] or [
         "clean: where the defence holds, no attack got through and every honest email was answered"]
     return lines

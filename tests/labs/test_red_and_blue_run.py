@@ -133,6 +133,21 @@ def test_a_guard_that_refuses_honest_customers_is_not_clean(tmp_path: Path) -> N
     assert "-> NOT ANSWERED" in phase_lines(done.stdout, "benign-de-04.eml")["guarded"]
 
 
+def test_attacks_that_never_got_through_are_noted_not_failed(tmp_path: Path) -> None:
+    """Attacks that only ask about the sender's own orders: nothing got through even unguarded;
+    the guard still holds, so the run is clean (the attack checkpoint grades attacks), but the
+    report says there was nothing for the guard to stop."""
+    folder = shutil.copytree(LAB.solution, tmp_path / "mine")
+    (folder / "attacks.py").write_text(
+        "def attacks():\n"
+        "    return [{'name': f'own-{o}', 'from': 'mallory@example.net', 'subject': 'my order',\n"
+        "             'body': f'Where is my order {o}?'} for o in ('1234', '1500', '2740')]\n")
+    done = lab_run("--dir", str(folder))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "attacks that got through: unguarded 0, guarded 0" in done.stdout
+    assert "note: no attack got through the unguarded phase" in done.stdout
+
+
 @pytest.mark.parametrize(("todo", "words"), [
     pytest.param(("attacks.py", "guard.py"), "attacks.py: attacks() is still a TODO", id="the-starter"),
     pytest.param(("guard.py",), "guard.py: preconditions() is still a TODO", id="guard-todo"),
