@@ -33,6 +33,7 @@ from pathlib import Path
 import msgspec
 
 from airlock.errors import UsageError
+from lab.catalog import CHECKOUT
 
 BUILD_TIMEOUT_S = 30.0  # the student's functions return a few dicts; longer is a loop
 RESULT_MAX_BYTES = 4 * 1024 * 1024  # a few phases of a dozen emails each, base64 in JSON
@@ -115,7 +116,7 @@ def _build(builder: str, student_dir: Path, folder: Path, timeout_s: float) -> l
         process = subprocess.Popen([sys.executable, "-c", _BUILD, builder, str(student_dir.absolute()),
                                     str(folder.absolute()), str(out)], cwd=scratch, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
+                                   start_new_session=True, env=_environment())
         try:
             _, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -153,6 +154,13 @@ def checked(builder: str, phases: list[Phase]) -> list[Phase]:
     if problems:
         raise UsageError(f"the lab's phases builder {builder}: {'; '.join(problems)}")
     return phases
+
+
+def _environment() -> dict[str, str]:
+    """The lab package importable from the scratch folder, wherever it is installed or not;
+    no __pycache__ left in the student's folder."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    return {**env, "PYTHONPATH": str(CHECKOUT), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
