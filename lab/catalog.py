@@ -77,6 +77,14 @@ lab.toml, every key required unless marked (unknown keys are errors):
     rug_pull = ""                     # optional: a catalog whose content replaces `catalog`'s
     rug_pull_after = 0                #   in place after this many emails (at least 1 with one)
 
+    [run]                             # or, for a lab with no plug point (red-and-blue): phases,
+                                      # each its own private stack, built from the student's folder
+    phases = "lab.graders.red_and_blue:run_phases"  # (student_dir, folder) -> list[lab.phases.Phase]
+    judge = "lab.graders.red_and_blue:run_judge"    # (PhaseEmail, EmailResult) -> lab.phases.Judged
+    model = "hostile"                 # as above; plug, file, task, emails, catalog and rug_pull
+                                      # are refused beside phases: the builder gives each phase
+                                      # its task and emails (lab/phases.py owns that contract)
+
 A grader is `grade(student_dir: Path) -> lab.grading.Verdict` (see lab/grading.py); the
 runner (lab/runner.py) calls it in its own process, so a grader may simply call the
 student's functions.
@@ -150,16 +158,24 @@ class Instructor(_Strict):
 
 
 class Run(_Strict):
-    """[run]: the lab in a private stack, the student's file in one service's place."""
+    """[run]: the lab in a private stack, either the student's file in one service's place
+    (plug, file, task, emails), or phases that the lab's grader builds from the student's
+    folder (phases, judge). _run_problems holds a table to exactly one of the two."""
 
-    plug: str
-    file: str
-    task: str
-    emails: list[str]
+    plug: str = ""
+    file: str = ""
+    task: str = ""
+    emails: list[str] = []
     catalog: str = ""
     model: str = "hostile"
     rug_pull: str = ""
     rug_pull_after: int = 0
+    phases: str = ""
+    judge: str = ""
+
+    @property
+    def phased(self) -> bool:
+        return bool(self.phases)
 
 
 class RunPaths(msgspec.Struct, frozen=True):
@@ -199,7 +215,7 @@ class Lab(_Strict):
 
     def run_paths(self) -> RunPaths | None:
         """The [run] table's files, resolved (load() checked that each one exists)."""
-        if self.run is None:
+        if self.run is None or self.run.phased:
             return None
         optional = {key: self.resolve(value) if value else None
                     for key, value in (("catalog", self.run.catalog), ("rug_pull", self.run.rug_pull))}
@@ -208,7 +224,9 @@ class Lab(_Strict):
 
     def plug(self, student_dir: Path) -> Plug | None:
         """The student's file in its plug point, as AIRLOCK_STUDENT_CODE names it."""
-        return Plug(self.run.plug, (student_dir / self.run.file).absolute()) if self.run else None
+        if self.run is None or self.run.phased:
+            return None
+        return Plug(self.run.plug, (student_dir / self.run.file).absolute())
 
     def resolve(self, path: str) -> Path:
         """A [run] path: "./x" is in the lab folder, anything else in the checkout."""
@@ -438,18 +456,47 @@ def _problems(lab: Lab) -> list[str]:
 
 
 def _run_problems(lab: Lab, run: Run) -> list[str]:
-    """[run]: a known plug point, one of the student's files, files that exist, a known
-    model, and a rug pull only with a catalog to pull and an email count to pull it after."""
+    """[run]: a known model, then either a plug table or a phased one, never a mix."""
     problems: list[str] = []
-    if run.plug not in PLUG_POINTS:
+    if run.model not in RUN_MODELS:
+        problems.append(f"run.model: {run.model!r} is none of {list(RUN_MODELS)} (a URL is given to `lab run --model`)")
+    if run.phased or run.judge:
+        return problems + _phased_problems(run)
+    return problems + _plug_problems(lab, run)
+
+
+def _phased_problems(run: Run) -> list[str]:
+    """phases and judge, each a function under lab.graders; none of a plug table's keys,
+    which would be silently ignored: the builder gives each phase its task and emails."""
+    problems: list[str] = []
+    for key, value in (("phases", run.phases), ("judge", run.judge)):
+        if not _GRADER.match(value):
+            problems.append(f"run.{key}: {value!r} is not \"lab.graders.<module>:<function>\" "
+                            f"(a phased run needs both phases and judge)")
+        elif not (CHECKOUT / "lab" / "graders" / f"{value.split(':')[0].split('.')[-1]}.py").is_file():
+            problems.append(f"run.{key}: {value!r}: there is no module {value.split(':')[0]}")
+    for key, value in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
+                       ("catalog", run.catalog), ("rug_pull", run.rug_pull), ("rug_pull_after", run.rug_pull_after)):
+        if value:
+            problems.append(f"run.{key}: not with phases (the phases builder gives each phase its task and emails)")
+    return problems
+
+
+def _plug_problems(lab: Lab, run: Run) -> list[str]:
+    """A known plug point, one of the student's files, files that exist, and a rug pull only
+    with a catalog to pull and an email count to pull it after."""
+    problems: list[str] = []
+    if not run.plug:
+        problems.append("run.plug: required, or phases and judge for a lab with no plug point")
+    elif run.plug not in PLUG_POINTS:
         problems.append(f"run.plug: {run.plug!r} is none of {sorted(PLUG_POINTS)}")
     if run.file not in lab.student_files:
         problems.append(f"run.file: {run.file!r} is none of student_files {lab.student_files}")
-    if run.model not in RUN_MODELS:
-        problems.append(f"run.model: {run.model!r} is none of {list(RUN_MODELS)} (a URL is given to `lab run --model`)")
     if not run.emails:
         problems.append("run.emails: at least one file or folder is needed")
-    paths = [("run.task", run.task), *((f"run.emails[{i}]", e) for i, e in enumerate(run.emails)),
+    if not run.task:
+        problems.append("run.task: required with a plug (the task file the stack runs)")
+    paths = [*((("run.task", run.task),) if run.task else ()), *((f"run.emails[{i}]", e) for i, e in enumerate(run.emails)),
              *((key, value) for key, value in (("run.catalog", run.catalog), ("run.rug_pull", run.rug_pull)) if value)]
     for key, value in paths:
         if Path(value).is_absolute() or ".." in Path(value).parts:

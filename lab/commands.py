@@ -6,9 +6,11 @@ control cannot rewrite the terminal it is shown on.
 
 Exit codes: 0 done (for `check`: every checkpoint passed; for `run`: the run was clean); 1 a
 checkpoint failed, or the run was not clean (a call outside the plan, a non-narrow value at
-a tool, the kernel overruling the student's code, an email with no outcome); 2 a usage error
-(unknown lab, a folder that holds work and no --force, a hint level not 1-3, a lab with no
-[run] table, a student file that does not load); 3 the lab's stack could not start; 78 a
+a tool, the kernel overruling the student's code, an email with no outcome; for a phased run
+(red-and-blue): an attack that got through, or an honest email not answered, where the phase
+holds); 2 a usage error (unknown lab, a folder that holds work and no --force, a hint level
+not 1-3, a lab with no [run] table, a student file that does not load or is still a TODO a
+phased run needs); 3 the lab's stack could not start; 78 a
 broken lab.toml; 130 Ctrl-C.
 """
 
@@ -125,6 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
     try:
+        if lab.run is not None and lab.run.phased:
+            return _run_phased(lab, student_dir, data_dir, args, page)
         with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (stack, report):
             if args.json:
                 print(json_line(lab_run.report_record(report)), flush=True)
@@ -138,6 +142,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
         return 3
+    return 0 if not report.problems else 1
+
+
+def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Namespace, page: bool) -> int:
+    """A lab with no plug point (red-and-blue): its phases, each in its own stack."""
+    from lab import phased_run
+
+    with phased_run.running_phases(lab, student_dir, data_dir, model=args.model, page=page) as report:
+        if args.json:
+            print(json_line(phased_run.report_record(report)), flush=True)
+        else:
+            say(phased_run.report_lines(report, args.keep))
+            sys.stdout.flush()
+        if args.keep:
+            _wait_for_interrupt()
     return 0 if not report.problems else 1
 
 

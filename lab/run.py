@@ -161,6 +161,8 @@ def running(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | None = 
     report; the stack stops when the block ends."""
     if lab.run is None:
         raise UsageError(f"lab {lab.id} does not run in the stack (its lab.toml has no [run] table)")
+    if lab.run.phased:
+        raise UsageError(f"lab {lab.id} runs in phases (lab.phased_run), not with a plug point")
     paths, plug = lab.run_paths(), lab.plug(student_dir)
     assert paths is not None and plug is not None  # both exist with lab.run
     check_student_file(plug, plug.functions)
@@ -260,17 +262,22 @@ def report_lines(report: Report, keep: bool) -> list[str]:
 def _email_line(email: EmailReport, width: int) -> str:
     mark = "!" if email.overruled else "*" if email.student else " "
     value = "" if email.value is None else f" value {email.value!r}"
-    calls = " ".join(f"{c['server']}/{c['tool']}({_args(c['args'])})" for c in email.calls) or "no calls"
+    calls = calls_text(email.calls)
     why = f"  {', '.join(email.student_rules)}" if email.student_rules else ""
-    reason = f": {_cut(email.reason)}" if email.outcome != "completed" and email.reason else ""
+    reason = f": {cut(email.reason)}" if email.outcome != "completed" and email.reason else ""
     return f"{mark} {email.file:<{width}} {email.outcome:<9}{value}  {calls}{why}{reason}"
+
+
+def calls_text(calls: list[dict[str, Any]]) -> str:
+    """The calls of one email, as calls.jsonl has them: server/tool(arg=value, ...)."""
+    return " ".join(f"{c['server']}/{c['tool']}({_args(c['args'])})" for c in calls) or "no calls"
 
 
 def _args(args: Any) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else repr(args)
 
 
-def _cut(text: str, limit: int = 100) -> str:
+def cut(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
