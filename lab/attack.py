@@ -30,6 +30,7 @@ from lab import campaign, score
 from lab.campaign import CampaignEmail
 
 UP_TIMEOUT_S = 120
+PORT_ATTEMPTS = 3  # a port taken between choosing and binding it: start again on fresh ones
 Progress = Callable[[int, int], None]
 
 
@@ -60,35 +61,58 @@ def free_ports(count: int) -> list[int]:
 
 
 class PrivateStack:
-    """`airlock up` in a child process with its own ports and data folder."""
+    """`airlock up` in a child process with its own ports and data folder.
+
+    Free ports are only free when asked: another process (a test, a lab next door) may take
+    one before the stack binds it. `airlock up` then exits at once naming the port, and the
+    stack starts again on fresh ports, up to PORT_ATTEMPTS times; any other exit is reported
+    with the stack's last lines as soon as it happens, never after the full UP_TIMEOUT_S."""
 
     def __init__(self, data_dir: Path, task: Path, model_url: str | None, readers: int,
-                 env: dict[str, str] | None = None, up_args: tuple[str, ...] = ()) -> None:
-        ports = dict(zip(("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE"), free_ports(5)))
-        self.env = {**os.environ, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()},
-                    "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_TASK": str(task),
-                    "AIRLOCK_MODEL_URL": model_url or "", **(env or {})}
-        self.readers, self.up_args = readers, up_args
+                 env: dict[str, str] | None = None, dashboard: bool = False) -> None:
+        self.base_env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_TASK": str(task),
+                         "AIRLOCK_MODEL_URL": model_url or "", **(env or {})}
+        self.readers, self.dashboard = readers, dashboard
+        self.env: dict[str, str] = {}
+        self.page_url: str | None = None
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
     def __enter__(self) -> settings_module.Settings:
-        self.process = subprocess.Popen([sys.executable, "-m", "airlock", "up", "--readers", str(self.readers),
-                                         *self.up_args],
-                                        env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        ready = threading.Event()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if self._start():
+                return settings_module.load(self.env)
+            lost_a_port = any(settings_module.PORT_IN_USE_HINT in line for line in self.output)
+            self.__exit__()
+            if not lost_a_port or attempt == PORT_ATTEMPTS:
+                raise AirlockError("the private stack did not come up:\n" + "".join(self.output[-20:]))
+        raise AssertionError("unreachable")  # the loop returns or raises
 
-        def pump() -> None:
-            for line in self.process.stdout:
+    def _start(self) -> bool:
+        """Start `airlock up` on fresh ports; True once it says it is up, False if it ended first."""
+        names = ("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE", "DASHBOARD")
+        ports = dict(zip(names, free_ports(len(names))))
+        self.env = {**self.base_env, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()}}
+        self.page_url = f"http://127.0.0.1:{ports['DASHBOARD']}/" if self.dashboard else None
+        self.output = []
+        command = [sys.executable, "-m", "airlock", "up", "--readers", str(self.readers)]
+        self.process = subprocess.Popen(command + (["--dashboard"] if self.dashboard else []), env=self.env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready, ended = threading.Event(), threading.Event()
+
+        def pump(stdout: Any) -> None:
+            for line in stdout:
                 self.output.append(line)
                 if line.startswith("airlock is up"):
                     ready.set()
+            ended.set()
 
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(UP_TIMEOUT_S):
-            self.__exit__()
-            raise AirlockError("the private stack did not come up:\n" + "".join(self.output[-20:]))
-        return settings_module.load(self.env)
+        threading.Thread(target=pump, args=(self.process.stdout,), daemon=True).start()
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        while not ready.wait(0.05):
+            if ended.is_set() or time.monotonic() > deadline:
+                return ready.is_set()
+        return True
 
     def __exit__(self, *exc: object) -> None:
         if self.process and self.process.poll() is None:

@@ -20,7 +20,7 @@ from typing import Any
 from airlock import trace
 from airlock.settings import Settings
 from airlock.student import Plug
-from lab.attack import PrivateStack, free_ports, run_separated
+from lab.attack import PrivateStack, run_separated
 from lab.campaign import CampaignEmail
 from lab.hostile import HostileModel
 from lab.score import EmailResult
@@ -72,11 +72,6 @@ def lab_stack(data_dir: Path, task: Path, *, model: str = "hostile", plug: Plug 
     """Start the stack (and the hostile model when asked for), yield it, stop both."""
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {"AIRLOCK_STUDENT_CODE": str(plug) if plug else "", "AIRLOCK_CATALOG": str(catalog or "")}
-    up_args: tuple[str, ...] = ()
-    page_url = None
-    if page:
-        (port,) = free_ports(1)
-        up_args, page_url = ("--dashboard", "--dashboard-port", str(port)), f"http://127.0.0.1:{port}/"
     with contextlib.ExitStack() as stack:
         model_url: str | None
         if model == "hostile":
@@ -85,5 +80,6 @@ def lab_stack(data_dir: Path, task: Path, *, model: str = "hostile", plug: Plug 
             model_url = None
         else:
             model_url = model
-        settings = stack.enter_context(PrivateStack(data_dir, task.resolve(), model_url, readers, env, up_args))
-        yield Stack(settings, page_url, model)
+        private = PrivateStack(data_dir, task.resolve(), model_url, readers, env, dashboard=page)
+        settings = stack.enter_context(private)
+        yield Stack(settings, private.page_url, model)

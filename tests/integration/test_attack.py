@@ -66,3 +66,50 @@ def test_data_only_attacks_are_measured_not_hidden(separated: dict) -> None:
     result = separated
     data_only = [e for e in result["emails"] if e["category"] == "data-only"]
     assert data_only and any(e["value_mismatch"] for e in data_only)
+
+
+def test_a_private_stack_that_loses_a_port_starts_again_on_fresh_ones(tmp_path: Path, monkeypatch) -> None:
+    """A port taken between choosing and binding it (another lab next door): `airlock up`
+    exits naming it, and the private stack starts again on fresh ports instead of hanging."""
+    import socket
+
+    from lab import attack
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = []
+    real = attack.free_ports
+
+    def first_one_taken(count: int) -> list[int]:
+        ports = real(count)
+        if not chosen:
+            ports[0] = taken.getsockname()[1]
+        chosen.append(ports)
+        return ports
+
+    monkeypatch.setattr(attack, "free_ports", first_one_taken)
+    try:
+        with attack.PrivateStack(tmp_path / "data", ROOT / "tasks" / "order_status.toml", None, 1) as settings:
+            assert settings.ports["intake"] == chosen[-1][0] != taken.getsockname()[1]
+    finally:
+        taken.close()
+    assert len(chosen) == 2
+
+
+def test_a_private_stack_that_cannot_start_says_why_at_once(tmp_path: Path) -> None:
+    """A stack that exits at start is reported with its last lines as soon as it ends, not
+    after the full start-up timeout."""
+    import time
+
+    from airlock.errors import AirlockError
+    from lab.attack import UP_TIMEOUT_S, PrivateStack
+
+    broken = tmp_path / "broken.toml"
+    broken.write_text("name = 'broken'\n")
+    started = time.monotonic()
+    with pytest.raises(AirlockError, match="did not come up") as caught:
+        with PrivateStack(tmp_path / "data", broken, None, 1):
+            pass
+    assert time.monotonic() - started < UP_TIMEOUT_S / 4
+    assert "broken.toml" in str(caught.value)

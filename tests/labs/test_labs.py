@@ -87,6 +87,18 @@ def test_lab_has_its_lessons_files_and_graders(lab: Lab) -> None:
     assert list(lab.wrong_solutions()), "every lab ships deliberately wrong solutions"
 
 
+@pytest.mark.parametrize("lab", by_id(LABS))
+def test_every_reference_solution_runs_clean_through_lab_run(lab: Lab, tmp_path: Path) -> None:
+    """Every lab has a [run] table, and `airlock lab run` with its reference solution (a real
+    `python -m lab run` process, a private stack) exits 0: what the lesson asks, in the pipeline."""
+    assert lab.run is not None, f"{lab.id} has no [run] table"
+    folder = shutil.copytree(lab.solution, tmp_path / "mine")
+    done = subprocess.run([sys.executable, "-m", "lab", "run", lab.id, "--dir", str(folder)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "NOT CLEAN" not in done.stdout
+
+
 def broken_copy(tmp_path: Path, edit: str, old: str = "") -> Path:
     folder = tmp_path / "separation"
     shutil.copytree(SEPARATION.folder, folder)
