@@ -7,9 +7,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from lab import catalog
 from lab.catalog import build_wrong_solution
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT
+from tests.labs.support import kept_lab_run
 
 skip_module_unless_browser()
 pytestmark = pytest.mark.browser
@@ -39,15 +37,8 @@ def test_a_lab_run_marks_student_code_on_the_page(page, tmp_path: Path) -> None:
                                              'emails = ["corpus/handmade/benign-en-01.eml", '
                                              '"corpus/handmade/benign-de-04.eml", "./emails"]'))
     folder = build_wrong_solution(SEPARATION.wrong_solution("in-the-stack-arabic-indic"), tmp_path / "mine")
-    process = subprocess.Popen([sys.executable, "-m", "lab", "--labs-root", str(root), "run", "separation",
-                                "--dir", str(folder), "--keep"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
-    try:
-        assert process.stdout is not None
-        out, deadline = "", time.monotonic() + UP_S
-        while "live page:" not in out:
-            assert process.poll() is None and time.monotonic() < deadline, out
-            out += process.stdout.readline()
+    argv = ["--labs-root", str(root), "run", "separation", "--dir", str(folder), "--keep"]
+    with kept_lab_run(argv, until="live page:") as (process, out):
         [url] = re.findall(r"live page: (http://\S+)  \(up until Ctrl-C\)", out)
         page.goto(url)
         expect(page.locator("#conn")).to_have_text("live")
@@ -60,11 +51,6 @@ def test_a_lab_run_marks_student_code_on_the_page(page, tmp_path: Path) -> None:
         target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "lab-run.png"
         page.screenshot(path=str(target))
         assert target.stat().st_size > 10_000
+        page.goto("about:blank")  # off the page first: its reconnect to a stopped stack is a console error
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 1  # stopped by Ctrl-C; not clean: the kernel overruled the student
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout:
-            process.stdout.close()

@@ -1,13 +1,22 @@
 """What the per-lab tests share: grading one checkpoint in this process (faster than the
 runner's own process, for tests that poke at a grader), and a student's folder holding the
-reference with a few edits, the way a wrong/<name>.toml describes one."""
+reference with a few edits, the way a wrong/<name>.toml describes one, and a `lab run --keep`
+held open while a test looks at its page."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from lab.catalog import Lab
 from lab.grading import Verdict
+from tests.conftest import ROOT
+
+KEPT_RUN_UP_S = 120.0
 
 
 def grade_in_process(lab: Lab, checkpoint_id: str, student_dir: Path) -> Verdict:
@@ -25,3 +34,25 @@ def solution_with(lab: Lab, folder: Path, replace: dict[str, str] | None = None,
         text = text.replace(old, new)
     (folder / name).write_text(text + append, encoding="utf-8")
     return folder
+
+
+@contextlib.contextmanager
+def kept_lab_run(argv: list[str], until: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`python -m lab *argv` (a `run ... --keep`): yields the process and its report up to the
+    first line holding `until`; the test stops it (Ctrl-C) and checks its exit code. Whatever
+    is still running on the way out is killed, its pipe closed."""
+    process = subprocess.Popen([sys.executable, "-m", "lab", *argv], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        out, deadline = "", time.monotonic() + KEPT_RUN_UP_S
+        while until not in out:
+            assert process.poll() is None and time.monotonic() < deadline, out
+            out += process.stdout.readline()
+        yield process, out
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from lab import catalog
 from lab.catalog import LabFormatError, build_wrong_solution
 from tests.conftest import ROOT
+from tests.labs.support import kept_lab_run
 
 SEPARATION = catalog.find("separation")
 RUN_TIMEOUT_S = 120
@@ -133,29 +133,13 @@ def test_keep_holds_the_stack_and_page_until_ctrl_c(tmp_path: Path) -> None:
     """--keep: after the report the page answers; Ctrl-C stops the stack and exits 0."""
     root = lab_copy(tmp_path, 'emails = ["corpus/handmade", "./emails"]', 'emails = ["./emails"]')
     folder = shutil.copytree(SEPARATION.solution, tmp_path / "mine")
-    process = subprocess.Popen([sys.executable, "-m", "lab", "--labs-root", str(root), "run", "separation",
-                                "--dir", str(folder), "--keep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None and process.stdout is not None
-        waited = time.monotonic() + RUN_TIMEOUT_S
-        while "press Ctrl-C" not in process.stderr.readline():
-            assert process.poll() is None and time.monotonic() < waited
-        out = ""
-        while "live page:" not in out:
-            out += process.stdout.readline()
+    argv = ["--labs-root", str(root), "run", "separation", "--dir", str(folder), "--keep"]
+    with kept_lab_run(argv, until="live page:") as (process, out):
         [url] = re.findall(r"live page: (http://\S+)  \(up until Ctrl-C\)", out)
         with urllib.request.urlopen(url, timeout=10) as page:
             assert page.status == 200
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for pipe in (process.stdout, process.stderr):
-            if pipe:
-                pipe.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(url, timeout=2)
 

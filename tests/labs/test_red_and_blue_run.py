@@ -23,6 +23,7 @@ from lab import catalog, phases
 from lab.catalog import LabFormatError, build_wrong_solution
 from lab.phases import PhaseProblem
 from tests.conftest import ROOT
+from tests.labs.support import kept_lab_run
 
 LAB = catalog.find("red-and-blue")
 RUN_TIMEOUT_S = 120
@@ -219,17 +220,7 @@ def test_keep_holds_the_guarded_phases_stack_until_ctrl_c(tmp_path: Path) -> Non
     """--keep: the unguarded phase's stack is down after its phase, the guarded one's page
     answers until Ctrl-C, which stops it and exits 0."""
     folder = shutil.copytree(LAB.solution, tmp_path / "mine")
-    process = subprocess.Popen([sys.executable, "-m", "lab", "run", "red-and-blue", "--dir", str(folder), "--keep"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               stdin=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None and process.stdout is not None
-        waited = time.monotonic() + RUN_TIMEOUT_S
-        while "press Ctrl-C" not in process.stderr.readline():
-            assert process.poll() is None and time.monotonic() < waited
-        out = ""
-        while "up until Ctrl-C" not in out:
-            out += process.stdout.readline()
+    with kept_lab_run(["run", "red-and-blue", "--dir", str(folder), "--keep"], until="up until Ctrl-C") as (process, out):
         [unguarded] = re.findall(r"unguarded: (http://\S+) was up during its phase$", out, re.M)
         [guarded] = re.findall(r"guarded: (http://\S+)  \(this phase's stack is up until Ctrl-C\)", out)
         with urllib.request.urlopen(guarded, timeout=10) as page:
@@ -238,13 +229,6 @@ def test_keep_holds_the_guarded_phases_stack_until_ctrl_c(tmp_path: Path) -> Non
             urllib.request.urlopen(unguarded, timeout=2)
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for pipe in (process.stdout, process.stderr):
-            if pipe:
-                pipe.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(guarded, timeout=2)
 
