@@ -45,6 +45,7 @@ empty; `build_wrong_solution` writes one into a folder, as a student's folder ho
 lab.toml, every key required unless marked (unknown keys are errors):
 
     id = "separation"                 # the folder's name; [a-z0-9-]
+    order = 1                         # its place in the course: 1, 2, ...; unique among the labs
     title = "Separation: the checker between reader and actor"
     seed = "002"                      # the course lesson it teaches (../shared/seeds/002_*)
     languages = ["en", "de"]          # "en" first, then the seed's language
@@ -96,7 +97,7 @@ import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import msgspec
 
@@ -189,6 +190,7 @@ class RunPaths(msgspec.Struct, frozen=True):
 
 class Lab(_Strict):
     id: str
+    order: Annotated[int, msgspec.Meta(ge=1)]
     title: str
     seed: str
     languages: list[str]
@@ -388,9 +390,14 @@ def load(folder: Path) -> Lab:
 
 
 def load_all(root: Path = LABS_ROOT) -> list[Lab]:
-    """Every lab under root, in the course's order (by seed, then id)."""
+    """Every lab under root, in the course's order (lab.toml's `order`, unique)."""
     folders = sorted(p for p in root.iterdir() if (p / "lab.toml").is_file()) if root.is_dir() else []
-    return sorted((load(folder) for folder in folders), key=lambda lab: (lab.seed, lab.id))
+    labs = sorted((load(folder) for folder in folders), key=lambda lab: lab.order)
+    for before, after in zip(labs, labs[1:]):
+        if before.order == after.order:
+            raise LabFormatError(f"{after.folder / 'lab.toml'}: order = {after.order} is also {before.id}'s; "
+                                 "each lab has its own place in the course")
+    return labs
 
 
 def find(lab_id: str, root: Path = LABS_ROOT) -> Lab:

@@ -41,7 +41,7 @@ def say(lines: Sequence[str]) -> None:
 
 
 def summary(lab: Lab) -> dict[str, object]:
-    return {"id": lab.id, "title": lab.title, "seed": lab.seed, "languages": lab.languages,
+    return {"id": lab.id, "order": lab.order, "title": lab.title, "seed": lab.seed, "languages": lab.languages,
             "minutes": lab.minutes, "student_files": lab.student_files,
             "checkpoints": [{"id": c.id, "title": c.title} for c in lab.checkpoints]}
 
@@ -51,9 +51,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json_line([summary(lab) for lab in labs]))
         return 0
+    width = max((len("+".join(lab.languages)) for lab in labs), default=0)
     for lab in labs:
         languages = "+".join(lab.languages)
-        print(shown(f"{lab.id:16} seed {lab.seed}  {languages:6} {lab.minutes:3} min  "
+        print(shown(f"{lab.order}. {lab.id:16} seed {lab.seed}  {languages:{width}} {lab.minutes:3} min  "
                     f"{len(lab.checkpoints)} checkpoint(s)  {lab.title}"))
     return 0
 

@@ -65,6 +65,25 @@ def grade_contract(folder: Path, limits: Limits = TEST_LIMITS) -> Passed | Faile
 # --- the format -----------------------------------------------------------------------------
 
 
+def test_the_labs_come_in_the_courses_order() -> None:
+    """The issue's order: separation, tool-identity, executor-checks, preconditions, red-and-blue,
+    from lab.toml's `order`, in `lab list` and `lab list --json` alike."""
+    course = ["separation", "tool-identity", "executor-checks", "preconditions", "red-and-blue"]
+    assert [lab.id for lab in LABS] == course and [lab.order for lab in LABS] == [1, 2, 3, 4, 5]
+    listed = subprocess.run([sys.executable, "-m", "lab", "list", "--json"], capture_output=True, text=True,
+                            cwd=ROOT, check=True)
+    assert [entry["id"] for entry in json.loads(listed.stdout)] == course
+
+
+def test_two_labs_in_one_place_are_refused(tmp_path: Path) -> None:
+    for lab in LABS[:2]:
+        shutil.copytree(lab.folder, tmp_path / lab.id)
+    toml = tmp_path / LABS[1].id / "lab.toml"
+    toml.write_text(toml.read_text().replace(f"order = {LABS[1].order}", f"order = {LABS[0].order}", 1))
+    with pytest.raises(LabFormatError, match=f"order = {LABS[0].order} is also {LABS[0].id}'s"):
+        catalog.load_all(tmp_path)
+
+
 def test_every_lab_folder_loads() -> None:
     """Every labs/*/lab.toml loads and checks; the two core labs are among them."""
     assert [lab.id for lab in LABS] and sorted(lab.id for lab in LABS) == LAB_FOLDERS
