@@ -46,7 +46,7 @@ LAB_COMMANDS = {
     "model": "serve a worst-case model for tests and demos",
     "corpus": "build attack emails from the public corpora",
     "bench": "measure what the separation costs",
-    "lab": "hands-on labs: list, start, check, run, hint, reset, progress",
+    "lab": "hands-on labs: list, start, check, run, compose, hint, reset, progress",
 }
 
 

@@ -1,4 +1,4 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, hint, notes, reset, progress and wrong.
+"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress and wrong.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -144,6 +144,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
         return 3
     return 0 if not report.problems else 1
+
+
+def cmd_compose(args: argparse.Namespace) -> int:
+    """The compose lab's override for the student's folder, written, and the line that uses it."""
+    from lab import compose_override
+
+    lab = find(args.id, args.labs_root)
+    path, lines = compose_override.write(lab, Path(args.dir))
+    plug = lab.plug(Path(args.dir))
+    say([f"wrote {path}: your folder, read-only, in the {plug.service if plug else '?'} container only "
+         f"({plug.point if plug else '?'}); start the compose lab with it (from the repository's folder):",
+         *(f"  {line}" for line in lines),
+         "then inject an email (docker compose run --rm inject samples/seed_4411_de.eml) and watch the live "
+         "page: the steps that ran your code are marked \"student code\"",
+         f"(`airlock verify` names the extra mounts: {compose_override.STUDENT_MOUNT} and the lab's own files)"])
+    return 0
 
 
 def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Namespace, page: bool) -> int:
@@ -342,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     running.add_argument("--json", action="store_true",
                          help='one JSON object: {"lab", "clean", "problems", "totals", "emails", "data_dir", ...}')
     running.add_argument("--data", help=f"the stack's data folder (default: {STATE_FOLDER}/runs/<time> in --dir)")
+    composing = command("compose", cmd_compose, "write the override that plugs your folder (read-only) into the "
+                        "compose lab's one container whose piece it replaces, and print the line that starts it")
+    composing.add_argument("id", help="the lab's id, from `lab list` (a lab with a plug point)")
+    composing.add_argument("--dir", required=True, help=f"your folder for this lab (the override goes to "
+                           f"{STATE_FOLDER}/compose.yaml in it)")
     hint = command("hint", cmd_hint, "show a lab's hints at one level")
     hint.add_argument("id", help="the lab's id, from `lab list`")
     hint.add_argument("level", type=int, help="1 a nudge, 2 the idea, 3 nearly the answer")

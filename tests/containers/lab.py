@@ -112,7 +112,8 @@ class Lab:
         self.env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
         self.env.update(AIRLOCK_TAG=self.tag, AIRLOCK_SUBNET=subnet, AIRLOCK_BRIDGE=f"{run_id}-",
                         AIRLOCK_INTAKE_PORT=str(intake_port), AIRLOCK_SMTP_PORT=str(smtp_port),
-                        AIRLOCK_DASHBOARD_PORT=str(dashboard_port), PYTHONPATH=str(folder))
+                        AIRLOCK_DASHBOARD_PORT=str(dashboard_port), PYTHONPATH=str(folder),
+                        PWD=str(folder))  # as a shell in the folder has it; compose.yaml's lab tool reads it
         self.started = False
 
     @classmethod

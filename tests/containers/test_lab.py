@@ -5,6 +5,7 @@ host CLI with no export, and proven isolation."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import smtplib
 import stat
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import catalog
 from tests.containers.lab import BUILD_TIMEOUT_S
 
 SEED = "samples/seed_4411_de.eml"
@@ -58,32 +60,100 @@ def test_inject_through_compose_run(lab) -> None:
     assert planned_calls(lab, message_id) == PLAN_4411
 
 
-def test_lab_tool_through_compose_run(lab) -> None:
-    """`docker compose run --rm -u UID:GID lab list|start|check` grades a student with no Python:
-    the starter fails (exit 1), the reference solution passes (exit 0), every file it wrote is the student's."""
-    built = lab.compose("build", "lab", timeout=BUILD_TIMEOUT_S)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+def student_folder(lab, name: str) -> tuple[Path, tuple[str, ...]]:
+    """A student's folder in the lab's folder, owned by the student, and `compose run` as them."""
     uid, gid = (os.getuid(), os.getgid()) if os.getuid() != 0 else (STUDENT_WHEN_ROOT, STUDENT_WHEN_ROOT)
-    mine = lab.folder / "my-separation"
+    mine = lab.folder / name
     mine.mkdir()
     os.chown(mine, uid, gid)  # the student's folder (a no-op unless the tests run as root)
-    student = ("run", "--rm", "-u", f"{uid}:{gid}", "lab")
+    return mine, ("run", "--rm", "-u", f"{uid}:{gid}", "lab")
+
+
+def test_lab_tool_through_compose_run(lab) -> None:
+    """`docker compose run --rm -u UID:GID lab list|start|check|run` grades a student with no Python:
+    the starter fails every checkpoint (exit 1), the reference solution passes every one, the
+    in-stack checkpoint included, and `lab run` is clean (exit 0); every file written is the student's."""
+    built = lab.compose("build", "lab", timeout=BUILD_TIMEOUT_S)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    total = len(catalog.find("separation").checkpoints)  # the lab's own count, in-the-stack included
+    mine, student = student_folder(lab, "my-separation")
+    uid, gid = mine.stat().st_uid, mine.stat().st_gid
 
     listed = lab.compose(*student, "list")
     assert listed.returncode == 0 and "separation" in listed.stdout, listed.stderr
     started = lab.compose(*student, "start", "separation", "--dir", "my-separation")
     assert started.returncode == 0, started.stderr
     first = lab.compose(*student, "check", "separation", "--dir", "my-separation")
-    assert first.returncode == 1 and "checkpoints 0 / 1" in first.stdout, first.stdout + first.stderr
+    assert first.returncode == 1 and f"checkpoints 0 / {total}" in first.stdout, first.stdout + first.stderr
 
     shutil.copyfile(lab.folder / "labs" / "separation" / "solution" / "checker.py", mine / "checker.py")
-    again = lab.compose(*student, "check", "separation", "--dir", "my-separation")
-    assert again.returncode == 0 and "checkpoints 1 / 1" in again.stdout, again.stdout + again.stderr
+    again = lab.compose(*student, "check", "separation", "--dir", "my-separation", timeout=600)
+    assert again.returncode == 0 and f"checkpoints {total} / {total}" in again.stdout, again.stdout + again.stderr
+    ran = lab.compose(*student, "run", "separation", "--dir", "my-separation", timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
 
     written = [mine, *mine.rglob("*")]
-    assert {p.name for p in written} >= {"my-separation", ".airlock-lab", "progress.json", "checker.py"}
+    assert {p.name for p in written} >= {"my-separation", ".airlock-lab", "progress.json", "checker.py", "runs"}
     assert {(p.name, p.stat().st_uid, p.stat().st_gid) for p in written} == {(p.name, uid, gid) for p in written}
     assert not (lab.folder / ".hypothesis").exists() and not (mine / ".hypothesis").exists()
+
+
+def student_override(lab, lab_id: str, name: str) -> Path:
+    """The student's folder holding the reference, and its override written by `lab compose` in
+    the lab tool's container (no Python on the host): the override's path in the lab's folder."""
+    mine, student = student_folder(lab, name)
+    (lab_spec,) = [c for c in catalog.load_all() if c.id == lab_id]
+    for file in lab_spec.student_files:
+        shutil.copyfile(lab.folder / "labs" / lab_id / "solution" / file, mine / file)
+    written = lab.compose(*student, "compose", lab_id, "--dir", name)
+    override = f"{name}/.airlock-lab/compose.yaml"
+    assert written.returncode == 0 and f"docker compose -f compose.yaml -f {override} up -d --build" in written.stdout, \
+        written.stdout + written.stderr
+    assert f"source: \"{mine}\"" in (mine / ".airlock-lab" / "compose.yaml").read_text()  # the host's path
+    return lab.folder / override
+
+
+PLUGGED = [
+    pytest.param("separation", "validator", SEED, PLAN_4411, id="separation-validator"),
+    pytest.param("preconditions", "actor", SEED, PLAN_4411, id="preconditions-actor"),
+    pytest.param("tool-identity", "actor", SEED,
+                 [("shop", "lookup-order", {"order_id": "4411"}), ("mail", "send-status", {"order_id": "4411"})],
+                 id="tool-identity-actor"),
+]
+
+
+@pytest.mark.parametrize(("lab_id", "service", "email", "plan"), PLUGGED)
+def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: str, email: str, plan) -> None:
+    """With `lab compose`'s override the stack runs the student's reference in its one service:
+    the email completes with only the planned calls, the trace marks the steps that ran the
+    student's code, and `airlock verify` fails on exactly that service's mounts, naming /student."""
+    override = student_override(lab, lab_id, f"plugged-{lab_id}")
+    point = catalog.find(lab_id).run.plug
+    try:
+        up = lab.compose("up", "-d", "--no-build", files=(str(override),))
+        assert up.returncode == 0, up.stderr[-3000:]
+        lab.wait_connected()
+        done = lab.airlock("inject", "--json", "--wait", email)
+        assert done.returncode == 0 and '"outcome":"completed"' in done.stdout, done.stdout + done.stderr
+        message_id = done.stdout.split('"id":"')[1].split('"')[0]
+        calls = [c for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
+        assert [(c["server"], c["tool"], c["args"]) for c in calls] == plan
+        marked = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t.get("student") == point]
+        assert marked, f"no trace line of {message_id} marks {point}"
+        if service == "actor":  # the call lines too: the step that ran them was decided by the student's code
+            assert any(c.get("student") == point for c in calls), calls
+
+        code, checks = lab.verify()
+        failed = [c for c in checks if not c["ok"]]
+        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.M))
+        assert service in with_mounts
+        assert code == 1 and {c["service"] for c in failed} == with_mounts, failed
+        assert {c["check"] for c in failed} == {"mounts"}, failed  # the extra mounts, and nothing else
+        (mounts,) = [c for c in failed if c["service"] == service]
+        assert "-> /student" in mounts["reason"], mounts
+    finally:
+        lab.compose("up", "-d", "--no-build")  # the stack as shipped, for the tests after this one
+        lab.wait_connected()
 
 
 def test_host_cli_finds_the_lab_keys_without_export(lab) -> None:
