@@ -136,8 +136,8 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
             fmt = sources.sniff(raw)
             items.append(Submission(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
             continue
-        for path in sources.expand([name]):
-            raw, fmt = sources.read(path, limit, LIMIT_SETTING), sources.format_of(path)
+        for path, raw in sources.emails([name], limit, LIMIT_SETTING):  # no link out of a folder given
+            fmt = sources.format_of(path)
             items.append(Submission(raw, fmt, str(path), sources.sender_of(raw, fmt)))
     if not items:
         raise UsageError("nothing to inject: give files, '-' for standard input, or --text")
