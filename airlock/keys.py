@@ -13,7 +13,6 @@ public key (in compose each container mounts just those).
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Collection
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import zmq.auth
 
+from airlock import files
 from airlock.errors import ConfigError
 
 CLIENT_ROLES = ("intake", "reader", "validator", "actor", "dashboard")
@@ -58,16 +58,16 @@ def generate(folder: Path, force: bool = False) -> list[Path]:
     """Create every role's key pair and the allow lists; refuse to overwrite unless forced."""
     if (folder / "broker.key_secret").exists() and not force:
         raise ConfigError(f"keys already exist in {folder} (use --force to replace them)")
-    folder.mkdir(parents=True, exist_ok=True)
+    files.make_folder(folder)
     made = []
     for role in ROLES:
+        # zmq writes the pair into a scratch folder of its own (mkdtemp: 0700); each file is
+        # then written here 0600 from its first byte and renamed into place (airlock.files).
         with tempfile.TemporaryDirectory() as scratch:
-            public, secret = zmq.auth.create_certificates(scratch, role)
-            for path in (public, secret):
+            for path in zmq.auth.create_certificates(scratch, role):
                 target = folder / Path(path).name
-                shutil.copyfile(path, target)
+                files.write_private(target, Path(path).read_bytes())
                 made.append(target)
-        (folder / f"{role}.key_secret").chmod(0o600)
     derive(folder)
     return made
 
@@ -109,21 +109,17 @@ def derive(folder: Path) -> None:
 
 def _sync(target: Path, wanted: dict[str, Path], keep: Collection[str] = ()) -> None:
     """Make `target` hold exactly `wanted` (name -> source file) plus the entries in `keep`."""
-    target.mkdir(parents=True, exist_ok=True)
+    files.make_folder(target)
     for entry in target.iterdir():
         if entry.name not in wanted and entry.name not in keep:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     for name, source in wanted.items():
         path = target / name
         content = source.read_bytes()
-        mode = 0o600 if name.endswith(".key_secret") else 0o644
         if path.is_symlink() or not path.is_file() or path.read_bytes() != content:
-            path.unlink(missing_ok=True)
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # a secret is never readable by others, not even briefly
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(content)
-        elif mode == 0o600:
-            path.chmod(mode)
+            files.write_private(path, content)  # a secret is never readable by others, not even briefly
+        elif name.endswith(".key_secret"):
+            path.chmod(files.PRIVATE_FILE)
 
 
 def load(folder: Path, role: str, *, secret: bool = True) -> Pair:
