@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import preflight, settings as settings_module, supervisor
+from airlock import keys, preflight, settings as settings_module, supervisor
 from airlock.errors import AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
@@ -94,6 +94,7 @@ def test_broker_that_cannot_bind_exits_78_naming_the_port(tmp_path: Path) -> Non
     """The broker itself (the race the pre-check cannot close) exits 78, never 1, which
     the supervisor would restart every 10 s forever."""
     env = Stack(tmp_path).env
+    keys.generate(tmp_path / "data" / "keys")  # a broker without keys refuses before it binds (issue 14)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", int(env["AIRLOCK_ACTOR_PORT"])))
         taken.listen()
@@ -180,6 +181,7 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
     data dir exits 1 naming them by pid, instead of a second broker on the same trace."""
     s = Stack(tmp_path)
     env = s.env
+    keys.generate(tmp_path / "data" / "keys")  # so the broker left running serves, as `airlock up` would start it
     left = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
