@@ -48,7 +48,8 @@ def listed(paths: list[str]) -> Iterator[tuple[Path, Path | None]]:
             found = []
             for here, folders, files in os.walk(path):  # followlinks=False: links are checked, not walked
                 for entry in (Path(here, n) for n in (*folders, *files)):
-                    if entry.is_symlink() and not _within(entry.resolve(), root):
+                    # realpath, not resolve(): a link loop must be refused or skipped, not raise
+                    if entry.is_symlink() and not _within(Path(os.path.realpath(entry)), root):
                         raise _outside(entry, path)
                 found += [Path(here, n) for n in files if Path(n).suffix.lower() in SUFFIXES and Path(here, n).is_file()]
             yield from ((file, root) for file in sorted(found))

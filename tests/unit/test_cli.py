@@ -290,6 +290,14 @@ def test_a_link_out_of_the_folder_is_refused_naming_it(planted, tmp_path: Path, 
         list(sources.expand([str(folder)]))
 
 
+def test_a_link_loop_in_the_folder_is_no_crash(planted) -> None:
+    """A link to itself in the folder is neither followed forever nor a traceback: it is no email."""
+    folder, link = planted
+    link.unlink()
+    (folder / "loop.eml").symlink_to(folder / "loop.eml")
+    assert list(sources.expand([str(folder)])) == [folder / "ok.eml"]
+
+
 def test_a_link_inside_the_folder_is_read(planted) -> None:
     """A link whose target stays inside the folder given is not a way out: it is read."""
     folder, link = planted
