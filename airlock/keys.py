@@ -13,7 +13,9 @@ public key (in compose each container mounts just those).
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -86,6 +88,17 @@ def ensure(folder: Path) -> str:
         raise IncompleteKeys(folder, missing)
     derive(folder)
     return "kept"
+
+
+def tighten(folder: Path) -> bool:
+    """Close a key folder of this user's that others may enter (an older version made them
+    0755) by making it 0700; True if it changed. Another user's folder is left as it is: the
+    compose lab's init sets its own modes."""
+    info = folder.lstat()
+    if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode) or not info.st_mode & 0o077:
+        return False
+    folder.chmod(files.PRIVATE_FOLDER)
+    return True
 
 
 def derive(folder: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -196,3 +197,14 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1
     assert f"left broker (pid {left.pid}) running; stop them first: kill {left.pid}" in done.stderr
+
+
+def test_up_closes_a_key_folder_an_older_version_left_open(stack, tmp_path: Path) -> None:
+    """`airlock up` on keys an older version made 0755 makes their folder 0700 and says so in its banner."""
+    s = stack()
+    folder = s.data / "keys"
+    keys.generate(folder)
+    folder.chmod(0o755)
+    s.start()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert any("was open to other users, now 0700" in line for line in s.output)

@@ -177,3 +177,13 @@ def test_airlock_up_makes_its_data_dir_0700(tmp_path: Path, umask_022: None) -> 
         pass
     assert oct(stat.S_IMODE((tmp_path / "data").stat().st_mode)) == "0o700"
     assert oct(stat.S_IMODE((tmp_path / "data" / "run").stat().st_mode)) == "0o700"
+
+
+def test_tighten_closes_an_old_key_folder_of_this_user(tmp_path: Path, umask_022: None) -> None:
+    """A key folder an older version left 0755 is made 0700 (and said so); a closed one is left alone."""
+    folder = tmp_path / "keys"
+    keys.generate(folder)
+    folder.chmod(0o755)
+    assert keys.tighten(folder) is True
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert keys.tighten(folder) is False
