@@ -187,3 +187,19 @@ def test_tighten_closes_an_old_key_folder_of_this_user(tmp_path: Path, umask_022
     assert keys.tighten(folder) is True
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert keys.tighten(folder) is False
+
+
+def test_the_journal_opened_privately_still_drops_a_torn_tail(tmp_path: Path) -> None:
+    """The journal's private open keeps its recovery: a torn last record is cut, the next follows whole ones."""
+    from broker.journal import Entry, Journal, entries
+
+    path = tmp_path / "journal.bin"
+    journal = Journal(path)
+    journal.append(Entry("a", b"x", "eml"))
+    journal.close()
+    with open(path, "ab") as file:
+        file.write(b"\x00\x00\x00\x50torn")
+    journal = Journal(path)
+    journal.append(Entry("b", b"y", "eml"))
+    journal.close()
+    assert [entry.message_id for entry in entries(path)] == ["a", "b"]
