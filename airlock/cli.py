@@ -84,11 +84,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     with preflight.one_stack(settings.data_dir):
         preflight.check_left_running(settings.data_dir / "run")
         preflight.check_ports(settings, dashboard)
-        if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
-            from airlock import keys
+        from airlock import keys
 
+        closed = False
+        if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
             keys.generate(settings.data_dir / "keys")
             settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
+        else:  # keys an older version made open to other users (0755) are closed now
+            closed = keys.tighten(settings.keys_folder)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         data = settings.data_dir.resolve()
         print(f"airlock {__version__}: task {settings.task.resolve()}, {args.readers} reader(s)")
@@ -103,7 +106,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         for name in settings.ports:
             print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
         print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
-        print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)")
+        print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
+              + ("; it was open to other users, now 0700" if closed else ""))
         if dashboard:
             host, port = dashboard["dashboard"]
             print(f"  dashboard:  http://{host}:{port}/")
@@ -136,8 +140,8 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
             fmt = sources.sniff(raw)
             items.append(Submission(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
             continue
-        for path in sources.expand([name]):
-            raw, fmt = sources.read(path, limit, LIMIT_SETTING), sources.format_of(path)
+        for path, raw in sources.emails([name], limit, LIMIT_SETTING):  # no link out of a folder given
+            fmt = sources.format_of(path)
             items.append(Submission(raw, fmt, str(path), sources.sender_of(raw, fmt)))
     if not items:
         raise UsageError("nothing to inject: give files, '-' for standard input, or --text")

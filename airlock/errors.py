@@ -11,6 +11,7 @@
      +-- RequestRefused          the request was understood and refused: an unknown id, a
      |    |                      decision the task does not take
      |    +-- EmailTooLarge      an email over the size limit, refused before sending
+     |    +-- LinkOutside        a link in a folder of emails that leads out of it
      +-- AlreadyRunning          `airlock up` found a live stack on its data dir
      +-- UsageError              the CLI was asked for something it cannot do
 
@@ -58,6 +59,14 @@ class RequestRefused(AirlockError):
 
 class EmailTooLarge(RequestRefused):
     """An email bigger than the limit; the client refuses it before sending a byte."""
+
+
+class LinkOutside(RequestRefused):
+    """A symbolic link in a folder of emails whose target is outside that folder: reading
+    it would send a file the folder's author chose (a key, a password file) to the model
+    and the trace. Refused, naming the link, before anything is sent."""
+
+
 class AlreadyRunning(AirlockError):
     """Another `airlock up` holds this data dir's lock; a second stack would share its
     ports, keys and pid files."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import zmq.auth
 
+from airlock import files
 from airlock.errors import ConfigError
 
 CLIENT_ROLES = ("intake", "reader", "validator", "actor", "dashboard")
@@ -58,16 +60,16 @@ def generate(folder: Path, force: bool = False) -> list[Path]:
     """Create every role's key pair and the allow lists; refuse to overwrite unless forced."""
     if (folder / "broker.key_secret").exists() and not force:
         raise ConfigError(f"keys already exist in {folder} (use --force to replace them)")
-    folder.mkdir(parents=True, exist_ok=True)
+    files.make_folder(folder)
     made = []
     for role in ROLES:
+        # zmq writes the pair into a scratch folder of its own (mkdtemp: 0700); each file is
+        # then written here 0600 from its first byte and renamed into place (airlock.files).
         with tempfile.TemporaryDirectory() as scratch:
-            public, secret = zmq.auth.create_certificates(scratch, role)
-            for path in (public, secret):
+            for path in zmq.auth.create_certificates(scratch, role):
                 target = folder / Path(path).name
-                shutil.copyfile(path, target)
+                files.write_private(target, Path(path).read_bytes())
                 made.append(target)
-        (folder / f"{role}.key_secret").chmod(0o600)
     derive(folder)
     return made
 
@@ -86,6 +88,17 @@ def ensure(folder: Path) -> str:
         raise IncompleteKeys(folder, missing)
     derive(folder)
     return "kept"
+
+
+def tighten(folder: Path) -> bool:
+    """Close a key folder of this user's that others may enter (an older version made them
+    0755) by making it 0700; True if it changed. Another user's folder is left as it is: the
+    compose lab's init sets its own modes."""
+    info = folder.lstat()
+    if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode) or not info.st_mode & 0o077:
+        return False
+    folder.chmod(files.PRIVATE_FOLDER)
+    return True
 
 
 def derive(folder: Path) -> None:
@@ -109,21 +122,17 @@ def derive(folder: Path) -> None:
 
 def _sync(target: Path, wanted: dict[str, Path], keep: Collection[str] = ()) -> None:
     """Make `target` hold exactly `wanted` (name -> source file) plus the entries in `keep`."""
-    target.mkdir(parents=True, exist_ok=True)
+    files.make_folder(target)
     for entry in target.iterdir():
         if entry.name not in wanted and entry.name not in keep:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     for name, source in wanted.items():
         path = target / name
         content = source.read_bytes()
-        mode = 0o600 if name.endswith(".key_secret") else 0o644
         if path.is_symlink() or not path.is_file() or path.read_bytes() != content:
-            path.unlink(missing_ok=True)
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)  # a secret is never readable by others, not even briefly
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(content)
-        elif mode == 0o600:
-            path.chmod(mode)
+            files.write_private(path, content)  # a secret is never readable by others, not even briefly
+        elif name.endswith(".key_secret"):
+            path.chmod(files.PRIVATE_FILE)
 
 
 def load(folder: Path, role: str, *, secret: bool = True) -> Pair:

@@ -14,7 +14,7 @@ to two different users whatever the host user is, root included:
 Who may do what, once this ran:
 
     airlock-keys/                 host user, 0700: no other host user gets in at all
-      <role>.key[_secret], allow/ host user: the host CLI authenticates with these
+      <role>.key[_secret], allow/ host user (folders 0700): the host CLI authenticates with these
       services/<service>/         the services' user, group the host's, 0770: each container
                                   mounts only its own and reads its secret as that user;
                                   the host user (through the group) can still delete it
@@ -25,7 +25,9 @@ Who may do what, once this ran:
                                   services cannot rename away the run/ and keys/ an `airlock
                                   up` here made as the host user; the cost: deleting the
                                   services' files there takes their uid or root
-      trace.jsonl, calls.jsonl    the services' user, group the host's, rwx bits kept | 0660
+      trace.jsonl, calls.jsonl,   the services' user, group the host's, 0660 (owner's and
+      pending.jsonl, journal.bin  group's rwx bits kept, none for others): made here if missing,
+                                  as the services make theirs 0600, which the host could not read
 
 The group is the project folder's, so every member of it may write the data folder and
 rewrite the trace and the call log, which `airlock pending`, approve/deny and the graders
@@ -47,6 +49,10 @@ from airlock import keys, settings as settings_module
 from airlock.errors import ConfigError
 
 PROJECT, DATA, LAB_KEYS = Path("/project"), Path("/data"), Path("/lab-keys")
+# The files the services write in /data (the broker's trace and journal, the actor's call log
+# and pending escalations). The services make theirs 0600 (airlock.files), which the host
+# user could not read: made here first, they get the group's bits below and keep them.
+DATA_FILES = ("trace.jsonl", "journal.bin", "calls.jsonl", "pending.jsonl")
 SERVICE_IDS_DEFAULT = "10001"  # the uid and gid every service image and compose.yaml use
 
 
@@ -75,7 +81,7 @@ def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Gr
         serving = inside[0] == "services" and len(inside) > 1
         owner = shared if serving else host
         if path.is_dir():
-            mode = 0o770 if serving else 0o755
+            mode = 0o770 if serving else 0o700
         else:
             mode = (0o640 if serving else 0o600) if path.name.endswith(".key_secret") else 0o644
         planned.append(Grant(path, owner, mode, folder=path.is_dir()))
@@ -86,8 +92,9 @@ def grants(key_folder: Path, data: Path, host: Owner, service: Owner) -> list[Gr
         # Files the services append to (trace.jsonl, journal.bin, calls.jsonl), perhaps made
         # by an earlier run as another user. Folders (run/, keys/ of `airlock up`) stay the host's.
         if path.is_file() and not path.is_symlink():
-            # Only the rwx bits are kept: a setuid, setgid or sticky bit someone set is dropped.
-            planned.append(Grant(path, shared, (stat.S_IMODE(path.stat().st_mode) & 0o777) | 0o660))
+            # Only the owner's and group's rwx bits are kept: others' bits, and a setuid, setgid
+            # or sticky bit someone set, are dropped (the files hold mail and customers' data).
+            planned.append(Grant(path, shared, (stat.S_IMODE(path.stat().st_mode) & 0o770) | 0o660))
     return planned
 
 
@@ -134,6 +141,21 @@ def _open_without_links(path: Path, folder: bool) -> int:
         os.close(parent)
 
 
+def make_data_files(data: Path) -> None:
+    """Each of DATA_FILES that is missing, made empty (grants() then gives it its owner and
+    mode). O_EXCL: an entry already there, a link the services planted included, is never
+    opened, so nothing outside /data is made or touched."""
+    folder = _open_without_links(data, folder=True)
+    try:
+        for name in DATA_FILES:
+            try:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder))
+            except FileExistsError:
+                pass
+    finally:
+        os.close(folder)
+
+
 def service_owner(env: dict[str, str]) -> Owner:
     read = settings_module.reader(env)
     return Owner(read("AIRLOCK_UID", _id, SERVICE_IDS_DEFAULT), read("AIRLOCK_GID", _id, SERVICE_IDS_DEFAULT))
@@ -154,6 +176,7 @@ def prepare(project: Path, data: Path, key_folder: Path, service: Owner) -> str:
     host = Owner(info.st_uid, info.st_gid)
     data.mkdir(parents=True, exist_ok=True)
     made = keys.ensure(key_folder)
+    make_data_files(data)
     skipped = apply(grants(key_folder, data, host, service))
     changed = f"; left alone, changed while this ran: {', '.join(map(str, skipped))}" if skipped else ""
     return (f"lab keys {made} in {key_folder}; host user {host.uid}:{host.gid} owns them, "

@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from airlock import files
 from airlock.errors import AlreadyRunning, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url
 
@@ -78,7 +79,7 @@ def one_stack(data_dir: Path) -> Iterator[None]:
     deleting it would let a third process lock a new file while a second still holds the old."""
     lock = data_dir / "run" / "up.lock"
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
+        files.make_folder(lock.parent)  # the data dir too, when this makes it: 0700
         folder = own_folder(lock.parent)
         try:
             fd = own_file(folder, lock)

@@ -49,7 +49,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     reconnect_backoff_max_s: float  # a worker's reconnect delay doubles up to this cap
     max_attempts: int  # deliveries of one email to one stage before it ends failed
     restart_backoff_max_s: float  # `airlock up` restarts a dead child after a delay doubling to this
-    keys: Path | None  # CURVE keys (airlock keys); None: no authentication
+    keys: Path | None  # CURVE keys (airlock keys); None: looked for (keys_folder)
+    insecure: bool  # the broker may serve without CURVE when it finds no keys (never by default)
     student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
     student_timeout_s: float  # one call of the student's function, after which it is stopped
 
@@ -145,6 +146,16 @@ def model_api_url(base: str, resource: str) -> str:
     return f"{base}/{resource}" if base.endswith("/v1") else f"{base}/v1/{resource}"
 
 
+def switch(text: str) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off (or empty), nothing else."""
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError("must be 1 or 0")
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:
@@ -222,6 +233,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
         "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
         "keys": read("AIRLOCK_KEYS", lambda text: Path(text) if text else None, ""),
+        "insecure": read("AIRLOCK_INSECURE", switch, "0"),
         "student_code": read("AIRLOCK_STUDENT_CODE", parse_plug, ""),
         "student_timeout_s": read("AIRLOCK_STUDENT_TIMEOUT_S", _positive(float), "2"),
     }

@@ -5,12 +5,13 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import email.utils
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from airlock.errors import EmailTooLarge, UsageError
+from airlock.errors import EmailTooLarge, LinkOutside, UsageError
 from airlock.wire import EmailFormat
 
 SUFFIXES = {".eml": "eml", ".txt": "text"}
@@ -29,14 +30,50 @@ def sniff(raw: bytes) -> EmailFormat:
 
 def expand(paths: list[str]) -> Iterator[Path]:
     """Each file as given; each folder's .eml and .txt files, sorted, recursively."""
+    for path, _ in listed(paths):
+        yield path
+
+
+def listed(paths: list[str]) -> Iterator[tuple[Path, Path | None]]:
+    """(file, the folder it was found in, resolved; None for a file named as such), every
+    folder checked whole before its first file: a link in it, to a file or a folder, is
+    followed only while its target stays inside the folder, else LinkOutside naming it. A
+    folder of emails from elsewhere must not send a file of its author's choosing (a key,
+    ~/.netrc) to the model and the trace. A file named on the command line is the user's
+    own choice, a link or not; a linked folder inside is listed, never entered twice."""
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+            root = path.resolve()
+            found = []
+            for here, folders, files in os.walk(path):  # followlinks=False: links are checked, not walked
+                for entry in (Path(here, n) for n in (*folders, *files)):
+                    # realpath, not resolve(): a link loop must be refused or skipped, not raise
+                    if entry.is_symlink() and not _within(Path(os.path.realpath(entry)), root):
+                        raise _outside(entry, path)
+                found += [Path(here, n) for n in files if Path(n).suffix.lower() in SUFFIXES and Path(here, n).is_file()]
+            yield from ((file, root) for file in sorted(found))
         elif path.is_file():
-            yield path
+            yield path, None
         else:
             raise UsageError(f"no such file or folder: {name}")
+
+
+def emails(paths: list[str], limit: int = MAX_FILE_BYTES, setting: str = "") -> Iterator[tuple[Path, bytes]]:
+    """Each file of listed() with its bytes. The file found in a folder is checked again
+    once open (where the descriptor really leads), so a link swapped in after the listing
+    is refused too, not read."""
+    for path, root in listed(paths):
+        yield path, read(path, limit, setting, root)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _outside(link: Path, folder: Path | str) -> LinkOutside:
+    return LinkOutside(f"{link} is a link to {os.path.realpath(link)}, outside {folder}: not read "
+                       "(copy the file into the folder if you mean to send it)")
 
 
 _ADDRESS = re.compile(r"\A[^@\s<>]{1,64}@[^@\s<>]{1,255}\Z")
@@ -63,12 +100,25 @@ def too_large(name: str, size: str, limit: int, setting: str = "") -> EmailTooLa
     return EmailTooLarge(f"{name} is {size} bytes; the limit is {limit}" + (f" ({setting})" if setting else ""))
 
 
-def read(path: Path, limit: int = MAX_FILE_BYTES, setting: str = "") -> bytes:
-    """The file's bytes, or EmailTooLarge before reading one over `limit`."""
-    size = path.stat().st_size
-    if size > limit:
-        raise too_large(str(path), str(size), limit, setting)
-    return path.read_bytes()
+def read(path: Path, limit: int = MAX_FILE_BYTES, setting: str = "", root: Path | None = None) -> bytes:
+    """The file's bytes, or EmailTooLarge before reading one over `limit`; with `root`, a
+    file that turns out (once open) to lie outside that folder is LinkOutside instead."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # a fifo swapped in does not hang
+    with os.fdopen(descriptor, "rb") as file:
+        opened = _opened(descriptor)
+        if root is not None and opened is not None and not _within(opened, root):
+            raise _outside(path, root)
+        size = os.fstat(descriptor).st_size
+        raw = file.read(limit + 1) if size <= limit else b""
+        if size > limit or len(raw) > limit:  # a file that grew since fstat is held to the limit too
+            raise too_large(str(path), str(max(size, len(raw))), limit, setting)
+        return raw
+
+
+def _opened(descriptor: int) -> Path | None:
+    """The path an open descriptor leads to (Linux's /proc), or None where that is unknown."""
+    where = f"/proc/self/fd/{descriptor}"
+    return Path(os.readlink(where)) if os.path.islink(where) else None
 
 
 def read_stream(stream: BinaryIO, limit: int, setting: str = "", name: str = "standard input") -> bytes:

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from airlock import files
 from airlock.terminal import json_line, shown
 
 _json = msgspec.json.Encoder()
@@ -46,10 +47,10 @@ def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any])
 def open_lines(path: Path) -> BinaryIO:
     """A JSON-lines file (trace, call log, pending escalations) opened for appending. If a
     writer died mid-line, that line is ended first: the torn record stays unreadable (the
-    readers skip it) and the next one stays whole instead of merging with it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    readers skip it) and the next one stays whole instead of merging with it. Made 0600 in a
+    0700 folder (airlock.files): the lines hold what came from emails and customers' data."""
     torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-    handle = open(path, "ab")
+    handle = files.open_append(path)
     if torn:
         handle.write(b"\n")
     return handle

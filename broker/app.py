@@ -96,8 +96,9 @@ def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes |
 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The broker needs no task: it routes by message type only."""
+    secure = auth.required(settings)  # ConfigError before any port opens: no keys, no switch
     ctx = zmq.Context()
-    authenticator, server = auth.start(ctx, settings) if settings.keys_folder is not None else (None, None)
+    authenticator, server = auth.start(ctx, settings) if secure else (None, None)
     sockets: dict[str, zmq.Socket] = {}
     publisher = ctx.socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
@@ -176,7 +177,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path),
-        "authentication": "CURVE, one key per role, ZAP allow lists" if server else "OFF (no AIRLOCK_KEYS)"})])
+        "authentication": "CURVE, one key per role, ZAP allow lists" if server else auth.OFF,
+        **({} if server else {"insecure": True})})])
     writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     carry_out(recover(core, settings, time.monotonic()))
     writer.flush()

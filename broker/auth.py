@@ -7,18 +7,41 @@ list loaded, and a client with an unknown key is refused in a self-test.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from airlock import keys
-from airlock.errors import ConfigError
+from airlock.errors import ConfigError, KeysMissing
 from airlock.keys import Pair
 from airlock.settings import Settings
 from airlock.transport import dealer, router
 
 SELF_TEST_S = 0.3
+OFF = "OFF (AIRLOCK_INSECURE=1, no keys): any peer may connect to any endpoint"
+
+
+def required(settings: Settings) -> bool:
+    """Whether the broker authenticates (it has keys); without keys, ConfigError unless the
+    insecure switch is on, and then a warning on stderr that no one can miss. Serving in
+    the clear by accident (no keys found, say a mistyped AIRLOCK_KEYS) is how a stranger's
+    process came to read emails meant for the reader."""
+    try:
+        if settings.keys_folder is not None:
+            return True
+    except KeysMissing as exc:  # keys where this user cannot read them: a start-up refusal too
+        raise ConfigError(str(exc)) from None
+    looked = " or ".join(str(folder) for folder in settings.key_folders_looked_in)
+    if not settings.insecure:
+        raise ConfigError(f"no CURVE keys (AIRLOCK_KEYS is not set, none in {looked}): refusing to serve without "
+                          "authentication; make keys with `airlock keys --out DIR` and set AIRLOCK_KEYS=DIR "
+                          "(`airlock up` makes its own), or set AIRLOCK_INSECURE=1 to serve unauthenticated on purpose")
+    print("broker: WARNING: AUTHENTICATION IS OFF (AIRLOCK_INSECURE=1 and no keys): any process that can reach "
+          "these ports may inject email, read the trace and take work as a reader, validator or actor",
+          file=sys.stderr, flush=True)
+    return False
 
 
 def start(ctx: zmq.Context, settings: Settings) -> tuple[ThreadAuthenticator, Pair]:

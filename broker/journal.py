@@ -16,6 +16,8 @@ from pathlib import Path
 
 import msgspec
 
+from airlock import files
+
 _LENGTH = struct.Struct(">I")
 
 
@@ -29,10 +31,9 @@ class Entry(msgspec.Struct, frozen=True):
 
 class Journal:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         valid = sum(_LENGTH.size + size for size, _ in _records(path))
-        self._file = open(path, "ab")
+        self._file = files.open_append(path)  # 0600 in a 0700 folder: it holds every raw email
         if self._file.tell() != valid:  # drop a torn tail so new records follow whole ones
             self._file.truncate(valid)
             self._file.seek(valid)

@@ -53,8 +53,7 @@ def load(paths: list[str]) -> list[CampaignEmail]:
     jsonl = [p for p in paths if p.endswith(".jsonl")]
     for name in jsonl:
         emails += _from_jsonl(Path(name))
-    for path in sources.expand([p for p in paths if p not in jsonl]):
-        raw = sources.read(path)
+    for path, raw in sources.emails([p for p in paths if p not in jsonl]):  # no link out of a folder given
         fmt = sources.format_of(path)
         emails.append(_with_headers(str(path), raw) if fmt == "eml" else CampaignEmail(str(path), raw, "text"))
     if not emails:

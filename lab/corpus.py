@@ -92,23 +92,35 @@ class Context(msgspec.Struct, frozen=True):
 
 
 def import_public(shared: Path, out: Path) -> list[Path]:
-    """Write the AgentDojo and BIPIA emails into a freshly recreated `out`; return their paths."""
+    """Write the AgentDojo and BIPIA emails into a freshly recreated `out`; return their paths.
+
+    Every email is built, so every input read and checked, before `out` is touched: a
+    missing or malformed corpus file is a UsageError naming it, and the last import stays."""
+    check_replaceable(out)
+    built = [(name, message.as_bytes(policy=UNFOLDED))
+             for name, message in [*agentdojo_emails(shared / "agentdojo"), *bipia_emails(shared / "bipia")]]
     recreate(out)
     written = []
-    for name, message in [*agentdojo_emails(shared / "agentdojo"), *bipia_emails(shared / "bipia")]:
+    for name, raw in built:
         path = out / f"{name}.eml"
-        path.write_bytes(message.as_bytes(policy=UNFOLDED))
+        path.write_bytes(raw)
         written.append(path)
     return written
 
 
-def recreate(out: Path) -> None:
-    """Empty `out`; refuse (fail closed) if it holds anything but .eml files, so a mistyped
-    --out cannot wipe a real folder."""
+def check_replaceable(out: Path) -> None:
+    """Refuse (fail closed) an `out` that holds anything but .eml files, so a mistyped --out
+    cannot wipe a real folder."""
     if out.exists():
         strays = [p.name for p in out.iterdir() if not (p.is_file() and p.suffix == ".eml")]
         if strays:
             raise UsageError(f"{out} holds {', '.join(sorted(strays)[:3])}, not only .eml files; refusing to delete it")
+
+
+def recreate(out: Path) -> None:
+    """Empty `out` (after check_replaceable, again: it may have changed meanwhile)."""
+    check_replaceable(out)
+    if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
@@ -116,7 +128,10 @@ def recreate(out: Path) -> None:
 def agentdojo_emails(folder: Path) -> Iterator[tuple[str, EmailMessage]]:
     # Task ids repeat across suites (injection_task_0 is in all four), so match on both.
     goals = {(t.suite, t.injection_task_id): t.goal for t in read_jsonl(folder / "injection_tasks.jsonl", InjectionTask)}
-    for index, payload in enumerate(read_jsonl(folder / "unique_payloads.jsonl", Payload)):
+    payloads = read_jsonl(folder / "unique_payloads.jsonl", Payload)
+    if not payloads:
+        raise UsageError(f"{folder / 'unique_payloads.jsonl'}: no records")
+    for index, payload in enumerate(payloads):
         key = (payload.suite, payload.injection_task_id)
         if key not in goals:
             raise UsageError(f"unique_payloads.jsonl#{index}: no injection task {key[0]}/{key[1]}")
@@ -132,8 +147,15 @@ def agentdojo_emails(folder: Path) -> Iterator[tuple[str, EmailMessage]]:
 
 def bipia_emails(folder: Path) -> Iterator[tuple[str, EmailMessage]]:
     contexts = [parse_context(row.context) for row in read_jsonl(folder / "benchmark_email_test.jsonl", BipiaEmail)]
-    attack_lists = msgspec.json.decode((folder / "benchmark_text_attack_test.json").read_bytes(), type=dict[str, list[str]])
+    attacks_path = folder / "benchmark_text_attack_test.json"
+    try:
+        attack_lists = msgspec.json.decode(_read(attacks_path), type=dict[str, list[str]])
+    except msgspec.DecodeError as exc:  # ValidationError included: the wrong shape
+        raise UsageError(f"{attacks_path}: {exc}") from None
     attacks = [(kind, number, text) for kind, texts in attack_lists.items() for number, text in enumerate(texts)]
+    for path, found in ((folder / "benchmark_email_test.jsonl", contexts), (attacks_path, attacks)):
+        if not found:
+            raise UsageError(f"{path}: no records")
     for pair in range(BIPIA_PAIRS):
         # Strides coprime to both lengths: every context is used and no attack twice.
         context_index, (kind, attack_index, attack) = (pair * 17) % len(contexts), attacks[(pair * 29) % len(attacks)]
@@ -236,5 +258,20 @@ def one_line(text: str) -> str:
 
 
 def read_jsonl(path: Path, kind: type[T]) -> list[T]:
+    """Each non-empty line as `kind`; a line that is not one is a UsageError naming path:line."""
     decoder = msgspec.json.Decoder(kind)
-    return [decoder.decode(line) for line in path.read_bytes().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(_read(path).splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(decoder.decode(line))
+            except msgspec.DecodeError as exc:
+                raise UsageError(f"{path}:{number}: {exc}") from None
+    return records
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None

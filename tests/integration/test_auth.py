@@ -134,3 +134,35 @@ def test_a_broker_restart_with_the_same_keys_is_not_a_refused_key(monkeypatch: p
     finally:
         channel.close()
         broker.close(linger=0)
+
+
+def test_broker_without_keys_refuses_to_start(tmp_path: Path) -> None:
+    """No keys anywhere and no insecure switch: exit 78, one line naming AIRLOCK_KEYS and
+    AIRLOCK_INSECURE, and nothing listens (a plaintext peer reaches no broker)."""
+    env = {**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "broker"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.count("\n") == 1 and "AIRLOCK_KEYS" in done.stderr and "AIRLOCK_INSECURE=1" in done.stderr
+    assert not (tmp_path / "data" / "trace.jsonl").exists()
+
+
+@pytest.mark.parametrize("switch", [pytest.param({"AIRLOCK_INSECURE": "1"}, id="env"),
+                                    pytest.param({}, id="flag")])
+def test_broker_without_keys_serves_only_when_told_and_says_so(tmp_path: Path, switch: dict[str, str]) -> None:
+    """AIRLOCK_INSECURE=1 (or --insecure): the broker serves without CURVE, and says so on
+    stderr and in the trace's started line; a plaintext peer is then answered."""
+    env = {**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT), **switch}
+    command = [sys.executable, "-m", "broker", *([] if switch else ["--insecure"])]
+    broker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        trace_path = tmp_path / "data" / "trace.jsonl"
+        assert wait_until(lambda: trace_path.exists() and b'"started"' in trace_path.read_bytes(), timeout_s=30)
+        started = next(line for line in trace_path.read_text().splitlines() if '"started"' in line)
+        assert '"insecure":true' in started and "OFF" in started
+        plain = transport.dealer(zmq.Context.instance(), f"tcp://127.0.0.1:{env['AIRLOCK_INTAKE_PORT']}",
+                                 4096, None, None)
+        assert answers_ping(plain)
+    finally:
+        broker.terminate()
+        _, err = broker.communicate(timeout=30)
+    assert "WARNING" in err and "AUTHENTICATION IS OFF" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import preflight, settings as settings_module, supervisor
+from airlock import keys, preflight, settings as settings_module, supervisor
 from airlock.errors import AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
@@ -94,6 +95,7 @@ def test_broker_that_cannot_bind_exits_78_naming_the_port(tmp_path: Path) -> Non
     """The broker itself (the race the pre-check cannot close) exits 78, never 1, which
     the supervisor would restart every 10 s forever."""
     env = Stack(tmp_path).env
+    keys.generate(tmp_path / "data" / "keys")  # a broker without keys refuses before it binds (issue 14)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", int(env["AIRLOCK_ACTOR_PORT"])))
         taken.listen()
@@ -180,6 +182,7 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
     data dir exits 1 naming them by pid, instead of a second broker on the same trace."""
     s = Stack(tmp_path)
     env = s.env
+    keys.generate(tmp_path / "data" / "keys")  # so the broker left running serves, as `airlock up` would start it
     left = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -194,3 +197,14 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1
     assert f"left broker (pid {left.pid}) running; stop them first: kill {left.pid}" in done.stderr
+
+
+def test_up_closes_a_key_folder_an_older_version_left_open(stack, tmp_path: Path) -> None:
+    """`airlock up` on keys an older version made 0755 makes their folder 0700 and says so in its banner."""
+    s = stack()
+    folder = s.data / "keys"
+    keys.generate(folder)
+    folder.chmod(0o755)
+    s.start()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert any("was open to other users, now 0700" in line for line in s.output)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from airlock import cli, escalations, sources
-from airlock.errors import EmailTooLarge
+from airlock.errors import EmailTooLarge, LinkOutside
 from lab import cli as lab_cli
 from tests.conftest import ROOT, airlock_env
 
@@ -263,3 +264,74 @@ def test_arrived_reports_results_already_received_without_waiting(settings) -> N
         started = time.monotonic()
         assert client.arrived(["m-1", "m-2"]) == [Result(message_id="m-1", outcome="completed")]
         assert client.arrived(["m-2"]) == [] and time.monotonic() - started < 1.0
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder of emails with one link planted in it, pointing at a secret outside the folder."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("API_KEY=hunter2\n")
+    folder = tmp_path / "mail"
+    (folder / "deeper").mkdir(parents=True)
+    (folder / "ok.eml").write_bytes(b"Subject: order 4411\n\nWhere is order 4411?\n")
+    (folder / "deeper" / "leak.txt").symlink_to(secret)
+    return folder, folder / "deeper" / "leak.txt"
+
+
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_a_link_out_of_the_folder_is_refused_naming_it(planted, tmp_path: Path, kind: str) -> None:
+    """sources.expand refuses a link (to a file or a folder) that leads out of the folder
+    given: a LinkOutside naming the link, before anything is read."""
+    folder, link = planted
+    if kind == "folder":
+        link.unlink()
+        link.symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(LinkOutside, match=re.escape(str(link))):
+        list(sources.expand([str(folder)]))
+
+
+def test_a_link_loop_in_the_folder_is_no_crash(planted) -> None:
+    """A link to itself in the folder is neither followed forever nor a traceback: it is no email."""
+    folder, link = planted
+    link.unlink()
+    (folder / "loop.eml").symlink_to(folder / "loop.eml")
+    assert list(sources.expand([str(folder)])) == [folder / "ok.eml"]
+
+
+def test_a_link_inside_the_folder_is_read(planted) -> None:
+    """A link whose target stays inside the folder given is not a way out: it is read."""
+    folder, link = planted
+    link.unlink()
+    link.symlink_to(folder / "ok.eml")
+    paths = list(sources.expand([str(folder)]))
+    assert [sources.read(p) for p in paths] == [(folder / "ok.eml").read_bytes()] * 2
+
+
+def test_a_link_swapped_in_after_listing_is_not_read(planted, tmp_path: Path) -> None:
+    """A file replaced by a link to outside between listing and reading is refused at read."""
+    folder, link = planted
+    link.unlink()
+    (folder / "second.eml").write_bytes(b"Subject: x\n\ny\n")
+    read = sources.emails([str(folder)])
+    assert next(read) == (folder / "ok.eml", (folder / "ok.eml").read_bytes())  # both listed by now
+    (folder / "second.eml").unlink()
+    (folder / "second.eml").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(LinkOutside, match="second.eml"):
+        next(read)
+
+
+def test_inject_refuses_a_folder_with_a_link_out_in_one_line(env, capsys, planted) -> None:
+    """`airlock inject FOLDER` with a planted link: exit 1, one line naming the link, no secret shown."""
+    folder, link = planted
+    assert cli.main(["inject", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert str(link) in err and "outside" in err and err.count("\n") == 1 and "hunter2" not in err
+
+
+def test_attack_campaign_refuses_a_folder_with_a_link_out(planted) -> None:
+    """`airlock attack FOLDER` loads its emails through the same check: the secret never becomes an email."""
+    from lab import campaign
+
+    folder, link = planted
+    with pytest.raises(LinkOutside, match=re.escape(str(link))):
+        campaign.load([str(folder)])

@@ -370,3 +370,56 @@ def test_import_refuses_to_empty_a_folder_of_other_files(tmp_path: Path) -> None
     with pytest.raises(UsageError, match="refusing"):
         import_public(SHARED, tmp_path)
     assert (tmp_path / "notes.md").read_text(encoding="utf-8") == "mine"
+
+
+def _corpora_copy(tmp_path: Path) -> Path:
+    """A copy of the two corpora the importer reads, for a test to break one file of."""
+    if not SHARED.is_dir():
+        pytest.skip(f"public corpora not found at {SHARED}")
+    copy = tmp_path / "corpora"
+    for name in ("agentdojo/injection_tasks.jsonl", "agentdojo/unique_payloads.jsonl",
+                 "bipia/benchmark_email_test.jsonl", "bipia/benchmark_text_attack_test.json"):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_bytes((SHARED / name).read_bytes())
+    return copy
+
+
+BAD_INPUTS = [
+    pytest.param("agentdojo/unique_payloads.jsonl", b'{"attack": "x"}\n', "unique_payloads.jsonl:1", id="missing-field"),
+    pytest.param("agentdojo/injection_tasks.jsonl", b"not json\n", "injection_tasks.jsonl:1", id="not-json"),
+    pytest.param("bipia/benchmark_text_attack_test.json", b"[1, 2]", "benchmark_text_attack_test.json",
+                 id="wrong-shape"),
+    pytest.param("bipia/benchmark_email_test.jsonl", b"", "benchmark_email_test.jsonl", id="empty"),
+    pytest.param("agentdojo/unique_payloads.jsonl", b"\n", "unique_payloads.jsonl: no records", id="no-payloads"),
+    pytest.param("bipia/benchmark_email_test.jsonl", None, "benchmark_email_test.jsonl", id="missing-file"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "named"), BAD_INPUTS)
+def test_a_bad_input_leaves_out_untouched(tmp_path: Path, name: str, content: bytes | None, named: str) -> None:
+    """A bad or missing corpus file is a UsageError naming it, raised before --out is emptied."""
+    corpora = _corpora_copy(tmp_path)
+    if content is None:
+        (corpora / name).unlink()
+    else:
+        (corpora / name).write_bytes(content)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.eml").write_bytes(b"Subject: from an earlier run\n\nx\n")
+    with pytest.raises(UsageError, match=re.escape(named)):
+        import_public(corpora, out)
+    assert [p.name for p in out.iterdir()] == ["kept.eml"]
+
+
+def test_corpus_import_of_a_bad_input_is_one_line(tmp_path: Path) -> None:
+    """`airlock corpus import` on a bad input: exit 2, one line on stderr, no traceback, --out kept."""
+    corpora = _corpora_copy(tmp_path)
+    (corpora / "agentdojo" / "unique_payloads.jsonl").write_bytes(b'{"attack": 1}\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.eml").write_bytes(b"x")
+    done = subprocess.run([sys.executable, "-m", "airlock", "corpus", "import", "--from", str(corpora),
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "unique_payloads.jsonl:1" in done.stderr and "Traceback" not in done.stderr
+    assert (out / "kept.eml").read_bytes() == b"x"

@@ -1,0 +1,78 @@
+"""Files and folders airlock makes: private from their first moment, whatever the umask.
+
+What airlock writes holds secrets (CURVE keys) or customers' mail and data (the journal,
+the trace, the call log, pending escalations), so:
+
+    folders it makes           0700, every level it makes (Path.mkdir gives parents the umask's)
+    a secret                   0600, written to a new name opened O_EXCL with that mode, then
+                               renamed over the old one: there is no moment at which another
+                               user can open it, and a reader sees the old file or the new one
+    a data file it appends to  made 0600 by the open itself; an existing one (an older
+                               version's, 0644) loses every bit for others on open. The group's
+                               bits are kept: the compose lab's host user reads the services'
+                               files through the group (airlock.lab_init makes them 0660)
+
+A mode set after the file exists (copy, then chmod) leaves a window in which another user
+who opened the file keeps reading it: that is the race this module exists to close.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
+FOR_OTHERS = 0o007  # the bits an existing data file loses
+
+
+def make_folder(path: Path) -> None:
+    """`path` and every missing folder above it, each made 0700; existing ones are left as they are."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_FOLDER)
+        except FileExistsError:  # made meanwhile by another process: fine if it is a folder
+            if not folder.is_dir():
+                raise
+        else:
+            folder.chmod(PRIVATE_FOLDER)  # mkdir's mode passes through the umask; 0700 is asked for
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`, 0600 from the first byte (see the module's docstring)."""
+    make_folder(path.parent)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.unlink(missing_ok=True)  # a crashed earlier write of this process id
+    descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(scratch, path)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+
+
+def open_append(path: Path) -> BinaryIO:
+    """`path` opened for appending: made 0600 if missing, and closed to others if it was not."""
+    make_folder(path.parent)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        mode = os.fstat(descriptor).st_mode & 0o7777
+        if mode & FOR_OTHERS:
+            try:
+                os.fchmod(descriptor, mode & ~FOR_OTHERS)
+            except PermissionError:  # another user's file that the group may write: theirs to close
+                pass
+        return os.fdopen(descriptor, "ab")
+    except BaseException:
+        os.close(descriptor)
+        raise
