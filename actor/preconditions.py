@@ -94,7 +94,9 @@ def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval 
     best = max((len(lineages) for lineages in lineages_by_value.values()), default=0)
     if best >= pre.min_sources:
         return RuleResult("corroboration", "allow", f"{best} independent sources agree", read)
-    shown = ", ".join(f"{name}={fact.value} ({fact.lineage})" for name, fact in present.items()) or "nothing"
+    # Names and lineages, never the values: this reason reaches the Result, the SMTP reply
+    # and the page, and a value here is another customer's address (the record keeps it).
+    shown = ", ".join(f"{name} ({fact.lineage})" for name, fact in present.items()) or "nothing"
     return RuleResult("corroboration", "refuse",
                       f"{best} of {pre.min_sources} independent sources agree: {shown}", read)
 

@@ -15,7 +15,7 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import trace
+from airlock import published, trace
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
@@ -156,7 +156,10 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 later += send_to(role, identity, sends)
         for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
-            publisher.send(chunk)  # subscribers split a frame at its newlines
+        # Subscribers get each line as airlock.published shows it (no customer data); the
+        # file keeps the whole record. They split a frame at its newlines.
+        for chunk in _chunks([published.line(line) for line in lines], settings.max_frame_bytes):
+            publisher.send(chunk)
         if later:  # what a refused send led to comes after this turn's lines, as it happened
             carry_out(later)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from airlock import published
 from dashboard.state import Board
 
 BUFFER_BYTES = 512 * 1024  # events waiting for one page before it is dropped (DashboardConfig)
@@ -103,6 +104,7 @@ class Hub:
 
     def publish(self, records: list[dict[str, Any]]) -> None:
         for record in records:
+            record = published.public(record)  # whatever the source, a page sees no customer data
             card = self.board.apply(record)
             self._send(sse(None, record))
             if card is not None:

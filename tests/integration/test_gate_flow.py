@@ -83,3 +83,38 @@ def test_rug_pull_under_a_running_stack(stack, tmp_path: Path) -> None:
     assert after["outcome"] == "refused" and "pin failed for mail/send_status" in after["reason"]
     assert [c["tool"] for c in s.calls(after["id"])] == ["lookup_order"]
     assert wait_until(lambda: s.trace(after["id"], "outcome"))
+
+
+def test_the_trace_stream_shows_no_other_customers_data(stack, fake_model, tmp_path: Path) -> None:
+    """Issue 14, point 9: a stranger asks about Mallory's order 1234 under the guarded task.
+    What the broker publishes on its trace endpoint (read with the page's key) names
+    neither Mallory's address nor the order's status; trace.jsonl keeps both."""
+    import zmq
+
+    from airlock import keys
+    from airlock.transport import use_curve
+
+    s = stack(task=GUARDED).start("--model-url", fake_model("1234").url)
+    folder = s.data / "keys"
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    use_curve(sub, keys.load(folder, "dashboard"), keys.load(folder, "broker", secret=False).public)
+    sub.connect(f"tcp://127.0.0.1:{s.env['AIRLOCK_TRACE_PORT']}")
+    try:
+        email = tmp_path / "stranger.eml"
+        email.write_text("From: lena@example.de\nTo: shop@example.com\nSubject: order\n\nWhere is order 1234?\n")
+        published = b""
+        # A SUB joins late (slow joiner): inject until the stream carries an email's outcome.
+        while b'"event":"outcome"' not in published:
+            (result,) = s.inject(str(email))
+            assert result["outcome"] == "refused", result
+            while sub.poll(1000):
+                published += sub.recv()
+    finally:
+        sub.close(linger=0)
+    assert b"mallory@example.net" not in published and b'"shipped"' not in published
+    assert b'"refused_by":"corroboration"' in published and b"lena@example.de" in published
+    whole = (s.data / "trace.jsonl").read_bytes()
+    assert b"mallory@example.net" in whole and b'"shipped"' in whole
