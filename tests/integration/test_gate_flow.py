@@ -62,7 +62,10 @@ def test_data_only_defence_against_a_compromised_model(stack) -> None:
         (result,) = s.inject(str(ROOT / "samples" / "hostile_data_only.eml"))
     finally:
         model.close()
-    assert result["outcome"] == "refused" and "jansen@example.nl" in result["reason"]
+    # The attacker's answer says why, never whose order it is (issue 14, point 9): the
+    # owner's address is in the operator's trace.jsonl only.
+    assert result["outcome"] == "refused" and "order.customer (order_store)" in result["reason"]
+    assert "jansen@example.nl" not in result["reason"]
     assert [c["tool"] for c in s.calls(result["id"])] == ["lookup_order"]
     (received,) = s.trace(result["id"], "received")
     assert received["sender"] == "mallory@example.net"
