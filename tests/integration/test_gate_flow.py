@@ -121,3 +121,33 @@ def test_the_trace_stream_shows_no_other_customers_data(stack, fake_model, tmp_p
     assert b'"refused_by":"corroboration"' in published and b"lena@example.de" in published
     whole = (s.data / "trace.jsonl").read_bytes()
     assert b"mallory@example.net" in whole and b'"shipped"' in whole
+
+
+def test_only_the_approvers_own_key_decides(stack, fake_model) -> None:
+    """Issue 14, point 8: the page's key and the intake's key sending "approve, by dana" are
+    refused and the email still waits (before, either approved it); `airlock approve --by
+    dana` signs with dana's own key, and the decision record names that key."""
+    from airlock import keys
+    from airlock.wire import Decide, Refused, encode, outbound_decoder
+
+    s = stack(task=REFUND).start("--model-url", fake_model("damaged").url)
+    (result,) = s.inject(REFUND_EMAIL)
+    assert result["outcome"] == "escalated"
+    for service in ("dashboard", "intake"):
+        sock = s.socket("intake", key_role=service)
+        try:
+            sock.send(encode(Decide(ref=1, message_id=result["id"], approve=True, role="support-lead", by="dana")))
+            assert sock.poll(10_000), f"the broker did not answer the {service} key"
+            (reply,) = outbound_decoder("intake").frame(sock.recv())
+        finally:
+            sock.close(linger=0)
+        assert isinstance(reply, Refused) and "approver's own key" in reply.reason, (service, reply)
+    assert result["id"] in s.airlock("pending").stdout  # still waiting: nothing was decided
+    assert not [t for t in s.trace(result["id"], "decision")]
+    approved = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
+    assert approved.returncode == 0 and "completed" in approved.stdout, approved.stderr
+    dana = keys.load(s.data / "keys", keys.person("dana"), secret=False).public.decode()
+    (decision,) = s.trace(result["id"], "decision")
+    assert (decision["by"], decision["key"]) == ("dana", dana)
+    records = [t["decision"] for t in s.trace(result["id"], "authorization") if t["tool"] == "send_refund_confirmation"]
+    assert (records[-1]["approver"], records[-1]["approver_key"]) == ("dana (support-lead)", dana)
