@@ -100,3 +100,18 @@ def test_people_get_private_pairs_that_the_broker_maps_to_names(tmp_path: Path) 
     with pytest.raises(keys.ConfigError, match="not key file names"):
         keys.make_people(folder, ["../broker"])
     assert zmq.auth.load_certificates(str(folder / "allow" / "people"))  # the form the authenticator loads
+
+
+def test_airlock_keys_person_adds_people_without_touching_the_roles(tmp_path: Path, capsys) -> None:
+    """`airlock keys --person dana` makes the roles and dana's pair; run again on that folder
+    with --person erin, it adds erin and leaves every existing key as it was."""
+    from airlock import cli
+
+    folder = tmp_path / "keys"
+    assert cli.main(["keys", "--out", str(folder), "--person", "dana"]) == 0
+    broker, dana = (folder / "broker.key_secret").read_bytes(), (folder / "people" / "dana.key_secret").read_bytes()
+    assert cli.main(["keys", "--out", str(folder), "--person", "erin"]) == 0
+    assert "erin" in capsys.readouterr().out
+    assert (folder / "broker.key_secret").read_bytes() == broker
+    assert (folder / "people" / "dana.key_secret").read_bytes() == dana
+    assert sorted(keys.approvers(folder).values()) == ["dana", "erin"]
