@@ -21,6 +21,7 @@ from airlock.errors import EX_CONFIG, ConfigError
 
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
 STALL_S = 10.0  # default of DashboardConfig.stream_stall_s
+MAX_CONNECTIONS = 128  # default of DashboardConfig.max_connections
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -69,7 +70,7 @@ def stall_guard(stall_s: float) -> type[asyncio.Protocol]:
     return StallGuard
 
 
-async def serve(app, sock: socket.socket, stall_s: float = STALL_S) -> None:
+async def serve(app, sock: socket.socket, stall_s: float = STALL_S, max_connections: int = MAX_CONNECTIONS) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -78,7 +79,8 @@ async def serve(app, sock: socket.socket, stall_s: float = STALL_S) -> None:
             yield  # the signals are ours (below): end the streams, then exit 0
 
     server = Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",
-                                   http=stall_guard(stall_s), ws="none", timeout_graceful_shutdown=GRACEFUL_S))
+                                   http=stall_guard(stall_s), ws="none",
+                                   limit_concurrency=max_connections, timeout_graceful_shutdown=GRACEFUL_S))
 
     def stop() -> None:
         app.state.hub.close()
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dashboard: http://{config.host}:{config.port}/  trace from {settings.endpoint('trace')}; "
           f"naive pane {'on' if naive.enabled else naive.reason}", flush=True)
     try:
-        asyncio.run(serve(app, sock, config.stream_stall_s))
+        asyncio.run(serve(app, sock, config.stream_stall_s, config.max_connections))
     finally:
         sock.close()
     return 0

@@ -9,6 +9,8 @@
     AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
     AIRLOCK_DASHBOARD_MAX_STREAMS    open /events streams at once (default 32); one more is
                                      answered 503, so slow pages cannot pile up without end
+    AIRLOCK_DASHBOARD_MAX_CONNECTIONS HTTP connections at once (default 128); a request on
+                                     one more is answered 503 by the server
     AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES  bytes of events waiting for one page (default
                                      524288); past it the page is dropped and reconnects
     AIRLOCK_DASHBOARD_STREAM_STALL_S seconds a connection may take nothing while data waits
@@ -37,6 +39,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     naive_model_url: str | None
     samples_dir: Path
     max_streams: int = 32
+    max_connections: int = 128
     stream_buffer_bytes: int = 512 * 1024
     stream_stall_s: float = 10.0
 
@@ -68,6 +71,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
         "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", _positive(int), "32"),
+        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", _positive(int), "128"),
         "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", _positive(int),
                                     str(512 * 1024)),
         "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", _positive(float), "10"),

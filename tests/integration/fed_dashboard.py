@@ -35,7 +35,7 @@ async def main(port: int, data_dir: Path) -> None:
     feeding = asyncio.get_running_loop().create_task(feed())
     print("ready", flush=True)
     try:
-        await serve(app, sock, config.stream_stall_s)
+        await serve(app, sock, config.stream_stall_s, config.max_connections)
     finally:
         feeding.cancel()
 

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
-MAX_STREAMS, STALL_S = 8, 1.0
+MAX_STREAMS, STALL_S, MAX_CONNECTIONS = 8, 1.0, 80
 SLOW_READERS = 60
 KEEP_ALIVE_S = 5  # uvicorn's default: how long a 503'd connection may idle before it is closed
 REQUEST = b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -37,7 +37,8 @@ def rss_mb(pid: int) -> float:
 def page(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRLOCK_DASHBOARD_MAX_STREAMS": str(MAX_STREAMS),
-           "AIRLOCK_DASHBOARD_STREAM_STALL_S": str(STALL_S)}
+           "AIRLOCK_DASHBOARD_STREAM_STALL_S": str(STALL_S),
+           "AIRLOCK_DASHBOARD_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
     process = subprocess.Popen([sys.executable, "-m", "tests.integration.fed_dashboard", str(port), str(tmp_path)],
                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -46,6 +47,7 @@ def page(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     finally:
         process.terminate()
         process.wait(10)
+        process.stdout.close()
 
 
 def slow_reader(port: int) -> socket.socket:
@@ -102,3 +104,21 @@ def test_slow_readers_are_capped_dropped_and_cost_bounded_memory(page) -> None:
     assert peak - before < 80, f"{before:.0f} MB before {SLOW_READERS} slow readers, {peak:.0f} MB with them"
     for sock in readers:
         sock.close()
+
+
+def test_connections_past_the_cap_are_refused(page) -> None:
+    """MAX_CONNECTIONS idle connections held open: a request on one more is answered 503
+    (each costs the server a little: without a cap there was no end to them); once they
+    go, a request is served again."""
+    port, _ = page
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.5)  # the server has accepted them all
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            extra.sendall(b"GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert extra.recv(64).split(b"\r\n")[0] == b"HTTP/1.1 503 Service Unavailable"
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.5)
+    assert status_line(port) == b"HTTP/1.1 200 OK"
