@@ -16,6 +16,8 @@
   deadline is sent again, to any worker of that role, up to `max_attempts`; then the email
   ends `failed`. A late or duplicate answer is recorded but changes nothing, and the actor's
   idempotency keys make a redelivered step a replay, not a second side effect.
+- A decision on an escalated email is taken only from a person's own key (`approvers`:
+  public key -> name) and only in that person's name; a service's key never decides.
 """
 
 from __future__ import annotations
