@@ -33,8 +33,8 @@ class Actor:
         match message:
             case Passed(message_id=message_id, value=value, sender=sender):
                 done = self.run(message_id, value, sender)
-            case Decision(message_id=message_id, approve=approve, role=role, by=by):
-                done = self.decide(message_id, Approval(approve, role, by))
+            case Decision(message_id=message_id, approve=approve, role=role, by=by, key=key):
+                done = self.decide(message_id, Approval(approve, role, by, key))
             case _:
                 return []  # this role's decoder admits only Passed and Decision
         # Every answer names the task and plan it ran under, for the trace (see wire.Done).

@@ -41,6 +41,7 @@ class Approval:
     approve: bool
     role: str
     by: str
+    key: str = ""  # the public key the broker proved `by` with (wire.Decision); "" in tests of rules alone
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Verdict:
     reason: str = ""
     escalate_to: str = ""
     approver: str = ""
+    approver_key: str = ""  # the key that proved the approver (the broker checked it), when one did
     rules: list[RuleResult] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class Verdict:
         refused_by = next((r.rule for r in self.rules if r.verdict != "allow"), None)
         return {"verdict": self.verdict, "reason": self.reason, "refused_by": refused_by,
                 "escalated_to": self.escalate_to or None, "approver": self.approver or None,
+                **({"approver_key": self.approver_key} if self.approver_key else {}),
                 "rules": [{"rule": r.rule, "verdict": r.verdict, "reason": r.reason, "read": r.read}
                           for r in self.rules]}
 
@@ -94,7 +97,9 @@ def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval 
     best = max((len(lineages) for lineages in lineages_by_value.values()), default=0)
     if best >= pre.min_sources:
         return RuleResult("corroboration", "allow", f"{best} independent sources agree", read)
-    shown = ", ".join(f"{name}={fact.value} ({fact.lineage})" for name, fact in present.items()) or "nothing"
+    # Names and lineages, never the values: this reason reaches the Result, the SMTP reply
+    # and the page, and a value here is another customer's address (the record keeps it).
+    shown = ", ".join(f"{name} ({fact.lineage})" for name, fact in present.items()) or "nothing"
     return RuleResult("corroboration", "refuse",
                       f"{best} of {pre.min_sources} independent sources agree: {shown}", read)
 
@@ -123,7 +128,7 @@ class Principals:
 def approval_rule(principals: Principals) -> Callable[[Precondition, dict[str, Fact], Approval | None], RuleResult]:
     def approval(pre: Precondition, facts: dict[str, Fact], given: Approval | None) -> RuleResult:
         read = {"role": pre.approver_role, "approval": None if given is None else
-                {"approve": given.approve, "role": given.role, "by": given.by}}
+                {"approve": given.approve, "role": given.role, "by": given.by, "key": given.key}}
         if given is None:
             return RuleResult("approval", "escalate", f"needs approval by a {pre.approver_role}", read)
         if given.role != pre.approver_role or not principals.holds(given.by, given.role):
@@ -167,6 +172,7 @@ class Gate:
                 if result.verdict == "allow":
                     if name == "approval" and approval is not None:
                         verdict.approver = f"{approval.by} ({approval.role})"
+                        verdict.approver_key = approval.key
                     continue
                 verdict.verdict, verdict.reason = result.verdict, result.reason
                 if result.verdict == "escalate":

@@ -25,7 +25,7 @@ import msgspec
 
 from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import AirlockError, ConfigError, RequestRefused, UsageError
+from airlock.errors import AirlockError, ConfigError, KeysMissing, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -92,6 +92,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
         else:  # keys an older version made open to other users (0755) are closed now
             closed = keys.tighten(settings.keys_folder)
+        people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         data = settings.data_dir.resolve()
         print(f"airlock {__version__}: task {settings.task.resolve()}, {args.readers} reader(s)")
@@ -108,12 +109,33 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
         print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
               + ("; it was open to other users, now 0700" if closed else ""))
+        if people:
+            print(f"  approvers:  {', '.join(people)} (each decides with their own key in "
+                  f"{settings.keys_folder.resolve() / 'people'})")
         if dashboard:
             host, port = dashboard["dashboard"]
             print(f"  dashboard:  http://{host}:{port}/")
         print("  Ctrl-C stops everything.", flush=True)
         supervisor = Supervisor(settings, child_env(settings, env), args.readers, dashboard=args.dashboard)
         return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
+
+
+def _approver_keys(settings: settings_module.Settings, task: object) -> list[str]:
+    """The task's principals, each with a key pair of their own in the keys folder (made
+    now where missing): an escalation is decided only with one of them (airlock approve)."""
+    from airlock import keys
+
+    path = getattr(task, "principals_path", None)
+    if path is None or settings.keys_folder is None:
+        return []
+    import tomllib
+
+    try:
+        names = [str(p["name"]) for p in tomllib.loads(path.read_text(encoding="utf-8")).get("principals", [])]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"principals file {path}: {exc}") from None
+    keys.make_people(settings.keys_folder, names)
+    return sorted(set(names))
 
 
 def _client(args: argparse.Namespace, settings: settings_module.Settings) -> IntakeClient:
@@ -237,8 +259,21 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
+    from airlock import keys
+    from airlock.client import IntakeClient
+
     settings = _settings(args)
-    with _client(args, settings) as client:
+    if not keys.PERSON_NAME.fullmatch(args.by):
+        raise UsageError(f"--by {shown(args.by)}: a person's name is lower case letters, digits, . _ -")
+    # The decision is proven by the person's own key, never by the name alone: the broker
+    # takes it only from keys/people/<by>.key_secret (the intake's key cannot decide).
+    folder = settings.keys_folder
+    own = f"{keys.person(args.by)}.key_secret"
+    if folder is not None and not settings_module.holds(folder, own):
+        raise KeysMissing(f"no key for {shown(args.by)} ({folder.resolve() / own}): only a person with a key of "
+                          f"their own decides; `airlock up` makes one for each of its task's principals, or "
+                          f"airlock keys --person {shown(args.by)} --out {folder}")
+    with IntakeClient(settings, timeout_s=args.timeout, role=keys.person(args.by), require_keys=True) as client:
         refusal = client.decide(args.id, args.command == "approve", args.role, args.by)
         if refusal:
             raise RequestRefused(refusal)
@@ -277,9 +312,18 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from airlock import keys
 
     folder = Path(args.out)
+    if args.person and (folder / "broker.key_secret").exists() and not args.force:
+        made_people = keys.make_people(folder, args.person)  # people join a folder that has its roles
+        print(f"key pairs for {', '.join(made_people) or 'nobody new'} in {folder / keys.PEOPLE}; "
+              "each person's .key_secret is theirs alone (airlock approve --by NAME uses it)")
+        return 0
     made = keys.generate(folder, force=args.force)
+    keys.make_people(folder, args.person)
     print(f"{len(made)} key files in {folder}: a pair for the broker and each role, allow lists in {folder / 'allow'}")
     print("each process needs only its own <role>.key_secret and broker.key; keep the secrets secret")
+    if args.person:
+        print(f"a pair for each of {', '.join(sorted(set(args.person)))} in {folder / keys.PEOPLE}: "
+              "the only keys that can approve or deny")
     return 0
 
 
@@ -327,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
         decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
         decide.add_argument("id", help="the message id from `airlock pending`")
         decide.add_argument("--as", dest="role", required=True, help="the role you act in, e.g. support-lead")
-        decide.add_argument("--by", required=True, help="your name, as listed in the task's principals file")
+        decide.add_argument("--by", required=True, help="your name, as listed in the task's principals file; "
+                            "the decision is sent with your key, <keys>/people/NAME.key_secret")
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
 
@@ -336,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys_cmd.set_defaults(handler=cmd_keys)
     keys_cmd.add_argument("--out", default="airlock-keys", help="folder for the keys (default ./airlock-keys)")
     keys_cmd.add_argument("--force", action="store_true", help="replace existing keys")
+    keys_cmd.add_argument("--person", action="append", default=[], metavar="NAME",
+                          help="also a key pair for this person, who may then approve and deny (repeatable; "
+                               "added to an existing folder without touching its other keys)")
 
     # Listed here for `airlock --help` only: main() hands them to `python -m lab` before parsing.
     for name, text in LAB_COMMANDS.items():

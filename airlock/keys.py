@@ -5,6 +5,10 @@
     keys/<role>.key, <role>.key_secret        intake, reader, validator, actor, dashboard
     keys/allow/<endpoint>/<role>.key          the public keys an endpoint lets in
     keys/services/<service>/                  what one compose container mounts at /keys
+    keys/people/<name>.key, <name>.key_secret one pair per person who may approve (the
+                                              task's principals): a decision is proven by
+                                              this key, which no service holds
+    keys/allow/people/<name>.key              the people's public keys, for the broker
 
 Each role may use only its own endpoint: the reader's key is allowed on the reader
 endpoint and nowhere else. A process needs only its own secret key and the broker's
@@ -14,6 +18,7 @@ public key (in compose each container mounts just those).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -101,12 +106,50 @@ def tighten(folder: Path) -> bool:
     return True
 
 
+PEOPLE = "people"  # the folder of people's pairs, and of their public keys under allow/
+PERSON_NAME = re.compile(r"[a-z][a-z0-9._-]{0,63}")  # a file name on every system
+
+
+def person(name: str) -> str:
+    """The key name of a person's pair (load(folder, person("dana")) reads people/dana.*)."""
+    return f"{PEOPLE}/{name}"
+
+
+def make_people(folder: Path, names: Collection[str]) -> list[str]:
+    """A pair for each person named who has none yet (an existing pair is never replaced:
+    its holder would lose their key), then the allow lists again. Returns who got one."""
+    bad = [name for name in names if not PERSON_NAME.fullmatch(name)]
+    if bad:
+        raise ConfigError(f"person names {bad} are not key file names (lower case, digits, . _ -, at most 64)")
+    made = sorted(name for name in set(names) if not (folder / PEOPLE / f"{name}.key_secret").is_file())
+    for name in made:
+        with tempfile.TemporaryDirectory() as scratch:  # mkdtemp: 0700, only this user sees the pair here
+            public, secret = zmq.auth.create_certificates(scratch, name)
+            existing = {entry.name for entry in (folder / PEOPLE).iterdir()} if (folder / PEOPLE).is_dir() else set()
+            _sync(folder / PEOPLE, {f"{name}.key": Path(public), f"{name}.key_secret": Path(secret)}, keep=existing)
+    (folder / PEOPLE).mkdir(mode=0o700, exist_ok=True)
+    (folder / PEOPLE).chmod(0o700)
+    derive(folder)
+    return made
+
+
+def approvers(folder: Path) -> dict[str, str]:
+    """Who each person's public key is (z85 text, as the authenticator names a client ->
+    name), from allow/people: what the broker checks a decision against."""
+    found = {}
+    for path in sorted((folder / "allow" / PEOPLE).glob("*.key")):
+        found[load(folder / "allow" / PEOPLE, path.stem, secret=False).public.decode()] = path.stem
+    return found
+
+
 def derive(folder: Path) -> None:
     """Write the allow lists and each service's folder from the pairs in `folder`, touching
     only files whose content differs and removing any the policy no longer names. A running
     container keeps its bind-mounted folder: nothing is deleted and made again under it."""
     for endpoint, roles in ENDPOINT_ALLOWS.items():
         _sync(folder / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
+    people = {path.name: path for path in sorted((folder / PEOPLE).glob("*.key"))}
+    _sync(folder / "allow" / PEOPLE, people)
     for service, roles in SERVICE_KEYS.items():
         own = folder / "services" / service
         wanted = {"broker.key": folder / "broker.key"}
@@ -115,8 +158,9 @@ def derive(folder: Path) -> None:
         if service == "broker":
             for endpoint, roles in ENDPOINT_ALLOWS.items():
                 _sync(own / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
-            _sync(own / "allow", {}, keep=set(ENDPOINT_ALLOWS))
-    _sync(folder / "allow", {}, keep=set(ENDPOINT_ALLOWS))
+            _sync(own / "allow" / PEOPLE, people)
+            _sync(own / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})
+    _sync(folder / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})
     _sync(folder / "services", {}, keep=set(SERVICE_KEYS))
 
 

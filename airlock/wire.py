@@ -77,7 +77,9 @@ class Ping(Message, tag="ping"):
 
 
 class Decide(Message, tag="decide"):
-    """A person's decision on an escalated step: approve or deny, as a named role."""
+    """A person's decision on an escalated step: approve or deny, as a named role. Taken
+    only when sent with that person's own key (keys/people/<by>.key_secret); the broker
+    refuses it from any other key, the intake's and the page's included."""
 
     ref: int
     message_id: str
@@ -189,12 +191,16 @@ class Passed(Message, tag="passed"):
 
 
 class Decision(Message, tag="decision"):
-    """The broker passes a person's Decide on to the actor holding the escalated step."""
+    """The broker passes a person's Decide on to the actor holding the escalated step.
+
+    `by` is the person whose key sent it, as the broker proved it; `key` is that public
+    key (z85), so the decision record names the key, not only a name."""
 
     message_id: str
     approve: bool
     role: str
     by: str
+    key: str = ""
 
 
 class Rejected(Message, tag="rejected"):

@@ -15,7 +15,7 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import trace
+from airlock import keys, published, trace
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
@@ -33,21 +33,29 @@ def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
     return [b"".join(group) for group in grouped(lines, batch_limit(max_frame_bytes))]
 
 
-def recv_routed(sock: zmq.Socket) -> tuple[bytes, bytes | None]:
-    """Read one routed message (identity, payload) without blocking.
+def recv_routed(sock: zmq.Socket, signed: bool = False) -> tuple[bytes, bytes | None, str]:
+    """Read one routed message (identity, payload, key) without blocking.
 
     Explicit frame calls are several times cheaper than recv_multipart. A message with other
-    than exactly one payload frame returns payload None, after draining its frames.
+    than exactly one payload frame returns payload None, after draining its frames. With
+    `signed`, `key` is the sender's CURVE public key (z85) as the authenticator proved it
+    (the ZAP user id), "" without CURVE: what a decision is checked against.
     """
     identity = sock.recv(zmq.NOBLOCK)
     if not sock.getsockopt(zmq.RCVMORE):
-        return identity, None
-    payload = sock.recv()
+        return identity, None, ""
+    frame = sock.recv(copy=not signed)
     if sock.getsockopt(zmq.RCVMORE):
         while sock.getsockopt(zmq.RCVMORE):
             sock.recv()
-        return identity, None
-    return identity, payload
+        return identity, None, ""
+    if not signed:
+        return identity, frame, ""
+    try:
+        key = frame.get("User-Id") or ""
+    except zmq.ZMQError:  # no ZAP handler: nobody was authenticated
+        key = ""
+    return identity, frame.bytes, key
 
 
 HANDSHAKE_FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -120,7 +128,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)
     journal = Journal(settings.data_dir / "journal.bin")
-    core = Router(settings)
+    core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {})
     poller = zmq.Poller()
     for sock in sockets.values():
         poller.register(sock, zmq.POLLIN)
@@ -157,7 +165,10 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 later += send_to(role, identity, sends)
         for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
-            publisher.send(chunk)  # subscribers split a frame at its newlines
+        # Subscribers get each line as airlock.published shows it (no customer data); the
+        # file keeps the whole record. They split a frame at its newlines.
+        for chunk in _chunks([published.line(line) for line in lines], settings.max_frame_bytes):
+            publisher.send(chunk)
         if later:  # what a refused send led to comes after this turn's lines, as it happened
             carry_out(later)
 
@@ -195,14 +206,14 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 taken = 0
                 while taken < BATCH:
                     try:
-                        identity, payload = recv_routed(sock)
+                        identity, payload, key = recv_routed(sock, signed=role == "intake")
                     except zmq.Again:
                         break
                     messages = decode.frame(payload) if payload is not None else [Malformed(
                         reason="expected exactly one frame", size=0)]
                     now = time.monotonic()
                     for message in messages:
-                        effects += core.handle(role, identity, message, now)
+                        effects += core.handle(role, identity, message, now, key)
                     taken += len(messages)
             effects += core.tick(time.monotonic())
             carry_out(effects)

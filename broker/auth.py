@@ -1,4 +1,5 @@
-"""The broker's ZAP authenticator: CURVE on every endpoint, each role's key on its own.
+"""The broker's ZAP authenticator: CURVE on every endpoint, each role's key on its own,
+and each person's key (keys/allow/people) on the intake endpoint, to decide escalations.
 
 A CURVE server with no ZAP handler running accepts any client key, so this fails closed:
 the broker does not start unless the authenticator thread runs, every endpoint's allow
@@ -11,6 +12,7 @@ import sys
 import time
 
 import zmq
+import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from airlock import keys
@@ -53,6 +55,11 @@ def start(ctx: zmq.Context, settings: Settings) -> tuple[ThreadAuthenticator, Pa
     auth.start()
     for endpoint in keys.ENDPOINT_ALLOWS:
         auth.configure_curve(domain=endpoint, location=str(folder / "allow" / endpoint))
+    # People's keys come in on the intake endpoint too: a decision is taken only from one,
+    # and the router knows whose it is (keys.approvers; the ZAP user id is the public key).
+    people = folder / "allow" / keys.PEOPLE
+    if people.is_dir():
+        auth.certs["intake"].update(zmq.auth.load_certificates(str(people)))
     empty = [e for e in keys.ENDPOINT_ALLOWS if not auth.certs.get(e)]
     if not auth.is_alive() or empty:
         auth.stop()

@@ -16,6 +16,8 @@
   deadline is sent again, to any worker of that role, up to `max_attempts`; then the email
   ends `failed`. A late or duplicate answer is recorded but changes nothing, and the actor's
   idempotency keys make a redelivered step a replay, not a second side effect.
+- A decision on an escalated email is taken only from a person's own key (`approvers`:
+  public key -> name) and only in that person's name; a service's key never decides.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from broker.journal import Entry
 BROKER_EVENTS = frozenset({
     "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
     "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "started", "stopped",
+    "auth_refused", "started", "stopped", "decision_refused",
 })
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
@@ -82,8 +84,11 @@ class Flight:
 
 
 class Router:
-    def __init__(self, settings: Settings, boot: int | None = None) -> None:
+    def __init__(self, settings: Settings, boot: int | None = None, approvers: dict[str, str] | None = None) -> None:
         self.settings = settings
+        # Whose each person's key is (z85 public key -> name, keys.approvers): a decision is
+        # taken only from one of these keys, and only in that person's name.
+        self.approvers = dict(approvers or {})
         # Ids are <boot ms in hex>-<counter>: unique across broker restarts on this clock.
         self._prefix = f"{boot if boot is not None else time.time_ns() // 1_000_000:x}"
         self._counter = 0
@@ -116,7 +121,8 @@ class Router:
     # --- entry points -------------------------------------------------------------------
 
     def handle(self, role: str, identity: bytes, message: Message | Malformed | Violation,
-               now: float) -> list[Send | bytes | Entry]:
+               now: float, key: str = "") -> list[Send | bytes | Entry]:
+        """`key`: the sender's CURVE public key as the authenticator proved it ("" unknown)."""
         worker = self.workers.get(role, {}).get(identity)
         if worker is not None:
             worker.last_seen = now  # any frame is a sign of life
@@ -129,6 +135,12 @@ class Router:
                 self._trace("broker", "violation", None, endpoint=role, kind=kind, reason=reason)
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
+            case Submit() | Notice() if key in self.approvers:
+                self.counters[f"violation.{role}"] += 1
+                self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
+                            reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
+            case Decide():
+                self._on_decide(role, identity, message, now, key)
             case Event(event=event) | Notice(event=event) if event in BROKER_EVENTS:
                 self.counters[f"violation.{role}"] += 1
                 self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
@@ -252,16 +264,30 @@ class Router:
                 self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"unknown message id {message_id}",
                                                             message_id=message_id)))
 
-    def _on_decide(self, role: str, identity: bytes, message: Decide, now: float) -> None:
+    def _on_decide(self, role: str, identity: bytes, message: Decide, now: float, key: str) -> None:
+        """A decision counts only when its sender proved, by key, to be the person it names.
+        Data: the Decide, the key the authenticator proved, the people's keys.
+        Rationale: `by` is a string anyone on the intake endpoint could write; the intake's
+        and the page's keys belong to services, not to a person, so they never decide."""
+        person = self.approvers.get(key)
+        if person is None or person != message.by:
+            reason = (f"this key is {person}'s, not {message.by}'s" if person is not None else
+                      "a decision must be sent with the approver's own key (airlock keys --person NAME); "
+                      "a service's key cannot decide")
+            self.counters["decision_refused"] += 1
+            self._trace("broker", "decision_refused", message.message_id, layer="authorization",
+                        claimed_by=message.by, role=message.role, reason=reason)
+            self.out.append(Send(role, identity, Refused(ref=message.ref, reason=reason)))
+            return
         flight = self.flights.get(message.message_id)
         if flight is None or flight.stage != "escalated":
             self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"{message.message_id} is not waiting for a decision")))
             return
         self._trace("broker", "decision", message.message_id, layer="authorization", approve=message.approve,
-                    role=message.role, by=message.by)
+                    role=message.role, by=person, key=key, proven="CURVE key")
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message.message_id)))
         self._hand_off(flight, "actor", Decision(message_id=message.message_id, approve=message.approve,
-                                                 role=message.role, by=message.by), now)
+                                                 role=message.role, by=person, key=key), now)
 
     def _on_ping(self, role: str, identity: bytes, message: Ping, now: float) -> None:
         workers = {r: len(ws) for r, ws in self.workers.items()}

@@ -20,6 +20,8 @@ from airlock import preflight, settings as settings_module, task as task_module
 from airlock.errors import EX_CONFIG, ConfigError
 
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
+STALL_S = 10.0  # default of DashboardConfig.stream_stall_s
+MAX_CONNECTIONS = 128  # default of DashboardConfig.max_connections
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -37,7 +39,38 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(app, sock: socket.socket) -> None:
+def stall_guard(stall_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, closing a connection whose peer takes nothing for `stall_s`
+    while data waits for it. Without this, a page that never reads keeps its stream and
+    everything written to it (a whole snapshot) for as long as it likes: back-pressure
+    stops the writer, but nothing ends the connection."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class StallGuard(H11Protocol):
+        _stalled: asyncio.TimerHandle | None = None
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(stall_s, self.transport.abort)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._unstall()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._unstall()
+            super().connection_lost(exc)
+
+        def _unstall(self) -> None:
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+    return StallGuard
+
+
+async def serve(app, sock: socket.socket, stall_s: float = STALL_S, max_connections: int = MAX_CONNECTIONS) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -46,7 +79,8 @@ async def serve(app, sock: socket.socket) -> None:
             yield  # the signals are ours (below): end the streams, then exit 0
 
     server = Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",
-                                   http="h11", ws="none", timeout_graceful_shutdown=GRACEFUL_S))
+                                   http=stall_guard(stall_s), ws="none",
+                                   limit_concurrency=max_connections, timeout_graceful_shutdown=GRACEFUL_S))
 
     def stop() -> None:
         app.state.hub.close()
@@ -86,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dashboard: http://{config.host}:{config.port}/  trace from {settings.endpoint('trace')}; "
           f"naive pane {'on' if naive.enabled else naive.reason}", flush=True)
     try:
-        asyncio.run(serve(app, sock))
+        asyncio.run(serve(app, sock, config.stream_stall_s, config.max_connections))
     finally:
         sock.close()
     return 0

@@ -44,6 +44,7 @@ from dashboard.stream import Hub
 
 STATIC = Path(__file__).resolve().parent / "static"
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies and dead-client detection honest
+STREAMS_FULL_RETRY_S = 5  # Retry-After on a 503 for one stream too many
 MAX_REQUEST_BYTES = 2 * 1024 * 1024
 MAX_TEXT_BYTES = 1024 * 1024  # the broker itself rejects emails over its own limit, with a rule
 
@@ -82,9 +83,9 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def json_response(data: Any, status: int = 200) -> Response:
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(_json.encode(data), status, media_type="application/json",
-                    headers={"cache-control": "no-store"})
+                    headers={"cache-control": "no-store", **(headers or {})})
 
 
 def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str, str]], *,
@@ -103,7 +104,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
                 "sources": {"stream": settings.endpoint("trace"),
                             "file": str(trace_file) if trace_file.is_file() else None}}
 
-    hub = Hub(board, extra)
+    hub = Hub(board, extra, max_streams=config.max_streams, buffer_bytes=config.stream_buffer_bytes)
     naive_runs: set[asyncio.Task[None]] = set()
     # The trace endpoint lets in the dashboard's key only; read at start: a bad key fails here.
     curve = client_keys(settings, "dashboard") if live else (None, None)
@@ -133,14 +134,18 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
         return json_response(hub.snapshot())
 
     async def events(request: Request) -> Response:
-        subscriber, first = hub.subscribe()
+        opened = hub.subscribe()
+        if opened is None:  # the page's EventSource tries again after Retry-After
+            return json_response({"error": f"{config.max_streams} event streams are open; try again shortly"}, 503,
+                                 headers={"retry-after": str(STREAMS_FULL_RETRY_S)})
+        subscriber, first = opened
 
         async def stream() -> AsyncIterator[str]:
             try:
                 yield first
                 while True:
                     try:
-                        message = await asyncio.wait_for(subscriber.queue.get(), KEEPALIVE_S)
+                        message = await asyncio.wait_for(subscriber.get(), KEEPALIVE_S)
                     except asyncio.TimeoutError:
                         yield ": keepalive\n\n"
                         continue

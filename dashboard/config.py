@@ -7,12 +7,20 @@
                                      cannot reach the dashboard by DNS rebinding
     AIRLOCK_NAIVE_MODEL_URL          the naive pane's model; unset: the pane is off
     AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
+    AIRLOCK_DASHBOARD_MAX_STREAMS    open /events streams at once (default 32); one more is
+                                     answered 503, so slow pages cannot pile up without end
+    AIRLOCK_DASHBOARD_MAX_CONNECTIONS HTTP connections at once (default 128); a request on
+                                     one more is answered 503 by the server
+    AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES  bytes of events waiting for one page (default
+                                     524288); past it the page is dropped and reconnects
+    AIRLOCK_DASHBOARD_STREAM_STALL_S seconds a connection may take nothing while data waits
+                                     for it (default 10); then it is closed
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +38,10 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     allowed_hosts: list[str]
     naive_model_url: str | None
     samples_dir: Path
+    max_streams: int = 32
+    max_connections: int = 128
+    stream_buffer_bytes: int = 512 * 1024
+    stream_stall_s: float = 10.0
 
 
 def _hosts(text: str) -> list[str]:
@@ -37,6 +49,16 @@ def _hosts(text: str) -> list[str]:
     if not hosts:
         raise ValueError("must name at least one host")
     return hosts
+
+
+def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    return parse
 
 
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
@@ -48,6 +70,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
+        "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", _positive(int), "32"),
+        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", _positive(int), "128"),
+        "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", _positive(int),
+                                    str(512 * 1024)),
+        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", _positive(float), "10"),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -5,7 +5,8 @@ trace endpoint. The SUB socket is the fast path, but it only sees lines publishe
 it connected, and none while the broker is down. Where the data folder is readable, the
 file is read at start (so a page opened late shows recent emails) and then tailed every
 FILE_POLL_S, which fills any gap. A line is delivered once, whichever path brings it
-first: both carry identical bytes, so they are deduplicated by a digest of those bytes.
+first: both carry the same record (the stream as airlock.published shows it, the file
+whole), so each line is made public first and deduplicated by a digest of those bytes.
 
 When the stack uses CURVE keys, the SUB authenticates with the dashboard's own key
 (airlock/keys.py allows only that key on the trace endpoint).
@@ -26,6 +27,7 @@ from typing import Any
 
 import zmq
 
+from airlock import published
 from airlock.trace import decode_line as decode  # the trace module owns its line format
 from airlock.transport import use_curve
 
@@ -138,6 +140,9 @@ class TraceFeed:
             ctx.term()
 
     def _take(self, lines: list[bytes]) -> None:
-        records = [record for line in lines if self.dedup.fresh(line) and (record := decode(line)) is not None]
+        # Each line as airlock.published shows it, before the digest: the broker publishes
+        # lines that way and the file holds them whole, and both must dedup to one.
+        shown = (published.line(line) for line in lines)
+        records = [record for line in shown if self.dedup.fresh(line) and (record := decode(line)) is not None]
         for start in range(0, len(records), CHUNK):
             self.deliver(records[start:start + CHUNK])

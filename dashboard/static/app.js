@@ -284,7 +284,11 @@ function connect() {
   const conn = document.getElementById('conn');
   const source = new EventSource('/events');
   source.addEventListener('open', () => { conn.textContent = 'live'; conn.className = 'conn conn-live'; });
-  source.addEventListener('error', () => { conn.textContent = 'reconnecting…'; conn.className = 'conn conn-wait'; });
+  source.addEventListener('error', () => {
+    conn.textContent = 'reconnecting…'; conn.className = 'conn conn-wait';
+    // A refused stream (503: too many open) is not retried by the browser itself.
+    if (source.readyState === EventSource.CLOSED) setTimeout(connect, 5000);
+  });
   source.addEventListener('snapshot', (e) => applySnapshot(JSON.parse(e.data)));
   source.addEventListener('card', (e) => {
     const update = JSON.parse(e.data);

@@ -204,11 +204,14 @@ def test_ctrl_c_during_inject_wait_prints_what_finished(stack, fake_model) -> No
 
 
 def test_decisions_on_unknown_ids_are_refusals(stack) -> None:
-    """approve/deny of an id that waits for nothing: exit 1 with the broker's reason."""
-    s = stack().start()
+    """approve/deny of an id that waits for nothing: exit 1 with the broker's reason. (A
+    task with principals: `airlock up` gives each a key, and only such a key decides.)"""
+    s = stack(task=str(ROOT / "tasks" / "refund_with_approval.toml")).start()
     for verb in ("approve", "deny"):
         done = s.airlock(verb, "nope-1", "--as", "support-lead", "--by", "dana")
         assert done.returncode == 1 and "not waiting" in done.stderr, done.stderr
+    nobody = s.airlock("approve", "nope-1", "--as", "support-lead", "--by", "erin")  # not a principal: no key
+    assert nobody.returncode == 1 and "people/erin.key_secret" in nobody.stderr, nobody.stderr
 
 
 def test_naive_json_lines_hold_no_raw_bidi(tmp_path, fake_model) -> None:

@@ -62,7 +62,10 @@ def test_data_only_defence_against_a_compromised_model(stack) -> None:
         (result,) = s.inject(str(ROOT / "samples" / "hostile_data_only.eml"))
     finally:
         model.close()
-    assert result["outcome"] == "refused" and "jansen@example.nl" in result["reason"]
+    # The attacker's answer says why, never whose order it is (issue 14, point 9): the
+    # owner's address is in the operator's trace.jsonl only.
+    assert result["outcome"] == "refused" and "order.customer (order_store)" in result["reason"]
+    assert "jansen@example.nl" not in result["reason"]
     assert [c["tool"] for c in s.calls(result["id"])] == ["lookup_order"]
     (received,) = s.trace(result["id"], "received")
     assert received["sender"] == "mallory@example.net"
@@ -83,3 +86,68 @@ def test_rug_pull_under_a_running_stack(stack, tmp_path: Path) -> None:
     assert after["outcome"] == "refused" and "pin failed for mail/send_status" in after["reason"]
     assert [c["tool"] for c in s.calls(after["id"])] == ["lookup_order"]
     assert wait_until(lambda: s.trace(after["id"], "outcome"))
+
+
+def test_the_trace_stream_shows_no_other_customers_data(stack, fake_model, tmp_path: Path) -> None:
+    """Issue 14, point 9: a stranger asks about Mallory's order 1234 under the guarded task.
+    What the broker publishes on its trace endpoint (read with the page's key) names
+    neither Mallory's address nor the order's status; trace.jsonl keeps both."""
+    import zmq
+
+    from airlock import keys
+    from airlock.transport import use_curve
+
+    s = stack(task=GUARDED).start("--model-url", fake_model("1234").url)
+    folder = s.data / "keys"
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    use_curve(sub, keys.load(folder, "dashboard"), keys.load(folder, "broker", secret=False).public)
+    sub.connect(f"tcp://127.0.0.1:{s.env['AIRLOCK_TRACE_PORT']}")
+    try:
+        email = tmp_path / "stranger.eml"
+        email.write_text("From: lena@example.de\nTo: shop@example.com\nSubject: order\n\nWhere is order 1234?\n")
+        published = b""
+        # A SUB joins late (slow joiner): inject until the stream carries an email's outcome.
+        while b'"event":"outcome"' not in published:
+            (result,) = s.inject(str(email))
+            assert result["outcome"] == "refused", result
+            while sub.poll(1000):
+                published += sub.recv()
+    finally:
+        sub.close(linger=0)
+    assert b"mallory@example.net" not in published and b'"shipped"' not in published
+    assert b'"refused_by":"corroboration"' in published and b"lena@example.de" in published
+    whole = (s.data / "trace.jsonl").read_bytes()
+    assert b"mallory@example.net" in whole and b'"shipped"' in whole
+
+
+def test_only_the_approvers_own_key_decides(stack, fake_model) -> None:
+    """Issue 14, point 8: the page's key and the intake's key sending "approve, by dana" are
+    refused and the email still waits (before, either approved it); `airlock approve --by
+    dana` signs with dana's own key, and the decision record names that key."""
+    from airlock import keys
+    from airlock.wire import Decide, Refused, encode, outbound_decoder
+
+    s = stack(task=REFUND).start("--model-url", fake_model("damaged").url)
+    (result,) = s.inject(REFUND_EMAIL)
+    assert result["outcome"] == "escalated"
+    for service in ("dashboard", "intake"):
+        sock = s.socket("intake", key_role=service)
+        try:
+            sock.send(encode(Decide(ref=1, message_id=result["id"], approve=True, role="support-lead", by="dana")))
+            assert sock.poll(10_000), f"the broker did not answer the {service} key"
+            (reply,) = outbound_decoder("intake").frame(sock.recv())
+        finally:
+            sock.close(linger=0)
+        assert isinstance(reply, Refused) and "approver's own key" in reply.reason, (service, reply)
+    assert result["id"] in s.airlock("pending").stdout  # still waiting: nothing was decided
+    assert not [t for t in s.trace(result["id"], "decision")]
+    approved = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
+    assert approved.returncode == 0 and "completed" in approved.stdout, approved.stderr
+    dana = keys.load(s.data / "keys", keys.person("dana"), secret=False).public.decode()
+    (decision,) = s.trace(result["id"], "decision")
+    assert (decision["by"], decision["key"]) == ("dana", dana)
+    records = [t["decision"] for t in s.trace(result["id"], "authorization") if t["tool"] == "send_refund_confirmation"]
+    assert (records[-1]["approver"], records[-1]["approver_key"]) == ("dana (support-lead)", dana)

@@ -240,20 +240,46 @@ async def test_hub_sends_snapshot_then_record_and_card() -> None:
     assert first.startswith("retry: ") and "event: snapshot\n" in first
     record = seed_records()[0]
     hub.publish([record])
-    raw, card = subscriber.queue.get_nowait(), subscriber.queue.get_nowait()
+    (raw, _), (card, _) = subscriber.queue.get_nowait(), subscriber.queue.get_nowait()
     assert raw == sse(None, record) and raw.count("\n") == 2 and raw.startswith("data: {")
     assert card.startswith("event: card\ndata: ") and '"id":"m-1"' in card
 
 
-async def test_hub_drops_a_page_that_cannot_keep_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full queue ends that page's stream (it reconnects to a fresh snapshot)."""
-    monkeypatch.setattr("dashboard.stream.QUEUE_LIMIT", 3)
-    hub = Hub(Board(PLAN))
+async def test_hub_drops_a_page_that_cannot_keep_up() -> None:
+    """A page whose waiting events pass its byte budget is dropped: what waited is let go
+    and its stream ends (it reconnects to a fresh snapshot)."""
+    hub = Hub(Board(PLAN), buffer_bytes=2048)
     subscriber, _ = hub.subscribe()
     hub.publish(seed_records())
     assert subscriber not in hub.subscribers
-    items = [subscriber.queue.get_nowait() for _ in range(subscriber.queue.qsize())]
-    assert items[-1] is None
+    assert subscriber.queued_bytes == 0 and subscriber.queue.qsize() == 1
+    assert await subscriber.get() is None
+
+
+async def test_hub_bounds_a_page_in_bytes_not_in_events() -> None:
+    """A budget counts bytes: 2,000 events of 4 KB (8 MB, what one slow page held before)
+    can never wait for one page; a page that reads keeps its stream."""
+    hub = Hub(Board(PLAN), buffer_bytes=64 * 1024)
+    slow, _ = hub.subscribe()
+    reading, _ = hub.subscribe()
+    for n in range(2000):
+        hub.publish([rec("model_answer", f"m-{n}", "reader", answer="x" * 4000, source="model")])
+        assert slow.queued_bytes <= 64 * 1024
+        while not reading.queue.empty():
+            await reading.get()
+    assert slow not in hub.subscribers and reading in hub.subscribers
+
+
+async def test_hub_caps_open_streams_and_counts_a_dropped_one_until_it_ends() -> None:
+    """Past max_streams a page is refused; a dropped page holds its slot until its stream
+    really ends (the server closes a connection that reads nothing), then it is free."""
+    hub = Hub(Board(PLAN), max_streams=2, buffer_bytes=256)
+    first, _ = hub.subscribe()
+    assert hub.subscribe() is not None and hub.subscribe() is None
+    hub.publish(seed_records())  # both dropped: they read nothing
+    assert not hub.subscribers and hub.subscribe() is None
+    hub.unsubscribe(first)
+    assert hub.subscribe() is not None
 
 
 # --- the walls ----------------------------------------------------------------------------

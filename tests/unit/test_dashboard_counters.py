@@ -23,7 +23,9 @@ class Lab:
     and its Done goes back through the Router, which writes the trace lines as in a run."""
 
     def __init__(self, settings: settings_module.Settings, actor: Any, boot: int) -> None:
-        self.router, self.actor, self.now = Router(settings, boot=boot), actor, 0.0
+        # Each person decides with their own key (issue 14, point 8): "<name>-key" here.
+        people = {f"{name}-key": name for name in ("dana", "sam")}
+        self.router, self.actor, self.now = Router(settings, boot=boot, approvers=people), actor, 0.0
         self.lines: list[dict[str, Any]] = []
         self.actor_identity = b"a"
         self.lose_actor_replies = 0  # the next replies the actor "sends" are lost (it died before)
@@ -66,7 +68,7 @@ class Lab:
     def decide(self, message_id: str, by: str, approve: bool = True) -> None:
         self._ref += 1
         self.run(self.router.handle("intake", b"c", Decide(ref=self._ref, message_id=message_id, approve=approve,
-                                                           role="support-lead", by=by), self.now))
+                                                           role="support-lead", by=by), self.now, f"{by}-key"))
 
     def actor_restarts(self) -> None:
         """The actor that lost its answer is gone (the broker's next send to it fails) and a

@@ -147,9 +147,13 @@ def test_data_only_value_is_refused_with_a_reason(make_actor, logged_calls) -> N
     actor = make_actor("order_status_guarded.toml")
     done = actor.run("m1", "777777", "mallory@example.net")
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "corroboration"
-    assert "jansen@example.nl" in done.reason and "mallory@example.net" in done.reason
+    # The reason names what disagreed and where each came from; the owner's address is in
+    # the decision record only (the reason reaches the Result, the SMTP reply and the page).
+    assert "sender (intake), order.customer (order_store)" in done.reason
+    assert "jansen@example.nl" not in done.reason
     rules = {r["rule"]: r for r in done.calls[-1].decision["rules"]}
-    assert rules["corroboration"]["read"]["order.customer"]["lineage"] == "order_store"
+    assert rules["corroboration"]["read"]["order.customer"] == {
+        "value": "jansen@example.nl", "lineage": "order_store", "provenance": "step 1 shop/lookup_order"}
     assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
     assert actor.run("m2", "1234", "mallory@example.net").outcome == "completed"  # her own order
 

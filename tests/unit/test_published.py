@@ -1,0 +1,95 @@
+"""What trace subscribers and the page see (issue 14, point 9): an email about someone
+else's order shows neither that customer's address nor the order's status, while the
+data folder's trace.jsonl keeps the whole record for the operator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from airlock import published
+from airlock.wire import Hello, Passed, Reading, Submit
+from broker.router import Router, Send
+from dashboard.feed import Dedup
+from dashboard.state import Board
+from dashboard.stream import Hub
+
+OWNER = "mallory@example.net"  # owns order 1234 in actor/orders.toml
+STATUS = '"shipped"'  # that order's status, as JSON
+SENDER = "lena@example.de"  # who asks about it
+R, V, A, C = b"r", b"v", b"a", b"c"
+
+
+@pytest.fixture
+def attack_lines(settings, make_actor) -> list[bytes]:
+    """The trace lines the broker writes for a stranger asking about order 1234 under the
+    guarded task: the real actor refuses the mail, the real router records it."""
+    router = Router(settings, boot=0xABC)
+    effects: list[Any] = []
+    for role, identity in (("reader", R), ("validator", V), ("actor", A)):
+        effects += router.handle(role, identity, Hello(credit=1), 0.0)
+    effects += router.handle("intake", C, Submit(ref=1, raw=b"Order 1234?", format="text", sender=SENDER), 0.0)
+    (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
+    effects += router.handle("reader", R, Reading(message_id=message_id, answer="1234", source="model"), 0.1)
+    effects += router.handle("validator", V, Passed(message_id=message_id, value="1234"), 0.2)
+    (passed,) = [s.message for s in effects if isinstance(s, Send) and s.role == "actor"]
+    (done,) = make_actor("order_status_guarded.toml").handle(passed)
+    assert done.outcome == "refused"
+    effects += router.handle("actor", A, done, 0.3)
+    return [line for effect in effects if isinstance(effect, bytes) for line in effect.splitlines()]
+
+
+def test_the_file_keeps_the_whole_record(attack_lines) -> None:
+    """The operator's trace.jsonl still holds the owner and the status (the lookup and the
+    corroboration that read them): nothing is lost, it is only not published."""
+    whole = b"\n".join(attack_lines).decode()
+    assert OWNER in whole and STATUS in whole
+
+
+def test_a_subscriber_never_sees_another_customers_address_or_status(attack_lines) -> None:
+    """What the broker publishes for the stranger's email names no owner and no status;
+    the flow (which rule refused, which tool ran, with which order id) is all there."""
+    shown = [json.loads(published.line(line)) for line in attack_lines]
+    text = json.dumps(shown)
+    assert OWNER not in text and STATUS not in text
+    assert SENDER in text  # the sender's own address is theirs to see
+    refused = next(r for r in shown if r["event"] == "authorization" and r["decision"]["verdict"] == "refuse")
+    assert refused["decision"]["refused_by"] == "corroboration" and refused["tool"] == "send_status"
+    assert next(r for r in shown if r["event"] == "call")["args"] == {"order_id": "1234"}
+    assert next(r for r in shown if r["event"] == "outcome")["outcome"] == "refused"
+
+
+def test_the_page_never_shows_another_customers_address_or_status(attack_lines) -> None:
+    """Fed the whole lines (the page also tails trace.jsonl), no event a page receives and
+    no snapshot holds the owner or the status; the card still shows the refusal."""
+    hub = Hub(Board([("shop", "lookup_order"), ("mail", "send_status")]))
+    page, _ = hub.subscribe()
+    hub.publish([json.loads(line) for line in attack_lines])
+    sent = []
+    while not page.queue.empty():
+        sent.append(page.queue.get_nowait()[0])
+    text = "".join(sent) + json.dumps(hub.snapshot())
+    assert OWNER not in text and STATUS not in text
+    (card,) = hub.snapshot()["cards"]
+    assert card["outcome"] == "refused" and card["refusals"][0]["refused_by"] == "corroboration"
+
+
+def test_published_and_file_lines_are_one_line_to_the_page(attack_lines) -> None:
+    """The page deduplicates a published line and the same line from the file: made public
+    first, both are the same bytes (public is idempotent)."""
+    dedup = Dedup()
+    for line in attack_lines:
+        assert dedup.fresh(published.line(line))
+        assert not dedup.fresh(published.line(published.line(line).rstrip(b"\n")))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param("owner=jansen@example.nl (order_store)", "owner=(withheld) (order_store)", id="reason"),
+    pytest.param("Jansen <jansen@example.nl>", "Jansen <(withheld)>", id="display-name"),
+    pytest.param("order 4411", "order 4411", id="no-address"),
+])
+def test_masked_withholds_addresses_in_text(text: str, expected: str) -> None:
+    """An address inside a reason or an argument is withheld; other text stays."""
+    assert published.masked(text) == expected
