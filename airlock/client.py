@@ -16,7 +16,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing
+from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing, QueueFull, RequestRefused
 from airlock.settings import Settings, holds
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
@@ -26,7 +26,9 @@ from airlock.wire import (
 KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab's ./airlock-keys), "
              "or set AIRLOCK_KEYS")
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
-BUSY_RETRY_S = 0.2
+BUSY_RETRY_S = 0.2  # the first wait after "queue full"; it doubles up to BUSY_RETRY_MAX_S
+BUSY_RETRY_MAX_S = 2.0
+BUSY_WAIT_S = 30.0  # how long a full queue may accept nothing before QueueFull
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,10 @@ def _require_keys(settings: Settings, role: str) -> Path:
 
 class IntakeClient:
     def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake",
-                 require_keys: bool = False) -> None:
+                 require_keys: bool = False, busy_wait_s: float = BUSY_WAIT_S) -> None:
         self.endpoint = settings.endpoint("intake")
         self.timeout_s = timeout_s
+        self.busy_wait_s = busy_wait_s
         self._ctx = zmq.Context.instance()
         self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
@@ -75,22 +78,45 @@ class IntakeClient:
         self._channel.close()
 
     def submit(self, items: Iterable[Submission]) -> Iterator[tuple[str, str]]:
-        """Submit emails; yield (origin, message_id) as each is accepted."""
+        """Submit emails; yield (origin, message_id) as each is accepted.
+
+        Back-pressure: what the broker refuses with "queue full" is sent again, together,
+        after a wait doubling from BUSY_RETRY_S to BUSY_RETRY_MAX_S, and nothing new is sent
+        meanwhile. Once nothing has been accepted for busy_wait_s, QueueFull (with the
+        broker's reason) ends the call; what was accepted before it has been yielded, so a
+        caller can say exactly what went in."""
         queue = list(items)
         waiting: dict[int, Submission] = {}
+        refused: list[Submission] = []
         position = 0
-        while position < len(queue) or waiting:
+        backoff_s, progress_at, retry_at, reason = BUSY_RETRY_S, time.monotonic(), 0.0, ""
+        while position < len(queue) or waiting or refused:
+            now = time.monotonic()
+            if refused and now >= retry_at:
+                if now - progress_at > self.busy_wait_s:
+                    left = len(queue) - position + len(refused) + len(waiting)
+                    raise QueueFull(f"the broker at {self.endpoint} refused: {reason}; nothing was accepted "
+                                    f"for {self.busy_wait_s:g} s; {left} emails not taken, try them again later")
+                self._send(refused, waiting)
+                refused = []
             room = min(WINDOW - len(waiting), len(queue) - position)
-            if room > 0:  # a batch: the broker accepts them in one turn, with one fsync
+            if room > 0 and not refused:  # a batch: the broker accepts them in one turn, with one fsync
                 self._send(queue[position:position + room], waiting)
                 position += room
+            if not waiting:
+                time.sleep(max(0.0, retry_at - time.monotonic()))
+                continue
             match self._next():
                 case Accepted(ref=ref, message_id=message_id) if ref in waiting:
+                    backoff_s, progress_at = BUSY_RETRY_S, time.monotonic()
                     yield waiting.pop(ref).origin, message_id
-                case Refused(ref=ref) if ref in waiting:
-                    # Back-pressure: the broker's queue is full. Wait, then send it again.
-                    time.sleep(BUSY_RETRY_S)
-                    self._send([waiting.pop(ref)], waiting)
+                case Refused(ref=ref, code="queue_full", reason=reason) if ref in waiting:
+                    if not refused:
+                        retry_at = time.monotonic() + backoff_s
+                        backoff_s = min(backoff_s * 2, BUSY_RETRY_MAX_S)
+                    refused.append(waiting.pop(ref))
+                case Refused(ref=ref, reason=why) if ref in waiting:
+                    raise RequestRefused(f"the broker at {self.endpoint} refused an email: {why}")
 
     def submit_one(self, item: Submission) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket

@@ -25,6 +25,11 @@ from broker.journal import Entry, Journal
 from broker.router import Router, Send
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
+TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
+# Frames libzmq holds per intake connection before TCP pushes back on the client. Clients
+# may send hundreds of 256 KiB emails at once; unread they would sit in the broker's memory,
+# past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
+INTAKE_RCVHWM = 16
 IDLE_POLL_S = 0.1
 
 
@@ -108,7 +113,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             if name == "trace":
                 publisher.bind(endpoint)
             else:
-                sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name)
+                sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name,
+                                       **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
     except zmq.ZMQError as exc:
         # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
         if authenticator is not None:
@@ -168,6 +174,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
+                if role == "intake":  # one client_gone line, however many answers it missed
+                    return refused + core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent)
                 for send in sends[sent:sent + count]:
                     refused += core.undeliverable(send, time.monotonic())
             sent += count
@@ -190,12 +198,13 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                     effects += _handshake_failures(core, sock, monitors[sock])
                     continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
-                taken = 0
-                while taken < BATCH:
+                taken = taken_bytes = 0
+                while taken < BATCH and taken_bytes < TURN_BYTES:
                     try:
                         identity, payload = recv_routed(sock)
                     except zmq.Again:
                         break
+                    taken_bytes += len(payload) if payload is not None else 0
                     messages = decode.frame(payload) if payload is not None else [Malformed(
                         reason="expected exactly one frame", size=0)]
                     now = time.monotonic()

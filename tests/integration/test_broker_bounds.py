@@ -1,0 +1,83 @@
+"""Issue 14 against a real broker: memory bounded in bytes under a flood of large emails,
+and a full queue that `airlock inject` reports with its own exit code."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from airlock import settings as settings_module
+from airlock.client import IntakeClient, Submission
+from airlock.errors import QueueFull
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+QUEUE_MAX_BYTES = 16 * 1024 * 1024
+EMAIL = b"Subject: order\r\n\r\n" + b"Order 4411, where is it? " * (255 * 1024 // 25)
+
+
+def _rss_kib(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_3000_emails_of_255_kb_keep_the_broker_within_its_byte_bound(stack, fake_model) -> None:
+    """3,000 emails of 255 KB at a stack whose one reader is stuck on a slow model: the broker
+    takes what fits in AIRLOCK_QUEUE_MAX_BYTES, refuses the rest with queue_full, and its
+    resident memory grows by about the bound, not by 780 MB (the queue once held 100,000)."""
+    model = fake_model("4411")
+    model.delay_s = 60  # the reader holds one email; the queue fills behind it
+    s = stack(AIRLOCK_QUEUE_MAX_BYTES=str(QUEUE_MAX_BYTES), AIRLOCK_MODEL_TIMEOUT_S="60").start(
+        "--model-url", model.url, "--readers", "1")
+    pid = s.pid("broker")
+    before = _rss_kib(pid)
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_kib(pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    accepted: list[str] = []
+    settings = settings_module.load(s.env)
+    started = time.monotonic()
+    try:
+        with IntakeClient(settings, timeout_s=20, busy_wait_s=2.0) as client:
+            with pytest.raises(QueueFull) as refused:
+                for _, message_id in client.submit([Submission(EMAIL, "eml", f"flood-{n}") for n in range(3000)]):
+                    accepted.append(message_id)
+    finally:
+        done.set()
+        sampler.join(5)
+    grown_mib = (max(peak[0], _rss_kib(pid, "VmHWM")) - before) / 1024
+    print(f"broker RSS {before / 1024:.0f} MiB at start, +{grown_mib:.0f} MiB at peak; "
+          f"{len(accepted)} accepted in {time.monotonic() - started:.1f} s")
+    assert "queue full" in str(refused.value) and "AIRLOCK_QUEUE_MAX_BYTES" in str(refused.value)
+    assert 0 < len(accepted) * len(EMAIL) <= QUEUE_MAX_BYTES + 2 * len(EMAIL)
+    # The bound, one turn's reading (8 MiB, a few copies) and 16 frames per connection.
+    assert grown_mib < QUEUE_MAX_BYTES / 2**20 + 48, grown_mib
+    status = s.airlock("status", "--json")
+    assert status.returncode == 0 and s.process.poll() is None
+
+
+def test_inject_into_a_full_queue_says_so_and_exits_75(stack, fake_model, tmp_path) -> None:
+    """`airlock inject` into a queue that stays full prints what was accepted, then one line
+    naming the limit, and exits 75 (EX_TEMPFAIL: try again later)."""
+    model = fake_model("4411")
+    model.delay_s = 60
+    s = stack(AIRLOCK_QUEUE_MAX_BYTES=str(600 * 1024), AIRLOCK_MODEL_TIMEOUT_S="60").start(
+        "--model-url", model.url, "--readers", "1")
+    path = tmp_path / "big.eml"
+    path.write_bytes(EMAIL)
+    done = s.airlock("inject", "--json", *[str(path)] * 8, timeout=180)
+    assert done.returncode == 75, (done.returncode, done.stderr)
+    assert len(done.stdout.splitlines()) >= 2  # one with the reader, two waiting (600 KiB)
+    assert done.stderr.count("\n") == 1 and "queue full" in done.stderr and "Traceback" not in done.stderr
