@@ -9,6 +9,7 @@ and the turn's trace lines in as few published frames as fit.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -21,7 +22,7 @@ from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
 from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
-from broker.journal import Entry, Journal
+from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
@@ -81,22 +82,52 @@ def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
     return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
 
 
-def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
-    """Re-dispatch what an earlier broker accepted and never finished; keep escalations open."""
+def recover(core: Router, settings: Settings, journal: Journal,
+            now: float) -> tuple[list[Send | bytes | Entry], collections.deque[Position]]:
+    """Re-dispatch what an earlier broker accepted and never finished; keep escalations open.
+
+    Only what fits under AIRLOCK_QUEUE_MAX_BYTES is read into memory; the rest waits on disk
+    (the backlog returned, in journal order) and refill() reads it as readers make room, so
+    a restart holds no more than a running broker would."""
     state = trace.states(settings.trace_path)
-    for entry in journal_module.entries(settings.data_dir / "journal.bin"):
-        if state.get(entry.message_id) == "escalated":
-            core.still_escalated(entry.message_id, now)
-        elif state.get(entry.message_id) != "final":
-            core.recover(entry, now)
-        state[entry.message_id] = "journalled"
+    backlog: collections.deque[Position] = collections.deque()
+    for position in journal_module.positions(journal.path):
+        what = state.get(position.message_id)
+        if what == "escalated":
+            core.still_escalated(position.message_id, now)
+        elif what != "final":
+            if backlog or not core.has_room(position.size):
+                core.defer(position.message_id, now)
+                backlog.append(position)
+            else:
+                core.recover(journal.read(position), now)
+        state[position.message_id] = "journalled"
     effects: list[Send | bytes | Entry] = []
     for message_id, what in state.items():
         if what == "open":  # received but never acknowledged: nothing to resume
             effects += core.abandon(message_id, "the broker stopped before accepting this email")
         elif what == "escalated":
             core.still_escalated(message_id, now)
-    return effects + core.tick(now)
+    return effects + core.tick(now), backlog
+
+
+def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
+    """Read deferred emails back from the journal while they fit under the byte bound."""
+    while backlog and core.has_room(backlog[0].size):
+        core.recover(journal.read(backlog.popleft()), now)
+
+
+def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Send | bytes | Entry]:
+    """Drop final emails from the journal once it is big and mostly final (broker.journal).
+    The trace goes to disk first: it is what says those emails are final."""
+    writer.sync()
+    size = journal.size
+    try:
+        freed = journal.compact(core.flights.keys())
+    except OSError as exc:  # a full disk: the old journal is whole; say so and carry on
+        return [trace.line("broker", "journal_compaction_failed", None, {"error": str(exc), "bytes": size})]
+    return [trace.line("broker", "journal_compacted", None, {
+        "bytes_before": size, "bytes_after": journal.size, "freed": freed, "live": len(journal.sizes)})]
 
 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
@@ -124,7 +155,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)
-    journal = Journal(settings.data_dir / "journal.bin")
+    journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
     core = Router(settings)
     poller = zmq.Poller()
     for sock in sockets.values():
@@ -186,7 +217,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "trace": str(settings.trace_path),
         "authentication": "CURVE, one key per role, ZAP allow lists" if server else "OFF (no AIRLOCK_KEYS)"})])
     writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
-    carry_out(recover(core, settings, time.monotonic()))
+    recovered, backlog = recover(core, settings, journal, time.monotonic())
+    carry_out(recovered)
     writer.flush()
     try:
         while not stop.is_set():
@@ -211,9 +243,15 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                     for message in messages:
                         effects += core.handle(role, identity, message, now)
                     taken += len(messages)
+            if backlog:
+                refill(core, journal, backlog, time.monotonic())
             effects += core.tick(time.monotonic())
             carry_out(effects)
             writer.flush()
+            # Offsets in the backlog point into this file: no rewrite until it is read.
+            if not backlog and journal.worth_compacting(core.flights.keys(), time.monotonic()):
+                carry_out(compact(core, journal, writer))
+                writer.flush()
     finally:
         carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
         writer.close()

@@ -54,7 +54,7 @@ from broker.journal import Entry
 BROKER_EVENTS = frozenset({
     "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
     "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "started", "stopped",
+    "auth_refused", "started", "stopped", "journal_compacted", "journal_compaction_failed",
 })
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
@@ -186,11 +186,20 @@ class Router:
 
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
+        deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
         flight = Flight(entry.message_id, "reader", now, sender=entry.sender)
+        if deferred is not None:
+            flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
-        self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw))
+        self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw),
+                    **({"waited_on_disk": True} if deferred is not None else {}))
         self._hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
         self._hold(flight, len(entry.raw))
+
+    def defer(self, message_id: str, now: float) -> None:
+        """A journalled email that does not fit under queue_max_bytes yet: known (an Await
+        on it waits), but its raw email stays on disk until recover() is called with it."""
+        self.flights[message_id] = Flight(message_id, "reader", now)
 
     def has_room(self, size: int) -> bool:
         """Whether `size` more raw bytes fit under queue_max_bytes (one email always fits an

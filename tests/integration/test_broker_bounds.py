@@ -81,3 +81,27 @@ def test_inject_into_a_full_queue_says_so_and_exits_75(stack, fake_model, tmp_pa
     assert done.returncode == 75, (done.returncode, done.stderr)
     assert len(done.stdout.splitlines()) >= 2  # one with the reader, two waiting (600 KiB)
     assert done.stderr.count("\n") == 1 and "queue full" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_journal_is_compacted_once_emails_are_final_and_a_killed_broker_redoes_nothing(stack, fake_model) -> None:
+    """With AIRLOCK_JOURNAL_COMPACT_BYTES at 200 KB, 40 emails of 10 KB that all finish leave
+    a journal far smaller than they were; after kill -9 the new broker recovers none of them."""
+    import os
+    import signal
+
+    model = fake_model("4411")
+    s = stack(AIRLOCK_JOURNAL_COMPACT_BYTES=str(200 * 1024)).start("--model-url", model.url)
+    email = b"Subject: order 4411\r\n\r\nWhere is order 4411? " + b"Please. " * 1250
+    with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
+        ids = [i for _, i in client.submit([Submission(email, "eml", f"e{n}") for n in range(40)])]
+        assert len(list(client.outcomes(ids, timeout_s=120))) == 40
+    journal = s.data / "journal.bin"
+    assert wait_until(lambda: s.trace(event="journal_compacted"), timeout_s=20)
+    assert journal.stat().st_size < 200 * 1024 < 40 * len(email)
+    old = s.pid("broker")
+    os.kill(old, signal.SIGKILL)
+    assert wait_until(lambda: (s.data / "run" / "broker.pid").exists() and s.pid("broker") != old, timeout_s=30)
+    assert wait_until(lambda: len(s.trace(event="started")) >= 2, timeout_s=30)
+    assert not [r for r in s.trace(event="recovered") if r["message_id"] in ids]
+    finals = [o["message_id"] for o in s.trace(event="outcome") if o["message_id"] in ids]
+    assert sorted(finals) == sorted(ids)
