@@ -105,3 +105,34 @@ def test_journal_is_compacted_once_emails_are_final_and_a_killed_broker_redoes_n
     assert not [r for r in s.trace(event="recovered") if r["message_id"] in ids]
     finals = [o["message_id"] for o in s.trace(event="outcome") if o["message_id"] in ids]
     assert sorted(finals) == sorted(ids)
+
+
+def test_8_awaits_of_250000_ids_are_refused_at_once(stack, fake_model) -> None:
+    """8 frames of Await naming one in-flight email 250,000 times each: 8 typed refusals
+    within a second or two, no waiter made, a handful of trace lines (it once made 2 million
+    waiters and 2 million lines and stalled the broker 7 s)."""
+    from airlock import wire
+
+    model = fake_model("4411")
+    model.delay_s = 30
+    s = stack().start("--model-url", model.url, "--readers", "1")
+    with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
+        [(_, message_id)] = list(client.submit([Submission(EMAIL[:2000], "eml", "one")]))
+    lines_before = len(s.trace())
+    sock = s.socket("intake")
+    try:
+        started = time.monotonic()
+        for ref in range(8):
+            sock.send(wire.encode(wire.Await(ref=ref, ids=[message_id] * 250_000)))
+        decode = wire.outbound_decoder("intake")
+        answers = []
+        while len(answers) < 8 and sock.poll(10_000):
+            answers += decode.frame(sock.recv())
+        elapsed = time.monotonic() - started
+    finally:
+        sock.close(linger=0)
+    assert [a.code for a in answers] == ["too_many_ids"] * 8, answers
+    assert elapsed < 3.0, elapsed
+    with IntakeClient(settings_module.load(s.env), timeout_s=5) as client:
+        assert client.status().in_flight == 1
+    assert len(s.trace()) - lines_before < 20

@@ -218,3 +218,23 @@ def test_poison_emails_fail_after_few_deliveries_and_others_are_not_delayed(sett
     # broker (redeliveries at the front, waiting for an empty reader) took 161 ticks.
     assert max(ended[o][1] for o in ordinary) <= 2 * 30 + 40 + 10, max(ended[o][1] for o in ordinary)
     assert router.queued_bytes == 0 and router.flights == {}
+
+
+def test_a_late_passed_does_not_change_an_escalated_email_on_the_page(router: Router) -> None:
+    """The broker's lines, fed to the page: a validator's late Passed with another value for
+    an email already with the actor (here escalated) leaves the card's verdict as it was."""
+    from airlock.wire import Done
+    from dashboard.state import Board
+
+    workers(router)
+    router.handle("validator", b"v2", Hello(credit=8), 0.0)
+    message_id, effects = submit(router)
+    effects += router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model"), 1.0)
+    effects += router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
+    effects += router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason="a person"), 3.0)
+    effects += router.handle("validator", b"v2", Passed(message_id=message_id, value="9999"), 4.0)
+    board = Board([("shop", "lookup_order"), ("mail", "send_status")])
+    for line in lines(effects):
+        board.apply(line)
+    card = board.cards[message_id]
+    assert card["verdict"]["value"] == "4411"
