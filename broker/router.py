@@ -80,7 +80,6 @@ class Worker:
     last_seen: float = 0.0
     assigned: set[str] = field(default_factory=set)
     suspect: str | None = None  # a redelivered email it holds alone (see _dispatch_suspects)
-    draining: bool = False  # takes no ordinary work until it holds nothing, then a suspect
 
 
 @dataclass
@@ -111,6 +110,8 @@ class Router:
         self._pending: dict[str, collections.deque[Message]] = {r: collections.deque() for r in self.workers}
         # Redeliveries wait here, apart from ordinary work, never ahead of it (see _dispatch).
         self._retry: dict[str, collections.deque[Message]] = {r: collections.deque() for r in self.workers}
+        # The worker of each role that takes no ordinary work until it holds nothing, for a suspect.
+        self._draining: dict[str, bytes | None] = {r: None for r in self.workers}
         self.queued_bytes = 0  # the sum of every flight's held_bytes
         self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self._deadlines: list[tuple[float, str, int]] = []
@@ -443,7 +444,7 @@ class Router:
     def _dispatch(self, now: float) -> None:
         for role, pending in self._pending.items():
             ready, workers = self._ready[role], self.workers[role]
-            if self._retry[role] and ready:
+            if ready and (self._retry[role] or self._draining[role] is not None):
                 self._dispatch_suspects(role, now)
             if not (pending and ready):
                 continue  # the usual case, on every message: keep it cheap
@@ -458,7 +459,7 @@ class Router:
                     pending.popleft()  # stale: that email moved on or ended meanwhile
                     ready.appendleft(identity)
                     continue
-                if worker.suspect is not None or worker.draining:
+                if worker.suspect is not None or identity == self._draining[role]:
                     passed_over.append(identity)  # it holds a suspect, or empties for one
                     continue
                 self._send_work(role, worker, pending.popleft(), flight, now)
@@ -483,15 +484,14 @@ class Router:
             idle = next((w for w in workers.values() if not w.assigned and w.suspect is None
                          and w.identity in ready), None)
             if idle is None:
-                if not any(w.draining for w in workers.values()):
+                if self._draining[role] not in workers:
                     free = [w for w in workers.values() if w.suspect is None]
-                    if free:
-                        min(free, key=lambda w: len(w.assigned)).draining = True
+                    self._draining[role] = min(free, key=lambda w: len(w.assigned)).identity if free else None
                 return
             ready.remove(idle.identity)
-            idle.draining = False
             self._send_work(role, idle, retry.popleft(), flight, now, suspect=True)
             holding += 1
+        self._draining[role] = None  # nothing more to place now: no worker should idle for it
 
     def _send_work(self, role: str, worker: Worker, message: Message, flight: Flight, now: float,
                    suspect: bool = False) -> None:

@@ -238,3 +238,25 @@ def test_a_late_passed_does_not_change_an_escalated_email_on_the_page(router: Ro
         board.apply(line)
     card = board.cards[message_id]
     assert card["verdict"]["value"] == "4411"
+
+
+def test_a_worker_emptied_for_a_suspect_takes_ordinary_work_again(settings) -> None:
+    """A busy reader stops taking ordinary mail so a suspect can have it alone; once no
+    suspect waits (they ended meanwhile), it takes ordinary mail again, never idles for good."""
+    from airlock.wire import Unreadable
+
+    router = Router(msgspec.structs.replace(settings, max_attempts=3), boot=0xABC)
+    for identity in (b"r1", b"r2", b"r3", b"r4"):
+        router.handle("reader", identity, Hello(credit=2), 0.0)
+    ids = [submit(router, ref=n)[0] for n in range(8)]  # every reader holds two
+    holder = next(i for i, w in router.workers["reader"].items() if ids[0] in w.assigned)
+    router.undeliverable(Send("reader", holder, Hello(credit=1)), 1.0)  # its two come back as suspects
+    other = next(i for i in router.workers["reader"] if i != holder)
+    answered = sorted(router.workers["reader"][other].assigned)[0]
+    router.handle("reader", other, Unreadable(message_id=answered, rule="r", reason="x"), 2.0)
+    assert router._draining["reader"] == other  # no reader is empty: the least busy empties
+    for message_id in [m for m in ids if m in router.flights and router.flights[m].worker is None]:
+        router._finish(router.flights[message_id], "failed", "ended another way", 3.0)
+    new, effects = submit(router, ref=99)
+    assert router._draining["reader"] is None
+    assert [s.identity for s in sends(effects, "reader") if s.message.message_id == new] == [other]
