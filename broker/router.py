@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import heapq
-import re
 import time
 import typing
 from dataclasses import dataclass, field
@@ -41,27 +40,16 @@ import msgspec
 
 from airlock import trace
 from airlock.settings import Settings
-from airlock.terminal import shown
 from airlock.wire import (
     INBOUND, Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
     Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
+from broker import events
+from broker.events import BROKER_EVENTS  # noqa: F401 - where tests and readers found it before
 from broker.journal import Entry
 
-# The events the broker writes from what it checked itself. Recovery, scoring and the
-# dashboard read them, so a worker's Event or a client's Notice may not take these names
-# (a forged "outcome" would make recovery skip an email, a forged "received" redo one).
-BROKER_EVENTS = frozenset({
-    "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
-    "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "started", "stopped", "journal_compacted", "journal_compaction_failed",
-})
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
-# What a worker's Event or a client's Notice may be called: no control characters, no case
-# tricks, short. The broker writes a worker's as `worker.<name>` (WORKER_EVENT_PREFIX).
-EVENT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-WORKER_EVENT_PREFIX = "worker."
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
 PARSE_RULES = (".empty", ".length", ".syntax", ".pattern")  # text that is not even the right shape
 
@@ -151,13 +139,12 @@ class Router:
                 self._trace("broker", "violation", None, endpoint=role, kind=kind, reason=reason)
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
-            case Event(event=event) | Notice(event=event) if event in BROKER_EVENTS or not EVENT_NAME.fullmatch(event):
+            case Event(event=event) | Notice(event=event) if (refusal := events.refusal(event, role, isinstance(message, Event))):
                 self.counters[f"violation.{role}"] += 1
                 self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
-                            reason=f"a peer on the {role} endpoint may not write the trace event "
-                                   f"'{shown(event[:100])}'")
+                            reason=refusal)
             case Event(event=event, message_id=message_id, detail=detail):
-                self._trace(role, WORKER_EVENT_PREFIX + event, message_id, _escaped(detail))
+                self._trace(role, events.WORKER_PREFIX + event, message_id, events.escaped(detail))
             case _:
                 self._handlers[type(message)](role, identity, message, now)
         self._dispatch(now)
@@ -342,7 +329,7 @@ class Router:
             in_flight=len(self.flights), counters=dict(self.counters))))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
-        self._trace("supervisor", message.event, None, _escaped(message.detail))
+        self._trace("supervisor", message.event, None, events.escaped(message.detail))
 
     # --- results from workers -------------------------------------------------------------
 
@@ -548,21 +535,6 @@ class Router:
     def _take(self) -> list[Send | bytes | Entry]:
         out, self.out = self.out, []
         return out
-
-
-def _escaped(detail: dict[str, Any]) -> dict[str, Any]:
-    """A peer's trace detail with every text in it (keys too) escaped for a terminal: the
-    trace is shown by `airlock trace`, the page and logs, and JSON leaves bidi and format
-    characters raw."""
-    def one(value: Any) -> Any:
-        if isinstance(value, str):
-            return shown(value)
-        if isinstance(value, list):
-            return [one(v) for v in value]
-        if isinstance(value, dict):
-            return {shown(str(k)): one(v) for k, v in value.items()}
-        return value
-    return {shown(key): one(value) for key, value in detail.items()}
 
 
 def _student(point: str) -> dict[str, str]:

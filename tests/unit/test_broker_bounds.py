@@ -260,3 +260,13 @@ def test_a_worker_emptied_for_a_suspect_takes_ordinary_work_again(settings) -> N
     new, effects = submit(router, ref=99)
     assert router._draining["reader"] is None
     assert [s.identity for s in sends(effects, "reader") if s.message.message_id == new] == [other]
+
+
+@pytest.mark.parametrize("name", ["violation", "malformed_frame", "worker_lost"])
+def test_a_client_notice_cannot_take_a_broker_event_name(router: Router, name: str) -> None:
+    """A Notice is written under its own name (stage supervisor), so the broker's names,
+    violation included, are refused to it."""
+    from airlock.wire import Notice
+
+    (line,) = lines(router.handle("intake", CLIENT, Notice(event=name), 0.0))
+    assert (line["stage"], line["event"], line["endpoint"]) == ("broker", "violation", "intake")
