@@ -136,3 +136,30 @@ def test_8_awaits_of_250000_ids_are_refused_at_once(stack, fake_model) -> None:
     with IntakeClient(settings_module.load(s.env), timeout_s=5) as client:
         assert client.status().in_flight == 1
     assert len(s.trace()) - lines_before < 20
+
+
+def test_an_email_that_gets_its_reader_killed_fails_after_3_deliveries(stack, fake_model) -> None:
+    """The reader is SIGKILLed (as the kernel's OOM killer does) each time it reads one email:
+    that email ends failed after AIRLOCK_MAX_ATTEMPTS (3) deliveries, each kill counted, and
+    the five ordinary emails sent after it all complete."""
+    import os
+    import signal
+
+    s = None
+
+    def reply(messages: list[dict[str, str]]) -> str:
+        if "POISON" in str(messages):
+            os.kill(s.pid("reader-1"), signal.SIGKILL)  # dies mid-email, as under a memory limit
+        return "4411"
+
+    model = fake_model(reply)
+    s = stack(AIRLOCK_RESTART_BACKOFF_MAX_S="1").start("--model-url", model.url, "--readers", "1")
+    poison = b"Subject: order\r\n\r\nPOISON: where is order 4411?"
+    ordinary = b"Subject: order\r\n\r\nWhere is order 4411?"
+    with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
+        items = [Submission(poison, "eml", "poison")] + [Submission(ordinary, "eml", f"o{n}") for n in range(5)]
+        ids = [i for _, i in client.submit(items)]
+        results = {r.message_id: r for r in client.outcomes(ids, timeout_s=120)}
+    assert results[ids[0]].outcome == "failed" and "after 3 deliveries" in results[ids[0]].reason
+    assert [results[i].outcome for i in ids[1:]] == ["completed"] * 5
+    assert len([r for r in s.trace(ids[0], "redelivery")]) == 2
