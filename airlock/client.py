@@ -28,7 +28,6 @@ KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2  # the first wait after "queue full"; it doubles up to BUSY_RETRY_MAX_S
 BUSY_RETRY_MAX_S = 2.0
-BUSY_WAIT_S = 30.0  # how long a full queue may accept nothing before QueueFull
 
 
 @dataclass(frozen=True)
@@ -55,10 +54,11 @@ def _require_keys(settings: Settings, role: str) -> Path:
 
 class IntakeClient:
     def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake",
-                 require_keys: bool = False, busy_wait_s: float = BUSY_WAIT_S) -> None:
+                 require_keys: bool = False, busy_wait_s: float | None = None) -> None:
         self.endpoint = settings.endpoint("intake")
         self.timeout_s = timeout_s
-        self.busy_wait_s = busy_wait_s
+        # How long a full queue may accept nothing before QueueFull (AIRLOCK_QUEUE_FULL_WAIT_S).
+        self.busy_wait_s = settings.queue_full_wait_s if busy_wait_s is None else busy_wait_s
         self._ctx = zmq.Context.instance()
         self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
@@ -77,15 +77,16 @@ class IntakeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def submit(self, items: Iterable[Submission]) -> Iterator[tuple[str, str]]:
+    def submit(self, items: Iterable[Submission], busy_wait_s: float | None = None) -> Iterator[tuple[str, str]]:
         """Submit emails; yield (origin, message_id) as each is accepted.
 
         Back-pressure: what the broker refuses with "queue full" is sent again, together,
         after a wait doubling from BUSY_RETRY_S to BUSY_RETRY_MAX_S, and nothing new is sent
-        meanwhile. Once nothing has been accepted for busy_wait_s, QueueFull (with the
-        broker's reason) ends the call; what was accepted before it has been yielded, so a
-        caller can say exactly what went in."""
+        meanwhile. Once nothing has been accepted for busy_wait_s (default: the client's),
+        QueueFull (with the broker's reason) ends the call; what was accepted before it has
+        been yielded, so a caller can say exactly what went in."""
         queue = list(items)
+        patience_s = self.busy_wait_s if busy_wait_s is None else busy_wait_s
         waiting: dict[int, Submission] = {}
         refused: list[Submission] = []
         position = 0
@@ -93,10 +94,10 @@ class IntakeClient:
         while position < len(queue) or waiting or refused:
             now = time.monotonic()
             if refused and now >= retry_at:
-                if now - progress_at > self.busy_wait_s:
+                if now - progress_at > patience_s:
                     left = len(queue) - position + len(refused) + len(waiting)
                     raise QueueFull(f"the broker at {self.endpoint} refused: {reason}; nothing was accepted "
-                                    f"for {self.busy_wait_s:g} s; {left} emails not taken, try them again later")
+                                    f"for {patience_s:g} s; {left} emails not taken, try them again later")
                 self._send(refused, waiting)
                 refused = []
             room = min(WINDOW - len(waiting), len(queue) - position)
@@ -120,9 +121,11 @@ class IntakeClient:
 
     def submit_one(self, item: Submission) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket
-        error included): what the SMTP intake and the dashboard hand over, one at a time."""
+        error included; QueueFull once the queue stayed full for timeout_s): what the SMTP
+        intake (451, so the sender retries) and the dashboard hand over, one at a time, each
+        with someone waiting on the answer."""
         try:
-            for _, message_id in self.submit([item]):
+            for _, message_id in self.submit([item], busy_wait_s=min(self.busy_wait_s, self.timeout_s)):
                 return message_id
         except zmq.ZMQError as exc:
             raise BrokerUnreachable(f"the broker at {self.endpoint} failed: {exc}") from exc

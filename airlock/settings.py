@@ -57,6 +57,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     await_max_ids: int = 1000  # ids one Await may name
     await_max_waiters: int = 100_000  # ids one client may wait on at once
     journal_compact_bytes: int = 64 * 1024 * 1024  # a journal this big is rewritten without final emails
+    queue_full_wait_s: float = 30.0  # a client resends what a full queue refused for this long, then gives up
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -235,6 +236,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "await_max_ids": read("AIRLOCK_AWAIT_MAX_IDS", _positive(int), "1000"),
         "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", _positive(int), "100000"),
         "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", _positive(int), str(64 * 1024 * 1024)),
+        "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", _positive(float), "30"),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -69,11 +69,12 @@ def test_3000_emails_of_255_kb_keep_the_broker_within_its_byte_bound(stack, fake
 
 
 def test_inject_into_a_full_queue_says_so_and_exits_75(stack, fake_model, tmp_path) -> None:
-    """`airlock inject` into a queue that stays full prints what was accepted, then one line
-    naming the limit, and exits 75 (EX_TEMPFAIL: try again later)."""
+    """`airlock inject` into a queue that stays full (for AIRLOCK_QUEUE_FULL_WAIT_S) prints what
+    was accepted, then one line naming the limit, and exits 75 (EX_TEMPFAIL: try again later)."""
     model = fake_model("4411")
     model.delay_s = 60
-    s = stack(AIRLOCK_QUEUE_MAX_BYTES=str(600 * 1024), AIRLOCK_MODEL_TIMEOUT_S="60").start(
+    s = stack(AIRLOCK_QUEUE_MAX_BYTES=str(600 * 1024), AIRLOCK_MODEL_TIMEOUT_S="60",
+              AIRLOCK_QUEUE_FULL_WAIT_S="2").start(
         "--model-url", model.url, "--readers", "1")
     path = tmp_path / "big.eml"
     path.write_bytes(EMAIL)
@@ -163,3 +164,21 @@ def test_an_email_that_gets_its_reader_killed_fails_after_3_deliveries(stack, fa
     assert results[ids[0]].outcome == "failed" and "after 3 deliveries" in results[ids[0]].reason
     assert [results[i].outcome for i in ids[1:]] == ["completed"] * 5
     assert len([r for r in s.trace(ids[0], "redelivery")]) == 2
+
+
+def test_one_email_into_a_full_queue_is_refused_within_the_client_timeout(stack, fake_model) -> None:
+    """submit_one (the SMTP intake, the page) gives up on a full queue within its timeout with
+    QueueFull, a BrokerUnreachable, so the SMTP intake answers 451 and the sender retries."""
+    from airlock.errors import BrokerUnreachable
+
+    model = fake_model("4411")
+    model.delay_s = 60
+    s = stack(AIRLOCK_QUEUE_MAX_BYTES=str(300 * 1024), AIRLOCK_MODEL_TIMEOUT_S="60").start(
+        "--model-url", model.url, "--readers", "1")
+    with IntakeClient(settings_module.load(s.env), timeout_s=2) as client:
+        # The reader holds it, unread: its 255 KB count until the reader answers.
+        client.submit_one(Submission(EMAIL, "eml", "fill"))
+        started = time.monotonic()
+        with pytest.raises(BrokerUnreachable) as refused:
+            client.submit_one(Submission(EMAIL, "eml", "one too many"))
+    assert isinstance(refused.value, QueueFull) and time.monotonic() - started < 6
