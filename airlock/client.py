@@ -28,6 +28,7 @@ KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2  # the first wait after "queue full"; it doubles up to BUSY_RETRY_MAX_S
 BUSY_RETRY_MAX_S = 2.0
+AWAIT_CHUNK = 1000  # ids per Await, within AIRLOCK_AWAIT_MAX_IDS
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class IntakeClient:
         self.timeout_s = timeout_s
         # How long a full queue may accept nothing before QueueFull (AIRLOCK_QUEUE_FULL_WAIT_S).
         self.busy_wait_s = settings.queue_full_wait_s if busy_wait_s is None else busy_wait_s
+        self._await_max_ids, self._await_max_waiters = settings.await_max_ids, settings.await_max_waiters
         self._ctx = zmq.Context.instance()
         self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
@@ -153,22 +155,49 @@ class IntakeClient:
                     return reason
 
     def outcomes(self, ids: list[str], timeout_s: float) -> Iterator[Result]:
-        """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded)."""
+        """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded).
+
+        The broker bounds an Await's ids (AIRLOCK_AWAIT_MAX_IDS) and the ids one client waits
+        on (AIRLOCK_AWAIT_MAX_WAITERS): Awaits go out in chunks within the first, and no more
+        ids at once than the second, more as answers come in. A chunk refused anyway (the
+        broker's bounds are smaller than this client's settings say) goes again a little
+        later, when fewer are outstanding."""
         missing = set(ids)
-        self._ref += 1
-        for start in range(0, len(ids), 1000):
-            self._channel.send(Await(ref=self._ref, ids=ids[start:start + 1000]))
+        size = max(1, min(self._await_max_ids, AWAIT_CHUNK))
+        chunks = collections.deque(ids[start:start + size] for start in range(0, len(ids), size))
+        sent: dict[int, list[str]] = {}  # ref -> its ids, to send again if refused whole
+        awaited: set[str] = set()  # sent, not yet answered
+
+        def send_more() -> None:
+            while chunks and (not awaited or len(awaited) + len(chunks[0]) <= self._await_max_waiters):
+                part = chunks.popleft()
+                self._ref += 1
+                sent[self._ref] = part
+                awaited.update(part)
+                self._channel.send(Await(ref=self._ref, ids=part))
+
+        send_more()
         deadline = time.monotonic() + timeout_s
         while missing:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            match self._next(left, raise_on_silence=False):
+            match self._next(min(left, BUSY_RETRY_MAX_S), raise_on_silence=False):
                 case Result(message_id=message_id) as result if message_id in missing:
                     missing.discard(message_id)
+                    awaited.discard(message_id)
+                    send_more()
                     yield result
                 case Refused(message_id=message_id) if message_id in missing:
                     missing.discard(message_id)  # unknown to the broker: no outcome will come
+                    awaited.discard(message_id)
+                    send_more()
+                case Refused(ref=ref, code="too_many_ids" | "too_many_waiters") if ref in sent:
+                    part = sent.pop(ref)
+                    awaited.difference_update(part)
+                    chunks.appendleft(part)  # again after the next answer, or the next quiet spell
+                case None:
+                    send_more()
 
     def arrived(self, ids: list[str]) -> list[Result]:
         """The Results for `ids` that have already arrived and not been read, without

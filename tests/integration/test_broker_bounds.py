@@ -182,3 +182,13 @@ def test_one_email_into_a_full_queue_is_refused_within_the_client_timeout(stack,
         with pytest.raises(BrokerUnreachable) as refused:
             client.submit_one(Submission(EMAIL, "eml", "one too many"))
     assert isinstance(refused.value, QueueFull) and time.monotonic() - started < 6
+
+
+def test_inject_wait_keeps_within_the_waiter_bound_and_still_hears_every_outcome(stack, fake_model) -> None:
+    """With AIRLOCK_AWAIT_MAX_WAITERS=3 and AIRLOCK_AWAIT_MAX_IDS=2, `airlock inject --wait` of
+    8 emails awaits them a few at a time and reports all 8 outcomes."""
+    model = fake_model("4411")
+    s = stack(AIRLOCK_AWAIT_MAX_WAITERS="3", AIRLOCK_AWAIT_MAX_IDS="2").start("--model-url", model.url)
+    seed = str(Path(__file__).resolve().parents[2] / "samples" / "seed_4411_de.eml")
+    results = s.inject(*[seed] * 8)
+    assert [r["outcome"] for r in results] == ["completed"] * 8
