@@ -83,6 +83,7 @@ class Flight:
     attempts: int = 0  # deliveries to the current stage
     waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
     held_bytes: int = 0  # raw email bytes the broker holds for it until a reader has read it
+    retry_since: float = 0.0  # when it last joined the retry lane (see _dispatch_suspects)
 
 
 class Router:
@@ -227,6 +228,7 @@ class Router:
         flight.epoch += 1  # the old deadline and the old holder's answer no longer count
         # Its own lane, not the front of the queue: a poison email that kills each worker it
         # reaches must not make ordinary mail wait for every one of its deliveries.
+        flight.retry_since = now
         self._retry[flight.stage].append(flight.message)
 
     def still_escalated(self, message_id: str, now: float) -> None:
@@ -457,17 +459,20 @@ class Router:
         until it answers: one poisonous email then fails alone, not with a whole credit of
         others. Suspects hold at most half the role's workers that are alive now, rounded
         down, so the others keep serving ordinary mail while a poison email kills its way
-        to `max_attempts`; a lone worker takes a suspect only when no ordinary mail waits.
-        If no worker is empty, the least busy stops taking ordinary work until it is
-        (draining), so a suspect waits a while under load, never behind everything."""
+        to `max_attempts`. A lone worker takes a suspect when no ordinary mail waits, or
+        once the suspect has waited a stage deadline: under a steady flood it is not
+        starved. If no worker is empty, the least busy stops taking ordinary work until it
+        is (draining)."""
         retry, ready, workers = self._retry[role], self._ready[role], self.workers[role]
         holding = sum(1 for w in workers.values() if w.suspect is not None)
-        allowed = len(workers) // 2 or (0 if self._pending[role] else 1)
-        while retry and holding < allowed:
+        while retry:
             flight = self.flights.get(retry[0].message_id)
             if flight is None or flight.stage != role or flight.worker is not None:
                 retry.popleft()  # stale: it ended (or moved on) while it waited
                 continue
+            waited = now - flight.retry_since >= self._deadline_s[role]
+            if holding >= (len(workers) // 2 or (0 if self._pending[role] and not waited else 1)):
+                break
             idle = next((w for w in workers.values() if not w.assigned and w.suspect is None
                          and w.identity in ready), None)
             if idle is None:

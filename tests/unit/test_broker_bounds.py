@@ -270,3 +270,26 @@ def test_a_client_notice_cannot_take_a_broker_event_name(router: Router, name: s
 
     (line,) = lines(router.handle("intake", CLIENT, Notice(event=name), 0.0))
     assert (line["stage"], line["event"], line["endpoint"]) == ("broker", "violation", "intake")
+
+
+def test_a_lone_reader_takes_a_suspect_once_it_has_waited_a_deadline(settings) -> None:
+    """One reader and a steady stream of ordinary mail: a redelivered email waits behind it,
+    but not past one read deadline; then it has the reader alone."""
+    router = Router(msgspec.structs.replace(settings, max_attempts=3), boot=0xABC)
+    deadline = settings.read_deadline_s
+    router.handle("reader", R1, Hello(credit=1), 0.0)
+    suspect, _ = submit(router, ref=0)
+    router.undeliverable(Send("reader", R1, Hello(credit=1)), 1.0)  # R1 died holding it
+    submit(router, ref=1)  # ordinary mail already waits when the next reader comes
+    effects = router.handle("reader", b"r2", Hello(credit=1), 1.0)
+    ref, now, got = 2, 1.0, []
+    while now < 1.0 + 2 * deadline and suspect not in got:
+        effects += submit(router, ref=ref)[1]  # always more ordinary mail waiting
+        got = [s.message.message_id for s in sends(effects, "reader")]
+        for message_id in got:
+            if message_id != suspect:
+                router.handle("reader", b"r2", Hello(credit=1), now)  # alive
+                effects = router.handle("reader", b"r2", Reading(message_id=message_id, answer="1",
+                                                                 source="model"), now)
+        ref, now = ref + 1, now + 1.0
+    assert suspect in got and now <= 1.0 + deadline + 2
