@@ -7,8 +7,9 @@ no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab)
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
 an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
-file, nothing to inject), 78 for bad configuration (a tool run where its lab package is not
-installed, too), 130 after Ctrl-C. Tracebacks are bugs.
+file, nothing to inject), 75 when the broker's queue stayed full (AIRLOCK_QUEUE_MAX_BYTES;
+what was accepted before is printed: retry the rest later), 78 for bad configuration (a
+tool run where its lab package is not installed, too), 130 after Ctrl-C. Tracebacks are bugs.
 Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
 
@@ -25,7 +26,7 @@ import msgspec
 
 from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import AirlockError, ConfigError, KeysMissing, RequestRefused, UsageError
+from airlock.errors import AirlockError, ConfigError, KeysMissing, QueueFull, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -175,11 +176,14 @@ def cmd_inject(args: argparse.Namespace) -> int:
     items = _submissions(args, settings.max_email_bytes)
     accepted: list[tuple[str, str]] = []
     results: dict[str, Result] = {}
-    interrupted = False
+    interrupted, full = False, None
     with _client(args, settings) as client:
         try:
-            for origin, message_id in client.submit(items):
-                accepted.append((origin, message_id))
+            try:
+                for origin, message_id in client.submit(items):
+                    accepted.append((origin, message_id))
+            except QueueFull as exc:  # what went in is still printed (and awaited); then exit 75
+                full = exc
             if args.wait:
                 for arrived in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
                     results[arrived.message_id] = arrived
@@ -208,6 +212,9 @@ def cmd_inject(args: argparse.Namespace) -> int:
               + (f"; {unanswered} not acknowledged (the broker may still have taken them: see airlock trace)"
                  if unanswered else ""), file=sys.stderr, flush=True)
         return 130
+    if full is not None:
+        print(f"airlock: {shown(str(full))}", file=sys.stderr, flush=True)
+        return 75
     return code
 
 
@@ -410,6 +417,9 @@ def handled(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 2
+    except QueueFull as exc:  # temporary: EX_TEMPFAIL, so a script knows to try again later
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
+        return 75
     # Anything else airlock refuses (an unknown id, a decision not taken, an email over the
     # limit, no keys, a key the broker refused, a silent broker) is not a usage error: 1.
     except AirlockError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing
+from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing, QueueFull, RequestRefused
 from airlock.settings import Settings, holds
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
@@ -26,7 +26,9 @@ from airlock.wire import (
 KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab's ./airlock-keys), "
              "or set AIRLOCK_KEYS")
 WINDOW = 500  # submissions in flight before waiting for acknowledgements
-BUSY_RETRY_S = 0.2
+BUSY_RETRY_S = 0.2  # the first wait after "queue full"; it doubles up to BUSY_RETRY_MAX_S
+BUSY_RETRY_MAX_S = 2.0
+AWAIT_CHUNK = 1000  # ids per Await, within AIRLOCK_AWAIT_MAX_IDS
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,12 @@ def _require_keys(settings: Settings, role: str) -> Path:
 
 class IntakeClient:
     def __init__(self, settings: Settings, timeout_s: float = 5.0, role: str = "intake",
-                 require_keys: bool = False) -> None:
+                 require_keys: bool = False, busy_wait_s: float | None = None) -> None:
         self.endpoint = settings.endpoint("intake")
         self.timeout_s = timeout_s
+        # How long a full queue may accept nothing before QueueFull (AIRLOCK_QUEUE_FULL_WAIT_S).
+        self.busy_wait_s = settings.queue_full_wait_s if busy_wait_s is None else busy_wait_s
+        self._await_max_ids, self._await_max_waiters = settings.await_max_ids, settings.await_max_waiters
         self._ctx = zmq.Context.instance()
         self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
@@ -74,29 +79,55 @@ class IntakeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def submit(self, items: Iterable[Submission]) -> Iterator[tuple[str, str]]:
-        """Submit emails; yield (origin, message_id) as each is accepted."""
+    def submit(self, items: Iterable[Submission], busy_wait_s: float | None = None) -> Iterator[tuple[str, str]]:
+        """Submit emails; yield (origin, message_id) as each is accepted.
+
+        Back-pressure: what the broker refuses with "queue full" is sent again, together,
+        after a wait doubling from BUSY_RETRY_S to BUSY_RETRY_MAX_S, and nothing new is sent
+        meanwhile. Once nothing has been accepted for busy_wait_s (default: the client's),
+        QueueFull (with the broker's reason) ends the call; what was accepted before it has
+        been yielded, so a caller can say exactly what went in."""
         queue = list(items)
+        patience_s = self.busy_wait_s if busy_wait_s is None else busy_wait_s
         waiting: dict[int, Submission] = {}
+        refused: list[Submission] = []
         position = 0
-        while position < len(queue) or waiting:
+        backoff_s, progress_at, retry_at, reason = BUSY_RETRY_S, time.monotonic(), 0.0, ""
+        while position < len(queue) or waiting or refused:
+            now = time.monotonic()
+            if refused and now >= retry_at:
+                if now - progress_at > patience_s:
+                    left = len(queue) - position + len(refused) + len(waiting)
+                    raise QueueFull(f"the broker at {self.endpoint} refused: {reason}; nothing was accepted "
+                                    f"for {patience_s:g} s; {left} emails not taken, try them again later")
+                self._send(refused, waiting)
+                refused = []
             room = min(WINDOW - len(waiting), len(queue) - position)
-            if room > 0:  # a batch: the broker accepts them in one turn, with one fsync
+            if room > 0 and not refused:  # a batch: the broker accepts them in one turn, with one fsync
                 self._send(queue[position:position + room], waiting)
                 position += room
+            if not waiting:
+                time.sleep(max(0.0, retry_at - time.monotonic()))
+                continue
             match self._next():
                 case Accepted(ref=ref, message_id=message_id) if ref in waiting:
+                    backoff_s, progress_at = BUSY_RETRY_S, time.monotonic()
                     yield waiting.pop(ref).origin, message_id
-                case Refused(ref=ref) if ref in waiting:
-                    # Back-pressure: the broker's queue is full. Wait, then send it again.
-                    time.sleep(BUSY_RETRY_S)
-                    self._send([waiting.pop(ref)], waiting)
+                case Refused(ref=ref, code="queue_full", reason=reason) if ref in waiting:
+                    if not refused:
+                        retry_at = time.monotonic() + backoff_s
+                        backoff_s = min(backoff_s * 2, BUSY_RETRY_MAX_S)
+                    refused.append(waiting.pop(ref))
+                case Refused(ref=ref, reason=why) if ref in waiting:
+                    raise RequestRefused(f"the broker at {self.endpoint} refused an email: {why}")
 
     def submit_one(self, item: Submission) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket
-        error included): what the SMTP intake and the dashboard hand over, one at a time."""
+        error included; QueueFull once the queue stayed full for timeout_s): what the SMTP
+        intake (451, so the sender retries) and the dashboard hand over, one at a time, each
+        with someone waiting on the answer."""
         try:
-            for _, message_id in self.submit([item]):
+            for _, message_id in self.submit([item], busy_wait_s=min(self.busy_wait_s, self.timeout_s)):
                 return message_id
         except zmq.ZMQError as exc:
             raise BrokerUnreachable(f"the broker at {self.endpoint} failed: {exc}") from exc
@@ -124,22 +155,49 @@ class IntakeClient:
                     return reason
 
     def outcomes(self, ids: list[str], timeout_s: float) -> Iterator[Result]:
-        """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded)."""
+        """Yield each id's Result as it arrives; stop at the deadline (stragglers are not yielded).
+
+        The broker bounds an Await's ids (AIRLOCK_AWAIT_MAX_IDS) and the ids one client waits
+        on (AIRLOCK_AWAIT_MAX_WAITERS): Awaits go out in chunks within the first, and no more
+        ids at once than the second, more as answers come in. A chunk refused anyway (the
+        broker's bounds are smaller than this client's settings say) goes again a little
+        later, when fewer are outstanding."""
         missing = set(ids)
-        self._ref += 1
-        for start in range(0, len(ids), 1000):
-            self._channel.send(Await(ref=self._ref, ids=ids[start:start + 1000]))
+        size = max(1, min(self._await_max_ids, AWAIT_CHUNK))
+        chunks = collections.deque(ids[start:start + size] for start in range(0, len(ids), size))
+        sent: dict[int, list[str]] = {}  # ref -> its ids, to send again if refused whole
+        awaited: set[str] = set()  # sent, not yet answered
+
+        def send_more() -> None:
+            while chunks and (not awaited or len(awaited) + len(chunks[0]) <= self._await_max_waiters):
+                part = chunks.popleft()
+                self._ref += 1
+                sent[self._ref] = part
+                awaited.update(part)
+                self._channel.send(Await(ref=self._ref, ids=part))
+
+        send_more()
         deadline = time.monotonic() + timeout_s
         while missing:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            match self._next(left, raise_on_silence=False):
+            match self._next(min(left, BUSY_RETRY_MAX_S), raise_on_silence=False):
                 case Result(message_id=message_id) as result if message_id in missing:
                     missing.discard(message_id)
+                    awaited.discard(message_id)
+                    send_more()
                     yield result
                 case Refused(message_id=message_id) if message_id in missing:
                     missing.discard(message_id)  # unknown to the broker: no outcome will come
+                    awaited.discard(message_id)
+                    send_more()
+                case Refused(ref=ref, code="too_many_ids" | "too_many_waiters") if ref in sent:
+                    part = sent.pop(ref)
+                    awaited.difference_update(part)
+                    chunks.appendleft(part)  # again after the next answer, or the next quiet spell
+                case None:
+                    send_more()
 
     def arrived(self, ids: list[str]) -> list[Result]:
         """The Results for `ids` that have already arrived and not been read, without

@@ -7,6 +7,7 @@
      |    +-- CatalogError       the actor's catalog is bad or misses a planned tool
      +-- BrokerUnreachable       the CLI got no answer from the broker in time
      |    +-- KeyRefused         the broker answered the handshake: not with this key
+     |    +-- QueueFull          the broker's queue stayed full (AIRLOCK_QUEUE_MAX_BYTES): retry later
      +-- KeysMissing             a client found no CURVE keys where it looked
      +-- RequestRefused          the request was understood and refused: an unknown id, a
      |    |                      decision the task does not take
@@ -47,6 +48,13 @@ class BrokerUnreachable(AirlockError):
 
 class KeyRefused(BrokerUnreachable):
     """The broker is there but refused this client's key at the CURVE handshake."""
+
+
+class QueueFull(BrokerUnreachable):
+    """The broker answered, but refused email after email as its queue was full, for longer
+    than the client would wait. A temporary failure like a silent broker, so whoever
+    answers one (the SMTP intake with 451, the page) answers this the same way; the
+    CLI exits 75 (EX_TEMPFAIL): try again later."""
 
 
 class KeysMissing(AirlockError):

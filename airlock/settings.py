@@ -53,6 +53,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     insecure: bool  # the broker may serve without CURVE when it finds no keys (never by default)
     student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
     student_timeout_s: float  # one call of the student's function, after which it is stopped
+    # The broker's memory under hostile load is bounded in bytes, not counts (issue 14):
+    queue_max_bytes: int = 64 * 1024 * 1024  # raw email bytes the broker holds before a reader has read them
+    await_max_ids: int = 1000  # ids one Await may name
+    await_max_waiters: int = 100_000  # ids one client may wait on at once
+    journal_compact_bytes: int = 64 * 1024 * 1024  # a journal this big is rewritten without final emails
+    queue_full_wait_s: float = 30.0  # a client resends what a full queue refused for this long, then gives up
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -230,12 +236,19 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "heartbeat_interval_s": read("AIRLOCK_HEARTBEAT_INTERVAL_S", _positive(float), "1.0"),
         "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", _positive(int), "3"),
         "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", _positive(float), "8"),
-        "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "20"),
+        # Each redelivery goes alone to a worker holding nothing (broker.router), so an email
+        # that kills or stalls every worker it reaches ends `failed` after this many.
+        "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "3"),
         "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
         "keys": read("AIRLOCK_KEYS", lambda text: Path(text) if text else None, ""),
         "insecure": read("AIRLOCK_INSECURE", switch, "0"),
         "student_code": read("AIRLOCK_STUDENT_CODE", parse_plug, ""),
         "student_timeout_s": read("AIRLOCK_STUDENT_TIMEOUT_S", _positive(float), "2"),
+        "queue_max_bytes": read("AIRLOCK_QUEUE_MAX_BYTES", _positive(int), str(64 * 1024 * 1024)),
+        "await_max_ids": read("AIRLOCK_AWAIT_MAX_IDS", _positive(int), "1000"),
+        "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", _positive(int), "100000"),
+        "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", _positive(int), str(64 * 1024 * 1024)),
+        "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", _positive(float), "30"),
     }
     for key, value in overrides.items():
         if key not in values:

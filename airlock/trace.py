@@ -8,6 +8,7 @@ line whose event is "outcome".
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,12 @@ class TraceWriter:
 
     def flush(self) -> None:
         self._file.flush()
+
+    def sync(self) -> None:
+        """On disk, not just in the page cache: before the journal forgets an email whose
+        outcome these lines hold (broker.journal compaction)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

@@ -61,16 +61,18 @@ class Channel(Protocol):
 
 
 def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair | None = None,
-           domain: str = "") -> zmq.Socket:
+           domain: str = "", rcvhwm: int = HWM) -> zmq.Socket:
     """A broker endpoint; with a key pair it is a CURVE server whose ZAP domain names the
-    endpoint, so the authenticator can allow each role's key on its own endpoint only."""
+    endpoint, so the authenticator can allow each role's key on its own endpoint only.
+    `rcvhwm`: frames libzmq buffers per connection before it stops reading the peer (TCP
+    then pushes back on the sender); set before bind, as a listener copies it then."""
     sock = ctx.socket(zmq.ROUTER)
     serve_curve(sock, server, domain)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)
-    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, rcvhwm)
     sock.bind(endpoint)
     return sock
 

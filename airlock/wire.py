@@ -103,10 +103,18 @@ class Accepted(Message, tag="accepted"):
     message_id: str
 
 
+# Why the broker refused a request, for a client to act on without parsing the reason:
+# queue_full (the queue holds AIRLOCK_QUEUE_MAX_BYTES: retry later), too_many_ids (an Await
+# over AIRLOCK_AWAIT_MAX_IDS), too_many_waiters (this client already waits on
+# AIRLOCK_AWAIT_MAX_WAITERS ids), unknown_id, not_escalated; "" from a broker before codes.
+RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unknown_id", "not_escalated"]
+
+
 class Refused(Message, tag="refused"):
     ref: int
     reason: str
     message_id: str = ""  # the email it is about, when it names one (an Await for an unknown id)
+    code: RefusalCode = ""
 
 
 class Result(Message, tag="result"):

@@ -9,6 +9,7 @@ and the turn's trace lines in as few published frames as fit.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -21,10 +22,15 @@ from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
 from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
-from broker.journal import Entry, Journal
+from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
+TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
+# Frames libzmq holds per intake connection before TCP pushes back on the client. Clients
+# may send hundreds of 256 KiB emails at once; unread they would sit in the broker's memory,
+# past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
+INTAKE_RCVHWM = 16
 IDLE_POLL_S = 0.1
 
 
@@ -84,22 +90,52 @@ def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
     return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
 
 
-def recover(core: Router, settings: Settings, now: float) -> list[Send | bytes | Entry]:
-    """Re-dispatch what an earlier broker accepted and never finished; keep escalations open."""
+def recover(core: Router, settings: Settings, journal: Journal,
+            now: float) -> tuple[list[Send | bytes | Entry], collections.deque[Position]]:
+    """Re-dispatch what an earlier broker accepted and never finished; keep escalations open.
+
+    Only what fits under AIRLOCK_QUEUE_MAX_BYTES is read into memory; the rest waits on disk
+    (the backlog returned, in journal order) and refill() reads it as readers make room, so
+    a restart holds no more than a running broker would."""
     state = trace.states(settings.trace_path)
-    for entry in journal_module.entries(settings.data_dir / "journal.bin"):
-        if state.get(entry.message_id) == "escalated":
-            core.still_escalated(entry.message_id, now)
-        elif state.get(entry.message_id) != "final":
-            core.recover(entry, now)
-        state[entry.message_id] = "journalled"
+    backlog: collections.deque[Position] = collections.deque()
+    for position in journal_module.positions(journal.path):
+        what = state.get(position.message_id)
+        if what == "escalated":
+            core.still_escalated(position.message_id, now)
+        elif what != "final":
+            if backlog or not core.has_room(position.size):
+                core.defer(position.message_id, now)
+                backlog.append(position)
+            else:
+                core.recover(journal.read(position), now)
+        state[position.message_id] = "journalled"
     effects: list[Send | bytes | Entry] = []
     for message_id, what in state.items():
         if what == "open":  # received but never acknowledged: nothing to resume
             effects += core.abandon(message_id, "the broker stopped before accepting this email")
         elif what == "escalated":
             core.still_escalated(message_id, now)
-    return effects + core.tick(now)
+    return effects + core.tick(now), backlog
+
+
+def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
+    """Read deferred emails back from the journal while they fit under the byte bound."""
+    while backlog and core.has_room(backlog[0].size):
+        core.recover(journal.read(backlog.popleft()), now)
+
+
+def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Send | bytes | Entry]:
+    """Drop final emails from the journal once it is big and mostly final (broker.journal).
+    The trace goes to disk first: it is what says those emails are final."""
+    writer.sync()
+    size = journal.size
+    try:
+        freed = journal.compact(core.flights.keys())
+    except OSError as exc:  # a full disk: the old journal is whole; say so and carry on
+        return [trace.line("broker", "journal_compaction_failed", None, {"error": str(exc), "bytes": size})]
+    return [trace.line("broker", "journal_compacted", None, {
+        "bytes_before": size, "bytes_after": journal.size, "freed": freed, "live": len(journal.sizes)})]
 
 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
@@ -117,7 +153,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             if name == "trace":
                 publisher.bind(endpoint)
             else:
-                sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name)
+                sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name,
+                                       **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
     except zmq.ZMQError as exc:
         # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
         if authenticator is not None:
@@ -127,7 +164,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)
-    journal = Journal(settings.data_dir / "journal.bin")
+    journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
     core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {})
     poller = zmq.Poller()
     for sock in sockets.values():
@@ -180,6 +217,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
+                if role == "intake":  # one client_gone line, however many answers it missed
+                    return refused + core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent)
                 for send in sends[sent:sent + count]:
                     refused += core.undeliverable(send, time.monotonic())
             sent += count
@@ -191,7 +230,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "authentication": "CURVE, one key per role, ZAP allow lists" if server else auth.OFF,
         **({} if server else {"insecure": True})})])
     writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
-    carry_out(recover(core, settings, time.monotonic()))
+    recovered, backlog = recover(core, settings, journal, time.monotonic())
+    carry_out(recovered)
     writer.flush()
     try:
         while not stop.is_set():
@@ -203,21 +243,28 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                     effects += _handshake_failures(core, sock, monitors[sock])
                     continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
-                taken = 0
-                while taken < BATCH:
+                taken = taken_bytes = 0
+                while taken < BATCH and taken_bytes < TURN_BYTES:
                     try:
                         identity, payload, key = recv_routed(sock, signed=role == "intake")
                     except zmq.Again:
                         break
+                    taken_bytes += len(payload) if payload is not None else 0
                     messages = decode.frame(payload) if payload is not None else [Malformed(
                         reason="expected exactly one frame", size=0)]
                     now = time.monotonic()
                     for message in messages:
                         effects += core.handle(role, identity, message, now, key)
                     taken += len(messages)
+            if backlog:
+                refill(core, journal, backlog, time.monotonic())
             effects += core.tick(time.monotonic())
             carry_out(effects)
             writer.flush()
+            # Offsets in the backlog point into this file: no rewrite until it is read.
+            if not backlog and journal.worth_compacting(core.flights.keys(), time.monotonic()):
+                carry_out(compact(core, journal, writer))
+                writer.flush()
     finally:
         carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
         writer.close()

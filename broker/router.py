@@ -14,8 +14,17 @@
 - Delivery is at least once: a hand-off is acknowledged by its result. Work held by a
   worker that goes silent (no heartbeat for `liveness` intervals) or that misses its stage
   deadline is sent again, to any worker of that role, up to `max_attempts`; then the email
-  ends `failed`. A late or duplicate answer is recorded but changes nothing, and the actor's
-  idempotency keys make a redelivered step a replay, not a second side effect.
+  ends `failed`. A late or duplicate answer is recorded as `late_result` and changes nothing
+  (no verdict or answer line a page could read), and the actor's idempotency keys make a
+  redelivered step a replay, not a second side effect.
+- A redelivered email may be what killed its worker (a memory bomb): it waits in its own
+  lane, goes alone to a worker holding nothing, and such suspects hold at most half of a
+  role's workers, so ordinary mail never waits behind them (see _dispatch).
+- Memory is bounded in bytes and counts: the raw emails held before a reader has read them
+  (`queue_max_bytes`; past it intake hears Refused code queue_full), the ids of one Await
+  (`await_max_ids`) and the ids one client waits on (`await_max_waiters`).
+- A worker's own Event is written as `worker.<name>`, its name checked and its details
+  escaped, so no worker can write a line that reads as the broker's.
 - A decision on an escalated email is taken only from a person's own key (`approvers`:
   public key -> name) and only in that person's name; a service's key never decides.
 """
@@ -37,16 +46,10 @@ from airlock.wire import (
     INBOUND, Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
     Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
+from broker import events
+from broker.events import BROKER_EVENTS  # noqa: F401 - where tests and readers found it before
 from broker.journal import Entry
 
-# The events the broker writes from what it checked itself. Recovery, scoring and the
-# dashboard read them, so a worker's Event or a client's Notice may not take these names
-# (a forged "outcome" would make recovery skip an email, a forged "received" redo one).
-BROKER_EVENTS = frozenset({
-    "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
-    "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "started", "stopped", "decision_refused",
-})
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
 MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
@@ -66,7 +69,7 @@ class Worker:
     credit: int
     last_seen: float = 0.0
     assigned: set[str] = field(default_factory=set)
-    suspect: str | None = None  # a redelivered email it holds alone (see _dispatch)
+    suspect: str | None = None  # a redelivered email it holds alone (see _dispatch_suspects)
 
 
 @dataclass
@@ -81,6 +84,8 @@ class Flight:
     message: Message | None = None  # what the current stage was (or will be) sent, to send again
     attempts: int = 0  # deliveries to the current stage
     waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
+    held_bytes: int = 0  # raw email bytes the broker holds for it until a reader has read it
+    retry_since: float = 0.0  # when it last joined the retry lane (see _dispatch_suspects)
 
 
 class Router:
@@ -97,6 +102,12 @@ class Router:
         self.workers: dict[str, dict[bytes, Worker]] = {"reader": {}, "validator": {}, "actor": {}}
         self._ready: dict[str, collections.deque[bytes]] = {r: collections.deque() for r in self.workers}
         self._pending: dict[str, collections.deque[Message]] = {r: collections.deque() for r in self.workers}
+        # Redeliveries wait here, apart from ordinary work, never ahead of it (see _dispatch).
+        self._retry: dict[str, collections.deque[Message]] = {r: collections.deque() for r in self.workers}
+        # The worker of each role that takes no ordinary work until it holds nothing, for a suspect.
+        self._draining: dict[str, bytes | None] = {r: None for r in self.workers}
+        self.queued_bytes = 0  # the sum of every flight's held_bytes
+        self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self._deadlines: list[tuple[float, str, int]] = []
         self.counters: collections.Counter[str] = collections.Counter()
         self._deadline_s = {
@@ -141,12 +152,12 @@ class Router:
                             reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
             case Decide():
                 self._on_decide(role, identity, message, now, key)
-            case Event(event=event) | Notice(event=event) if event in BROKER_EVENTS:
+            case Event(event=event) | Notice(event=event) if (refusal := events.refusal(event, role, isinstance(message, Event))):
                 self.counters[f"violation.{role}"] += 1
                 self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
-                            reason=f"a peer on the {role} endpoint may not write the trace event '{event}'")
+                            reason=refusal)
             case Event(event=event, message_id=message_id, detail=detail):
-                self._trace(role, event, message_id, detail)
+                self._trace(role, events.WORKER_PREFIX + event, message_id, events.escaped(detail))
             case _:
                 self._handlers[type(message)](role, identity, message, now)
         self._dispatch(now)
@@ -176,15 +187,32 @@ class Router:
 
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
+        deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
         flight = Flight(entry.message_id, "reader", now, sender=entry.sender)
+        if deferred is not None:
+            flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
-        self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw))
+        self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw),
+                    **({"waited_on_disk": True} if deferred is not None else {}))
         self._hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
+        self._hold(flight, len(entry.raw))
 
-    def undeliverable(self, send: Send, now: float) -> list[Send | bytes | Entry]:
-        """The socket refused a message (peer gone): forget the peer, send its work again."""
+    def defer(self, message_id: str, now: float) -> None:
+        """A journalled email that does not fit under queue_max_bytes yet: known (an Await
+        on it waits), but its raw email stays on disk until recover() is called with it."""
+        self.flights[message_id] = Flight(message_id, "reader", now)
+
+    def has_room(self, size: int) -> bool:
+        """Whether `size` more raw bytes fit under queue_max_bytes (one email always fits an
+        empty queue, so a limit below max_email_bytes cannot wedge it)."""
+        return self.queued_bytes == 0 or self.queued_bytes + size <= self.settings.queue_max_bytes
+
+    def undeliverable(self, send: Send, now: float, count: int = 1) -> list[Send | bytes | Entry]:
+        """The socket refused a message (peer gone): forget the peer, send its work again.
+        `count`: how many messages to that client were refused with it (one line for all)."""
         if send.role == "intake":
-            self._trace("broker", "client_gone", getattr(send.message, "message_id", None))
+            self._trace("broker", "client_gone", getattr(send.message, "message_id", None), messages=count)
+            self.waiting.pop(send.identity, None)  # its waiters will find no one: stop counting them
             return self._take()
         self._bury(send.role, send.identity, "its connection is gone", now)
         self._dispatch(now)
@@ -210,7 +238,10 @@ class Router:
                     attempt=flight.attempts + 1)
         flight.worker = None
         flight.epoch += 1  # the old deadline and the old holder's answer no longer count
-        self._pending[flight.stage].appendleft(flight.message)
+        # Its own lane, not the front of the queue: a poison email that kills each worker it
+        # reaches must not make ordinary mail wait for every one of its deliveries.
+        flight.retry_since = now
+        self._retry[flight.stage].append(flight.message)
 
     def still_escalated(self, message_id: str, now: float) -> None:
         """An email an earlier broker left waiting for a decision keeps waiting here."""
@@ -228,8 +259,13 @@ class Router:
     # --- intake ---------------------------------------------------------------------------
 
     def _on_submit(self, role: str, identity: bytes, message: Submit, now: float) -> None:
-        if len(self._pending["reader"]) >= MAX_QUEUED:
-            self.out.append(Send(role, identity, Refused(ref=message.ref, reason="queue full, retry later")))
+        if len(self._pending["reader"]) >= MAX_QUEUED or not self.has_room(min(len(message.raw),
+                                                                            self.settings.max_email_bytes)):
+            self.counters["refused.queue_full"] += 1
+            self.out.append(Send(role, identity, Refused(
+                ref=message.ref, code="queue_full",
+                reason=f"queue full ({self.queued_bytes} bytes waiting for a reader, limit "
+                       f"{self.settings.queue_max_bytes}, AIRLOCK_QUEUE_MAX_BYTES); retry later")))
             return
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
@@ -247,10 +283,31 @@ class Router:
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         email = Email(message_id=message_id, raw=message.raw, format=message.format)
         flight.message = email
+        self._hold(flight, len(message.raw))
         self._pending["reader"].append(email)
 
     def _on_await(self, role: str, identity: bytes, message: Await, now: float) -> None:
-        for message_id in message.ids:
+        # Data: ids from a client. Rationale: each id may become a waiter and a reply, so a
+        # few frames of 250,000 ids each made 2 million of both; both are bounded here, the
+        # whole request refused with one typed answer before any waiter is made.
+        limit = self.settings.await_max_ids
+        if len(message.ids) > limit:
+            self.out.append(Send(role, identity, Refused(
+                ref=message.ref, code="too_many_ids",
+                reason=f"an Await may name at most {limit} ids (AIRLOCK_AWAIT_MAX_IDS), this one named "
+                       f"{len(message.ids)}")))
+            return
+        ids = list(dict.fromkeys(message.ids))  # the same id twice is one waiter and one answer
+        new = sum(1 for i in ids if i in self.flights and self.flights[i].stage != "escalated"
+                  and not any(w == identity for w, _ in self.flights[i].waiters))
+        cap = self.settings.await_max_waiters
+        if self.waiting[identity] + new > cap:
+            self.out.append(Send(role, identity, Refused(
+                ref=message.ref, code="too_many_waiters",
+                reason=f"this client already waits on {self.waiting[identity]} emails; at most {cap} "
+                       f"(AIRLOCK_AWAIT_MAX_WAITERS): await fewer at a time")))
+            return
+        for message_id in ids:
             if message_id in self.finished:
                 outcome, reason = self.finished[message_id]
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome=outcome, reason=reason)))
@@ -259,10 +316,13 @@ class Router:
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome="escalated",
                                                             reason=reason)))
             elif message_id in self.flights:
-                self.flights[message_id].waiters.append((identity, message.ref))
+                waiters = self.flights[message_id].waiters
+                if not any(w == identity for w, _ in waiters):
+                    waiters.append((identity, message.ref))
+                    self.waiting[identity] += 1
             else:
                 self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"unknown message id {message_id}",
-                                                            message_id=message_id)))
+                                                            message_id=message_id, code="unknown_id")))
 
     def _on_decide(self, role: str, identity: bytes, message: Decide, now: float, key: str) -> None:
         """A decision counts only when its sender proved, by key, to be the person it names.
@@ -281,7 +341,8 @@ class Router:
             return
         flight = self.flights.get(message.message_id)
         if flight is None or flight.stage != "escalated":
-            self.out.append(Send(role, identity, Refused(ref=message.ref, reason=f"{message.message_id} is not waiting for a decision")))
+            self.out.append(Send(role, identity, Refused(ref=message.ref, code="not_escalated",
+                                                         reason=f"{message.message_id} is not waiting for a decision")))
             return
         self._trace("broker", "decision", message.message_id, layer="authorization", approve=message.approve,
                     role=message.role, by=person, key=key, proven="CURVE key")
@@ -296,43 +357,49 @@ class Router:
             in_flight=len(self.flights), counters=dict(self.counters))))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
-        self._trace("supervisor", message.event, None, message.detail)
+        self._trace("supervisor", message.event, None, events.escaped(message.detail))
 
     # --- results from workers -------------------------------------------------------------
 
     def _on_reading(self, role: str, identity: bytes, message: Reading, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "model_answer")
+        if flight is None:
+            return  # late: the late_result line is all it writes (see _result)
         answer = message.answer
         self._trace("reader", "model_answer", message.message_id, message.notes, layer="model_output",
                     answer=answer[:TRACE_TEXT_LIMIT], answer_chars=len(answer),
                     source=message.source, truncated=message.truncated)
-        if flight is not None:
-            self._hand_off(flight, "validator", msgspec.structs.replace(message, notes={}), now)
+        self._hand_off(flight, "validator", msgspec.structs.replace(message, notes={}), now)
 
     def _on_unreadable(self, role: str, identity: bytes, message: Unreadable, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "unreadable")
+        if flight is None:
+            return
         self._trace("reader", "unreadable", message.message_id, message.notes, layer="parser",
                     rule=message.rule, reason=message.reason)
-        if flight is not None:
-            self._finish(flight, "rejected", message.reason, now, rule=message.rule)
+        self._finish(flight, "rejected", message.reason, now, rule=message.rule)
 
     def _on_passed(self, role: str, identity: bytes, message: Passed, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
+        if flight is None:
+            return  # a late Passed may not put a verdict on a finished email's page
         self._trace("validator", "verdict", message.message_id, layer="validator", verdict="passed", value=message.value,
                     **_student(message.student))
-        if flight is not None:
-            # The sender comes from the intake, whatever the validator put there.
-            self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
+        # The sender comes from the intake, whatever the validator put there.
+        self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
 
     def _on_rejected(self, role: str, identity: bytes, message: Rejected, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
+        if flight is None:
+            return
         layer = "parser" if message.rule.endswith(PARSE_RULES) else "validator"
         self._trace("validator", "verdict", message.message_id, layer=layer, verdict="rejected",
                     rule=message.rule, reason=message.reason, **_student(message.student))
-        if flight is not None:
-            self._finish(flight, "rejected", message.reason, now, rule=message.rule)
+        self._finish(flight, "rejected", message.reason, now, rule=message.rule)
 
     def _on_done(self, role: str, identity: bytes, message: Done, now: float) -> None:
+        # A late Done still records its calls: they ran (the call log has them), and the
+        # page lists a call after an outcome as late. It changes no outcome.
         flight = self._result(role, identity, message.message_id, "done")
         # Each call line names the plan it ran under (see wire.Done), when the actor said it.
         ran_under: dict[str, Any] = {"task": message.task, "plan": message.plan} if message.plan else {}
@@ -382,11 +449,18 @@ class Router:
     def _hand_off(self, flight: Flight, stage: str, message: Message, now: float) -> None:
         flight.stage, flight.worker, flight.message, flight.attempts = stage, None, message, 0
         flight.epoch += 1
+        self._hold(flight, 0)  # past the reader, the broker holds a short Reading, not the raw email
         self._pending[stage].append(message)
+
+    def _hold(self, flight: Flight, size: int) -> None:
+        self.queued_bytes += size - flight.held_bytes
+        flight.held_bytes = size
 
     def _dispatch(self, now: float) -> None:
         for role, pending in self._pending.items():
             ready, workers = self._ready[role], self.workers[role]
+            if ready and (self._retry[role] or self._draining[role] is not None):
+                self._dispatch_suspects(role, now)
             if not (pending and ready):
                 continue  # the usual case, on every message: keep it cheap
             passed_over: list[bytes] = []
@@ -400,23 +474,53 @@ class Router:
                     pending.popleft()  # stale: that email moved on or ended meanwhile
                     ready.appendleft(identity)
                     continue
-                # A redelivered email may be what killed or stalled its last worker. It goes
-                # alone to a worker holding nothing, which gets nothing more until it answers:
-                # one poisonous email then fails alone, not with a whole credit of others.
-                suspect = flight.attempts > 0
-                if worker.suspect is not None or (suspect and worker.assigned):
-                    passed_over.append(identity)
+                if worker.suspect is not None or identity == self._draining[role]:
+                    passed_over.append(identity)  # it holds a suspect, or empties for one
                     continue
-                message = pending.popleft()
-                flight.worker = identity
-                flight.epoch += 1
-                flight.attempts += 1
-                worker.assigned.add(message.message_id)
-                if suspect:
-                    worker.suspect = message.message_id
-                heapq.heappush(self._deadlines, (now + self._deadline_s[role], message.message_id, flight.epoch))
-                self.out.append(Send(role, identity, message))
+                self._send_work(role, worker, pending.popleft(), flight, now)
             ready.extendleft(reversed(passed_over))
+
+    def _dispatch_suspects(self, role: str, now: float) -> None:
+        """Redelivered work, each alone to a worker holding nothing, which gets nothing more
+        until it answers: one poisonous email then fails alone, not with a whole credit of
+        others. Suspects hold at most half the role's workers that are alive now, rounded
+        down, so the others keep serving ordinary mail while a poison email kills its way
+        to `max_attempts`. A lone worker takes a suspect when no ordinary mail waits, or
+        once the suspect has waited a stage deadline: under a steady flood it is not
+        starved. If no worker is empty, the least busy stops taking ordinary work until it
+        is (draining)."""
+        retry, ready, workers = self._retry[role], self._ready[role], self.workers[role]
+        holding = sum(1 for w in workers.values() if w.suspect is not None)
+        while retry:
+            flight = self.flights.get(retry[0].message_id)
+            if flight is None or flight.stage != role or flight.worker is not None:
+                retry.popleft()  # stale: it ended (or moved on) while it waited
+                continue
+            waited = now - flight.retry_since >= self._deadline_s[role]
+            if holding >= (len(workers) // 2 or (0 if self._pending[role] and not waited else 1)):
+                break
+            idle = next((w for w in workers.values() if not w.assigned and w.suspect is None
+                         and w.identity in ready), None)
+            if idle is None:
+                if self._draining[role] not in workers:
+                    free = [w for w in workers.values() if w.suspect is None]
+                    self._draining[role] = min(free, key=lambda w: len(w.assigned)).identity if free else None
+                return
+            ready.remove(idle.identity)
+            self._send_work(role, idle, retry.popleft(), flight, now, suspect=True)
+            holding += 1
+        self._draining[role] = None  # nothing more to place now: no worker should idle for it
+
+    def _send_work(self, role: str, worker: Worker, message: Message, flight: Flight, now: float,
+                   suspect: bool = False) -> None:
+        flight.worker = worker.identity
+        flight.epoch += 1
+        flight.attempts += 1
+        worker.assigned.add(message.message_id)
+        if suspect:
+            worker.suspect = message.message_id
+        heapq.heappush(self._deadlines, (now + self._deadline_s[role], message.message_id, flight.epoch))
+        self.out.append(Send(role, worker.identity, message))
 
     def _escalate(self, flight: Flight, reason: str, now: float) -> None:
         """Record `escalated` and park the email until a person decides (no deadline)."""
@@ -426,12 +530,20 @@ class Router:
         self._trace("broker", "outcome", flight.message_id, outcome="escalated", reason=reason,
                     ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3))
         for identity, _ in flight.waiters:
+            self._answered(identity)
             self.out.append(Send("intake", identity, Result(
                 message_id=flight.message_id, outcome="escalated", reason=reason)))
         flight.waiters.clear()
 
+    def _answered(self, identity: bytes) -> None:
+        if self.waiting[identity] > 1:
+            self.waiting[identity] -= 1
+        else:
+            self.waiting.pop(identity, None)
+
     def _finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, **detail: Any) -> None:
         del self.flights[flight.message_id]
+        self._hold(flight, 0)
         self.finished[flight.message_id] = (outcome, reason)
         if len(self.finished) > MAX_REMEMBERED:
             self.finished.popitem(last=False)
@@ -439,6 +551,7 @@ class Router:
         self._trace("broker", "outcome", flight.message_id, outcome=outcome, reason=reason,
                     ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3), **detail)
         for identity, _ in flight.waiters:
+            self._answered(identity)
             self.out.append(Send("intake", identity, Result(
                 message_id=flight.message_id, outcome=outcome, reason=reason)))
 

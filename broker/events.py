@@ -1,0 +1,57 @@
+"""What a peer may write into the trace, and how it appears there.
+
+Data: a worker's Event (reader, validator, actor) or an intake client's Notice: a name and
+a flat detail, both from a process that may be compromised (the reader reads hostile text).
+Readers: recovery, the scorer, the page and `airlock trace`, which key on (stage, event).
+Rationale: a forged `outcome` would make recovery skip an email, a forged `violation` or
+`verdict` would put words in the broker's mouth, and control characters in a name or a
+value would rewrite a trainer's terminal. So a peer's name must match EVENT_NAME and not
+be one of the broker's own; a worker's line is written as `worker.<name>` under its
+endpoint's stage, where no broker event lives; every text in its detail is escaped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from airlock.terminal import shown
+
+# The events the broker writes from what it checked itself. A client's Notice (stage
+# "supervisor", not namespaced: the page reads service_restarted) may not take these names.
+BROKER_EVENTS = frozenset({
+    "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
+    "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
+    "auth_refused", "started", "stopped", "journal_compacted", "journal_compaction_failed",
+    "violation", "malformed_frame", "decision_refused",
+})
+# What a worker reports about frames the broker sent it (airlock.service): written, as any
+# worker event, as worker.violation / worker.malformed_frame, never as the broker's own.
+WORKER_REPORTS = frozenset({"violation", "malformed_frame"})
+EVENT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")  # no control characters, no case tricks, short
+WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note`
+
+
+def refusal(event: str, role: str, namespaced: bool) -> str:
+    """Why a peer on `role`'s endpoint may not write `event` ("" if it may), the name escaped.
+    `namespaced`: a worker's Event, written under WORKER_PREFIX."""
+    taken = BROKER_EVENTS - WORKER_REPORTS if namespaced else BROKER_EVENTS
+    if event in taken or not EVENT_NAME.fullmatch(event):
+        return f"a peer on the {role} endpoint may not write the trace event '{shown(event[:100])}'"
+    return ""
+
+
+def escaped(detail: dict[str, Any]) -> dict[str, Any]:
+    """A peer's trace detail with every text in it (keys too) escaped for a terminal: JSON
+    escapes control characters but leaves bidi and format characters raw."""
+    return {shown(str(key)): _one(value) for key, value in detail.items()}
+
+
+def _one(value: Any) -> Any:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list):
+        return [_one(v) for v in value]
+    if isinstance(value, dict):
+        return escaped(value)
+    return value
