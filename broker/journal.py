@@ -58,7 +58,7 @@ class Position:
 
 class Journal:
     def __init__(self, path: Path, compact_bytes: int = 64 * 1024 * 1024) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        files.make_folder(path.parent)  # 0700: the journal holds every raw email
         self.path = path
         self.compact_bytes = compact_bytes
         with contextlib.suppress(FileNotFoundError):  # a compaction a crash interrupted
