@@ -114,7 +114,7 @@ class Executor:
             if rule == "schema" and self.plug is not None and self.plug.point == "actor.checks":
                 refusal = self.plug.missed(refusal)
             return Verdict("refuse", refusal.reason, rules=[refusal]), tool
-        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "schema")]
+        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "policy", "schema")]
         if self.plug is not None and self.plug.point == "actor.decide":
             verdict = self.plug.decide(self.gate, tool, facts, approval)
         else:

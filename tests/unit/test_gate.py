@@ -266,7 +266,7 @@ def test_executor_unit_without_files(tmp_path: Path) -> None:
         log.close()
     assert done.outcome == "completed"
     assert [r["rule"] for r in done.calls[1].decision["rules"]] == [
-        "plan", "pin", "permission", "schema", "evidence", "corroboration"]
+        "plan", "pin", "permission", "policy", "schema", "evidence", "corroboration"]
 
 
 def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
