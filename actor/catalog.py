@@ -34,6 +34,9 @@ class Mock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How the mock behind a tool behaves: what it returns, and test-only misbehaviour."""
 
     returns: Literal["ack", "order"] = "ack"
+    # Who a mail tool writes to: "order_owner" is the order store's customer for the order
+    # in its arguments, never the requester; calls.jsonl records it as `to`.
+    sends_to: Literal["nobody", "order_owner"] = "nobody"
     delay_s: float = 0.0  # a slow tool
     result_bytes: int = 0  # an oversized result
     fail: str = ""  # a tool that raises

@@ -25,6 +25,7 @@ class Entry(msgspec.Struct, frozen=True):
     format: str
     origin: str = ""
     sender: str = ""
+    sender_proof: str = "none"  # wire.Submit.sender_proof, kept so a replay stays unverified or proven
 
 
 class Journal:

@@ -73,6 +73,7 @@ class Flight:
     stage: str  # the role that holds it now: reader, validator or actor; or escalated
     started: float
     sender: str = ""  # what the intake vouched for; given to the actor, never to the reader
+    sender_proof: str = "none"  # what proved it (airlock/senders.py); with the sender, to the actor
     worker: bytes | None = None
     epoch: int = 0  # bumps at each hand-off, so an old deadline cannot fail a later stage
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
@@ -164,7 +165,8 @@ class Router:
 
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
-        flight = Flight(entry.message_id, "reader", now, sender=entry.sender)
+        flight = Flight(entry.message_id, "reader", now, sender=entry.sender,
+                        sender_proof=entry.sender_proof)
         self.flights[entry.message_id] = flight
         self._trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw))
         self._hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
@@ -221,17 +223,18 @@ class Router:
             return
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
-        flight = Flight(message_id, "reader", now, sender=message.sender)
+        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=message.sender_proof)
         self.flights[message_id] = flight
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
-                    bytes=len(message.raw), sender=message.sender)
+                    bytes=len(message.raw), sender=message.sender, sender_proof=message.sender_proof)
         if len(message.raw) > self.settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {self.settings.max_email_bytes}-byte limit"
             self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
             self._finish(flight, "rejected", reason, now, rule="intake.too_large")
             return
         # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
-        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender))
+        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender,
+                              message.sender_proof))
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         email = Email(message_id=message_id, raw=message.raw, format=message.format)
         flight.message = email
@@ -296,7 +299,8 @@ class Router:
                     **_student(message.student))
         if flight is not None:
             # The sender comes from the intake, whatever the validator put there.
-            self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
+            self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender,
+                                                                       sender_proof=flight.sender_proof), now)
 
     def _on_rejected(self, role: str, identity: bytes, message: Rejected, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")
