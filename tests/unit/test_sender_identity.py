@@ -96,3 +96,33 @@ def test_the_domain_alone_is_case_insensitive() -> None:
 def test_normalized_lowercases_and_encodes_only_the_domain(address: str, exact: str | None) -> None:
     """One exact form per address; a spelling IDNA would change is no address at all."""
     assert senders.normalized(address) == exact
+
+
+@pytest.mark.parametrize("proof", ["dkim", "none"])
+def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str) -> None:
+    """The proof the intake sent reaches the actor with the sender, whatever the validator's
+    Passed says; a journalled email recovered after a restart keeps it."""
+    from broker.journal import Entry
+    from broker.router import Router
+    from tests.unit.test_router import A, CLIENT, R1, V, sends, workers
+    from airlock.wire import Reading, Submit
+
+    for recovered in (False, True):
+        router = Router(settings, boot=0xABC)
+        if recovered:  # a restarted broker replays its journal before any worker says hello
+            router.recover(Entry("abc-9", b"Order 772", "text", "x", OWNER, proof), 0.0)
+            message_id = "abc-9"
+            workers(router)
+        else:
+            workers(router)
+            effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 772", format="text", sender=OWNER,
+                                                             sender_proof=proof), 0.0)
+            (entry,) = [e for e in effects if isinstance(e, Entry)]
+            assert entry.sender_proof == proof
+            message_id = entry.message_id
+        router.handle("reader", R1, Reading(message_id=message_id, answer="772", source="model"), 1.0)
+        forged = Passed(message_id=message_id, value="772", sender="x@evil.example", sender_proof="dkim")
+        effects = router.handle("validator", V, forged, 2.0)
+        (to_actor,) = sends(effects, "actor")
+        assert to_actor.identity == A
+        assert (to_actor.message.sender, to_actor.message.sender_proof) == (OWNER, proof)
