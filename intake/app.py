@@ -170,8 +170,13 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
     except OSError as exc:
         raise SettingsError(f"cannot listen on {smtp.host}:{smtp.port} (AIRLOCK_SMTP_HOST, "
                             f"AIRLOCK_SMTP_PORT): {exc.strerror or exc}") from exc
+    # One start line, which says what proves a sender: with no keys and no trusted authserv-id,
+    # every sender is unverified and the guarded task answers nobody.
+    proofs = (f"DKIM keys from {shown(smtp.dkim_keys)}" if smtp.dkim_keys else "no DKIM keys") + ", " + (
+        f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))}" if smtp.authserv_ids
+        else "no trusted authserv-id")
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
-          f"(up to {size_limit} bytes each)", flush=True)
+          f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:
         while not stop.is_set():
             await asyncio.sleep(STOP_POLL_S)
@@ -190,10 +195,6 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The intake needs no task: it only hands emails over."""
     smtp = load_smtp()
     verify = verifier(smtp)
-    print(f"intake: senders count as authenticated only with a DKIM signature of their From domain "
-          f"(keys: {shown(smtp.dkim_keys) or 'none configured, so every sender is unverified'}) or an "
-          f"Authentication-Results header from {', '.join(sorted(smtp.authserv_ids)) or 'no trusted authserv-id'}",
-          flush=True)
     submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S))
     try:
         asyncio.run(listen(smtp, Handler(submitter, verify), data_size_limit(settings),
