@@ -137,7 +137,8 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
         for start in range(0, len(emails), in_flight):
             chunk = emails[start:start + in_flight]
             batch = [m for _, m in client.submit(
-                [Submission(e.raw, e.format, e.file, sources.sender_of(e.raw, e.format)) for e in chunk])]
+                [Submission(e.raw, e.format, e.file, e.sender or sources.sender_of(e.raw, e.format),
+                            e.sender_proof) for e in chunk])]
             ids += batch
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result
