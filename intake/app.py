@@ -32,10 +32,10 @@ from typing import Protocol
 import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from airlock.client import IntakeClient, Submission
-from airlock.senders import SenderProof
-from airlock.errors import BrokerUnreachable, SettingsError
 from airlock import settings as settings_module
+from airlock.client import IntakeClient, Submission
+from airlock.errors import BrokerUnreachable, SettingsError
+from airlock.senders import SenderProof
 from airlock.settings import Settings
 from airlock.terminal import shown
 from intake.authentication import UNPROVEN, NoKeys, Sender, Verifier, key_source

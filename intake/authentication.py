@@ -111,7 +111,7 @@ class Verifier:
         """The From address and what proves it, never an exception: hostile bytes give "none"."""
         try:
             parsed = dkim.DKIM(raw, minkey=MIN_KEY_BITS)
-        except Exception as exc:  # dkimpy's parser on hostile bytes: no proof, not a crash
+        except Exception as exc:  # noqa: BLE001  dkimpy's parser on hostile bytes: no proof, not a crash
             return Sender("", "none", f"unreadable headers: {type(exc).__name__}")
         address, problem = _from_address(parsed.headers)
         if not address:
@@ -132,7 +132,7 @@ class Verifier:
         try:
             header = authres.AuthenticationResultsHeader.parse_value(
                 " ".join(topmost.decode("utf-8", "replace").split()))
-        except Exception:  # authres raises its own errors and, on odd input, plain ones
+        except Exception:  # noqa: BLE001  authres raises its own errors and, on odd input, plain ones
             return None
         if header.authserv_id not in self.authserv_ids:
             return None
@@ -164,7 +164,7 @@ def _by_dkim(parsed: dkim.DKIM, keys: TxtLookup, domain: str) -> tuple[SenderPro
         try:
             if not parsed.verify(idx=index, dnsfunc=keys):
                 continue
-        except Exception:  # dkim.DKIMException, and plain errors on hostile tags: this one proves nothing
+        except Exception:  # noqa: BLE001, S112  DKIMException, or plain errors on hostile tags: no proof
             continue
         fields = parsed.signature_fields
         signer = fields.get(b"d", b"").decode("ascii", "replace")

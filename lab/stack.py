@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from airlock import senders, sources, trace
-from intake.authentication import KeyFile, Verifier
 from airlock.settings import Settings
 from airlock.student import Plug
+from intake.authentication import KeyFile, Verifier
 from lab.attack import PrivateStack, run_separated
 from lab.campaign import CampaignEmail
 from lab.hostile import HostileModel

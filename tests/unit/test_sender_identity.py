@@ -102,10 +102,10 @@ def test_normalized_lowercases_and_encodes_only_the_domain(address: str, exact: 
 def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str) -> None:
     """The proof the intake sent reaches the actor with the sender, whatever the validator's
     Passed says; a journalled email recovered after a restart keeps it."""
+    from airlock.wire import Reading, Submit
     from broker.journal import Entry
     from broker.router import Router
-    from tests.unit.test_router import A, CLIENT, R1, V, sends, workers
-    from airlock.wire import Reading, Submit
+    from tests.unit.test_router import CLIENT, R1, A, V, sends, workers
 
     for recovered in (False, True):
         router = Router(settings, boot=0xABC)
@@ -126,3 +126,14 @@ def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str)
         (to_actor,) = sends(effects, "actor")
         assert to_actor.identity == A
         assert (to_actor.message.sender, to_actor.message.sender_proof) == (OWNER, proof)
+
+
+def test_an_unverified_refund_request_waits_for_a_person(make_actor, logged_calls) -> None:
+    """The refund task asks a person, not the sender's proof: an unverified sender escalates,
+    and the decision record shows the lineage the approver decides on."""
+    actor = make_actor("refund_with_approval.toml")
+    done = actor.run("r1", "damaged", "lena@example.de")
+    assert done.outcome == "escalated", done.reason
+    (evidence,) = [r for r in done.calls[-1].decision["rules"] if r["rule"] == "evidence"]
+    assert evidence["read"]["sender"]["lineage"] == senders.UNVERIFIED
+    assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]

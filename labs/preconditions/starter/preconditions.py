@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from actor.catalog import Tool
 from actor.preconditions import Approval, Fact, Principals, RuleResult, Verdict
-from airlock import senders
+from airlock import senders  # noqa: F401  for your corroboration: senders.normalized, senders.UNVERIFIED
 from airlock.task import Precondition
 
 
