@@ -213,7 +213,13 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
         elif running:
             results, stragglers = run_separated(emails, settings_module.load(), timeout_s, in_flight, progress)
         else:
+            # A private stack models production's mail: each sender's domain signs, the intake
+            # verifies (lab/mail_signing.py); on --running, emails go in as inject sends them.
+            # Imported here: dkimpy and authres are needed only where a private stack runs.
+            from lab import mail_signing
+
             with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
-                results, stragglers = run_separated(emails, settings, timeout_s, in_flight, progress)
+                results, stragglers = run_separated(mail_signing.signed_and_verified(emails), settings, timeout_s,
+                                                    in_flight, progress)
     scorer = score.Scorer(task)
     return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)

@@ -11,11 +11,17 @@ keys for a test run that lives a few seconds, never for real mail.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import dkim
+
+from airlock import senders, sources
+from intake.authentication import KeyFile, Verifier
+from lab.campaign import CampaignEmail
 
 SELECTOR = "lab"
 KEY_BITS = 1024
@@ -56,6 +62,30 @@ def write_key_file(path: Path, published: dict[str, SigningKey], selector: str =
                           for domain, key in sorted(published.items())]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@functools.cache
+def _lab_key() -> SigningKey:
+    """One key per process, published for every sender's domain (made in about 0.2 s)."""
+    return SigningKey.generate()
+
+
+def signed_and_verified(emails: list[CampaignEmail]) -> list[CampaignEmail]:
+    """Each .eml signed by its From domain, then authenticated by the intake's Verifier: the
+    sender and proof it finds travel with the email (unverified if it finds none)."""
+    key, signed = _lab_key(), []
+    for item in emails:
+        address = sources.sender_of(item.raw, item.format) if item.format == "eml" else ""
+        signed.append(dataclasses.replace(item, raw=key.sign(item.raw, senders.domain_of(address)))
+                      if address else item)
+    domains = {senders.domain_of(sources.sender_of(item.raw, "eml")) for item in signed if item.format == "eml"}
+    verify = Verifier(KeyFile({f"{SELECTOR}._domainkey.{d}": key.public_txt for d in domains if d}))
+    proven = []
+    for item in signed:
+        sender = verify.authenticate(item.raw) if item.format == "eml" else None
+        proven.append(item if sender is None else
+                      dataclasses.replace(item, sender=sender.address, sender_proof=sender.proof))
+    return proven
 
 
 def _prime(bits: int) -> int:

@@ -17,21 +17,18 @@ the verifier does not accept goes in unverified.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import senders, sources, trace
+from airlock import trace
 from airlock.settings import Settings
 from airlock.student import Plug
-from intake.authentication import KeyFile, Verifier
 from lab.attack import PrivateStack, run_separated
 from lab.campaign import CampaignEmail
 from lab.hostile import HostileModel
-from lab.mail_signing import SELECTOR, SigningKey
+from lab.mail_signing import signed_and_verified
 from lab.score import EmailResult
 
 EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
@@ -67,30 +64,6 @@ class Stack:
             if record.get("message_id") in wanted:
                 events[record["message_id"]].append(record)
         return events
-
-
-@functools.cache
-def _lab_key() -> SigningKey:
-    """One key per process, published for every sender's domain (made in about 0.2 s)."""
-    return SigningKey.generate()
-
-
-def signed_and_verified(emails: list[CampaignEmail]) -> list[CampaignEmail]:
-    """Each .eml signed by its From domain, then authenticated by the intake's Verifier: the
-    sender and proof it finds travel with the email (unverified if it finds none)."""
-    key, signed = _lab_key(), []
-    for item in emails:
-        address = sources.sender_of(item.raw, item.format) if item.format == "eml" else ""
-        signed.append(dataclasses.replace(item, raw=key.sign(item.raw, senders.domain_of(address)))
-                      if address else item)
-    domains = {senders.domain_of(sources.sender_of(item.raw, "eml")) for item in signed if item.format == "eml"}
-    verify = Verifier(KeyFile({f"{SELECTOR}._domainkey.{d}": key.public_txt for d in domains if d}))
-    proven = []
-    for item in signed:
-        sender = verify.authenticate(item.raw) if item.format == "eml" else None
-        proven.append(item if sender is None else
-                      dataclasses.replace(item, sender=sender.address, sender_proof=sender.proof))
-    return proven
 
 
 @dataclass
