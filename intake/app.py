@@ -68,9 +68,9 @@ def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
                         authserv_ids=frozenset(i.strip() for i in ids.split(",") if i.strip()))
 
 
-def verifier(smtp: SmtpSettings) -> Verifier:
+def verifier(smtp: SmtpSettings, max_email_bytes: int = 0) -> Verifier:
     """The sender verifier these settings describe; a key file that does not load stops the intake."""
-    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids)
+    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids, max_email_bytes)
 
 
 def data_size_limit(settings: Settings) -> int:
@@ -194,7 +194,7 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The intake needs no task: it only hands emails over."""
     smtp = load_smtp()
-    verify = verifier(smtp)
+    verify = verifier(smtp, settings.max_email_bytes)
     submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S))
     try:
         asyncio.run(listen(smtp, Handler(submitter, verify), data_size_limit(settings),

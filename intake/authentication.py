@@ -39,6 +39,9 @@ from airlock.errors import SettingsError
 from airlock.senders import SenderProof
 
 MAX_SIGNATURES = 4  # DKIM-Signature headers tried per email: each costs a key lookup and an RSA verify
+# A From header longer than this is not one mailbox (254 bytes, plus a display name within
+# RFC 5322's 998-byte line): refused before the address parser, whose time grows with it.
+MAX_FROM_BYTES = 2048
 MIN_KEY_BITS = 1024  # RFC 8301: verifiers must refuse RSA keys under 1024 bits
 
 TxtLookup = Callable[..., bytes | None]  # dkimpy's dnsfunc: (name, timeout=...) -> TXT record or None
@@ -106,9 +109,14 @@ def key_source(setting: str) -> TxtLookup:
 class Verifier:
     keys: TxtLookup
     authserv_ids: frozenset[str] = frozenset()
+    # Work is bounded by the email's size: one over the broker's limit (AIRLOCK_MAX_EMAIL_BYTES)
+    # is rejected there anyway, so it is not parsed here (0: no bound, for tests).
+    max_bytes: int = 0
 
     def authenticate(self, raw: bytes) -> Sender:
         """The From address and what proves it, never an exception: hostile bytes give "none"."""
+        if self.max_bytes and len(raw) > self.max_bytes:
+            return Sender("", "none", f"{len(raw)} bytes, over the {self.max_bytes}-byte email limit: not read")
         try:
             parsed = dkim.DKIM(raw, minkey=MIN_KEY_BITS)
         except Exception as exc:  # noqa: BLE001  dkimpy's parser on hostile bytes: no proof, not a crash
@@ -151,6 +159,8 @@ def _from_address(headers: list[tuple[bytes, bytes]]) -> tuple[str, str]:
     values = [value for name, value in headers if name.lower() == b"from"]
     if len(values) != 1:
         return "", f"{len(values)} From headers: the sender is ambiguous"
+    if len(values[0]) > MAX_FROM_BYTES:
+        return "", f"the From header is over {MAX_FROM_BYTES} bytes: not one mailbox"
     found = email.utils.getaddresses([values[0].decode("utf-8", "replace")])
     if len(found) != 1:
         return "", "the From header holds no single address"
