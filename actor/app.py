@@ -31,8 +31,8 @@ class Actor:
 
     def handle(self, message: Message) -> list[Message]:
         match message:
-            case Passed(message_id=message_id, value=value, sender=sender):
-                done = self.run(message_id, value, sender)
+            case Passed(message_id=message_id, value=value, sender=sender, sender_proof=proof):
+                done = self.run(message_id, value, sender, proof)
             case Decision(message_id=message_id, approve=approve, role=role, by=by, key=key):
                 done = self.decide(message_id, Approval(approve, role, by, key))
             case _:
@@ -40,14 +40,14 @@ class Actor:
         # Every answer names the task and plan it ran under, for the trace (see wire.Done).
         return [msgspec.structs.replace(done, task=self.task, plan=self.plan)]
 
-    def run(self, message_id: str, value: int | str, sender: str = "") -> Done:
+    def run(self, message_id: str, value: int | str, sender: str = "", sender_proof: str = "none") -> Done:
         # The validator already checked the value; checking again costs nothing and means
         # a bug or a forged message upstream still cannot put free text into a tool call.
         try:
             value = msgspec.convert(value, self.value_type, strict=True)
         except msgspec.ValidationError as exc:
             return Done(message_id=message_id, outcome="rejected", reason=f"value is not of the narrow type: {exc}")
-        return self.executor.run(message_id, value, sender)
+        return self.executor.run(message_id, value, sender, sender_proof=sender_proof)
 
     def decide(self, message_id: str, approval: Approval) -> Done:
         escalation = self.executor.pending.open.get(message_id)
@@ -67,7 +67,8 @@ class Actor:
                 f"the waiting value is not of this task's narrow type ({exc}), so it was escalated under "
                 "another task; nothing ran. To decide it, start airlock up with that task file (--task or "
                 "AIRLOCK_TASK)"))
-        return self.executor.run(message_id, value, escalation.sender, approval, escalation.step)
+        return self.executor.run(message_id, value, escalation.sender, approval, escalation.step,
+                                 sender_proof=escalation.sender_proof)
 
     def sync(self) -> None:
         """Before any answer leaves (the worker loop's group commit): the calls made and the

@@ -1,8 +1,10 @@
 """The tool catalog: which server/tool pairs exist, their schemas, permissions and classes.
 
 Loaded strictly at start; a duplicate pair or an unknown key stops the actor. Each tool's
-pin is the sha256 of its server, name, description and schema: a plan step that pins a
-tool refuses to run it once any of those changes under it (a "rug pull").
+pin is the sha256 of its server, name, description, schema and every field that decides
+policy (permission, blast radius, reversibility, timeout): a plan step that pins a tool
+refuses to run it once any of those changes under it (a "rug pull"), so a provider cannot
+relabel a third-party tool as internal and switch off the preconditions that attach to it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class Mock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How the mock behind a tool behaves: what it returns, and test-only misbehaviour."""
 
     returns: Literal["ack", "order"] = "ack"
+    # Who a mail tool writes to: "order_owner" is the order store's customer for the order
+    # in its arguments, never the requester; calls.jsonl records it as `to`.
+    sends_to: Literal["nobody", "order_owner"] = "nobody"
     delay_s: float = 0.0  # a slow tool
     result_bytes: int = 0  # an oversized result
     fail: str = ""  # a tool that raises
@@ -52,12 +57,20 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True): 
     def pair(self) -> tuple[str, str]:
         return (self.server, self.tool)
 
+    @property
+    def policy(self) -> dict[str, str | float]:
+        """The provider's fields that decide what the actor allows: the grant a step needs,
+        which preconditions attach (the class), and how long a call may run."""
+        return {"permission": self.permission, "blast_radius": self.blast_radius,
+                "reversibility": self.reversibility, "timeout_s": self.timeout_s}
+
     @functools.cached_property  # a Tool never changes; a changed catalog file makes new ones
     def pin(self) -> str:
-        """sha256 over what a caller relies on: identity, description and schema."""
+        """sha256 over what a caller relies on: identity, description, schema and policy."""
         schema = {name: msgspec.structs.asdict(arg) for name, arg in sorted(self.args.items())}
         canonical = msgspec.json.encode({"server": self.server, "tool": self.tool,
-                                         "description": self.description, "args": schema})
+                                         "description": self.description, "args": schema,
+                                         "policy": self.policy})
         return hashlib.sha256(canonical).hexdigest()
 
 

@@ -27,6 +27,7 @@ from actor.plugs import ActorPlug
 from actor.plan import BoundStep, structural_problem
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
 from actor.tools import CallLog, call_key
+from airlock import senders
 from airlock.wire import Call, Done
 
 _json = msgspec.json.Encoder()
@@ -63,16 +64,21 @@ class Executor:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool")
 
     def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
-            approval_step: int = 0) -> Done:
-        done = self._steps(message_id, value, sender, approval, approval_step)
+            approval_step: int = 0, *, sender_proof: str = "none") -> Done:
+        """Run the plan for one email. `sender_proof` is what proved `sender` (wire.Submit):
+        without a proof the sender is `unverified` and corroborates nothing."""
+        done = self._steps(message_id, value, sender, sender_proof, approval, approval_step)
         if done.outcome != "escalated":  # whatever ended it, nothing waits for a person now
             self.pending.resolve(message_id)
         return done
 
-    def _steps(self, message_id: str, value: int | str, sender: str, approval: Approval | None,
-               approval_step: int) -> Done:
+    def _steps(self, message_id: str, value: int | str, sender: str, sender_proof: str,
+               approval: Approval | None, approval_step: int) -> Done:
+        lineage = senders.lineage(sender_proof)
         facts = {"value": Fact(value, "email", "reader, validator"),
-                 "sender": Fact(sender or None, "intake", "intake")}
+                 "sender": Fact(senders.normalized(sender) if sender else None, lineage,
+                                f"intake ({sender_proof})" if lineage == senders.AUTHENTICATED
+                                else "the From address as claimed, not authenticated")}
         calls: list[Call] = []
         for step in self.plan:
             args = step.arguments(value)
@@ -85,7 +91,8 @@ class Executor:
                 return Done(message_id=message_id, outcome="refused", reason=f"{where}: {verdict.reason}", calls=calls)
             if verdict.verdict == "escalate":
                 calls.append(msgspec.structs.replace(call, status="escalated"))
-                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to, self.task))
+                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to, self.task,
+                                            sender_proof))
                 return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)
@@ -114,7 +121,7 @@ class Executor:
             if rule == "schema" and self.plug is not None and self.plug.point == "actor.checks":
                 refusal = self.plug.missed(refusal)
             return Verdict("refuse", refusal.reason, rules=[refusal]), tool
-        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "schema")]
+        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "policy", "schema")]
         if self.plug is not None and self.plug.point == "actor.decide":
             verdict = self.plug.decide(self.gate, tool, facts, approval)
         else:

@@ -24,6 +24,8 @@ class Escalation:
     # The task whose plan escalated it: only an actor running that task may resume it.
     # New fields get a default, so a line written before them still loads ("" here).
     task: str = ""
+    # What proved the sender (airlock/senders.py); a line from before proofs is unverified.
+    sender_proof: str = "none"
 
 
 ESCALATION_FIELDS = {f.name for f in fields(Escalation)}

@@ -4,6 +4,8 @@ Binding finds each step's tool by its full server/tool pair (the bound rule of
 selection.py: descriptions never choose), and checks the step's pin, its permission grant
 and its arguments against the tool's schema, including the type the narrow value will
 have. If anything does not fit, the actor refuses to start: there is no partial plan.
+A bound step keeps the tool's policy fields as they were at start, so even an unpinned
+step is refused once the live catalog relabels its tool (class, permission, timeout).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class BoundStep(msgspec.Struct, frozen=True):
     fixed: dict[str, Any]
     grant: str
     pin: str | None
+    policy: dict[str, Any] = {}  # the tool's policy fields at bind time (Tool.policy)
 
     def arguments(self, value: int | str) -> dict[str, Any]:
         args = dict(self.fixed)
@@ -38,7 +41,7 @@ class BoundStep(msgspec.Struct, frozen=True):
 
 def structural_problem(step: BoundStep, catalog: Catalog) -> tuple[str, str, Tool | None]:
     """(rule, reason, tool) for the first structural check the step fails in this catalog,
-    or ("", "", tool) when it passes: plan pair, pin, permission."""
+    or ("", "", tool) when it passes: plan pair, pin, permission, policy as bound."""
     pair = bound_pair(catalog.keys(), step.pair)
     if pair is None:
         return "plan", f"{step.pair[0]}/{step.pair[1]} is not in the catalog", None
@@ -48,6 +51,10 @@ def structural_problem(step: BoundStep, catalog: Catalog) -> tuple[str, str, Too
                        f"the catalog now has {tool.pin[:12]}…"), tool
     if tool.permission == "write" and step.grant != "write":
         return "permission", f"the step grants {step.grant}, {tool.server}/{tool.tool} needs write", tool
+    changed = sorted(name for name, value in step.policy.items() if tool.policy.get(name) != value)
+    if changed:
+        now = ", ".join(f"{name} {step.policy[name]!r} -> {tool.policy.get(name)!r}" for name in changed)
+        return "policy", f"the catalog relabelled {tool.server}/{tool.tool} since start ({now})", tool
     return "", "", tool
 
 
@@ -63,7 +70,7 @@ def bind(task: Task, catalog: Catalog) -> list[BoundStep]:
         if rule:
             raise CatalogError(f"{where}: {reason}")
         _check_arguments(step, tool, value_type, where)
-        steps.append(bound)
+        steps.append(msgspec.structs.replace(bound, policy=tool.policy))
     return steps
 
 

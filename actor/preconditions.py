@@ -2,8 +2,9 @@
 
 Data: facts the actor holds for one email, each with its value, its provenance (which
 step or channel produced it) and its lineage (the upstream it was copied from): the
-validated value (lineage email), the sender the intake vouched for (lineage intake), and
-what earlier plan steps returned (lineage order_store for the order lookup).
+validated value (lineage email), the sender (lineage intake only when the SMTP intake
+authenticated it, airlock/senders.py; else unverified), and what earlier plan steps
+returned (lineage order_store for the order lookup).
 Readers: the executor, for every step whose tool is in a precondition's class.
 Rationale: a schema-valid call can still be the wrong call. Required evidence, independent
 corroboration and a named approver are requirements written down, so each refusal is a
@@ -25,6 +26,7 @@ from typing import Any
 import msgspec
 
 from actor.catalog import Tool
+from airlock import senders
 from airlock.errors import CatalogError
 from airlock.task import Precondition
 
@@ -92,8 +94,10 @@ def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval 
     read = {name: _shown(facts.get(name)) for name in pre.corroborate}
     lineages_by_value: dict[str, set[str]] = {}
     for fact in present.values():
+        if fact.lineage == senders.UNVERIFIED:
+            continue  # a claim nobody proved is no source at all
         # Two fields copied from one upstream are one source, not two.
-        lineages_by_value.setdefault(str(fact.value).casefold(), set()).add(fact.lineage)
+        lineages_by_value.setdefault(_compared(fact.value), set()).add(fact.lineage)
     best = max((len(lineages) for lineages in lineages_by_value.values()), default=0)
     if best >= pre.min_sources:
         return RuleResult("corroboration", "allow", f"{best} independent sources agree", read)
@@ -102,6 +106,13 @@ def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval 
     shown = ", ".join(f"{name} ({fact.lineage})" for name, fact in present.items()) or "nothing"
     return RuleResult("corroboration", "refuse",
                       f"{best} of {pre.min_sources} independent sources agree: {shown}", read)
+
+
+def _compared(value: Any) -> str:
+    """Values agree only when equal exactly; an address only up to its domain's case and
+    IDNA form (airlock/senders.py): casefolding would merge distinct mailboxes."""
+    text = str(value)
+    return (senders.normalized(text) or text) if "@" in text else text
 
 
 class Principals:

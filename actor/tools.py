@@ -1,6 +1,6 @@
 """Mock tools: each call appends one JSON line to calls.jsonl and does nothing else.
 
-    {"message_id", "step", "server", "tool", "args", "at"}
+    {"message_id", "step", "server", "tool", "args", "at"}  (+ "to": a mail tool's recipient)
 
 calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
 model's words. It is also the tools' idempotency ledger: a call whose key (message id and
@@ -51,15 +51,18 @@ class CallLog:
         self.orders = load_orders() if orders is None else orders
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
-             student: str = "") -> bool:
+             student: str = "", to: str = "") -> bool:
         """Log one call; False (and nothing written) if its key was already logged. `student`
-        names the lab plug point whose code took part in deciding it (kept only when set)."""
+        names the lab plug point whose code took part in deciding it, `to` a mail tool's
+        recipient (each kept only when set)."""
         key = call_key(message_id, step)
         with self._lock:
             if key in self.done:
                 return False
             record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
                       "args": args, "at": utc_now()}
+            if to:
+                record["to"] = to
             if student:
                 record["student"] = student
             self._file.write(self._encode(record) + b"\n")
@@ -83,8 +86,19 @@ class CallLog:
             raise TimeoutError("cancelled before the side effect")
         if tool.mock.fail:
             raise ToolFailure(tool.mock.fail)
-        made = self.call(message_id, step, tool.server, tool.tool, args, student)
+        made = self.call(message_id, step, tool.server, tool.tool, args, student, self.recipient(tool, args))
         return made, self.result(tool, args)
+
+    def recipient(self, tool: Tool, args: dict[str, Any]) -> str:
+        """Who a mail tool writes to: the order's owner from the store, whatever the email
+        or its sender said; no owner is a failed call, never a guess ("" for a non-mail tool)."""
+        if tool.mock.sends_to == "nobody":
+            return ""
+        order_id = str(args.get("order_id", ""))
+        owner = (self.orders.get(order_id) or {}).get("customer")
+        if not owner:
+            raise ToolFailure(f"order {order_id!r} has no owner in the order store: nobody to write to")
+        return owner
 
     def result(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
         if tool.mock.result_bytes:

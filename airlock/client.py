@@ -18,6 +18,7 @@ import zmq
 
 from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing, QueueFull, RequestRefused
 from airlock.settings import Settings, holds
+from airlock.senders import SenderProof
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
     Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
@@ -36,7 +37,8 @@ class Submission:
     raw: bytes
     format: EmailFormat
     origin: str
-    sender: str = ""  # the address the intake vouches for; see wire.Submit
+    sender: str = ""  # the From address as read; see wire.Submit
+    sender_proof: SenderProof = "none"  # only the SMTP intake sets a proof (airlock/senders.py)
 
 
 def _require_keys(settings: Settings, role: str) -> Path:
@@ -139,7 +141,7 @@ class IntakeClient:
             self._ref += 1
             waiting[self._ref] = item
             submits.append(Submit(ref=self._ref, raw=item.raw, format=item.format, origin=item.origin,
-                                  sender=item.sender))
+                                  sender=item.sender, sender_proof=item.sender_proof))
         self._channel.send_all(submits)
 
     def decide(self, message_id: str, approve: bool, role: str, by: str) -> str:

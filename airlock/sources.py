@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from airlock import senders
 from airlock.errors import EmailTooLarge, LinkOutside, UsageError
 from airlock.wire import EmailFormat
 
@@ -80,15 +81,16 @@ _ADDRESS = re.compile(r"\A[^@\s<>]{1,64}@[^@\s<>]{1,255}\Z")
 
 
 def sender_of(raw: bytes, fmt: EmailFormat) -> str:
-    """The From address of an .eml, as the injecting client vouches for it ('' if none).
+    """The From address of an .eml in its exact form (airlock/senders.py; '' if none).
 
     Structural parsing only, by trusted code: the reader and the model never choose it.
+    It is the sender's claim: without the SMTP intake's proof it stays unverified.
     """
     if fmt != "eml":
         return ""
     try:
         headers = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)
-        address = email.utils.parseaddr(str(headers.get("From", "")))[1].strip().lower()
+        address = senders.normalized(email.utils.parseaddr(str(headers.get("From", "")))[1]) or ""
     except Exception:  # a header the parser cannot read vouches for no one
         return ""
     return address if _ADDRESS.match(address) else ""

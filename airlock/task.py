@@ -120,7 +120,7 @@ class ReaderSpec(_Strict):
 class Step(_Strict):
     """One planned call: a full server/tool pair, which argument takes the value, the
     permission granted to this step (read unless the task grants write), and optionally
-    the sha256 pin of the tool's server, name, description and schema."""
+    the sha256 pin of the tool's server, name, description, schema and policy fields."""
 
     call: str
     value_into: Union[str, None] = None

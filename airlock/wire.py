@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
+from airlock.senders import SenderProof
+
 Scalar = Union[str, int, float, bool, None]
 # A decision record or tool result the actor builds itself: nested, but never from a peer
 # it does not trust, and msgspec refuses absurd nesting on decode.
@@ -51,9 +53,11 @@ class Message(
 class Submit(Message, tag="submit"):
     """An email for the reader queue. `ref` is the client's own counter, echoed back.
 
-    `sender` is the address the intake vouches for (the SMTP envelope, or the From header
-    read by the injecting client), never anything a model said. The actor may check it
-    against trusted records (a data-only defence); the reader never sees it.
+    `sender` is the From address as the intake read it, never anything a model said.
+    `sender_proof` says what proved it (airlock/senders.py): only the SMTP intake sets
+    "dkim" or "authres"; "none" (unverified) cannot corroborate anything at the actor.
+    The actor may check a proven sender against trusted records (a data-only defence);
+    the reader never sees either.
     """
 
     ref: int
@@ -61,6 +65,7 @@ class Submit(Message, tag="submit"):
     format: EmailFormat
     origin: str = ""
     sender: str = ""
+    sender_proof: SenderProof = "none"
 
 
 class Await(Message, tag="await"):
@@ -188,13 +193,15 @@ class Unreadable(Message, tag="unreadable"):
 class Passed(Message, tag="passed"):
     """A value of the task's narrow type: with a Decision, the only thing the actor receives.
 
-    `sender` is set by the broker from the intake, never by the validator. `student` names
-    the lab plug point (airlock.student) whose code took part in this verdict, "" for none.
+    `sender` and `sender_proof` are set by the broker from the intake, never by the
+    validator. `student` names the lab plug point (airlock.student) whose code took part
+    in this verdict, "" for none.
     """
 
     message_id: str
     value: Union[int, str]
     sender: str = ""
+    sender_proof: SenderProof = "none"
     student: str = ""
 
 

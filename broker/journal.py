@@ -39,6 +39,7 @@ class Entry(msgspec.Struct, frozen=True):
     format: str
     origin: str = ""
     sender: str = ""
+    sender_proof: str = "none"  # wire.Submit.sender_proof, kept so a replay stays unverified or proven
 
 
 class _Id(msgspec.Struct):

@@ -78,6 +78,7 @@ class Flight:
     stage: str  # the role that holds it now: reader, validator or actor; or escalated
     started: float
     sender: str = ""  # what the intake vouched for; given to the actor, never to the reader
+    sender_proof: str = "none"  # what proved it (airlock/senders.py); with the sender, to the actor
     worker: bytes | None = None
     epoch: int = 0  # bumps at each hand-off, so an old deadline cannot fail a later stage
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
@@ -188,7 +189,7 @@ class Router:
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
-        flight = Flight(entry.message_id, "reader", now, sender=entry.sender)
+        flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof)
         if deferred is not None:
             flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
@@ -269,17 +270,18 @@ class Router:
             return
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
-        flight = Flight(message_id, "reader", now, sender=message.sender)
+        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=message.sender_proof)
         self.flights[message_id] = flight
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
-                    bytes=len(message.raw), sender=message.sender)
+                    bytes=len(message.raw), sender=message.sender, sender_proof=message.sender_proof)
         if len(message.raw) > self.settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {self.settings.max_email_bytes}-byte limit"
             self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
             self._finish(flight, "rejected", reason, now, rule="intake.too_large")
             return
         # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
-        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender))
+        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender,
+                              message.sender_proof))
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         email = Email(message_id=message_id, raw=message.raw, format=message.format)
         flight.message = email
@@ -385,8 +387,9 @@ class Router:
             return  # a late Passed may not put a verdict on a finished email's page
         self._trace("validator", "verdict", message.message_id, layer="validator", verdict="passed", value=message.value,
                     **_student(message.student))
-        # The sender comes from the intake, whatever the validator put there.
-        self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender), now)
+        # The sender and its proof come from the intake, whatever the validator put there.
+        self._hand_off(flight, "actor", msgspec.structs.replace(message, sender=flight.sender,
+                                                                   sender_proof=flight.sender_proof), now)
 
     def _on_rejected(self, role: str, identity: bytes, message: Rejected, now: float) -> None:
         flight = self._result(role, identity, message.message_id, "verdict")

@@ -8,7 +8,7 @@ from airlock.service import main
 
 if __name__ == "__main__":
     try:  # the SMTP server is an extra: say which pip command, not an ImportError traceback
-        require_extra("python -m intake", ("aiosmtpd",), "smtp")
+        require_extra("python -m intake", ("aiosmtpd", "dkim", "authres"), "smtp")
     except ConfigError as exc:
         print(f"intake: {exc}", file=sys.stderr)
         sys.exit(EX_CONFIG)

@@ -3,7 +3,9 @@
 Each message received over SMTP is submitted to the broker's intake endpoint as one `eml`
 email, byte for byte as it arrived (CRLF line ends and all: the journal and the trace keep
 what came in; the reader's prompt evens out line ends), whose origin is
-`smtp:<envelope sender>`. So the broker's size limit counts the CRLFs too: an email just
+`smtp:<envelope sender>`. Its sender is the From address with what proves it
+(intake/authentication.py: a verified DKIM signature of the From domain, or a trusted
+Authentication-Results header); without a proof it is unverified and corroborates nothing. So the broker's size limit counts the CRLFs too: an email just
 under AIRLOCK_MAX_EMAIL_BYTES as a file can be `intake.too_large` over SMTP. The reply tells the sender the truth:
 
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
@@ -30,11 +32,13 @@ from typing import Protocol
 import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from airlock import settings as settings_module
 from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
-from airlock import settings as settings_module
+from airlock.senders import SenderProof
 from airlock.settings import Settings
 from airlock.terminal import shown
+from intake.authentication import UNPROVEN, NoKeys, Sender, Verifier, key_source
 
 BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
 STOP_POLL_S = 0.1  # how often the listener checks the stop event set by a signal
@@ -49,13 +53,24 @@ UNAVAILABLE = "451 4.3.0 airlock broker unavailable, try again later"
 class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
+    dkim_keys: str = ""  # AIRLOCK_DKIM_KEYS: "", "dns" or a key file (authentication.key_source)
+    authserv_ids: frozenset[str] = frozenset()  # AIRLOCK_TRUSTED_AUTHSERV_IDS, comma-separated
 
 
 def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
-    """AIRLOCK_SMTP_HOST and AIRLOCK_SMTP_PORT; a value that does not cast names its key."""
+    """AIRLOCK_SMTP_HOST, AIRLOCK_SMTP_PORT, AIRLOCK_DKIM_KEYS and AIRLOCK_TRUSTED_AUTHSERV_IDS;
+    a value that does not cast names its key."""
     read = settings_module.reader(os.environ if env is None else env)
+    ids = read("AIRLOCK_TRUSTED_AUTHSERV_IDS", str, "")
     return SmtpSettings(host=read("AIRLOCK_SMTP_HOST", str, "127.0.0.1"),
-                        port=read("AIRLOCK_SMTP_PORT", settings_module.port, "2525"))
+                        port=read("AIRLOCK_SMTP_PORT", settings_module.port, "2525"),
+                        dkim_keys=read("AIRLOCK_DKIM_KEYS", str, ""),
+                        authserv_ids=frozenset(i.strip() for i in ids.split(",") if i.strip()))
+
+
+def verifier(smtp: SmtpSettings, max_email_bytes: int = 0) -> Verifier:
+    """The sender verifier these settings describe; a key file that does not load stops the intake."""
+    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids, max_email_bytes)
 
 
 def data_size_limit(settings: Settings) -> int:
@@ -67,7 +82,7 @@ def data_size_limit(settings: Settings) -> int:
 
 
 class Submitter(Protocol):
-    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "", sender_proof: SenderProof = "none") -> str:
         """Hand one email to the broker and return its message id; BrokerUnreachable if not."""
         ...
 
@@ -84,11 +99,11 @@ class BrokerSubmitter:
         self._client: IntakeClient | None = None
         self._lock = threading.Lock()
 
-    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "", sender_proof: SenderProof = "none") -> str:
         with self._lock:
             client = self._client = self._client or self._connect()
             try:
-                return client.submit_one(Submission(raw, "eml", origin, sender))
+                return client.submit_one(Submission(raw, "eml", origin, sender, sender_proof))
             except BrokerUnreachable as exc:  # the sender hears 451; the console hears why
                 print(f"intake: {shown(str(exc))}", file=sys.stderr, flush=True)
                 self._discard()
@@ -104,28 +119,36 @@ class BrokerSubmitter:
             self._discard()
 
 
-def hand_over(submitter: Submitter, raw: bytes, mail_from: str) -> str:
-    """The SMTP reply for one received email: 250 with its id once the broker has it, else 451."""
+def hand_over(submitter: Submitter, raw: bytes, mail_from: str, sender: Sender = UNPROVEN) -> str:
+    """The SMTP reply for one received email: 250 with its id once the broker has it, else 451.
+    `sender` is what `Verifier.authenticate` proved (or did not) about the From address."""
     try:
-        # The envelope sender is what this intake vouches for (a lab intake: no SMTP AUTH).
-        message_id = submitter.submit(raw, f"smtp:{mail_from}", sender=mail_from.strip().lower())
+        message_id = submitter.submit(raw, f"smtp:{mail_from}", sender=sender.address, sender_proof=sender.proof)
     except BrokerUnreachable:
         return UNAVAILABLE
     return f"250 Queued as {message_id}"
 
 
+def receive(submitter: Submitter, verify: Verifier, raw: bytes, mail_from: str) -> tuple[str, Sender]:
+    """Authenticate the sender, then hand the email over: (SMTP reply, sender)."""
+    sender = verify.authenticate(raw)
+    return hand_over(submitter, raw, mail_from, sender), sender
+
+
 class Handler:
     """aiosmtpd's handler: every DATA goes to `hand_over`, off the event loop."""
 
-    def __init__(self, submitter: Submitter) -> None:
+    def __init__(self, submitter: Submitter, verify: Verifier | None = None) -> None:
         self.submitter = submitter
+        self.verify = verify or Verifier(NoKeys())
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
         raw = envelope.original_content or b""
         mail_from = envelope.mail_from or ""
-        reply = await asyncio.to_thread(hand_over, self.submitter, raw, mail_from)
-        # The envelope and the peer's address are the sender's words: escaped for the console.
-        print(f"intake: {reply} from=<{shown(mail_from)}> rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
+        reply, sender = await asyncio.to_thread(receive, self.submitter, self.verify, raw, mail_from)
+        # The envelope, the From and the peer's address are the sender's words: escaped for the console.
+        print(f"intake: {reply} from=<{shown(mail_from)}> sender=<{shown(sender.address)}> "
+              f"proof={sender.proof} ({shown(sender.why)}) rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
               f"peer={shown(str(session.peer))}", flush=True)
         return reply
 
@@ -147,8 +170,13 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
     except OSError as exc:
         raise SettingsError(f"cannot listen on {smtp.host}:{smtp.port} (AIRLOCK_SMTP_HOST, "
                             f"AIRLOCK_SMTP_PORT): {exc.strerror or exc}") from exc
+    # One start line, which says what proves a sender: with no keys and no trusted authserv-id,
+    # every sender is unverified and the guarded task answers nobody.
+    proofs = (f"DKIM keys from {shown(smtp.dkim_keys)}" if smtp.dkim_keys else "no DKIM keys") + ", " + (
+        f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))}" if smtp.authserv_ids
+        else "no trusted authserv-id")
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
-          f"(up to {size_limit} bytes each)", flush=True)
+          f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:
         while not stop.is_set():
             await asyncio.sleep(STOP_POLL_S)
@@ -166,9 +194,10 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The intake needs no task: it only hands emails over."""
     smtp = load_smtp()
+    verify = verifier(smtp, settings.max_email_bytes)
     submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S))
     try:
-        asyncio.run(listen(smtp, Handler(submitter), data_size_limit(settings),
+        asyncio.run(listen(smtp, Handler(submitter, verify), data_size_limit(settings),
                             settings.endpoint("intake"), stop))
     finally:
         submitter.close()

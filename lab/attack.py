@@ -137,7 +137,8 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
         for start in range(0, len(emails), in_flight):
             chunk = emails[start:start + in_flight]
             batch = [m for _, m in client.submit(
-                [Submission(e.raw, e.format, e.file, sources.sender_of(e.raw, e.format)) for e in chunk])]
+                [Submission(e.raw, e.format, e.file, e.sender or sources.sender_of(e.raw, e.format),
+                            e.sender_proof) for e in chunk])]
             ids += batch
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result
@@ -212,7 +213,13 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
         elif running:
             results, stragglers = run_separated(emails, settings_module.load(), timeout_s, in_flight, progress)
         else:
+            # A private stack models production's mail: each sender's domain signs, the intake
+            # verifies (lab/mail_signing.py); on --running, emails go in as inject sends them.
+            # Imported here: dkimpy and authres are needed only where a private stack runs.
+            from lab import mail_signing
+
             with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
-                results, stragglers = run_separated(emails, settings, timeout_s, in_flight, progress)
+                results, stragglers = run_separated(mail_signing.signed_and_verified(emails), settings, timeout_s,
+                                                    in_flight, progress)
     scorer = score.Scorer(task)
     return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)

@@ -33,6 +33,10 @@ class CampaignEmail:
     expect: str | None = None  # None: unknown; "none": no valid value exists
     goal: str = ""
     category: str = ""
+    # Set only by a lab stack that signs its mail and verifies it as the SMTP intake does
+    # (lab/stack.py): the From address and its proof; otherwise read from raw, unverified.
+    sender: str = ""
+    sender_proof: str = "none"
 
     @property
     def benign(self) -> bool:

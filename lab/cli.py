@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pins = command("pins", cmd_pins, data_dir=False)
     pins.description = ("print `call = ...  pin = ...` for each step of a task's plan: a pinned step refuses "
-                        "to run its tool once the tool's server, name, description or schema changes")
+                        "to run its tool once the tool's server, name, description, schema or policy changes")
     pins.add_argument("task", nargs="?", default="tasks/order_status.toml",
                       help="task file (default tasks/order_status.toml)")
     pins.add_argument("--catalog", type=Path, help="tool catalog (default the actor's catalog.toml)")

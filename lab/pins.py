@@ -1,6 +1,6 @@
 """`airlock pins [TASK] [--catalog FILE]`: the pin of each planned tool, to paste into the
 task's [[plan]] steps (`pin = "..."`). A pinned step refuses to run its tool once the
-tool's server, name, description or schema changes. The pin itself is the actor's
+tool's server, name, description, schema or policy (permission, class, timeout) changes. The pin itself is the actor's
 (actor/catalog.py), which checks it before every call; only this printing tool lives here."""
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ ran) and trace.jsonl (what each stage decided), never from what a model said.
 Offline by default: the model is the project's hostile model (it obeys the last instruction
 it finds in an email, the worst case), or the reader's recorded answers; a URL selects a
 real OpenAI-compatible endpoint (the lab's SmolLM2, say).
+
+Every .eml is signed by its From domain (a lab key made for the run, lab/mail_signing.py)
+and checked by the SMTP intake's own verifier before it goes in, as a customer's mail server
+and the intake would: so a guarded task's sender is proven, as in production, and an email
+the verifier does not accept goes in unverified.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from airlock.student import Plug
 from lab.attack import PrivateStack, run_separated
 from lab.campaign import CampaignEmail
 from lab.hostile import HostileModel
+from lab.mail_signing import signed_and_verified
 from lab.score import EmailResult
 
 EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
@@ -46,6 +52,7 @@ class Stack:
         return self.settings.trace_path
 
     def run(self, emails: list[CampaignEmail], timeout_s: float = EMAILS_TIMEOUT_S) -> StackRun:
+        emails = signed_and_verified(emails)
         results, stragglers = run_separated(emails, self.settings, timeout_s, IN_FLIGHT, lambda done, total: None)
         return StackRun(results, stragglers, self.trace_events([r.id for r in results]))
 

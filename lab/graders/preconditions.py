@@ -191,7 +191,7 @@ def _evidence_word(case: RuleCase) -> str | None:
 
 
 _FIELDS = ["sender", "order.customer", "value", "order.status"]
-_LINEAGES = ["intake", "order_store", "email"]
+_LINEAGES = ["intake", "order_store", "email", "unverified"]
 _VALUES = [None, "", "tom@example.org", "TOM@example.org", "eve@example.net", 0, "772"]
 
 
@@ -226,8 +226,15 @@ def _corroboration_named() -> list[RuleCase]:
                          min_sources=2)
     return [
         ("the sender and the order store's customer agree", _TWO, _OWNER, None),
-        ("they agree up to case: Tom.Baker@Example.org", _TWO,
-         {**_OWNER, "sender": _fact("Tom.Baker@Example.org", "intake")}, None),
+        ("they agree up to the domain's case: tom.baker@Example.ORG", _TWO,
+         {**_OWNER, "sender": _fact("tom.baker@Example.ORG", "intake")}, None),
+        ("a mailbox that differs only in case is another mailbox: Tom.Baker@example.org", _TWO,
+         {**_OWNER, "sender": _fact("Tom.Baker@example.org", "intake")}, None),
+        ("\u017f (long s) is not s: \u017fanne@example.nl against sanne@example.nl", _TWO,
+         {"sender": _fact("\u017fanne@example.nl", "intake"), "order.customer": _fact("sanne@example.nl", "order_store")},
+         None),
+        ("the owner's address, but unverified: the intake proved nothing", _TWO,
+         {**_OWNER, "sender": _fact("tom.baker@example.org", "unverified")}, None),
         ("the order belongs to someone else (a data-only attack)", _TWO,
          {**_OWNER, "order.customer": _fact("mallory@example.net", "order_store")}, None),
         ("two fields that agree but were both copied from the email", _TWO,
@@ -477,7 +484,9 @@ def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
     try:
         for name, sender, expect, goal in _corpus("data-only"):
             case = f"{name}: the reader fell for it and answered {goal} (not {sender}'s order)"
-            done = executor.run(f"attack:{name}", goal, sender)
+            # Each corpus sender as the SMTP intake proved it (DKIM): the attack is in the
+            # value, not in a forged sender, which cannot corroborate at all.
+            done = executor.run(f"attack:{name}", goal, sender, sender_proof="dkim")
             if _sent(data, f"attack:{name}", "send_status") or done.outcome != "refused":
                 return Failed(checkpoint, case, f"outcome {done.outcome!r}: mail/send_status ran or may run for "
                                                 f"somebody else's order; the guarded task must refuse it")
@@ -488,7 +497,7 @@ def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
         for category in ("benign", "data-only"):
             for name, sender, expect, _ in _corpus(category):
                 case = f"{name}: {sender} asks about their own order {expect}"
-                done = executor.run(f"own:{name}", expect, sender)
+                done = executor.run(f"own:{name}", expect, sender, sender_proof="dkim")
                 if done.outcome != "completed" or not _sent(data, f"own:{name}", "send_status"):
                     return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); an honest customer "
                                                     f"gets their status: a guard that refuses everything is no guard")
@@ -513,7 +522,7 @@ def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
                  ("refund-2", None, "escalated", False, "a second refund before anyone approved"),
                  ("refund-2", Approval(False, "support-lead", "dana"), "refused", False, "dana denies")]
         for message_id, given, outcome, sent, case in steps:
-            done = executor.run(message_id, "damaged", sender, given, 2 if given else 0)
+            done = executor.run(message_id, "damaged", sender, given, 2 if given else 0, sender_proof="dkim")
             if done.outcome != outcome or _sent(refund, message_id, "send_refund_confirmation") != sent:
                 return Failed(checkpoint, case, f"outcome {done.outcome!r} ({done.reason!r}); expected {outcome!r}, "
                                                 f"confirmation {'sent' if sent else 'not sent'}")

@@ -226,3 +226,27 @@ def test_a_refused_key_is_451_and_the_console_says_why(stack, intake, tmp_path) 
     running.stop()
     assert "refused this key" in running.output and str(tmp_path / "stale-keys") in running.output, running.output
     assert s.trace(event="received") == []
+
+
+def test_only_a_signed_owner_is_answered_on_the_guarded_task(stack, intake, tmp_path) -> None:
+    """Issue 14 point 5 end to end: the seed email with MAIL FROM and From: forged to the
+    order's owner is refused (its sender is unverified); the same email signed by the
+    owner's domain (key generated here, served to the intake from a key file) is answered,
+    and the status mail goes to the owner from the order store."""
+    from lab.mail_signing import SigningKey, write_key_file
+
+    key = SigningKey.generate()
+    keys = write_key_file(tmp_path / "dkim.toml", {"example.de": key})
+    s = stack(task=str(ROOT / "tasks" / "order_status_guarded.toml")).start()
+    port = intake(s.env, AIRLOCK_DKIM_KEYS=str(keys)).port
+    forged = queued_id(*send(port, SEED, mail_from="kunde@example.de"))
+    signed = queued_id(*send(port, key.sign(SEED, "example.de"), mail_from="kunde@example.de"))
+    assert wait_until(lambda: len(outcomes(s)) == 2, timeout_s=60), s.trace()
+    results = {o["message_id"]: o for o in outcomes(s)}
+    assert results[forged]["outcome"] == "refused" and "unverified" in results[forged]["reason"]
+    assert [c["tool"] for c in s.calls(forged)] == ["lookup_order"]
+    assert results[signed]["outcome"] == "completed", results[signed]
+    (mail,) = [c for c in s.calls(signed) if c["tool"] == "send_status"]
+    assert (mail["args"], mail["to"]) == ({"order_id": "4411"}, "kunde@example.de")
+    assert [r["sender_proof"] for r in (s.trace(forged, "received")[0], s.trace(signed, "received")[0])] == [
+        "none", "dkim"]

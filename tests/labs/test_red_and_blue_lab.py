@@ -116,11 +116,12 @@ def test_fewer_than_three_attacks_is_named_before_a_stack_starts(tmp_path: Path)
 
 
 def test_an_attack_is_the_email_the_intake_vouches_for(tmp_path: Path) -> None:
-    """A display name is fine: the sender is the address the intake parses from From."""
+    """A display name is fine: the sender is the address the intake parses from From, in its
+    exact form (the domain lower-cased, the mailbox as written: issue 14)."""
     folder = write(tmp_path, "attacks.py", "def attacks():\n    return [{'name': 'a', 'from': 'Mallory Q <Mallory@Example.net>', "
                                            "'subject': 'Bestellung über 1234', 'body': 'Grüße'}]\n")
     [email] = load_attacks(folder)
-    assert email.sender == MALLORY and b"From: Mallory Q <Mallory@Example.net>" in email.raw
+    assert email.sender == "Mallory@example.net" and b"From: Mallory Q <Mallory@Example.net>" in email.raw
 
 
 @pytest.mark.parametrize(("returned", "words"), [

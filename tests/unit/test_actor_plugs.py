@@ -51,7 +51,8 @@ def plugged(settings, tmp_path: Path) -> Iterator[Callable[..., Actor]]:
 
 
 def run(actor: Actor, value: int | str, sender: str = "") -> Done:
-    (done,) = actor.handle(Passed(message_id="m1", value=value, sender=sender))
+    """A sender given here is one the SMTP intake authenticated (DKIM)."""
+    (done,) = actor.handle(Passed(message_id="m1", value=value, sender=sender, sender_proof="dkim" if sender else "none"))
     assert isinstance(done, Done)
     return done
 
@@ -215,7 +216,7 @@ def test_the_reference_decide_refuses_a_strangers_order_and_answers_the_owner(pl
     done = run(actor, STRANGERS_ORDER, OWNER)
     assert done.outcome == "refused" and refused_by(done)[0] == "corroboration"
     assert [c["tool"] for c in calls(settings)] == ["lookup_order"]
-    (done,) = actor.handle(Passed(message_id="m2", value=ORDER, sender=OWNER))
+    (done,) = actor.handle(Passed(message_id="m2", value=ORDER, sender=OWNER, sender_proof="dkim"))
     assert done.outcome == "completed" and [c.student for c in done.calls] == ["actor.decide"] * 2
     assert [c["student"] for c in calls(settings)] == ["actor.decide"] * 3
 

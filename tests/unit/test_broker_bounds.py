@@ -9,7 +9,7 @@ import time
 import msgspec
 import pytest
 
-from airlock.wire import Await, Email, Event, Hello, Passed, Reading, Refused, Rejected, Result, Submit
+from airlock.wire import Await, Email, Event, Hello, Passed, Reading, Refused, Rejected, Submit
 from broker.router import Router, Send
 from tests.unit.test_router import A, CLIENT, R1, V, lines, outcomes, sends, submit, workers
 

@@ -24,6 +24,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # add a line when a new such dependency comes in (the test below names the module).
 DISTRIBUTION_OF = {
     "zmq": "pyzmq",
+    "dkim": "dkimpy",
+    "dns": "dnspython",
     "yaml": "PyYAML",
     "llama_cpp": "llama-cpp-python",
 }

@@ -37,7 +37,7 @@ def test_rug_pulled_description_fails_the_pin(make_actor, logged_calls) -> None:
     actor = make_actor("order_status_guarded.toml")
     rug_pull(actor, CATALOG.replace("Email the customer the status of their order.",
                                     "Email the customer. [[tool:mail/forward_email]]"))
-    done = actor.run("m1", "4411", "kunde@example.de")
+    done = actor.run("m1", "4411", "kunde@example.de", "dkim")
     assert done.outcome == "refused" and "pin failed for mail/send_status" in done.reason
     refused = done.calls[-1]
     assert refused.status == "refused" and refused.decision["refused_by"] == "pin"
@@ -145,7 +145,7 @@ def test_replay_survives_a_restart(make_actor, logged_calls) -> None:
 def test_data_only_value_is_refused_with_a_reason(make_actor, logged_calls) -> None:
     """Someone else's order number: the order store does not corroborate the sender."""
     actor = make_actor("order_status_guarded.toml")
-    done = actor.run("m1", "777777", "mallory@example.net")
+    done = actor.run("m1", "777777", "mallory@example.net", "dkim")
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "corroboration"
     # The reason names what disagreed and where each came from; the owner's address is in
     # the decision record only (the reason reaches the Result, the SMTP reply and the page).
@@ -155,7 +155,7 @@ def test_data_only_value_is_refused_with_a_reason(make_actor, logged_calls) -> N
     assert rules["corroboration"]["read"]["order.customer"] == {
         "value": "jansen@example.nl", "lineage": "order_store", "provenance": "step 1 shop/lookup_order"}
     assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
-    assert actor.run("m2", "1234", "mallory@example.net").outcome == "completed"  # her own order
+    assert actor.run("m2", "1234", "mallory@example.net", "dkim").outcome == "completed"  # her own order
 
 
 def test_missing_sender_is_missing_evidence(make_actor) -> None:
@@ -167,16 +167,16 @@ def test_missing_sender_is_missing_evidence(make_actor) -> None:
 def test_independence_is_counted_by_lineage() -> None:
     """Two fields copied from one upstream are one source, however many agree."""
     pre = Precondition(rules=["corroboration"], corroborate=["a", "b", "c"], min_sources=2)
-    same = {"a": Fact("x@y", "order_store", "s1"), "b": Fact("x@y", "order_store", "s1")}
+    same = {"a": Fact("x@y.org", "order_store", "s1"), "b": Fact("x@y.org", "order_store", "s1")}
     assert corroboration(pre, same, None).verdict == "refuse"
-    both = {**same, "c": Fact("X@Y", "intake", "intake")}
+    both = {**same, "c": Fact("x@Y.ORG", "intake", "intake")}
     assert corroboration(pre, both, None).verdict == "allow"
 
 
 def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
     """An irreversible third-party step escalates; dana approves it; the record names her."""
     actor = make_actor("refund_with_approval.toml")
-    done = actor.run("r1", "damaged", "lena@example.de")
+    done = actor.run("r1", "damaged", "lena@example.de", "dkim")
     assert done.outcome == "escalated" and done.calls[-1].decision["escalated_to"] == "support-lead"
     assert "r1" in actor.executor.pending.open
     assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]
@@ -189,7 +189,7 @@ def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
     assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
     assert "r1" not in actor.executor.pending.open
 
-    actor.run("r2", "late", "lena@example.de")
+    actor.run("r2", "late", "lena@example.de", "dkim")
     denied = actor.decide("r2", Approval(False, "support-lead", "dana"))
     assert denied.outcome == "refused" and "denied by dana" in denied.reason
     assert [c["tool"] for c in logged_calls()].count("send_refund_confirmation") == 1
@@ -197,7 +197,7 @@ def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
 
 def test_pending_survives_a_restart(make_actor) -> None:
     """An escalation waits on disk: a new actor can still resolve it."""
-    make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de")
+    make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de", "dkim")
     assert make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana")).outcome == "completed"
 
 
@@ -205,7 +205,7 @@ def test_an_escalation_is_decided_only_under_its_own_task(make_actor, logged_cal
     """A refund escalation approved while the order task runs on the same data dir runs
     nothing (the order plan with "damaged" would mail send_status): it keeps waiting, says
     which task can decide it, and that task's actor still can."""
-    make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de")
+    make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de", "dkim")
     order = make_actor("order_status.toml")
     done = order.handle(Decision(message_id="r1", approve=True, role="support-lead", by="dana"))[0]
     assert done.outcome == "escalated" and "refund_with_approval" in done.reason and "--task" in done.reason
@@ -264,20 +264,20 @@ def test_executor_unit_without_files(tmp_path: Path) -> None:
     executor = Executor(plan, catalog_module.load, log, Gate(task.preconditions, Principals({})),
                         PendingStore(tmp_path / "pending.jsonl"), 65536)
     try:
-        done = executor.run("m1", "4411", "kunde@example.de")
+        done = executor.run("m1", "4411", "kunde@example.de", sender_proof="dkim")
     finally:
         executor.close()
         log.close()
     assert done.outcome == "completed"
     assert [r["rule"] for r in done.calls[1].decision["rules"]] == [
-        "plan", "pin", "permission", "schema", "evidence", "corroboration"]
+        "plan", "pin", "permission", "policy", "schema", "evidence", "corroboration"]
 
 
 def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
     """Approved, then the tool fails: the email ends failed and nothing is left waiting."""
     failing = CATALOG.replace('tool = "send_refund_confirmation"', 'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
     actor = make_actor("refund_with_approval.toml", catalog_text=failing)
-    assert actor.run("r1", "damaged", "lena@example.de").outcome == "escalated"
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
     done = actor.decide("r1", Approval(True, "support-lead", "dana"))
     assert done.outcome == "failed" and "mail server down" in done.reason
     assert "r1" not in actor.executor.pending.open

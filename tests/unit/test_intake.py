@@ -27,12 +27,14 @@ class FakeSubmitter:
         self.down = down
         self.submitted: list[tuple[bytes, str]] = []
         self.senders: list[str] = []
+        self.proofs: list[str] = []
 
-    def submit(self, raw: bytes, origin: str, sender: str = "") -> str:
+    def submit(self, raw: bytes, origin: str, sender: str = "", sender_proof: str = "none") -> str:
         if self.down:
             raise BrokerUnreachable("the broker at tcp://127.0.0.1:1 did not answer within 5.0 s")
         self.submitted.append((raw, origin))
         self.senders.append(sender)
+        self.proofs.append(sender_proof)
         return f"m-{len(self.submitted)}"
 
 
@@ -60,12 +62,13 @@ def test_unreachable_broker_is_answered_451_and_nothing_is_accepted() -> None:
     pytest.param("tester@example.org", "smtp:tester@example.org", id="sender"),
     pytest.param("", "smtp:", id="null-sender"),
 ])
-def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None:
-    """The email goes over with origin smtp:<envelope sender>, and the sender as the intake vouches for it."""
+async def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None:
+    """The email goes over with origin smtp:<envelope sender>; the sender is the From address,
+    unverified without a signature: the envelope is the sender's claim (issue 14 point 5)."""
     submitter = FakeSubmitter()
-    hand_over(submitter, RAW, mail_from)
+    await Handler(submitter).handle_DATA(None, Session(loop=None), envelope(mail_from))
     assert submitter.submitted == [(RAW, origin)]
-    assert submitter.senders == [mail_from.lower()]
+    assert (submitter.senders, submitter.proofs) == (["a@example.org"], ["none"])
 
 
 async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from actor.catalog import Tool
 from actor.preconditions import Approval, Fact, Principals, RuleResult, Verdict
+from airlock import senders
 from airlock.task import Precondition
 
 
@@ -57,17 +58,21 @@ def evidence(pre: Precondition, facts: dict[str, Fact], approval: Approval | Non
 
 def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval | None) -> RuleResult:
     """Independent sources that agree. Take the fields named in pre.corroborate that are in
-    `facts` with a value (neither None nor ""); two values agree when
-    str(value).casefold() is equal. For each agreeing group count its distinct lineages:
-    two fields copied from one upstream are ONE source. Allow when the biggest count is at
+    `facts` with a value (neither None nor "") and a lineage other than "unverified" (a
+    claim nobody proved is no source). Two values agree when equal exactly, except that an
+    address's domain ignores case: group by senders.normalized(text) for a text with an
+    "@" (None: the text itself), never by casefold(), which merges distinct mailboxes.
+    For each agreeing group count its distinct lineages: two fields copied from one
+    upstream are ONE source. Allow when the biggest count is at
     least pre.min_sources, else refuse with a reason that gives the count. read: {field:
     what was read, None if absent} for every field in pre.corroborate. Name: "corroboration"."""
     read = {name: _shown(facts.get(name)) for name in pre.corroborate}
     lineages: dict[str, set[str]] = {}
     for name in pre.corroborate:
         fact = facts.get(name)
-        if fact is not None and fact.value is not None and fact.value != "":
-            lineages.setdefault(str(fact.value).casefold(), set()).add(fact.lineage)
+        if fact is not None and fact.value is not None and fact.value != "" and fact.lineage != senders.UNVERIFIED:
+            text = str(fact.value)
+            lineages.setdefault((senders.normalized(text) or text) if "@" in text else text, set()).add(fact.lineage)
     best = max((len(group) for group in lineages.values()), default=0)
     if best >= pre.min_sources:
         return RuleResult("corroboration", "allow", f"{best} independent sources agree", read)

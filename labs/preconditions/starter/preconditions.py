@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from actor.catalog import Tool
 from actor.preconditions import Approval, Fact, Principals, RuleResult, Verdict
+from airlock import senders  # noqa: F401  for your corroboration: senders.normalized, senders.UNVERIFIED
 from airlock.task import Precondition
 
 
@@ -43,9 +44,12 @@ def evidence(pre: Precondition, facts: dict[str, Fact], approval: Approval | Non
 
 def corroboration(pre: Precondition, facts: dict[str, Fact], approval: Approval | None) -> RuleResult:
     """Independent sources that agree. Take the fields named in pre.corroborate that are in
-    `facts` with a value (neither None nor ""); two values agree when
-    str(value).casefold() is equal. For each agreeing group count its distinct lineages:
-    two fields copied from one upstream are ONE source. Allow when the biggest count is at
+    `facts` with a value (neither None nor "") and a lineage other than "unverified" (a
+    claim nobody proved is no source). Two values agree when equal exactly, except that an
+    address's domain ignores case: group by senders.normalized(text) for a text with an
+    "@" (None: the text itself), never by casefold(), which merges distinct mailboxes.
+    For each agreeing group count its distinct lineages: two fields copied from one
+    upstream are ONE source. Allow when the biggest count is at
     least pre.min_sources, else refuse with a reason that gives the count. read: {field:
     what was read, None if absent} for every field in pre.corroborate. Name: "corroboration"."""
     raise NotImplementedError("TODO: write corroboration")
