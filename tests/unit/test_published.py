@@ -30,7 +30,8 @@ def attack_lines(settings, make_actor) -> list[bytes]:
     effects: list[Any] = []
     for role, identity in (("reader", R), ("validator", V), ("actor", A)):
         effects += router.handle(role, identity, Hello(credit=1), 0.0)
-    effects += router.handle("intake", C, Submit(ref=1, raw=b"Order 1234?", format="text", sender=SENDER), 0.0)
+    effects += router.handle("intake", C, Submit(ref=1, raw=b"Order 1234?", format="text", sender=SENDER,
+                                                    sender_proof="dkim"), 0.0)
     (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
     effects += router.handle("reader", R, Reading(message_id=message_id, answer="1234", source="model"), 0.1)
     effects += router.handle("validator", V, Passed(message_id=message_id, value="1234"), 0.2)
