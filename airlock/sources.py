@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.parser
 import email.policy
 import email.utils
 import re
@@ -10,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from airlock import mailbounds
 from airlock.errors import EmailTooLarge, UsageError
 from airlock.wire import EmailFormat
 
@@ -46,11 +46,14 @@ def sender_of(raw: bytes, fmt: EmailFormat) -> str:
     """The From address of an .eml, as the injecting client vouches for it ('' if none).
 
     Structural parsing only, by trusted code: the reader and the model never choose it.
+    Within the reader's bounds (airlock.mailbounds): an email past them vouches for no one.
     """
     if fmt != "eml":
         return ""
     try:
-        headers = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)
+        headers = mailbounds.parse(raw, email.policy.compat32, headersonly=True)
+        if isinstance(headers, mailbounds.Exceeded):
+            return ""
         address = email.utils.parseaddr(str(headers.get("From", "")))[1].strip().lower()
     except Exception:  # a header the parser cannot read vouches for no one
         return ""
