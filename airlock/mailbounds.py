@@ -14,6 +14,9 @@ passed, before the header parser ever sees the value:
     header fields  MAX_HEADER_FIELDS header fields in the whole email, all parts together
     header chars   MAX_HEADER_CHARS characters in one header the reader parses (PARSED)
     parsed chars   MAX_PARSED_CHARS characters in all the headers the reader parses together
+    html rescan    MAX_HTML_RESCAN: after an HTML body's first markup that never closes,
+                   its "<" count times its length, what HTMLParser's close() would rescan
+                   (reader.mail.html_to_text)
 
 Headers nobody parses (Received, References, DKIM-Signature...) are only counted: the
 splitter keeps them as strings, at a cost linear in their size. The figures are in
@@ -35,6 +38,7 @@ MAX_DEPTH = 16
 MAX_HEADER_FIELDS = 2_000
 MAX_HEADER_CHARS = 4_096
 MAX_PARSED_CHARS = 16_384
+MAX_HTML_RESCAN = 4_000_000  # about 0.1 s at the 26 ns a character measured
 _FEED_CHARS = 8192  # email.parser.Parser.parse's read size
 
 # The headers the reader's parse reads through the header registry, lower-case: the two it

@@ -213,7 +213,24 @@ class _TextOnly(HTMLParser):
 
 
 def html_to_text(html: str) -> str:
+    """The text of an HTML body; TooComplex if its unclosed markup would take too long.
+
+    HTMLParser reads the document up to its first construct that does not end (a tag, comment,
+    declaration or processing instruction with no closing mark) and keeps the rest; close()
+    then retries every later "<" in that rest, each time scanning up to its end: 20 kB of
+    "<a " took 3.5 s, and 256 kB would take minutes (Python 3.11.7). So the rest is held to
+    mailbounds.MAX_HTML_RESCAN (its "<" times its length) before close() reads it. A rest
+    that is text (an "&" near the end) or an unclosed script or style is read in one pass and
+    not held; an HTML body that closes what it opens is read exactly as before.
+    """
     parser = _TextOnly()
     parser.feed(html)
+    rest = parser.rawdata
+    if parser.cdata_elem is None and rest.startswith("<"):
+        rescan = rest.count("<") * len(rest)
+        if rescan > mailbounds.MAX_HTML_RESCAN:
+            raise mailbounds.TooComplex(mailbounds.Exceeded(
+                "html rescan", mailbounds.MAX_HTML_RESCAN, rescan,
+                f"the HTML body's markup at character {len(html) - len(rest):,} never closes"))
     parser.close()
     return " ".join(" ".join(parser.parts).split())

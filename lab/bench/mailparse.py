@@ -63,6 +63,18 @@ def _at_header_bounds() -> bytes:
             + field("Content-Disposition", "inline ", "a", " ") + BODY[2:]).encode()
 
 
+def _html(unit: str, tail: str = "", opening: str = "") -> bytes:
+    """An HTML body: a paragraph, `opening`, `unit` repeated to the size limit, then `tail`."""
+    head = FROM + "Content-Type: text/html; charset=utf-8\r\n\r\n<p>Where is order 4411?</p>" + opening
+    return _repeat(head, unit, "", tail)
+
+
+def _html_at_rescan_bound() -> bytes:
+    """Well-formed HTML to the size limit, then the longest run of unclosed "<a " the bound still reads."""
+    count = int((mailbounds.MAX_HTML_RESCAN / 3) ** 0.5)  # count "<" in 3 * count characters
+    return _html("<p>Order 4411 &amp; <b>more</b></p>\n", "<a " * count)
+
+
 # name -> (what it is, the email). "over": past a bound, so refused as mail.too_complex;
 # "inside": within every bound, so read.
 SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
@@ -83,6 +95,20 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
                     lambda: ((FROM + "Content-Type: message/rfc822\r\n\r\n") * 4_000 + FROM + BODY).encode()),
     "many-parts": ("over", "5,500 text parts", lambda: _parts(5_500)),
     "many-headers": ("over", "32,000 header fields", lambda: _repeat(FROM, "X-A: b", "\r\n", BODY)),
+    "html-open-tags": ("over", "an HTML body of 87,000 unclosed '<a '", lambda: _html("<a ")),
+    "html-open-quotes": ("over", "an HTML body of 43,000 unclosed \"<a b='\"", lambda: _html("<a b='")),
+    "html-open-attrs": ("over", "an HTML body of 52,000 unclosed '<a b='", lambda: _html("<a b=")),
+    "html-open-comments": ("over", "an HTML body of 65,000 unclosed '<!--'", lambda: _html("<!--")),
+    "html-open-endtags": ("over", "an HTML body of 131,000 unclosed '</'", lambda: _html("</")),
+    "html-open-pis": ("over", "an HTML body of 131,000 unclosed '<?'", lambda: _html("<?")),
+    "html-well-formed": ("inside", "an HTML body of 7,000 paragraphs",
+                         lambda: _html("<p>Order 4411 &amp; <b>more</b></p>\n")),
+    "html-open-script": ("inside", "an HTML body that opens a script and never closes it",
+                         lambda: _html("x < y && ", opening="<script>")),
+    "html-text-then-amp": ("inside", "an HTML body of 250 kB of text ending in an '&'",
+                           lambda: _html("Order 4411 and more ", tail="&x")),
+    "html-at-rescan-bound": ("inside", "well-formed HTML, then unclosed '<a ' up to the rescan bound",
+                             _html_at_rescan_bound),
     "at-header-bounds": ("inside", "Subject and Content-Type at the header bounds", _at_header_bounds),
     "at-parts-bound": ("inside", f"{mailbounds.MAX_PARTS - 1} text parts", lambda: _parts(mailbounds.MAX_PARTS - 1)),
     "at-depth-bound": ("inside", f"parts nested {mailbounds.MAX_DEPTH} deep, 80,000 lines inside",
