@@ -64,3 +64,11 @@ def test_the_client_side_sender_is_read_within_the_same_bounds() -> None:
         raw = mailparse.SHAPES[shape][2]()
         assert isinstance(mailbounds.parse(raw, email.policy.compat32, headersonly=True), mailbounds.Exceeded)
         assert sources.sender_of(raw, "eml") == ""
+
+
+def test_the_page_labels_a_typed_email_within_the_same_bounds() -> None:
+    """The page's label for a typed .eml reads Subject within the bounds: the issue's Subject names nothing."""
+    from dashboard.inject import label_of
+    assert label_of(b"From: a@b.c\r\nSubject: Order 4411\r\n\r\nhi\r\n", "eml") == "Order 4411"
+    past_bound = ("Subject: " + "a " * mailbounds.MAX_HEADER_CHARS + "\r\n\r\nhi\r\n").encode()
+    assert label_of(past_bound, "eml") == "(no subject)"
