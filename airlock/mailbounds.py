@@ -17,6 +17,8 @@ passed, before the header parser ever sees the value:
     html rescan    MAX_HTML_RESCAN: after an HTML body's first markup that never closes,
                    its "<" count times its length, what HTMLParser's close() would rescan
                    (reader.mail.html_to_text)
+    tag separators MAX_TAG_SEPARATORS whitespace, "=" and "/" in one HTML start tag (to its
+                   ">"): HTMLParser's start-tag pattern keeps memory for each attribute
 
 Headers nobody parses (Received, References, DKIM-Signature...) are only counted: the
 splitter keeps them as strings, at a cost linear in their size. The figures are in
@@ -38,6 +40,7 @@ MAX_DEPTH = 16
 MAX_HEADER_FIELDS = 2_000
 MAX_HEADER_CHARS = 4_096
 MAX_PARSED_CHARS = 16_384
+MAX_TAG_SEPARATORS = 10_000  # a 256 kB data: URI folded at 76 characters has 3,400
 MAX_HTML_RESCAN = 4_000_000  # about 0.1 s at the 26 ns a character measured
 _FEED_CHARS = 8192  # email.parser.Parser.parse's read size
 

@@ -107,6 +107,11 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
                          lambda: _html("x < y && ", opening="<script>")),
     "html-text-then-amp": ("inside", "an HTML body of 250 kB of text ending in an '&'",
                            lambda: _html("Order 4411 and more ", tail="&x")),
+    "html-data-uri": ("inside", "an HTML body of one image: a 250 kB data: URI folded at 76 characters",
+                      lambda: _html("A" * 76 + "\n", tail='">', opening='<img src="data:image/png;base64,')),
+    "html-at-tag-bound": ("inside", f"an HTML tag of {mailbounds.MAX_TAG_SEPARATORS // 2:,} attributes a=1",
+                          lambda: (FROM + "Content-Type: text/html\r\n\r\n<p>Where is order 4411?</p><p"
+                                         + " a=1" * (mailbounds.MAX_TAG_SEPARATORS // 2) + ">x</p>").encode()),
     "html-at-rescan-bound": ("inside", "well-formed HTML, then unclosed '<a ' up to the rescan bound",
                              _html_at_rescan_bound),
     "at-header-bounds": ("inside", "Subject and Content-Type at the header bounds", _at_header_bounds),
@@ -119,17 +124,30 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
 }
 
 
+def _html_before(html: str) -> str:
+    """reader.mail.html_to_text as it was before the bounds: HTMLParser fed and closed."""
+    from reader import mail
+    parser = mail._TextOnly()
+    parser.feed(html)
+    parser.close()
+    return " ".join(" ".join(parser.parts).split())
+
+
 def reference(raw: bytes) -> object:
-    """The parse as it was before the bounds: the stdlib's own parser, then the reader's steps."""
+    """The parse as it was before the bounds: the stdlib's own parser, then the reader's steps
+    with the HTML read as before (swapped in for this call: the steps look it up by name)."""
     import email.parser
     import email.policy
 
     from reader import mail
+    bounded, mail.html_to_text = mail.html_to_text, _html_before
     try:
         message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
         return mail._charset_problem(message) or mail._checked(mail._from_message(message))
     except Exception as exc:  # as reader.mail: the stdlib raises many things on hostile MIME
         return mail.MailProblem("mail.broken", f"{type(exc).__name__}")
+    finally:
+        mail.html_to_text = bounded
 
 
 def _peak_resident_mb() -> float:
@@ -162,6 +180,36 @@ def _child(shape: str, stdlib: bool) -> None:
     print(json.dumps({"shape": shape, "bytes": len(raw), "outcome": outcome, "cpu_s": cpu_s, "peak_mb": peak_mb}))
 
 
+def _reader_child(rounds: int) -> None:
+    """In the measuring child: the reader's own handle() (no model, no recordings) on every
+    shape, `rounds` times over, as one long-lived reader would meet them; one JSON line."""
+    from airlock import task as task_module
+    from airlock.wire import Email, Unreadable
+    from lab.bench import TASK
+    from reader.app import Reader, not_configured
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_MB << 20, CHILD_AS_MB << 20))
+    reader = Reader(task_module.load(TASK), not_configured, {})
+    emails = [(name, build()) for name, (_, _, build) in SHAPES.items()]
+    slowest, outcomes = 0.0, {}
+    for turn in range(rounds):
+        for name, raw in emails:
+            start = time.process_time()
+            [answer] = reader.handle(Email(message_id=f"{name}-{turn}", raw=raw, format="eml"))
+            slowest = max(slowest, time.process_time() - start)
+            outcomes[name] = answer.rule if isinstance(answer, Unreadable) else "read"
+    print(json.dumps({"emails": rounds * len(emails), "slowest_cpu_s": slowest, "peak_mb": _peak_resident_mb(),
+                      "outcomes": outcomes}))
+
+
+def measure_reader(rounds: int) -> dict[str, object]:
+    """Every shape through one reader's handle(), `rounds` times, in a fresh child process."""
+    argv = [sys.executable, "-m", "lab.bench.mailparse", "--reader-rounds", str(rounds)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 4)
+    if done.returncode != 0:
+        return {"error": f"child died ({done.returncode}): {done.stderr.strip()[-300:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def measure(shape: str, stdlib: bool = False) -> dict[str, object]:
     """One parse of `shape` in a fresh child process: its outcome, CPU seconds and peak MB."""
     argv = [sys.executable, "-m", "lab.bench.mailparse", "--child", shape] + (["--stdlib"] if stdlib else [])
@@ -185,10 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench.mailparse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stdlib", action="store_true", help="also measure the parse as it was before the bounds")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only this shape (repeatable)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="then every shape this many times through one reader's handle() (default 3)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--reader-rounds", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child, args.stdlib)
+        return 0
+    if args.reader_rounds:
+        _reader_child(args.reader_rounds)
         return 0
     print(f"one parse per shape, each in a child limited to {CHILD_AS_MB} MB of address space; "
           f"bound: {BOUNDED_CPU_S:.0f} s CPU and {BOUNDED_MB} MB resident (interpreter included)")
@@ -198,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.stdlib:
             line += f" | stdlib: {_cell(measure(name, stdlib=True))}"
         print(f"{line}   ({what})", flush=True)
+    if args.rounds > 0 and not args.shape:
+        row = measure_reader(args.rounds)
+        if "error" in row:
+            print(f"one reader, every shape {args.rounds} times: {row['error']}")
+        else:
+            print(f"one reader, every shape {args.rounds} times: {row['emails']} emails, slowest "
+                  f"{row['slowest_cpu_s']:.3f} s, peak {row['peak_mb']:.0f} MB resident")
     return 0
 
 

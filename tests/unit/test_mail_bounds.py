@@ -36,7 +36,7 @@ def test_the_refusal_names_the_bound(shape: str) -> None:
     parsed = mail.parse(mailparse.SHAPES[shape][2](), "eml")
     assert isinstance(parsed, mail.MailProblem) and parsed.rule == "mail.too_complex"
     assert any(f"{bound}: " in parsed.reason for bound in
-               ("parts", "depth", "header fields", "header chars", "parsed chars", "html rescan")), parsed.reason
+               ("parts", "depth", "header fields", "header chars", "parsed chars", "html rescan", "tag separators")), parsed.reason
     assert "over the limit of" in parsed.reason
 
 
@@ -72,3 +72,14 @@ def test_the_page_labels_a_typed_email_within_the_same_bounds() -> None:
     assert label_of(b"From: a@b.c\r\nSubject: Order 4411\r\n\r\nhi\r\n", "eml") == "Order 4411"
     past_bound = ("Subject: " + "a " * mailbounds.MAX_HEADER_CHARS + "\r\n\r\nhi\r\n").encode()
     assert label_of(past_bound, "eml") == "(no subject)"
+
+
+def test_one_reader_stays_bounded_across_every_shape() -> None:
+    """One reader's handle() meets every shape three times: each answer typed, under 1 s each, under 100 MB in all."""
+    row = mailparse.measure_reader(rounds=3)
+    assert "error" not in row, row
+    assert row["emails"] == 3 * len(mailparse.SHAPES)
+    assert row["outcomes"] == {name: "mail.too_complex" if kind == "over" else "read"
+                               for name, (kind, _, _) in mailparse.SHAPES.items()}, row
+    assert row["slowest_cpu_s"] < mailparse.BOUNDED_CPU_S, row
+    assert row["peak_mb"] < mailparse.BOUNDED_MB, row
