@@ -2,16 +2,17 @@
 
 Parsing happens here, in the reader, because the reader is the one process built to hold
 hostile text. Nothing here guesses: an unknown charset or an empty body is a MailProblem.
-An email that would cost the stdlib's parser more than airlock.mailbounds allows (parts,
-nesting, header fields, header characters) is `mail.too_complex`, before that parser runs.
+An email that would cost the stdlib's parsers more than airlock.mailbounds allows (parts,
+nesting, header fields, header characters; an HTML body's unclosed markup and attribute
+count) is `mail.too_complex`, refused before that parser does the work.
 """
 
 from __future__ import annotations
 
 import codecs
-import re
 import email.headerregistry
 import email.policy
+import re
 from email.message import EmailMessage
 from html.parser import HTMLParser
 
