@@ -14,9 +14,8 @@ passed, before the header parser ever sees the value:
     header fields  MAX_HEADER_FIELDS header fields in the whole email, all parts together
     header chars   MAX_HEADER_CHARS characters in one header the reader parses (PARSED)
     parsed chars   MAX_PARSED_CHARS characters in all the headers the reader parses together
-    html rescan    MAX_HTML_RESCAN: after an HTML body's first markup that never closes,
-                   its "<" count times its length, what HTMLParser's close() would rescan
-                   (reader.mail.html_to_text)
+    html rescan    MAX_HTML_RESCAN characters HTMLParser scans in vain for the end of markup
+                   that never closes (reader.mail._TextOnly counts them)
     tag separators MAX_TAG_SEPARATORS whitespace, "=" and "/" in one HTML start tag (to its
                    ">"): HTMLParser's start-tag pattern keeps memory for each attribute
 

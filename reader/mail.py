@@ -194,12 +194,46 @@ def _charset_problem(message: EmailMessage) -> MailProblem | None:
 
 
 class _TextOnly(HTMLParser):
-    """Keeps text nodes, drops tags, scripts and styles; the result is plain text."""
+    """Keeps text nodes, drops tags, scripts and styles; the result is plain text.
+
+    Its work is bounded: a markup construct that does not end (a tag, comment, declaration or
+    processing instruction with no closing mark after it) costs HTMLParser a scan to the end
+    of the document, and close() retries every later one: 256 kB of "<!--" took over 60 s,
+    of "</" 6.7 s (Python 3.11.7). Each such scan is counted, and past
+    mailbounds.MAX_HTML_RESCAN characters the parse stops with TooComplex. HTML that closes
+    what it opens never scans in vain, and an odd unclosed construct costs one scan.
+    """
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._skip = 0
+        self._rescanned = 0
+
+    def _scanned(self, start: int, end: int) -> int:
+        """Counts a construct at `start` that did not end (end < 0): a scan to the document's end."""
+        if end < 0:
+            self._rescanned += len(self.rawdata) - start
+            if self._rescanned > mailbounds.MAX_HTML_RESCAN:
+                raise mailbounds.TooComplex(mailbounds.Exceeded(
+                    "html rescan", mailbounds.MAX_HTML_RESCAN, self._rescanned,
+                    f"markup in the HTML body that never closes, the last at character {start:,}"))
+        return end
+
+    def parse_starttag(self, i: int) -> int:
+        return self._scanned(i, super().parse_starttag(i))
+
+    def parse_endtag(self, i: int) -> int:
+        return self._scanned(i, super().parse_endtag(i))
+
+    def parse_comment(self, i: int, report: int = 1) -> int:
+        return self._scanned(i, super().parse_comment(i, report))
+
+    def parse_html_declaration(self, i: int) -> int:
+        return self._scanned(i, super().parse_html_declaration(i))
+
+    def parse_pi(self, i: int) -> int:
+        return self._scanned(i, super().parse_pi(i))
 
     def handle_starttag(self, tag: str, attrs: object) -> None:
         if tag in ("script", "style"):
@@ -219,16 +253,7 @@ _TAG_SEPARATOR = re.compile(r"[\s=/]")
 
 
 def html_to_text(html: str) -> str:
-    """The text of an HTML body; TooComplex if its unclosed markup would take too long.
-
-    HTMLParser reads the document up to its first construct that does not end (a tag, comment,
-    declaration or processing instruction with no closing mark) and keeps the rest; close()
-    then retries every later "<" in that rest, each time scanning up to its end: 20 kB of
-    "<a " took 3.5 s, and 256 kB would take minutes (Python 3.11.7). So the rest is held to
-    mailbounds.MAX_HTML_RESCAN (its "<" times its length) before close() reads it. A rest
-    that is text (an "&" near the end) or an unclosed script or style is read in one pass and
-    not held; an HTML body that closes what it opens is read exactly as before.
-    """
+    """The text of an HTML body; TooComplex (airlock.mailbounds) past the HTML bounds."""
     for tag in _START_TAG.finditer(html):
         # HTMLParser's start-tag pattern keeps a backtracking mark per attribute it tries,
         # about 1 kB each: 250 kB of "<a b=" with no ">" took 70 MB in one match.
@@ -239,12 +264,5 @@ def html_to_text(html: str) -> str:
                 f"the HTML body's tag at character {tag.start():,}"))
     parser = _TextOnly()
     parser.feed(html)
-    rest = parser.rawdata
-    if parser.cdata_elem is None and rest.startswith("<"):
-        rescan = rest.count("<") * len(rest)
-        if rescan > mailbounds.MAX_HTML_RESCAN:
-            raise mailbounds.TooComplex(mailbounds.Exceeded(
-                "html rescan", mailbounds.MAX_HTML_RESCAN, rescan,
-                f"the HTML body's markup at character {len(html) - len(rest):,} never closes"))
     parser.close()
     return " ".join(" ".join(parser.parts).split())

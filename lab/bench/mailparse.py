@@ -70,8 +70,9 @@ def _html(unit: str, tail: str = "", opening: str = "") -> bytes:
 
 
 def _html_at_rescan_bound() -> bytes:
-    """Well-formed HTML to the size limit, then the longest run of unclosed "<a " the bound still reads."""
-    count = int((mailbounds.MAX_HTML_RESCAN / 3) ** 0.5)  # count "<" in 3 * count characters
+    """Well-formed HTML to the size limit, then as many unclosed "<a " as the bound still reads:
+    HTMLParser scans from each to the end in vain, 1.5 * count**2 characters in all."""
+    count = int(0.95 * (mailbounds.MAX_HTML_RESCAN / 1.5) ** 0.5)
     return _html("<p>Order 4411 &amp; <b>more</b></p>\n", "<a " * count)
 
 
@@ -112,6 +113,8 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
     "html-at-tag-bound": ("inside", f"an HTML tag of {mailbounds.MAX_TAG_SEPARATORS // 2:,} attributes a=1",
                           lambda: (FROM + "Content-Type: text/html\r\n\r\n<p>Where is order 4411?</p><p"
                                          + " a=1" * (mailbounds.MAX_TAG_SEPARATORS // 2) + ">x</p>").encode()),
+    "html-unclosed-comment": ("inside", "an HTML body that opens a comment first and never closes it",
+                              lambda: _html("<p>Order 4411 &amp; <b>more</b></p>\n", opening="<!-- ")),
     "html-at-rescan-bound": ("inside", "well-formed HTML, then unclosed '<a ' up to the rescan bound",
                              _html_at_rescan_bound),
     "at-header-bounds": ("inside", "Subject and Content-Type at the header bounds", _at_header_bounds),
