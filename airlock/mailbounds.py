@@ -1,13 +1,14 @@
 """Bounds on what an email may ask of Python's email parser, checked before it does the work.
 
 Data: the raw bytes of an email, from anyone. Readers: reader.mail (the whole parse) and
-airlock.sources (the client's look at From). Rationale: the stdlib's header parser costs
-20 to 60 µs and keeps about 1 kB per character of each header it parses, and more than
-linearly: one 70 KB Subject of RFC 2047 encoded words passed 256 MB, 256 KB of them 2.4 GB.
-Its MIME splitter checks every line against every open boundary, so nesting multiplies its
-work too. No email under the size limit may cost more than a bounded parse, so both callers
-split an email with BoundedFeedParser, which counts as it goes and stops at the first bound
-passed, before the header parser ever sees the value:
+airlock.sources and the page (a look at From or Subject). Rationale: the stdlib's header
+parser costs up to about 20 µs and keeps up to about 1 kB per character of each header it
+parses, and grows faster than linearly: one 70 KB Subject of RFC 2047 encoded words passed
+256 MB, 256 KB of them 2.4 GB. Its MIME splitter checks every line against every open
+boundary, so nesting multiplies its work too. No email under the size limit may cost more
+than a bounded parse, so every caller splits an email with BoundedFeedParser, which counts
+as it goes and stops at the first bound passed, before the header parser sees a value; the
+reader's HTML reading (reader.mail.html_to_text) holds the last two:
 
     parts          MAX_PARTS messages and parts in one email
     depth          MAX_DEPTH parts nested in one another (multipart or message/rfc822)
@@ -40,7 +41,7 @@ MAX_HEADER_FIELDS = 2_000
 MAX_HEADER_CHARS = 4_096
 MAX_PARSED_CHARS = 16_384
 MAX_TAG_SEPARATORS = 10_000  # a 256 kB data: URI folded at 76 characters has 3,400
-MAX_HTML_RESCAN = 4_000_000  # about 0.1 s at the 26 ns a character measured
+MAX_HTML_RESCAN = 2_000_000  # about 0.2 s: 3.8 million took 0.36 s (lab.bench.mailparse)
 _FEED_CHARS = 8192  # email.parser.Parser.parse's read size
 
 # The headers the reader's parse reads through the header registry, lower-case: the two it
