@@ -131,6 +131,7 @@ def _html_before(html: str) -> str:
     """reader.mail.html_to_text as it was before the bounds: HTMLParser fed and closed."""
     from reader import mail
     parser = mail._TextOnly()
+    parser._scanned = lambda start, end: end  # type: ignore[method-assign]  # no rescan bound: as before
     parser.feed(html)
     parser.close()
     return " ".join(" ".join(parser.parts).split())
