@@ -83,3 +83,12 @@ def test_one_reader_stays_bounded_across_every_shape() -> None:
                                for name, (kind, _, _) in mailparse.SHAPES.items()}, row
     assert row["slowest_cpu_s"] < mailparse.BOUNDED_CPU_S, row
     assert row["peak_mb"] < mailparse.BOUNDED_MB, row
+
+
+def test_the_bench_prints_a_row_per_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m lab.bench.mailparse --shape X prints the bound and one row with the outcome, CPU and memory."""
+    assert mailparse.main(["--shape", "encoded-words", "--shape", "at-parts-bound"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 s CPU and 100 MB resident" in lines[0]
+    assert lines[1].startswith("encoded-words") and "mail.too_complex, " in lines[1] and " MB" in lines[1]
+    assert lines[2].startswith("at-parts-bound") and "bounded: read, " in lines[2]
