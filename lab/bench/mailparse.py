@@ -117,7 +117,7 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
                               lambda: _html("<p>Order 4411 &amp; <b>more</b></p>\n", opening="<!-- ")),
     "html-at-rescan-bound": ("inside", "well-formed HTML, then unclosed '<a ' up to the rescan bound",
                              _html_at_rescan_bound),
-    "at-header-bounds": ("inside", "Subject and Content-Type at the header bounds", _at_header_bounds),
+    "at-header-bounds": ("inside", "Subject, From, Content-Type, Content-Disposition at the header bound", _at_header_bounds),
     "at-parts-bound": ("inside", f"{mailbounds.MAX_PARTS - 1} text parts", lambda: _parts(mailbounds.MAX_PARTS - 1)),
     "at-depth-bound": ("inside", f"parts nested {mailbounds.MAX_DEPTH} deep, 80,000 lines inside",
                        lambda: _nested(mailbounds.MAX_DEPTH - 1, 80_000)),
