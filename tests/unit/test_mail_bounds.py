@@ -35,8 +35,8 @@ def test_the_refusal_names_the_bound(shape: str) -> None:
     """An email past a bound gets mail.too_complex with the bound, its limit and what was found."""
     parsed = mail.parse(mailparse.SHAPES[shape][2](), "eml")
     assert isinstance(parsed, mail.MailProblem) and parsed.rule == "mail.too_complex"
-    assert any(f"{bound}: " in parsed.reason for bound in
-               ("parts", "depth", "header fields", "header chars", "parsed chars", "html rescan", "tag separators")), parsed.reason
+    bounds = ("parts", "depth", "header fields", "header chars", "parsed chars", "html rescan", "tag separators")
+    assert any(f"{bound}: " in parsed.reason for bound in bounds), parsed.reason
     assert "over the limit of" in parsed.reason
 
 
