@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.parser
 import email.policy
 import email.utils
 import os
@@ -11,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from airlock import senders
+from airlock import mailbounds, senders
 from airlock.errors import EmailTooLarge, LinkOutside, UsageError
 from airlock.wire import EmailFormat
 
@@ -84,12 +83,15 @@ def sender_of(raw: bytes, fmt: EmailFormat) -> str:
     """The From address of an .eml in its exact form (airlock/senders.py; '' if none).
 
     Structural parsing only, by trusted code: the reader and the model never choose it.
-    It is the sender's claim: without the SMTP intake's proof it stays unverified.
+    It is the sender's claim: without the SMTP intake's proof it stays unverified. Read
+    within the reader's bounds (airlock.mailbounds): an email past them vouches for no one.
     """
     if fmt != "eml":
         return ""
     try:
-        headers = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)
+        headers = mailbounds.parse(raw, email.policy.compat32, headersonly=True)
+        if isinstance(headers, mailbounds.Exceeded):
+            return ""
         address = senders.normalized(email.utils.parseaddr(str(headers.get("From", "")))[1]) or ""
     except Exception:  # a header the parser cannot read vouches for no one
         return ""

@@ -8,14 +8,13 @@ first; the packaged image has no samples folder, and then there are none.
 
 from __future__ import annotations
 
-import email.parser
 import email.policy
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
-from airlock import sources
+from airlock import mailbounds, sources
 from airlock.client import IntakeClient, Submission
 from airlock.settings import Settings
 
@@ -79,8 +78,10 @@ def label_of(raw: bytes, fmt: str, limit: int = 80) -> str:
     """A short name for the naive pane: the Subject of an .eml, else the first line."""
     if fmt == "eml":
         try:
-            headers = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw, headersonly=True)
-            subject = str(headers.get("Subject", "")).strip()
+            # Within the reader's bounds: an unbounded policy.default Subject parse is the
+            # reader's memory bomb, here in the page's process.
+            headers = mailbounds.parse(raw, email.policy.default, headersonly=True)
+            subject = "" if isinstance(headers, mailbounds.Exceeded) else str(headers.get("Subject", "")).strip()
         except Exception:  # a header the parser cannot read names nothing
             subject = ""
         return subject[:limit] or "(no subject)"

@@ -2,18 +2,23 @@
 
 Parsing happens here, in the reader, because the reader is the one process built to hold
 hostile text. Nothing here guesses: an unknown charset or an empty body is a MailProblem.
+An email that would cost the stdlib's parsers more than airlock.mailbounds allows (parts,
+nesting, header fields, header characters; an HTML body's unclosed markup and attribute
+count) is `mail.too_complex`, refused before that parser does the work.
 """
 
 from __future__ import annotations
 
 import codecs
 import email.headerregistry
-import email.parser
 import email.policy
+import re
 from email.message import EmailMessage
 from html.parser import HTMLParser
 
 import msgspec
+
+from airlock import mailbounds
 
 
 class ParsedEmail(msgspec.Struct, frozen=True):
@@ -37,12 +42,20 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
             return MailProblem("mail.charset", f"text is not valid UTF-8: {exc.reason} at byte {exc.start}")
         return _checked(ParsedEmail(sender="", subject="", body=body))
     try:
-        message = _PARSER.parsebytes(raw)
-        return _charset_problem(message) or _checked(_from_message(message))
+        message = mailbounds.parse(raw, _POLICY, _Part)
+        if isinstance(message, mailbounds.Exceeded):
+            return too_complex(message)
+        return _charset_problem(message) or _checked(_from_message(message))  # type: ignore[arg-type]  # _Part
+    except mailbounds.TooComplex as exc:
+        return too_complex(exc.exceeded)
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
     except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
+
+
+def too_complex(exceeded: mailbounds.Exceeded) -> MailProblem:
+    return MailProblem("mail.too_complex", f"the email is too complex to parse safely: {exceeded.reason()}")
 
 
 class _Part(EmailMessage):
@@ -64,6 +77,9 @@ class _Part(EmailMessage):
                 parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
                 found = parsed.get((key, raw))
                 if found is None:
+                    # The splitter bounded the headers it knows the parse reads; this holds any
+                    # other header read here to the same per-header bound (TooComplex).
+                    mailbounds.check_header(key, raw)
                     if common and len(_COMMON) >= _COMMON_MAX:
                         _COMMON.clear()  # hostile variety only costs the parse it would anyway
                     found = parsed[(key, raw)] = self.policy.header_fetch_parse(key, raw)
@@ -109,7 +125,6 @@ class _Registry(email.headerregistry.HeaderRegistry):
 
 
 _POLICY = email.policy.default.clone(header_factory=_Registry())
-_PARSER = email.parser.BytesParser(_class=_Part, policy=_POLICY)
 # Both shown headers are decoded as unstructured text (encoded words decoded, folding
 # undone): From is shown as the sender wrote it, not re-rendered by an address parser,
 # which cost 0.08 ms an email for text that is only ever displayed (and made an email
@@ -179,12 +194,46 @@ def _charset_problem(message: EmailMessage) -> MailProblem | None:
 
 
 class _TextOnly(HTMLParser):
-    """Keeps text nodes, drops tags, scripts and styles; the result is plain text."""
+    """Keeps text nodes, drops tags, scripts and styles; the result is plain text.
+
+    Its work is bounded: a markup construct that does not end (a tag, comment, declaration or
+    processing instruction with no closing mark after it) costs HTMLParser a scan to the end
+    of the document, and close() retries every later one: 256 kB of "<!--" took over 60 s,
+    of "</" 6.7 s (Python 3.11.7). Each such scan is counted, and past
+    mailbounds.MAX_HTML_RESCAN characters the parse stops with TooComplex. HTML that closes
+    what it opens never scans in vain, and an odd unclosed construct costs one scan.
+    """
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._skip = 0
+        self._rescanned = 0
+
+    def _scanned(self, start: int, end: int) -> int:
+        """Counts a construct at `start` that did not end (end < 0): a scan to the document's end."""
+        if end < 0:
+            self._rescanned += len(self.rawdata) - start
+            if self._rescanned > mailbounds.MAX_HTML_RESCAN:
+                raise mailbounds.TooComplex(mailbounds.Exceeded(
+                    "html rescan", mailbounds.MAX_HTML_RESCAN, self._rescanned,
+                    f"markup in the HTML body that never closes, the last at character {start:,}"))
+        return end
+
+    def parse_starttag(self, i: int) -> int:
+        return self._scanned(i, super().parse_starttag(i))
+
+    def parse_endtag(self, i: int) -> int:
+        return self._scanned(i, super().parse_endtag(i))
+
+    def parse_comment(self, i: int, report: int = 1) -> int:
+        return self._scanned(i, super().parse_comment(i, report))
+
+    def parse_html_declaration(self, i: int) -> int:
+        return self._scanned(i, super().parse_html_declaration(i))
+
+    def parse_pi(self, i: int) -> int:
+        return self._scanned(i, super().parse_pi(i))
 
     def handle_starttag(self, tag: str, attrs: object) -> None:
         if tag in ("script", "style"):
@@ -199,7 +248,20 @@ class _TextOnly(HTMLParser):
             self.parts.append(data)
 
 
+_START_TAG = re.compile(r"<[a-zA-Z][^>]*")  # a start tag to its ">", or to the end if it has none
+_TAG_SEPARATOR = re.compile(r"[\s=/]")
+
+
 def html_to_text(html: str) -> str:
+    """The text of an HTML body; TooComplex (airlock.mailbounds) past the HTML bounds."""
+    for tag in _START_TAG.finditer(html):
+        # HTMLParser's start-tag pattern keeps a backtracking mark per attribute it tries,
+        # about 1 kB each: 250 kB of "<a b=" with no ">" took 70 MB in one match.
+        separators = len(_TAG_SEPARATOR.findall(tag.group()))
+        if separators > mailbounds.MAX_TAG_SEPARATORS:
+            raise mailbounds.TooComplex(mailbounds.Exceeded(
+                "tag separators", mailbounds.MAX_TAG_SEPARATORS, separators,
+                f"the HTML body's tag at character {tag.start():,}"))
     parser = _TextOnly()
     parser.feed(html)
     parser.close()

@@ -26,7 +26,8 @@ from reader.mail import MailProblem, ParsedEmail, parse
 from reader.model import ModelAnswer
 
 EXAMPLES = 1_500
-RULES = {"mail.charset", "mail.broken", "mail.empty_body"}
+# mail.too_complex: a "long" HTML body of a repeated "<a " or "<!--" passes airlock.mailbounds
+RULES = {"mail.charset", "mail.broken", "mail.empty_body", "mail.too_complex"}
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
 
