@@ -15,6 +15,7 @@ longer makes the whole email `mail.broken`; the sender is only ever displayed).
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import email.policy
 from pathlib import Path
@@ -44,8 +45,32 @@ def reference(raw: bytes) -> ParsedEmail | MailProblem:
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
 
 
+def near_a_bound(raw: bytes) -> bool:
+    """An unbounded parse's own witness that the email is at (or within a small margin of)
+    one of airlock.mailbounds' structural bounds: a refusal as too complex must have one.
+    The margins absorb how each side counts folding and line ends, nothing more."""
+    message = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw)
+
+    def depth(part: email.message.Message) -> int:
+        inner = part.get_payload() if part.is_multipart() else []
+        return 1 + max((depth(p) for p in inner if isinstance(p, email.message.Message)), default=0)
+
+    parts = list(message.walk())
+    fields = [(name.lower(), str(value)) for part in parts for name, value in part.items()]
+    parsed = [len(value) for name, value in fields if name in mailbounds.PARSED]
+    return (len(parts) > mailbounds.MAX_PARTS - 5 or depth(message) >= mailbounds.MAX_DEPTH - 1
+            or len(fields) > mailbounds.MAX_HEADER_FIELDS - 10
+            or any(len(value) > mailbounds.MAX_HEADER_CHARS - 100 for _, value in fields)
+            or sum(parsed) > mailbounds.MAX_PARSED_CHARS - 400)
+
+
 def same(raw: bytes) -> None:
     fast, slow = mail.parse(raw, "eml"), reference(raw)
+    if isinstance(fast, MailProblem) and fast.rule == "mail.too_complex" and slow != fast:
+        # Past a bound there is nothing to compare (tests/unit/test_mail_bounds.py holds each
+        # bound to its figure); the refusal must still have a witness, never be a guess.
+        assert near_a_bound(raw), (fast, slow)
+        return
     if isinstance(slow, MailProblem):
         assert isinstance(fast, MailProblem) and fast.rule == slow.rule, (fast, slow)
     else:
