@@ -132,7 +132,7 @@ def _require_own_or_absent(folder: Path) -> None:
                       "(remove it if you did not make it)")
 
 
-def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
+def positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         value = cast(text)
         if value <= 0:
@@ -211,7 +211,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "task": read("AIRLOCK_TASK", Path, default_task()),
         "model_url": model_url,
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
-        "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", _positive(float), "10"),
+        "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", positive(float), "10"),
         "bind_hosts": {
             name: read(f"AIRLOCK_{name.upper()}_BIND_HOST", str, env.get("AIRLOCK_BIND_HOST", "127.0.0.1"))
             for name in DEFAULT_PORTS
@@ -221,34 +221,34 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
             name: read(f"AIRLOCK_{name.upper()}_PORT", port, str(default_port))
             for name, default_port in DEFAULT_PORTS.items()
         },
-        "max_email_bytes": read("AIRLOCK_MAX_EMAIL_BYTES", _positive(int), str(256 * 1024)),
-        "max_frame_bytes": read("AIRLOCK_MAX_FRAME_BYTES", _positive(int), str(4 * 1024 * 1024)),
-        "read_deadline_s": read("AIRLOCK_READ_DEADLINE_S", _positive(float), "60"),
-        "validate_deadline_s": read("AIRLOCK_VALIDATE_DEADLINE_S", _positive(float), "10"),
-        "act_deadline_s": read("AIRLOCK_ACT_DEADLINE_S", _positive(float), "30"),
+        "max_email_bytes": read("AIRLOCK_MAX_EMAIL_BYTES", positive(int), str(256 * 1024)),
+        "max_frame_bytes": read("AIRLOCK_MAX_FRAME_BYTES", positive(int), str(4 * 1024 * 1024)),
+        "read_deadline_s": read("AIRLOCK_READ_DEADLINE_S", positive(float), "60"),
+        "validate_deadline_s": read("AIRLOCK_VALIDATE_DEADLINE_S", positive(float), "10"),
+        "act_deadline_s": read("AIRLOCK_ACT_DEADLINE_S", positive(float), "30"),
         # A reader that asks a model holds one email at a time: the model call is the slow
         # part, and another reader may take the next email meanwhile. One that answers from
         # recordings is as quick as any worker and would only idle between round trips.
-        "reader_credit": read("AIRLOCK_READER_CREDIT", _positive(int), "1" if model_url else "64"),
-        "worker_credit": read("AIRLOCK_WORKER_CREDIT", _positive(int), "64"),
-        "max_result_bytes": read("AIRLOCK_MAX_RESULT_BYTES", _positive(int), str(64 * 1024)),
+        "reader_credit": read("AIRLOCK_READER_CREDIT", positive(int), "1" if model_url else "64"),
+        "worker_credit": read("AIRLOCK_WORKER_CREDIT", positive(int), "64"),
+        "max_result_bytes": read("AIRLOCK_MAX_RESULT_BYTES", positive(int), str(64 * 1024)),
         "catalog": read("AIRLOCK_CATALOG", lambda text: Path(text) if text else None, ""),
-        "heartbeat_interval_s": read("AIRLOCK_HEARTBEAT_INTERVAL_S", _positive(float), "1.0"),
-        "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", _positive(int), "3"),
-        "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", _positive(float), "8"),
+        "heartbeat_interval_s": read("AIRLOCK_HEARTBEAT_INTERVAL_S", positive(float), "1.0"),
+        "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", positive(int), "3"),
+        "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", positive(float), "8"),
         # Each redelivery goes alone to a worker holding nothing (broker.router), so an email
         # that kills or stalls every worker it reaches ends `failed` after this many.
-        "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", _positive(int), "3"),
-        "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", _positive(float), "10"),
+        "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", positive(int), "3"),
+        "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", positive(float), "10"),
         "keys": read("AIRLOCK_KEYS", lambda text: Path(text) if text else None, ""),
         "insecure": read("AIRLOCK_INSECURE", switch, "0"),
         "student_code": read("AIRLOCK_STUDENT_CODE", parse_plug, ""),
-        "student_timeout_s": read("AIRLOCK_STUDENT_TIMEOUT_S", _positive(float), "2"),
-        "queue_max_bytes": read("AIRLOCK_QUEUE_MAX_BYTES", _positive(int), str(64 * 1024 * 1024)),
-        "await_max_ids": read("AIRLOCK_AWAIT_MAX_IDS", _positive(int), "1000"),
-        "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", _positive(int), "100000"),
-        "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", _positive(int), str(64 * 1024 * 1024)),
-        "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", _positive(float), "30"),
+        "student_timeout_s": read("AIRLOCK_STUDENT_TIMEOUT_S", positive(float), "2"),
+        "queue_max_bytes": read("AIRLOCK_QUEUE_MAX_BYTES", positive(int), str(64 * 1024 * 1024)),
+        "await_max_ids": read("AIRLOCK_AWAIT_MAX_IDS", positive(int), "1000"),
+        "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", positive(int), "100000"),
+        "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", positive(int), str(64 * 1024 * 1024)),
+        "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", positive(float), "30"),
     }
     for key, value in overrides.items():
         if key not in values:

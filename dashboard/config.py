@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +51,6 @@ def _hosts(text: str) -> list[str]:
     return hosts
 
 
-def _positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        value = cast(text)
-        if value <= 0:
-            raise ValueError("must be greater than 0")
-        return value
-
-    return parse
-
-
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
     """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
     read = settings_module.reader(os.environ if env is None else env)
@@ -70,11 +60,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
-        "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", _positive(int), "32"),
-        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", _positive(int), "128"),
-        "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", _positive(int),
+        "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), "32"),
+        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int), "128"),
+        "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", settings_module.positive(int),
                                     str(512 * 1024)),
-        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", _positive(float), "10"),
+        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", settings_module.positive(float), "10"),
     }
     for key, value in overrides.items():
         if key not in values:
