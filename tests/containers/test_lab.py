@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab import catalog
-from tests.containers.lab import BUILD_TIMEOUT_S
+from tests.containers.lab import BUILD_TIMEOUT_S, TRUSTED_AUTHSERV_ID
 
 SEED = "samples/seed_4411_de.eml"
 STUDENT_WHEN_ROOT = 4242  # tests run as root: `-u 0` would run the lab tool as root, so a student of our own
@@ -133,9 +133,18 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
         up = lab.compose("up", "-d", "--no-build", files=(str(override),))
         assert up.returncode == 0, up.stderr[-3000:]
         lab.wait_connected()
-        done = lab.airlock("inject", "--json", "--wait", email)
-        assert done.returncode == 0 and '"outcome":"completed"' in done.stdout, done.stdout + done.stderr
-        message_id = done.stdout.split('"id":"')[1].split('"')[0]
+        if lab_id == "preconditions":
+            # The guarded task answers only a sender someone proved (issue 14): an injected
+            # file's sender is unverified, so this one comes as mail the lab's mail server
+            # vouched for, the way a student's customer writes in.
+            outcome = smtp_outcome(lab, vouched_for((lab.folder / email).read_bytes(), "example.de"),
+                                   f"plugged-{lab_id}@example.de")
+            assert outcome["outcome"] == "completed", outcome
+            message_id = outcome["message_id"]
+        else:
+            done = lab.airlock("inject", "--json", "--wait", email)
+            assert done.returncode == 0 and '"outcome":"completed"' in done.stdout, done.stdout + done.stderr
+            message_id = done.stdout.split('"id":"')[1].split('"')[0]
         calls = [c for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
         assert [(c["server"], c["tool"], c["args"]) for c in calls] == plan
         marked = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t.get("student") == point]
@@ -195,21 +204,33 @@ def test_a_second_up_keeps_the_keys(lab) -> None:
     assert done.returncode == 0 and "completed" in done.stdout, done.stdout + done.stderr
 
 
-def test_smtp_intake_in_the_lab(lab) -> None:
-    """Mail sent to the published SMTP port runs the plan like an injected file."""
-    raw = (lab.folder / SEED).read_bytes()
+def smtp_outcome(lab, raw: bytes, envelope_from: str) -> dict:
+    """Send `raw` to the lab's published SMTP port; the outcome line of the one email the
+    intake received from `envelope_from` (a sender each test uses once)."""
     with smtplib.SMTP("127.0.0.1", int(lab.env["AIRLOCK_SMTP_PORT"]), timeout=30) as smtp:
-        smtp.sendmail("tester@example.org", ["support@shop.example"], raw)
+        smtp.sendmail(envelope_from, ["support@shop.example"], raw)
 
-    def smtp_outcomes() -> list[dict]:
+    def outcomes() -> list[dict]:
         ids = {t["message_id"] for t in lab.lines("trace.jsonl")
-               if t["event"] == "received" and t.get("origin", "").startswith("smtp:tester@example.org")}
+               if t["event"] == "received" and t.get("origin", "").startswith(f"smtp:{envelope_from}")}
         return [t for t in lab.lines("trace.jsonl") if t["event"] == "outcome" and t["message_id"] in ids]
 
     deadline = time.monotonic() + 60
-    while not smtp_outcomes() and time.monotonic() < deadline:
+    while not outcomes() and time.monotonic() < deadline:
         time.sleep(0.5)
-    (outcome,) = smtp_outcomes()
+    (outcome,) = outcomes()
+    return outcome
+
+
+def vouched_for(raw: bytes, domain: str) -> bytes:
+    """`raw` as the mail server in front of the lab hands it on: its Authentication-Results
+    on top, saying the From domain's DKIM signature verified."""
+    return f"Authentication-Results: {TRUSTED_AUTHSERV_ID}; dkim=pass header.d={domain}\n".encode() + raw
+
+
+def test_smtp_intake_in_the_lab(lab) -> None:
+    """Mail sent to the published SMTP port runs the plan like an injected file."""
+    outcome = smtp_outcome(lab, (lab.folder / SEED).read_bytes(), "tester@example.org")
     assert outcome["outcome"] == "completed"
 
 

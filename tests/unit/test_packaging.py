@@ -85,10 +85,11 @@ def test_reader_image_has_no_tool_code() -> None:
 def test_lab_image_holds_what_the_graders_import() -> None:
     """The lab tool's image (`docker compose run --rm lab ...`) copies the kernel, the lab
     package, the labs and what the graders run: the four pipeline services (an in-stack
-    checkpoint starts a private `airlock up` in the container), tasks/ with the samples their
-    recordings name, corpus/handmade/. Nothing else: no SMTP intake, no page."""
+    checkpoint starts a private `airlock up` in the container) and the intake's sender
+    verifier (a lab stack admits each email as the SMTP intake would), tasks/ with the
+    samples their recordings name, corpus/handmade/. Nothing else: no page."""
     copied = {c.rstrip("/") for c in copies(ROOT / "lab" / "Dockerfile")}
-    stack = {"broker", "reader", "validator", "actor"}
+    stack = {"broker", "reader", "validator", "actor", "intake"}
     assert {"airlock", "lab", "labs", "tasks", "samples", "corpus/handmade"} | stack <= copied, copied
     assert not copied & (set(SERVICES) - stack), copied
     assert "dashboard" not in copied, copied
