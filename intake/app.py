@@ -32,7 +32,8 @@ from typing import Protocol
 import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from airlock import keys, settings as settings_module
+from airlock import keys
+from airlock import settings as settings_module
 from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock.senders import SenderProof
