@@ -87,12 +87,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         preflight.check_ports(settings, dashboard)
         from airlock import keys
 
-        closed = False
+        closed, added = False, []
         if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
             keys.generate(settings.data_dir / "keys")
             settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
         else:  # keys an older version made open to other users (0755) are closed now
             closed = keys.tighten(settings.keys_folder)
+            # ... and get the roles added since (the SMTP intake's own key), all else kept.
+            added = keys.add_new_roles(settings.keys_folder) if (settings.keys_folder / "broker.key_secret").is_file() else []
         people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         data = settings.data_dir.resolve()
@@ -109,7 +111,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
         print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
         print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
-              + ("; it was open to other users, now 0700" if closed else ""))
+              + ("; it was open to other users, now 0700" if closed else "")
+              + (f"; added the key pair of {', '.join(added)}" if added else ""))
         if people:
             print(f"  approvers:  {', '.join(people)} (each decides with their own key in "
                   f"{settings.keys_folder.resolve() / 'people'})")
@@ -129,12 +132,7 @@ def _approver_keys(settings: settings_module.Settings, task: object) -> list[str
     path = getattr(task, "principals_path", None)
     if path is None or settings.keys_folder is None:
         return []
-    import tomllib
-
-    try:
-        names = [str(p["name"]) for p in tomllib.loads(path.read_text(encoding="utf-8")).get("principals", [])]
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
-        raise ConfigError(f"principals file {path}: {exc}") from None
+    names = keys.principal_names(path)
     keys.make_people(settings.keys_folder, names)
     return sorted(set(names))
 

@@ -2,7 +2,7 @@
 
     keys/broker.key, broker.key_secret        the broker's pair (its public key is the
                                               "server key" every client must know)
-    keys/<role>.key, <role>.key_secret        intake, reader, validator, actor, dashboard
+    keys/<role>.key, <role>.key_secret        intake, smtp, reader, validator, actor, dashboard
     keys/allow/<endpoint>/<role>.key          the public keys an endpoint lets in
     keys/services/<service>/                  what one compose container mounts at /keys
     keys/people/<name>.key, <name>.key_secret one pair per person who may approve (the
@@ -11,7 +11,10 @@
     keys/allow/people/<name>.key              the people's public keys, for the broker
 
 Each role may use only its own endpoint: the reader's key is allowed on the reader
-endpoint and nowhere else. A process needs only its own secret key and the broker's
+endpoint and nowhere else. The intake endpoint lets in three client keys: "intake" (the
+CLI's `airlock inject`, the supervisor), "dashboard" (the page) and "smtp" (the SMTP intake,
+python -m intake). Only the last may vouch for a sender: the broker keeps a Submit's
+sender_proof from the smtp key alone (smtp_keys), as only the SMTP intake checks DKIM. A process needs only its own secret key and the broker's
 public key (in compose each container mounts just those).
 """
 
@@ -31,13 +34,17 @@ import zmq.auth
 from airlock import files
 from airlock.errors import ConfigError
 
-CLIENT_ROLES = ("intake", "reader", "validator", "actor", "dashboard")
-ENDPOINT_ALLOWS = {"intake": ("intake", "dashboard"), "reader": ("reader",), "validator": ("validator",),
+SMTP_ROLE = "smtp"  # the SMTP intake's own key: the only one whose sender_proof the broker keeps
+CLIENT_ROLES = ("intake", SMTP_ROLE, "reader", "validator", "actor", "dashboard")
+# Roles added after key folders were first made: ensure() and add_new_roles() give an older
+# folder their pairs, leaving every other key as it was.
+NEWER_ROLES = (SMTP_ROLE,)
+ENDPOINT_ALLOWS = {"intake": ("intake", SMTP_ROLE, "dashboard"), "reader": ("reader",), "validator": ("validator",),
                    "actor": ("actor",), "trace": ("dashboard",)}
 # What each container of the compose lab mounts at /keys: its own secret key only (and the
 # broker's public key; the broker gets the allow lists).
 SERVICE_KEYS = {"broker": ("broker",), "reader": ("reader",), "validator": ("validator",), "actor": ("actor",),
-                "intake": ("intake",), "dashboard": ("dashboard",), "inject": ("intake",)}
+                "intake": (SMTP_ROLE,), "dashboard": ("dashboard",), "inject": ("intake",)}
 
 
 class IncompleteKeys(ConfigError):
@@ -68,31 +75,56 @@ def generate(folder: Path, force: bool = False) -> list[Path]:
     files.make_folder(folder)
     made = []
     for role in ROLES:
-        # zmq writes the pair into a scratch folder of its own (mkdtemp: 0700); each file is
-        # then written here 0600 from its first byte and renamed into place (airlock.files).
-        with tempfile.TemporaryDirectory() as scratch:
-            for path in zmq.auth.create_certificates(scratch, role):
-                target = folder / Path(path).name
-                files.write_private(target, Path(path).read_bytes())
-                made.append(target)
+        made += _write_pair(folder, role)
     derive(folder)
     return made
 
 
+def _write_pair(folder: Path, role: str) -> list[Path]:
+    """One role's new pair in `folder`; returns the two files."""
+    made = []
+    # zmq writes the pair into a scratch folder of its own (mkdtemp: 0700); each file is
+    # then written here 0600 from its first byte and renamed into place (airlock.files).
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in zmq.auth.create_certificates(scratch, role):
+            target = folder / Path(path).name
+            files.write_private(target, Path(path).read_bytes())
+            made.append(target)
+    return made
+
+
 def ensure(folder: Path) -> str:
-    """Make the keys once and keep them after ("made" or "kept"): what the compose lab's
+    """Make the keys once and keep them after ("made" or "kept..."): what the compose lab's
     init service runs on every `up`. The allow lists and the services' folders are derived
     from the pairs again, so a kept folder also heals. A folder with only some pairs (an
-    interrupted run) is refused rather than half replaced: clients may hold the other half."""
+    interrupted run) is refused rather than half replaced: clients may hold the other half.
+    A folder made before a role was added (NEWER_ROLES) gets that role's pair: "kept, added smtp"."""
     missing = [f"{role}.{kind}" for role in ROLES for kind in ("key", "key_secret")
                if not (folder / f"{role}.{kind}").is_file()]
     if len(missing) == 2 * len(ROLES):
         generate(folder)
         return "made"
-    if missing:
+    newer = {f"{role}.{kind}" for role in NEWER_ROLES for kind in ("key", "key_secret")}
+    if set(missing) - newer:
         raise IncompleteKeys(folder, missing)
+    added = add_new_roles(folder)
+    return f"kept, added {', '.join(added)}" if added else "kept"
+
+
+def add_new_roles(folder: Path) -> list[str]:
+    """Give a folder made before NEWER_ROLES existed their pairs, then derive again; returns
+    the roles added. A role with half a pair (one file of two) is refused, not replaced: its
+    other half may be in use. No pair of another role is touched."""
+    added = []
+    for role in NEWER_ROLES:
+        present = [kind for kind in ("key", "key_secret") if (folder / f"{role}.{kind}").is_file()]
+        if len(present) == 1:
+            raise IncompleteKeys(folder, [f"{role}.{'key_secret' if present == ['key'] else 'key'}"])
+        if not present:
+            _write_pair(folder, role)
+            added.append(role)
     derive(folder)
-    return "kept"
+    return added
 
 
 def tighten(folder: Path) -> bool:
@@ -140,6 +172,27 @@ def approvers(folder: Path) -> dict[str, str]:
     for path in sorted((folder / "allow" / PEOPLE).glob("*.key")):
         found[load(folder / "allow" / PEOPLE, path.stem, secret=False).public.decode()] = path.stem
     return found
+
+
+def smtp_keys(folder: Path) -> frozenset[str]:
+    """The SMTP intake's public key (z85 text, as the authenticator names a client), from
+    the intake endpoint's allow list: the only key whose sender_proof the broker keeps. Empty
+    when the folder has none (then every proof is recorded as "none")."""
+    path = folder / "allow" / "intake" / f"{SMTP_ROLE}.key"
+    if not path.is_file():
+        return frozenset()
+    return frozenset({load(folder / "allow" / "intake", SMTP_ROLE, secret=False).public.decode()})
+
+
+def principal_names(path: Path) -> list[str]:
+    """The names in a principals file (tasks/principals.toml), the people who may decide;
+    a file that does not read or parse is a ConfigError naming it."""
+    import tomllib
+
+    try:
+        return [str(p["name"]) for p in tomllib.loads(path.read_text(encoding="utf-8")).get("principals", [])]
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"principals file {path}: {exc}") from None
 
 
 def derive(folder: Path) -> None:

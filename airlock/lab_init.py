@@ -15,6 +15,9 @@ Who may do what, once this ran:
 
     airlock-keys/                 host user, 0700: no other host user gets in at all
       <role>.key[_secret], allow/ host user (folders 0700): the host CLI authenticates with these
+      people/<name>.key[_secret]  host user (0700): one pair for each principal named in the
+                                  project's tasks/principals.toml, so `airlock approve --by dana`
+                                  on the host can decide (no service holds these)
       services/<service>/         the services' user, group the host's, 0770: each container
                                   mounts only its own and reads its secret as that user;
                                   the host user (through the group) can still delete it
@@ -53,6 +56,9 @@ PROJECT, DATA, LAB_KEYS = Path("/project"), Path("/data"), Path("/lab-keys")
 # and pending escalations). The services make theirs 0600 (airlock.files), which the host
 # user could not read: made here first, they get the group's bits below and keep them.
 DATA_FILES = ("trace.jsonl", "journal.bin", "calls.jsonl", "pending.jsonl")
+# The people who may decide escalations, in the project the lab serves: each gets a key pair
+# here (keys.make_people keeps any pair already made), as `airlock up` does for its task.
+PRINCIPALS = Path("tasks") / "principals.toml"
 SERVICE_IDS_DEFAULT = "10001"  # the uid and gid every service image and compose.yaml use
 
 
@@ -176,9 +182,12 @@ def prepare(project: Path, data: Path, key_folder: Path, service: Owner) -> str:
     host = Owner(info.st_uid, info.st_gid)
     data.mkdir(parents=True, exist_ok=True)
     made = keys.ensure(key_folder)
+    principals = project / PRINCIPALS
+    people = keys.make_people(key_folder, keys.principal_names(principals)) if principals.is_file() else []
     make_data_files(data)
     skipped = apply(grants(key_folder, data, host, service))
     changed = f"; left alone, changed while this ran: {', '.join(map(str, skipped))}" if skipped else ""
+    made += f", people's keys made for {', '.join(people)}" if people else ""
     return (f"lab keys {made} in {key_folder}; host user {host.uid}:{host.gid} owns them, "
             f"services run as {service.uid}:{service.gid} and write {data}{changed}")
 

@@ -55,7 +55,9 @@ class Submit(Message, tag="submit"):
 
     `sender` is the From address as the intake read it, never anything a model said.
     `sender_proof` says what proved it (airlock/senders.py): only the SMTP intake sets
-    "dkim" or "authres"; "none" (unverified) cannot corroborate anything at the actor.
+    "dkim" or "authres", and the broker keeps it only from the SMTP intake's own key
+    (keys.SMTP_ROLE); from any other client it is recorded as "none". "none" (unverified)
+    cannot corroborate anything at the actor.
     The actor may check a proven sender against trusted records (a data-only defence);
     the reader never sees either.
     """

@@ -165,7 +165,9 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     decoders = {role: inbound_decoder(role) for role in ROLES}
     writer = trace.TraceWriter(settings.trace_path)
     journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
-    core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {})
+    # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
+    core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
+                  smtp_keys=keys.smtp_keys(settings.keys_folder) if server is not None else ())
     poller = zmq.Poller()
     for sock in sockets.values():
         poller.register(sock, zmq.POLLIN)
@@ -228,6 +230,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path),
         "authentication": "CURVE, one key per role, ZAP allow lists" if server else auth.OFF,
+        "sender_proofs": ("kept from the SMTP intake's key only" if core.smtp_keys
+                          else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
     writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     recovered, backlog = recover(core, settings, journal, time.monotonic())

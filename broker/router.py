@@ -27,6 +27,9 @@
   escaped, so no worker can write a line that reads as the broker's.
 - A decision on an escalated email is taken only from a person's own key (`approvers`:
   public key -> name) and only in that person's name; a service's key never decides.
+- A Submit's sender_proof is kept only when it comes with the SMTP intake's key
+  (`smtp_keys`): the CLI's, the supervisor's and the page's keys share the intake endpoint
+  but check no signature, so a proof they claim is recorded as "none", with a violation.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import collections
 import heapq
 import time
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +94,12 @@ class Flight:
 
 
 class Router:
-    def __init__(self, settings: Settings, boot: int | None = None, approvers: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, boot: int | None = None, approvers: dict[str, str] | None = None,
+                 smtp_keys: Collection[str] = ()) -> None:
         self.settings = settings
+        # The SMTP intake's public key(s) (z85, keys.smtp_keys): only a Submit proven to come
+        # with one keeps its sender_proof; from any other key a proof is recorded as "none".
+        self.smtp_keys = frozenset(smtp_keys)
         # Whose each person's key is (z85 public key -> name, keys.approvers): a decision is
         # taken only from one of these keys, and only in that person's name.
         self.approvers = dict(approvers or {})
@@ -153,6 +161,8 @@ class Router:
                             reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
             case Decide():
                 self._on_decide(role, identity, message, now, key)
+            case Submit():
+                self._on_submit(role, identity, message, now, key)
             case Event(event=event) | Notice(event=event) if (refusal := events.refusal(event, role, isinstance(message, Event))):
                 self.counters[f"violation.{role}"] += 1
                 self._trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
@@ -259,7 +269,7 @@ class Router:
 
     # --- intake ---------------------------------------------------------------------------
 
-    def _on_submit(self, role: str, identity: bytes, message: Submit, now: float) -> None:
+    def _on_submit(self, role: str, identity: bytes, message: Submit, now: float, key: str = "") -> None:
         if len(self._pending["reader"]) >= MAX_QUEUED or not self.has_room(min(len(message.raw),
                                                                             self.settings.max_email_bytes)):
             self.counters["refused.queue_full"] += 1
@@ -270,23 +280,40 @@ class Router:
             return
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
-        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=message.sender_proof)
+        proof = message.sender_proof if self._vouches(key, message) else "none"
+        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=proof)
         self.flights[message_id] = flight
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
-                    bytes=len(message.raw), sender=message.sender, sender_proof=message.sender_proof)
+                    bytes=len(message.raw), sender=message.sender, sender_proof=proof)
+        if proof != message.sender_proof:  # the claim itself is traced, under the email's id
+            self.counters[f"violation.{role}"] += 1
+            who = "an unauthenticated client (authentication is off)" if not key else "a key other than the SMTP intake's"
+            self._trace("broker", "violation", message_id, endpoint=role, kind="sender_proof",
+                        reason=f"{who} claimed sender_proof {message.sender_proof!r}; only the SMTP intake's key "
+                               "may vouch for a sender, so it is recorded as 'none'")
         if len(message.raw) > self.settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {self.settings.max_email_bytes}-byte limit"
             self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
             self._finish(flight, "rejected", reason, now, rule="intake.too_large")
             return
         # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
-        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender,
-                              message.sender_proof))
+        self.out.append(Entry(message_id, message.raw, message.format, message.origin, message.sender, proof))
         self.out.append(Send(role, identity, Accepted(ref=message.ref, message_id=message_id)))
         email = Email(message_id=message_id, raw=message.raw, format=message.format)
         flight.message = email
         self._hold(flight, len(message.raw))
         self._pending["reader"].append(email)
+
+    def _vouches(self, key: str, message: Submit) -> bool:
+        """Whether the key a Submit came with may vouch for its sender_proof.
+
+        Data: the Submit's sender_proof and the CURVE key the authenticator proved it came with.
+        Readers: the actor, which lets only a proven sender corroborate a record.
+        Rationale: the intake endpoint takes the CLI's, the supervisor's and the page's keys
+        too, and none of them checks a signature; a proof is worth only the key behind it,
+        so it is kept from the SMTP intake's key alone. Another's claim is recorded as "none"
+        (not refused: the email still gets its one outcome, as an unverified sender's)."""
+        return message.sender_proof == "none" or key in self.smtp_keys
 
     def _on_await(self, role: str, identity: bytes, message: Await, now: float) -> None:
         # Data: ids from a client. Rationale: each id may become a waiter and a reply, so a

@@ -32,12 +32,14 @@ from typing import Protocol
 import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from airlock import keys
 from airlock import settings as settings_module
 from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock.senders import SenderProof
 from airlock.settings import Settings
 from airlock.terminal import shown
+from airlock.transport import client_keys
 from intake.authentication import UNPROVEN, NoKeys, Sender, Verifier, key_source
 
 BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
@@ -195,7 +197,11 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The intake needs no task: it only hands emails over."""
     smtp = load_smtp()
     verify = verifier(smtp, settings.max_email_bytes)
-    submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S))
+    # Its own key, not the CLI's "intake": the broker keeps a sender proof from this key
+    # alone (keys.SMTP_ROLE). Loaded now, so a missing key stops the intake at start (78)
+    # rather than answering every sender 451.
+    client_keys(settings, keys.SMTP_ROLE)
+    submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S, role=keys.SMTP_ROLE))
     try:
         asyncio.run(listen(smtp, Handler(submitter, verify), data_size_limit(settings),
                             settings.endpoint("intake"), stop))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock import settings as settings_module
-from airlock import sources, trace
+from airlock import keys, sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.task import Task
@@ -127,13 +127,16 @@ class PrivateStack:
 
 
 def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float,
-                  in_flight: int, progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
-    """Inject `in_flight` emails at a time, so latency measures handling, not a long queue."""
+                  in_flight: int, progress: Progress, role: str = "intake") -> tuple[list[score.EmailResult], list[str]]:
+    """Inject `in_flight` emails at a time, so latency measures handling, not a long queue.
+    `role`: the key to submit with; keys.SMTP_ROLE where the emails' senders were checked by
+    the SMTP intake's own verifier (a private stack), as the broker keeps a proof from that
+    key alone; "intake" (as `airlock inject`) otherwise."""
     ids: list[str] = []
     done: dict[str, Any] = {}
     deadline = time.monotonic() + timeout_s
     progress(0, len(emails))
-    with IntakeClient(settings, timeout_s=10) as client:
+    with IntakeClient(settings, timeout_s=10, role=role) as client:
         for start in range(0, len(emails), in_flight):
             chunk = emails[start:start + in_flight]
             batch = [m for _, m in client.submit(
@@ -220,6 +223,6 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
 
             with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
                 results, stragglers = run_separated(mail_signing.signed_and_verified(emails), settings, timeout_s,
-                                                    in_flight, progress)
+                                                    in_flight, progress, role=keys.SMTP_ROLE)
     scorer = score.Scorer(task)
     return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import trace
+from airlock import keys, trace
 from airlock.settings import Settings
 from airlock.student import Plug
 from lab.attack import PrivateStack, run_separated
@@ -53,7 +53,9 @@ class Stack:
 
     def run(self, emails: list[CampaignEmail], timeout_s: float = EMAILS_TIMEOUT_S) -> StackRun:
         emails = signed_and_verified(emails)
-        results, stragglers = run_separated(emails, self.settings, timeout_s, IN_FLIGHT, lambda done, total: None)
+        # Submitted with the SMTP intake's key: the private stack's stand-in for that intake.
+        results, stragglers = run_separated(emails, self.settings, timeout_s, IN_FLIGHT, lambda done, total: None,
+                                            role=keys.SMTP_ROLE)
         return StackRun(results, stragglers, self.trace_events([r.id for r in results]))
 
     def trace_events(self, message_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -118,16 +118,21 @@ def test_rug_pull_under_a_running_stack(stack, intake, tmp_path: Path) -> None:
     assert [c["tool"] for c in s.calls(after["message_id"])] == ["lookup_order"]
 
 
-def test_the_trace_stream_shows_no_other_customers_data(stack, fake_model, tmp_path: Path) -> None:
+def test_the_trace_stream_shows_no_other_customers_data(stack, intake, fake_model, tmp_path: Path) -> None:
     """Issue 14, point 9: a stranger asks about Mallory's order 1234 under the guarded task.
     What the broker publishes on its trace endpoint (read with the page's key) names
-    neither Mallory's address nor the order's status; trace.jsonl keeps both."""
+    neither Mallory's address nor the order's status; trace.jsonl keeps both. The stranger
+    signs their own mail over SMTP (a proven sender), so the guard's corroboration is what
+    refuses, as in tests/unit/test_published.py: an injected mail is refused as unverified
+    before any owner is compared."""
     import zmq
 
     from airlock import keys
     from airlock.transport import use_curve
 
     s = stack(task=GUARDED).start("--model-url", fake_model("1234").url)
+    signing = SigningKey.generate()
+    port = intake(s.env, AIRLOCK_DKIM_KEYS=str(write_key_file(tmp_path / "dkim.toml", {"example.de": signing}))).port
     folder = s.data / "keys"
     ctx = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
@@ -136,12 +141,14 @@ def test_the_trace_stream_shows_no_other_customers_data(stack, fake_model, tmp_p
     use_curve(sub, keys.load(folder, "dashboard"), keys.load(folder, "broker", secret=False).public)
     sub.connect(f"tcp://127.0.0.1:{s.env['AIRLOCK_TRACE_PORT']}")
     try:
-        email = tmp_path / "stranger.eml"
-        email.write_text("From: lena@example.de\nTo: shop@example.com\nSubject: order\n\nWhere is order 1234?\n")
+        email = signing.sign(b"From: lena@example.de\r\nTo: shop@example.com\r\nSubject: order\r\n\r\n"
+                             b"Where is order 1234?\r\n", "example.de")
         published = b""
-        # A SUB joins late (slow joiner): inject until the stream carries an email's outcome.
+        # A SUB joins late (slow joiner): send until the stream carries an email's outcome.
         while b'"event":"outcome"' not in published:
-            (result,) = s.inject(str(email))
+            message_id = queued_id(*send(port, email, mail_from="lena@example.de"))
+            assert wait_until(lambda: s.trace(message_id, "outcome"), timeout_s=60), s.trace(message_id)
+            result = outcome_of(s, message_id)
             assert result["outcome"] == "refused", result
             while sub.poll(1000):
                 published += sub.recv()
@@ -181,3 +188,41 @@ def test_only_the_approvers_own_key_decides(stack, fake_model) -> None:
     assert (decision["by"], decision["key"]) == ("dana", dana)
     records = [t["decision"] for t in s.trace(result["id"], "authorization") if t["tool"] == "send_refund_confirmation"]
     assert (records[-1]["approver"], records[-1]["approver_key"]) == ("dana (support-lead)", dana)
+
+
+def test_only_the_smtp_intakes_key_proves_a_sender(stack) -> None:
+    """The seed email claiming sender_proof="dkim" for the order's owner, sent with the CLI's
+    intake key and with the page's key, is recorded "none" and refused as unverified on the
+    guarded task (before, both were answered as the owner); from the SMTP intake's own key
+    the same claim stands and the owner is answered."""
+    from airlock.wire import Accepted, Submit, encode, outbound_decoder
+
+    s = stack(task=GUARDED).start()
+    seed = (ROOT / "samples" / "seed_4411_de.eml").read_bytes()
+    ids = {}
+    for key_role in ("intake", "dashboard", "smtp"):
+        sock = s.socket("intake", key_role=key_role)
+        try:
+            sock.send(encode(Submit(ref=1, raw=seed, format="eml", origin=f"test:{key_role}",
+                                    sender="kunde@example.de", sender_proof="dkim")))
+            assert sock.poll(10_000), f"the broker did not answer the {key_role} key"
+            (reply,) = outbound_decoder("intake").frame(sock.recv())
+        finally:
+            sock.close(linger=0)
+        assert isinstance(reply, Accepted), (key_role, reply)
+        ids[key_role] = reply.message_id
+    assert wait_until(lambda: all(s.trace(i, "outcome") for i in ids.values()), timeout_s=60), s.trace()
+    for key_role in ("intake", "dashboard"):
+        message_id = ids[key_role]
+        (received,) = s.trace(message_id, "received")
+        assert received["sender_proof"] == "none", received
+        (violation,) = s.trace(message_id, "violation")
+        assert violation["kind"] == "sender_proof" and "SMTP intake" in violation["reason"], violation
+        (outcome,) = s.trace(message_id, "outcome")
+        assert outcome["outcome"] == "refused" and "unverified" in outcome["reason"], outcome
+        assert [c["tool"] for c in s.calls(message_id)] == ["lookup_order"]
+    (received,) = s.trace(ids["smtp"], "received")
+    assert received["sender_proof"] == "dkim" and not s.trace(ids["smtp"], "violation")
+    assert s.trace(ids["smtp"], "outcome")[0]["outcome"] == "completed"
+    (mail,) = [c for c in s.calls(ids["smtp"]) if c["tool"] == "send_status"]
+    assert mail["to"] == "kunde@example.de"

@@ -208,3 +208,22 @@ def test_up_closes_a_key_folder_an_older_version_left_open(stack, tmp_path: Path
     s.start()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert any("was open to other users, now 0700" in line for line in s.output)
+
+
+def test_up_adds_the_smtp_pair_to_a_keys_folder_made_before_it(stack) -> None:
+    """A data dir whose keys predate the SMTP intake's own key: `airlock up` adds the smtp
+    pair (and says so), keeps every other key byte for byte, and the stack serves."""
+    s = stack()
+    folder = s.data / "keys"
+    keys.generate(folder)
+    for path in [*folder.rglob("smtp.key"), *folder.rglob("smtp.key_secret")]:
+        path.unlink()
+    before = {p.name: p.read_bytes() for p in folder.glob("*.key*")}
+    s.start()
+    assert "added the key pair of smtp" in "".join(s.output), "".join(s.output)
+    after = {p.name: p.read_bytes() for p in folder.glob("*.key*")}
+    assert {name: after[name] for name in before} == before
+    assert set(after) - set(before) == {"smtp.key", "smtp.key_secret"}
+    assert keys.smtp_keys(folder) == {keys.load(folder, keys.SMTP_ROLE).public.decode()}
+    (result,) = s.inject(str(ROOT / "samples" / "seed_4411_de.eml"))
+    assert result["outcome"] == "completed", result

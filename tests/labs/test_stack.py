@@ -21,3 +21,17 @@ def test_a_lab_stack_runs_emails_and_reads_back_what_ran(tmp_path: Path) -> None
     assert (hostile.outcome, hostile.calls) == ("rejected", [])
     assert [event["event"] for event in run.events[hostile.id]] == ["received", "model_answer", "verdict", "outcome"]
     assert benign.outcome == "completed" and [c["tool"] for c in benign.calls] == ["lookup_order", "send_status"]
+
+
+def test_a_lab_stacks_signed_sender_is_proven_to_the_guarded_task(tmp_path: Path) -> None:
+    """The lab stack stands in for the SMTP intake (it signs and verifies every .eml), so it
+    submits with the SMTP intake's key: Grace, who owns order 30417, is proven ("dkim") and
+    answered on the guarded task. With the intake key the broker records "none" and refuses."""
+    emails = campaign.load([str(ROOT / "corpus/handmade/benign-en-01.eml")])
+    with lab_stack(tmp_path / "data", ROOT / "tasks/order_status_guarded.toml") as stack:
+        run = stack.run(emails)
+    (benign,) = run.results
+    (received,) = [event for event in run.events[benign.id] if event["event"] == "received"]
+    assert (received["sender"], received["sender_proof"]) == ("grace@example.com", "dkim"), received
+    assert benign.outcome == "completed", run.events[benign.id]
+    assert [c["tool"] for c in benign.calls] == ["lookup_order", "send_status"]

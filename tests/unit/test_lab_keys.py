@@ -298,3 +298,32 @@ def test_init_names_the_host_folder_when_keys_are_half_made(tmp_path: Path, monk
     assert lab_init.main() == 78
     error = capsys.readouterr().err
     assert "the keys in ./airlock-keys are incomplete (missing reader.key)" in error and str(folder) not in error
+
+
+def test_prepare_makes_the_principals_keys_so_the_host_can_approve(tmp_path: Path) -> None:
+    """The lab's init makes a pair for each person in the project's tasks/principals.toml
+    (host user's, 0600, in no service's folder), so `airlock approve --by dana` against the
+    compose lab finds dana's key; a second run keeps it. Before, it made none: "no key for dana"."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    project, data, folder = tmp_path / "project", tmp_path / "airlock-data", tmp_path / "airlock-keys"
+    (project / "tasks").mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[2] / "tasks" / "principals.toml", project / "tasks" / "principals.toml")
+    assert "people's keys made for dana, sam" in lab_init.prepare(project, data, folder, me)
+    dana = keys.load(folder, keys.person("dana"))
+    assert stat.S_IMODE((folder / "people" / "dana.key_secret").stat().st_mode) == 0o600
+    assert keys.approvers(folder / "services" / "broker") == {dana.public.decode(): "dana",
+                                                              keys.load(folder, keys.person("sam")).public.decode(): "sam"}
+    assert not list((folder / "services").glob("*/dana.key_secret"))
+    assert "people's keys" not in lab_init.prepare(project, data, folder, me)
+    assert keys.load(folder, keys.person("dana")) == dana
+    # What `airlock approve` on the host uses: the lab's folder, found with no export.
+    assert keys.load(settings.load({"AIRLOCK_KEYS": str(folder)}).keys_folder, keys.person("dana")) == dana
+
+
+def test_prepare_refuses_a_broken_principals_file(tmp_path: Path) -> None:
+    """A principals file that does not parse stops the init with its name, not a traceback."""
+    me = lab_init.Owner(os.getuid(), os.getgid())
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "principals.toml").write_text("[[principals]\n")
+    with pytest.raises(ConfigError, match="principals file .*principals.toml"):
+        lab_init.prepare(tmp_path, tmp_path / "data", tmp_path / "keys", me)

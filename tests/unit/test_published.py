@@ -20,18 +20,19 @@ OWNER = "mallory@example.net"  # owns order 1234 in actor/orders.toml
 STATUS = '"shipped"'  # that order's status, as JSON
 SENDER = "lena@example.de"  # who asks about it
 R, V, A, C = b"r", b"v", b"a", b"c"
+SMTP = "smtp-public-key"  # the SMTP intake's key: the only one a sender proof is kept from
 
 
 @pytest.fixture
 def attack_lines(settings, make_actor) -> list[bytes]:
     """The trace lines the broker writes for a stranger asking about order 1234 under the
     guarded task: the real actor refuses the mail, the real router records it."""
-    router = Router(settings, boot=0xABC)
+    router = Router(settings, boot=0xABC, smtp_keys={SMTP})
     effects: list[Any] = []
     for role, identity in (("reader", R), ("validator", V), ("actor", A)):
         effects += router.handle(role, identity, Hello(credit=1), 0.0)
     effects += router.handle("intake", C, Submit(ref=1, raw=b"Order 1234?", format="text", sender=SENDER,
-                                                    sender_proof="dkim"), 0.0)
+                                                    sender_proof="dkim"), 0.0, SMTP)
     (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
     effects += router.handle("reader", R, Reading(message_id=message_id, answer="1234", source="model"), 0.1)
     effects += router.handle("validator", V, Passed(message_id=message_id, value="1234"), 0.2)

@@ -108,7 +108,7 @@ def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str)
     from tests.unit.test_router import CLIENT, R1, A, V, sends, workers
 
     for recovered in (False, True):
-        router = Router(settings, boot=0xABC)
+        router = Router(settings, boot=0xABC, smtp_keys={"smtp-public-key"})  # the SMTP intake's key
         if recovered:  # a restarted broker replays its journal before any worker says hello
             router.recover(Entry("abc-9", b"Order 772", "text", "x", OWNER, proof), 0.0)
             message_id = "abc-9"
@@ -116,7 +116,7 @@ def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str)
         else:
             workers(router)
             effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 772", format="text", sender=OWNER,
-                                                             sender_proof=proof), 0.0)
+                                                             sender_proof=proof), 0.0, "smtp-public-key")
             (entry,) = [e for e in effects if isinstance(e, Entry)]
             assert entry.sender_proof == proof
             message_id = entry.message_id
