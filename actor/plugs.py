@@ -155,7 +155,11 @@ class ActorPlug:
         if isinstance(student, RuleResult):
             return _stopped(student, kernel)
         if _STRICTNESS[kernel.verdict] <= _STRICTNESS[student.verdict]:
-            return student  # as strict as the kernel, or stricter: the student's record stands
+            # As strict as the kernel, or stricter: the student's decision and rules stand, but
+            # who approved is only ever what the kernel checked (a student cannot name an
+            # approver or a key), and an escalation goes to the role the kernel names, if any.
+            return dataclasses.replace(student, approver=kernel.approver, approver_key=kernel.approver_key,
+                                       escalate_to=kernel.escalate_to or student.escalate_to)
         # Rationale: the kernel's verdict wins, and the record says the student missed it.
         missed = RuleResult("student.missed", kernel.verdict, f"your decide() answered {student.verdict!r}, "
                             f"but the kernel's preconditions {kernel.verdict}: {kernel.reason}",

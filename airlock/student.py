@@ -11,14 +11,19 @@ Arguments go to the child pickled (they are the service's own values); results c
 as msgpack, so only plain data (dict, list, str, int, float, bool, None; dataclasses and
 Structs as maps) crosses back, and the service never unpickles anything the student made.
 The child's stdout is the service's stderr: a student's print() reaches the log, not the
-reply pipe.
+reply pipe. The child gets none of the service's settings (no keys folder, no data dir in
+its environment), runs in a session of its own (a stop kills whatever it started) and under
+a memory cap. That contains a student's mistakes; it is not a sandbox for hostile code,
+which runs as the service's user: the compose lab's container is that boundary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -121,8 +126,9 @@ class StudentCode:
             if isinstance(child, StudentFailed):
                 return child
             try:
-                _send(child, pickle.dumps((function, args)))
-                reply = _receive(child, self.timeout_s)
+                deadline = time.monotonic() + self.timeout_s
+                _send(child, pickle.dumps((function, args)), deadline)
+                reply = _receive(child, deadline)
             except _Timeout:
                 self._stop()
                 return StudentFailed(function, "timeout", f"no answer within {self.timeout_s:g} s; it was stopped")
@@ -135,27 +141,47 @@ class StudentCode:
             return self._answer(function, reply)
 
     def _answer(self, function: str, reply: bytes) -> Any | StudentFailed:
-        kind, value = self._decoder.decode(reply)
-        if kind == "ok":
-            return value
-        return StudentFailed(function, kind, value)
+        """The child's reply, checked: the student's code shares the child with the reply
+        pipe and can write anything into it, so a reply that is not a well-formed answer of
+        plain data is a crashed child, never an exception in the service."""
+        try:
+            kind, value = self._decoder.decode(reply)
+            if kind == "ok":
+                try:
+                    msgspec.json.encode(value)  # plain data: no msgpack extensions, no odd keys
+                except (TypeError, ValueError) as exc:
+                    return StudentFailed(function, "not_plain_data", _cut(str(exc)))
+                return value
+            if kind in _KIND_WORDS and isinstance(value, str):
+                return StudentFailed(function, kind, value)
+        except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
+            pass
+        self._stop()
+        return StudentFailed(function, "crashed", "its process sent a reply that is not an answer; it was stopped")
 
     def _start(self, function: str) -> subprocess.Popen[bytes] | StudentFailed:
         # PYTHONPATH is this process's path, so the child imports the same airlock and the
         # service's own modules (a student's file may import the actor's types).
+        # Nothing else of the service's environment: its AIRLOCK_* settings (the keys folder,
+        # the data dir) are not the student's business. Its own session, so that a stop kills
+        # whatever the student's code started too.
         paths = [entry for entry in sys.path if entry and Path(entry).is_dir()]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths),
+               "PYTHONDONTWRITEBYTECODE": "1"}
         child = subprocess.Popen([sys.executable, "-c", "from airlock.student import child_main; child_main()",
                                   str(self.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                 cwd=self.path.parent if self.path.parent.is_dir() else None)
+                                 cwd=self.path.parent if self.path.parent.is_dir() else None,
+                                 start_new_session=True)
         self._child = child
         try:
-            kind, detail = self._decoder.decode(_receive(child, START_TIMEOUT_S))
-        except (_Timeout, _TooLarge, _Ended, OSError):
+            kind, detail = self._decoder.decode(_receive(child, time.monotonic() + START_TIMEOUT_S))
+        except (_Timeout, _TooLarge, _Ended, OSError, msgspec.DecodeError, TypeError, ValueError):
             code = self._stop()
             return StudentFailed(function, "unloadable", f"loading {self.path.name} did not finish (exit code {code})")
         if kind != "ok":
             self._stop()
+            if kind not in _KIND_WORDS or not isinstance(detail, str):
+                return StudentFailed(function, "unloadable", f"loading {self.path.name} sent no proper answer")
             return StudentFailed(function, kind, detail)
         return child
 
@@ -163,8 +189,8 @@ class StudentCode:
         child, self._child = self._child, None
         if child is None:
             return None
-        if child.poll() is None:
-            child.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # the child and anything it started
         code = child.wait()
         for pipe in (child.stdin, child.stdout):
             if pipe:
@@ -188,15 +214,24 @@ class _TooLarge(Exception):
     pass
 
 
-def _send(child: subprocess.Popen[bytes], payload: bytes) -> None:
+def _send(child: subprocess.Popen[bytes], payload: bytes, deadline: float) -> None:
+    """Write the request within the call's deadline: a child that stopped reading must not
+    hold the service once the pipe's buffer is full."""
     assert child.stdin is not None  # opened with PIPE
-    child.stdin.write(_HEADER.pack(len(payload)) + payload)
-    child.stdin.flush()
+    fd, data = child.stdin.fileno(), memoryview(_HEADER.pack(len(payload)) + payload)
+    os.set_blocking(fd, False)
+    while data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            raise _Timeout()
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            continue
 
 
-def _receive(child: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+def _receive(child: subprocess.Popen[bytes], deadline: float) -> bytes:
     assert child.stdout is not None  # opened with PIPE
-    deadline = time.monotonic() + timeout_s
     header = _read_exactly(child.stdout.fileno(), _HEADER.size, deadline)
     (size,) = _HEADER.unpack(header)
     if size > MAX_REPLY_BYTES:

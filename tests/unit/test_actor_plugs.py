@@ -239,6 +239,18 @@ def test_a_decide_that_refuses_everything_stands(plugged, settings) -> None:
     assert done.outcome == "refused" and done.reason.endswith("closed today") and calls(settings) == []
 
 
+def test_a_decide_cannot_name_an_approver_the_kernel_did_not_check(plugged, settings) -> None:
+    """decide() that allows the owner's order and claims dana approved it with some key: the
+    call runs (the kernel allows it too), but the record names no approver and no key, since
+    nobody proved one."""
+    body = "return Verdict('allow', 'fine', approver='dana (support-lead)', approver_key='forged')\n"
+    actor = plugged("actor.decide", with_body(PRECONDITIONS, "decide", body), GUARDED)
+    done = run(actor, ORDER, OWNER)
+    assert done.outcome == "completed"
+    for call in done.calls:
+        assert call.decision["approver"] is None and "approver_key" not in call.decision, call.decision
+
+
 @pytest.mark.parametrize(("body", "said"), MISBEHAVING + [
     pytest.param("return 'allow'\n", "not a Verdict", id="a-string"),
     pytest.param("return Verdict('maybe')\n", "the verdict 'maybe'", id="unknown-verdict"),

@@ -136,3 +136,110 @@ def test_a_bad_setting_is_refused_by_name(value: str, words: str) -> None:
     with pytest.raises(SettingsError, match="AIRLOCK_STUDENT_CODE") as caught:
         settings_module.load({"AIRLOCK_STUDENT_CODE": value})
     assert words in str(caught.value)
+
+
+ROGUE = '''
+import os, sys, time
+
+def ext(x):
+    import msgspec
+    return msgspec.msgpack.Ext(1, b"")
+
+def odd_keys(x):
+    return {(0,): 0}
+
+def forged(x, how):
+    """Write into the reply pipe itself, as a student's code in the child can."""
+    replies = sys._getframe(1).f_locals["replies"]
+    payload = {"garbage": b"\\xc1\\xc1\\xc1", "deep": b"\\x91" * 100_000, "three": b"\\x93\\xa2ok\\x01\\x02",
+               "unknown-kind": b"\\x92\\xa5weird\\x01"}[how]
+    replies.write(len(payload).to_bytes(4, "big") + payload)
+    replies.flush()
+    return "after the forged reply"
+
+def environment(x):
+    return sorted(key for key in os.environ if key.startswith("AIRLOCK_"))
+
+def fork_and_hang(path):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            time.sleep(0.05)
+    with open(path, "w") as out:
+        out.write(str(pid))
+    while True:
+        time.sleep(0.05)
+
+def echo(x):
+    return x
+'''
+
+
+@pytest.fixture
+def rogue(tmp_path: Path):
+    path = tmp_path / "rogue.py"
+    path.write_text(ROGUE)
+    code = StudentCode(path, timeout_s=1.0)
+    yield code
+    code.close()
+
+
+@pytest.mark.parametrize("function", ["ext", "odd_keys"])
+def test_an_answer_that_is_not_plain_data_is_a_typed_failure(rogue: StudentCode, function: str) -> None:
+    failed = rogue.call(function, "x")
+    assert isinstance(failed, StudentFailed) and failed.kind == "not_plain_data", failed
+    assert rogue.call("echo", "4411") == "4411"
+
+
+@pytest.mark.parametrize("how", ["garbage", "deep", "three", "unknown-kind"])
+def test_a_forged_reply_is_a_crashed_child_never_an_exception(rogue: StudentCode, how: str) -> None:
+    """The student's code can write into the reply pipe; whatever it writes, the service
+    gets a StudentFailed and a fresh child answers the next call."""
+    failed = rogue.call("forged", "x", how)
+    assert isinstance(failed, StudentFailed) and failed.kind == "crashed", failed
+    failed.describe()
+    assert rogue.call("echo", "4411") == "4411"
+
+
+def test_the_child_gets_none_of_the_services_settings(rogue: StudentCode, monkeypatch) -> None:
+    monkeypatch.setenv("AIRLOCK_KEYS", "/secret/keys")
+    monkeypatch.setenv("AIRLOCK_DATA_DIR", "/data")
+    assert rogue.call("environment", "x") == []
+
+
+def test_a_stop_kills_what_the_students_code_started(rogue: StudentCode, tmp_path: Path) -> None:
+    """A function that forks a spinning process and hangs: at its deadline both are gone."""
+    import os
+
+    failed = rogue.call("fork_and_hang", str(tmp_path / "pid"))
+    assert isinstance(failed, StudentFailed) and failed.kind == "timeout"
+    grandchild = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+            if Path(f"/proc/{grandchild}/stat").read_text().split()[2] == "Z":  # dead, not yet reaped by init
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the student's forked process {grandchild} still runs")
+
+
+def test_a_request_to_a_child_that_stopped_reading_keeps_the_deadline() -> None:
+    """Sending never blocks past the call's deadline, however full the pipe."""
+    import subprocess
+
+    from airlock import student
+
+    child = subprocess.Popen(["sleep", "10"], stdin=subprocess.PIPE)
+    try:
+        started = time.monotonic()
+        with pytest.raises(student._Timeout):
+            student._send(child, b"x" * (1024 * 1024), time.monotonic() + 0.5)
+        assert time.monotonic() - started < 3
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()
