@@ -22,7 +22,7 @@ reader's HTML reading (reader.mail.html_to_text) holds the last two:
 
 Headers nobody parses (Received, References, DKIM-Signature...) are only counted: the
 splitter keeps them as strings, at a cost linear in their size. The figures are in
-`python -m lab.bench.mailparse`; tests/unit/test_mail_bounds.py holds every shape to
+`python -m lab.bench.mailparse`; tests/integration/test_mail_bounds.py holds every shape to
 100 MB and 1 s in a child process.
 """
 

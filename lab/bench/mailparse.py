@@ -8,7 +8,7 @@ in a child process under an address-space limit (RLIMIT_AS), so a shape that exp
 its child, not the machine; the child reports the CPU seconds of the parse alone and its
 peak resident memory. `--stdlib` also runs the parse as it was before the bounds
 (email.parser.BytesParser with policy.default, then the reader's same steps) for comparison.
-tests/unit/test_mail_bounds.py runs the same children and holds each to its bound.
+tests/integration/test_mail_bounds.py runs the same children and holds each to its bound.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def near_a_bound(raw: bytes) -> bool:
 def same(raw: bytes) -> None:
     fast, slow = mail.parse(raw, "eml"), reference(raw)
     if isinstance(fast, MailProblem) and fast.rule == "mail.too_complex" and slow != fast:
-        # Past a bound there is nothing to compare (tests/unit/test_mail_bounds.py holds each
+        # Past a bound there is nothing to compare (tests/integration/test_mail_bounds.py holds each
         # bound to its figure); the refusal must still have a witness, never be a guess.
         assert near_a_bound(raw), (fast, slow)
         return
