@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,13 +51,18 @@ def hog(x):
 '''
 
 
-@pytest.fixture
-def student(tmp_path: Path):
-    path = tmp_path / "student.py"
-    path.write_text(STUDENT)
+def running(folder: Path, source: str) -> Iterator[StudentCode]:
+    """`source` as a student's file in `folder`, behind a StudentCode with a 1 s deadline."""
+    path = folder / "student.py"
+    path.write_text(source)
     code = StudentCode(path, timeout_s=1.0)
     yield code
     code.close()
+
+
+@pytest.fixture
+def student(tmp_path: Path) -> Iterator[StudentCode]:
+    yield from running(tmp_path, STUDENT)
 
 
 def test_a_plain_answer_comes_back_as_plain_data(student: StudentCode) -> None:
@@ -176,12 +182,8 @@ def echo(x):
 
 
 @pytest.fixture
-def rogue(tmp_path: Path):
-    path = tmp_path / "rogue.py"
-    path.write_text(ROGUE)
-    code = StudentCode(path, timeout_s=1.0)
-    yield code
-    code.close()
+def rogue(tmp_path: Path) -> Iterator[StudentCode]:
+    yield from running(tmp_path, ROGUE)
 
 
 @pytest.mark.parametrize("function", ["ext", "odd_keys"])
