@@ -23,6 +23,8 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from airlock.errors import AirlockError, UsageError
 from airlock.terminal import json_line, shown
@@ -131,13 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if lab.run is not None and lab.run.phased:
             return _run_phased(lab, student_dir, data_dir, args, page)
         with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (stack, report):
-            if args.json:
-                print(json_line(lab_run.report_record(report)), flush=True)
-            else:
-                say(lab_run.report_lines(report, args.keep))
-                sys.stdout.flush()
-            if args.keep:
-                _wait_for_interrupt()
+            _show_report(args, lab_run, report)
     except AirlockError as exc:
         if isinstance(exc, UsageError):
             raise
@@ -167,14 +163,20 @@ def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Name
     from lab import phased_run
 
     with phased_run.running_phases(lab, student_dir, data_dir, model=args.model, page=page) as report:
-        if args.json:
-            print(json_line(phased_run.report_record(report)), flush=True)
-        else:
-            say(phased_run.report_lines(report, args.keep))
-            sys.stdout.flush()
-        if args.keep:
-            _wait_for_interrupt()
+        _show_report(args, phased_run, report)
     return 0 if not report.problems else 1
+
+
+def _show_report(args: argparse.Namespace, kind: ModuleType, report: Any) -> None:
+    """A run's report as one JSON object or as lines (`kind`: lab.run or lab.phased_run, which
+    both write it); with --keep, while the stack is still up, wait for Ctrl-C."""
+    if args.json:
+        print(json_line(kind.report_record(report)), flush=True)
+    else:
+        say(kind.report_lines(report, args.keep))
+        sys.stdout.flush()
+    if args.keep:
+        _wait_for_interrupt()
 
 
 def _page_available() -> bool:
