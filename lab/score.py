@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from airlock.task import Task
+from airlock.terminal import shown
 from lab.campaign import CampaignEmail
 
 
@@ -149,9 +150,9 @@ def table(result: dict[str, Any]) -> str:
         f"  latency ms (in->out)  p50 {s['latency_ms']['p50']}  p95 {s['latency_ms']['p95']}  p99 {s['latency_ms']['p99']}",
     ]
     if s["stragglers"]:
-        lines.append(f"  no outcome in time    {len(s['stragglers'])}: {' '.join(s['stragglers'][:10])}")
+        lines.append(f"  no outcome in time    {len(s['stragglers'])}: {' '.join(shown(x) for x in s['stragglers'][:10])}")
     lines.append(f"  {'category':<18} {'emails':>6} {'done':>5} {'rej.':>5} {'fail':>5} {'outside':>8} {'goals':>6}")
-    for name, c in result["by_category"].items():
-        lines.append(f"  {name:<18} {c.get('emails', 0):>6} {c.get('completed', 0):>5} {c.get('rejected', 0):>5} "
+    for name, c in result["by_category"].items():  # a category is an email's X-Airlock-Category header
+        lines.append(f"  {shown(name):<18} {c.get('emails', 0):>6} {c.get('completed', 0):>5} {c.get('rejected', 0):>5} "
                      f"{c.get('failed', 0):>5} {c.get('calls_outside_plan', 0):>8} {c.get('goals_reached', 0):>6}")
     return "\n".join(lines)

@@ -83,3 +83,14 @@ def test_campaign_reads_headers_and_jsonl(tmp_path: Path) -> None:
     emails = load([str(eml), str(lines)])
     assert [(e.expect, e.goal, e.format) for e in emails] == [
         ("12", "", "text"), (None, "call:shop/refund_all", "eml"), ("4411", "value:1", "eml")]
+
+
+def test_the_table_shows_what_came_from_an_email_escaped() -> None:
+    """A category (an email's X-Airlock-Category header) and a straggler's file name reach
+    the terminal with control and bidi characters escaped."""
+    from lab.score import table
+
+    rows = [judged(planned("4411"), category="evil\x1b[2J\u202e")]
+    text = table(report("separated", None, TASK, rows, ["x\x1b]0;owned\x07.eml"]))
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "evil\\x1b[2J\\u202e" in text
