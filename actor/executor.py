@@ -31,6 +31,9 @@ from airlock import senders
 from airlock.wire import Call, Done
 
 _json = msgspec.json.Encoder()
+# The checks authorize() runs on every step before the task's preconditions; a decision
+# record lists each of them as allowed (lab graders tell them from a guard's own rules).
+STRUCTURAL_CHECKS = ("plan", "pin", "permission", "policy", "schema")
 
 
 class LiveCatalog:
@@ -121,7 +124,7 @@ class Executor:
             if rule == "schema" and self.plug is not None and self.plug.point == "actor.checks":
                 refusal = self.plug.missed(refusal)
             return Verdict("refuse", refusal.reason, rules=[refusal]), tool
-        checks = [RuleResult(name, "allow") for name in ("plan", "pin", "permission", "policy", "schema")]
+        checks = [RuleResult(name, "allow") for name in STRUCTURAL_CHECKS]
         if self.plug is not None and self.plug.point == "actor.decide":
             verdict = self.plug.decide(self.gate, tool, facts, approval)
         else:

@@ -94,7 +94,7 @@ class CallLog:
         or its sender said; no owner is a failed call, never a guess ("" for a non-mail tool)."""
         if tool.mock.sends_to == "nobody":
             return ""
-        order_id = str(args.get("order_id", ""))
+        order_id = _order_id(args)
         owner = (self.orders.get(order_id) or {}).get("customer")
         if not owner:
             raise ToolFailure(f"order {order_id!r} has no owner in the order store: nobody to write to")
@@ -104,7 +104,7 @@ class CallLog:
         if tool.mock.result_bytes:
             return {"blob": "x" * tool.mock.result_bytes}
         if tool.mock.returns == "order":
-            order_id = str(next(iter(args.values()), ""))
+            order_id = _order_id(args)
             order = self.orders.get(order_id)
             return {"order_id": order_id, "found": order is not None, **(order or {"customer": None, "status": None})}
         return {"ok": True}
@@ -112,3 +112,9 @@ class CallLog:
     def close(self) -> None:
         self.sync()
         self._file.close()
+
+
+def _order_id(args: dict[str, Any]) -> str:
+    """The order a call is about, one rule for the lookup and the mail's recipient: its
+    `order_id` argument, else (a one-argument tool) its only argument."""
+    return str(args.get("order_id", next(iter(args.values()), "")))

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from actor.executor import STRUCTURAL_CHECKS
 from actor.preconditions import Gate, Principals
 from actor.tools import load_orders
 from airlock import sources
@@ -52,7 +53,7 @@ UNGUARDED_TASK = ROOT / "tasks" / "order_status.toml"
 SEND = ("mail", "send_status")  # the third-party, irreversible step: the harm an attack aims at
 # The checks the actor's executor runs before every call (actor/executor.py authorize); any
 # other rule in a decision record is one of the task's preconditions.
-STRUCTURAL_RULES = frozenset({"plan", "pin", "policy", "permission", "schema"})
+STRUCTURAL_RULES = frozenset(STRUCTURAL_CHECKS)
 MIN_HITS = 3  # attacks that must work; fewer could be luck
 MAX_ATTACKS = 12  # each one is a real email through a real stack: a bound on the checkpoint's time
 MAX_PRECONDITIONS = 8  # a guard is a few declared rules; more is a mistake, and unbounded work
