@@ -154,12 +154,9 @@ def make_people(folder: Path, names: Collection[str]) -> list[str]:
     if bad:
         raise ConfigError(f"person names {bad} are not key file names (lower case, digits, . _ -, at most 64)")
     made = sorted(name for name in set(names) if not (folder / PEOPLE / f"{name}.key_secret").is_file())
+    files.make_folder(folder / PEOPLE)
     for name in made:
-        with tempfile.TemporaryDirectory() as scratch:  # mkdtemp: 0700, only this user sees the pair here
-            public, secret = zmq.auth.create_certificates(scratch, name)
-            existing = {entry.name for entry in (folder / PEOPLE).iterdir()} if (folder / PEOPLE).is_dir() else set()
-            _sync(folder / PEOPLE, {f"{name}.key": Path(public), f"{name}.key_secret": Path(secret)}, keep=existing)
-    (folder / PEOPLE).mkdir(mode=0o700, exist_ok=True)
+        _write_pair(folder / PEOPLE, name)
     (folder / PEOPLE).chmod(0o700)
     derive(folder)
     return made
