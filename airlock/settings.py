@@ -54,11 +54,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
     student_timeout_s: float  # one call of the student's function, after which it is stopped
     # The broker's memory under hostile load is bounded in bytes, not counts (issue 14):
-    queue_max_bytes: int = 64 * 1024 * 1024  # raw email bytes the broker holds before a reader has read them
-    await_max_ids: int = 1000  # ids one Await may name
-    await_max_waiters: int = 100_000  # ids one client may wait on at once
-    journal_compact_bytes: int = 64 * 1024 * 1024  # a journal this big is rewritten without final emails
-    queue_full_wait_s: float = 30.0  # a client resends what a full queue refused for this long, then gives up
+    queue_max_bytes: int  # raw email bytes the broker holds before a reader has read them
+    await_max_ids: int  # ids one Await may name
+    await_max_waiters: int  # ids one client may wait on at once
+    journal_compact_bytes: int  # a journal this big is rewritten without final emails
+    queue_full_wait_s: float  # a client resends what a full queue refused for this long, then gives up
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
