@@ -51,7 +51,6 @@ from airlock.wire import (
     Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
 )
 from broker import events
-from broker.events import BROKER_EVENTS  # noqa: F401 - where tests and readers found it before
 from broker.journal import Entry
 
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
