@@ -18,10 +18,9 @@ from collections.abc import Iterator
 
 from airlock import preflight, settings as settings_module, task as task_module
 from airlock.errors import EX_CONFIG, ConfigError
+from dashboard.config import MAX_CONNECTIONS, STREAM_STALL_S
 
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
-STALL_S = 10.0  # default of DashboardConfig.stream_stall_s
-MAX_CONNECTIONS = 128  # default of DashboardConfig.max_connections
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -70,7 +69,7 @@ def stall_guard(stall_s: float) -> type[asyncio.Protocol]:
     return StallGuard
 
 
-async def serve(app, sock: socket.socket, stall_s: float = STALL_S, max_connections: int = MAX_CONNECTIONS) -> None:
+async def serve(app, sock: socket.socket, stall_s: float = STREAM_STALL_S, max_connections: int = MAX_CONNECTIONS) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):

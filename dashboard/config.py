@@ -32,16 +32,23 @@ from airlock.errors import SettingsError
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The page's bounds under slow or many readers (issue 14): each default named once, here.
+MAX_STREAMS = 32  # event streams open at once
+MAX_CONNECTIONS = 128  # HTTP connections at once
+STREAM_BUFFER_BYTES = 512 * 1024  # events waiting for one page before it is dropped
+STREAM_STALL_S = 10.0  # a connection that takes nothing this long while data waits is closed
+
+
 class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     allowed_hosts: list[str]
     naive_model_url: str | None
     samples_dir: Path
-    max_streams: int = 32
-    max_connections: int = 128
-    stream_buffer_bytes: int = 512 * 1024
-    stream_stall_s: float = 10.0
+    max_streams: int
+    max_connections: int
+    stream_buffer_bytes: int
+    stream_stall_s: float
 
 
 def _hosts(text: str) -> list[str]:
@@ -60,11 +67,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
-        "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), "32"),
-        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int), "128"),
+        "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), str(MAX_STREAMS)),
+        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int), str(MAX_CONNECTIONS)),
         "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", settings_module.positive(int),
-                                    str(512 * 1024)),
-        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", settings_module.positive(float), "10"),
+                                    str(STREAM_BUFFER_BYTES)),
+        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", settings_module.positive(float), str(STREAM_STALL_S)),
     }
     for key, value in overrides.items():
         if key not in values:

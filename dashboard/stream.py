@@ -24,10 +24,9 @@ from typing import Any
 import msgspec
 
 from airlock import published
+from dashboard.config import MAX_STREAMS, STREAM_BUFFER_BYTES
 from dashboard.state import Board
 
-BUFFER_BYTES = 512 * 1024  # events waiting for one page before it is dropped (DashboardConfig)
-MAX_STREAMS = 32  # streams open at once (DashboardConfig)
 RETRY_MS = 1000  # how soon a dropped or disconnected page reconnects
 
 _json = msgspec.json.Encoder()
@@ -42,7 +41,7 @@ def sse(event: str | None, data: Any) -> str:
 class Subscriber:
     """One page's queue, bounded in bytes (a count bound let one slow page hold megabytes)."""
 
-    def __init__(self, buffer_bytes: int = BUFFER_BYTES) -> None:
+    def __init__(self, buffer_bytes: int = STREAM_BUFFER_BYTES) -> None:
         self.queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
         self.buffer_bytes = buffer_bytes
         self.queued_bytes = 0
@@ -73,7 +72,7 @@ class Subscriber:
 
 class Hub:
     def __init__(self, board: Board, extra: Callable[[], dict[str, Any]] = dict, *,
-                 max_streams: int = MAX_STREAMS, buffer_bytes: int = BUFFER_BYTES) -> None:
+                 max_streams: int = MAX_STREAMS, buffer_bytes: int = STREAM_BUFFER_BYTES) -> None:
         self.board = board
         self.extra = extra  # what else a snapshot carries (naive pane, samples, sources)
         self.subscribers: set[Subscriber] = set()  # pages that are sent what happens
