@@ -40,7 +40,7 @@ from airlock.errors import AirlockError, ConfigError
 from lab import campaign
 from lab.campaign import CampaignEmail
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, Verdict, load_student, todo
+from lab.grading import Failed, Passed, StillTodo, Verdict, load_student, todo
 from lab.phases import Judged, Phase, PhaseEmail, PhaseProblem
 from lab.score import EmailResult
 from lab.stack import lab_stack
@@ -97,10 +97,6 @@ class BadFile(Exception):
     """The student's file cannot be used; args: (case, message) in the student's terms."""
 
 
-class Todo(Exception):
-    """The student's function still raises NotImplementedError; args: its name."""
-
-
 # --- the student's files ----------------------------------------------------------------
 
 
@@ -115,7 +111,7 @@ def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
         return fn()
     except NotImplementedError:
-        raise Todo(function) from None
+        raise StillTodo(function) from None
     except Exception as exc:
         raise BadFile(f"{function}()", f"{function}() in {filename} raised {type(exc).__name__}: {exc}") from None
 
@@ -289,7 +285,7 @@ def attack(student_dir: Path) -> Verdict:
     checkpoint = "attack"
     try:
         emails = load_attacks(student_dir)
-    except Todo as exc:
+    except StillTodo as exc:
         return todo(checkpoint, str(exc), LAB)
     except BadFile as exc:
         return Failed(checkpoint, *exc.args)
@@ -319,14 +315,14 @@ def defend(student_dir: Path) -> Verdict:
             task = guarded_task(guard, Path(folder))  # a guard the task refuses is named before the attacks
             try:
                 own = load_attacks(student_dir)
-            except Todo:  # the guard is graded on the lab's and the corpus's attacks until the student writes theirs
+            except StillTodo:  # the guard is graded on the lab's and the corpus's attacks until the student writes theirs
                 own = []
             # The lab's attacks too, so a guard is held to strangers' orders that exist even
             # while the student's own attacks are a TODO (the corpus's mostly name none).
             reference = [msgspec.structs.replace(e, name=f"lab:{e.name}") for e in load_attacks(REFERENCE)]
             emails = own + reference + [e for e, _ in corpus("data-only")]
             ran = _run(emails, task, checkpoint)
-    except Todo as exc:
+    except StillTodo as exc:
         return todo(checkpoint, str(exc), LAB)
     except BadFile as exc:
         return Failed(checkpoint, *exc.args)
@@ -361,7 +357,7 @@ def benign(student_dir: Path) -> Verdict:
         guard = load_guard(student_dir)
         with tempfile.TemporaryDirectory(prefix="airlock-lab-guard-") as folder:
             ran = _run([e for e, _ in honest], guarded_task(guard, Path(folder)), checkpoint)
-    except Todo as exc:
+    except StillTodo as exc:
         return todo(checkpoint, str(exc), LAB)
     except BadFile as exc:
         return Failed(checkpoint, *exc.args)
@@ -385,7 +381,7 @@ def run_phases(student_dir: Path, folder: Path) -> list[Phase]:
     try:
         attacks = load_attacks(student_dir)
         task = guarded_task(load_guard(student_dir), folder)
-    except Todo as exc:
+    except StillTodo as exc:
         file = ATTACKS_FILE if str(exc) == "attacks" else GUARD_FILE
         raise PhaseProblem(f"{file}: {exc}() is still a TODO (it raises NotImplementedError). `lab run {LAB}` "
                            f"runs your attacks, then the same attacks against your guard, so it needs both "
