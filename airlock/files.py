@@ -18,9 +18,12 @@ who opened the file keeps reading it: that is the race this module exists to clo
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import BinaryIO
+
+from airlock.errors import ConfigError
 
 PRIVATE_FOLDER = 0o700
 PRIVATE_FILE = 0o600
@@ -61,10 +64,25 @@ def write_private(path: Path, data: bytes) -> None:
         raise
 
 
+class LinkedDataFile(ConfigError):
+    """A data file airlock appends to is a symbolic link: refused, never followed."""
+
+
 def open_append(path: Path) -> BinaryIO:
-    """`path` opened for appending: made 0600 if missing, and closed to others if it was not."""
+    """`path` opened for appending: made 0600 if missing, and closed to others if it was not.
+
+    A symbolic link in its place is refused (O_NOFOLLOW), not followed: whoever can write the
+    data dir could otherwise point the journal or the call log at any file this user may
+    write, and airlock would append customers' mail to it, or chmod it."""
     make_folder(path.parent)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                             PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkedDataFile(f"{path} is a symbolic link; airlock does not follow links for the files it "
+                                 "appends to: remove the link (and see who made it)") from None
+        raise
     try:
         mode = os.fstat(descriptor).st_mode & 0o7777
         if mode & FOR_OTHERS:

@@ -203,3 +203,19 @@ def test_the_journal_opened_privately_still_drops_a_torn_tail(tmp_path: Path) ->
     journal.append(Entry("b", b"y", "eml"))
     journal.close()
     assert [entry.message_id for entry in entries(path)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("name", ["trace.jsonl", "calls.jsonl", "journal.bin"])
+def test_a_data_file_planted_as_a_link_is_refused_not_followed(tmp_path: Path, name: str) -> None:
+    """Whoever can write the data dir must not make airlock append to (and chmod) a file of
+    its choosing: the link is refused with a typed error, and its target is untouched."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_bytes(b"someone else's file\n")
+    target.chmod(0o644)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / name).symlink_to(target)
+    with pytest.raises(files.LinkedDataFile, match="symbolic link"):
+        files.open_append(data / name)
+    assert target.read_bytes() == b"someone else's file\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
