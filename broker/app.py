@@ -10,6 +10,7 @@ and the turn's trace lines in as few published frames as fit.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 
@@ -19,6 +20,7 @@ from zmq.utils.monitor import recv_monitor_message
 from airlock import keys, published, trace
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
+from airlock.terminal import json_line
 from airlock.transport import LINGER_MS, router, serve_curve
 from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
@@ -110,13 +112,40 @@ def recover(core: Router, settings: Settings, journal: Journal,
             else:
                 core.recover(journal.read(position), now)
         state[position.message_id] = "journalled"
+    # An email's `received` line reaches the trace only after its journal record is on disk
+    # (carry_out), so one still open with no record was accepted and its record was lost:
+    # to the damage found at open, if there was any. With none, the journal is whole and the
+    # email was never accepted (a trace from a broker that traced before syncing).
+    lost = damage_reason(journal.damage)
     effects: list[Send | bytes | Entry] = []
+    abandoned = 0
     for message_id, what in state.items():
-        if what == "open":  # received but never acknowledged: nothing to resume
-            effects += core.abandon(message_id, "the broker stopped before accepting this email")
+        if what == "open":  # received, no record: nothing to resume
+            abandoned += 1
+            effects += core.abandon(message_id, lost or "the broker stopped before accepting this email")
         elif what == "escalated":
             core.still_escalated(message_id, now)
+    if journal.damage:
+        effects.insert(0, trace.line("broker", "journal_damaged", None, {
+            **damage_detail(journal), "emails_lost": abandoned}))
     return effects + core.tick(now), backlog
+
+
+def damage_reason(damage: list[journal_module.Damage]) -> str:
+    """Why an accepted email has no journal record: the damaged ranges, or "" if none."""
+    if not damage:
+        return ""
+    ranges = ", ".join(f"{d.start}-{d.end}" for d in damage[:5]) + (" ..." if len(damage) > 5 else "")
+    return (f"accepted, but its journal record was lost to damage in journal.bin (bytes {ranges} "
+            "skipped; see the journal_damaged event)")
+
+
+def damage_detail(journal: Journal) -> dict[str, object]:
+    """The journal_damaged line's detail (and the stderr report): what was skipped, where."""
+    return {"path": str(journal.path), "ranges_skipped": len(journal.damage),
+            "bytes_skipped": sum(d.end - d.start for d in journal.damage),
+            "ranges": [[d.start, d.end] for d in journal.damage[:100]],
+            "torn_tail": any(d.torn_tail for d in journal.damage)}
 
 
 def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
@@ -235,6 +264,9 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         **({} if server else {"insecure": True})})])
     writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     recovered, backlog = recover(core, settings, journal, time.monotonic())
+    if journal.damage:  # on stderr too: the supervisor's log is where an operator looks first
+        print(f"broker: journal damaged, skipped: {json_line(damage_detail(journal))}; "
+              "emails it cost end failed, naming it", file=sys.stderr, flush=True)
     carry_out(recovered)
     writer.flush()
     try:
