@@ -22,10 +22,11 @@ from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.terminal import json_line
 from airlock.transport import LINGER_MS, router, serve_curve
-from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
+from airlock.wire import ROLES, Accepted, Malformed, Refused, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
+from broker.storage import Storage
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
 TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
@@ -92,6 +93,17 @@ def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
     return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
 
 
+def _unkept(send: Send, refused: set[str], why: str) -> Send:
+    """An Accepted for an email whose journal record did not reach the disk, as the Refused
+    disk_full it is (broker.storage); any other reply as it was."""
+    message = send.message
+    if isinstance(message, Accepted) and message.message_id in refused:
+        return Send(send.role, send.identity, Refused(
+            ref=message.ref, code="disk_full",
+            reason=f"not accepted: disk full ({why}); nothing was kept, send it again later"))
+    return send
+
+
 def recover(core: Router, settings: Settings, journal: Journal,
             now: float) -> tuple[list[Send | bytes | Entry], collections.deque[Position]]:
     """Re-dispatch what an earlier broker accepted and never finished; keep escalations open.
@@ -113,9 +125,10 @@ def recover(core: Router, settings: Settings, journal: Journal,
                 core.recover(journal.read(position), now)
         state[position.message_id] = "journalled"
     # An email's `received` line reaches the trace only after its journal record is on disk
-    # (carry_out), so one still open with no record was accepted and its record was lost:
-    # to the damage found at open, if there was any. With none, the journal is whole and the
-    # email was never accepted (a trace from a broker that traced before syncing).
+    # (carry_out), or in the same write as its `failed` outcome when that record could not
+    # be written; so one still open with no record was accepted, and its record was lost
+    # to the damage found at open, if there was any. With none, the journal is whole and
+    # the email was never accepted.
     lost = damage_reason(journal.damage)
     effects: list[Send | bytes | Entry] = []
     abandoned = 0
@@ -157,7 +170,11 @@ def refill(core: Router, journal: Journal, backlog: collections.deque[Position],
 def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Send | bytes | Entry]:
     """Drop final emails from the journal once it is big and mostly final (broker.journal).
     The trace goes to disk first: it is what says those emails are final."""
-    writer.sync()
+    error = writer.sync()
+    if error is not None or writer.dropped:  # the outcomes that free those records are not on disk
+        return [trace.line("broker", "journal_compaction_failed", None, {
+            "error": f"the trace is not on disk: {error or f'{writer.dropped} lines were dropped'}",
+            "bytes": journal.size})]
     size = journal.size
     try:
         freed = journal.compact(core.flights.keys())
@@ -227,10 +244,17 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         for (role, identity), sends in outgoing.items():
             if role != "intake":
                 later += send_to(role, identity, sends)
-        journal.sync()
+        failed = journal.sync()
+        refuse: set[str] = set()
+        if failed is not None:  # none of them kept: refused, and each ends failed (Router.not_kept)
+            later += storage.failed("journal", failed.error, time.monotonic())
+            core.disk_full = storage.reason()
+            later += core.not_kept(failed.message_ids, str(failed.error), time.monotonic())
+            refuse = set(failed.message_ids)
         for (role, identity), sends in outgoing.items():
             if role == "intake":
-                later += send_to(role, identity, sends)
+                later += send_to(role, identity, [_unkept(send, refuse, core.disk_full)
+                                                  for send in sends] if refuse else sends)
         for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
         # Subscribers get each line as airlock.published shows it (no customer data); the
@@ -255,6 +279,20 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             sent += count
         return refused
 
+    def flush_trace() -> None:
+        """Write the turn's trace lines; a failure or a recovery changes the storage state."""
+        now = time.monotonic()
+        if "journal" in storage.failing and storage.due("journal", now) and journal.probe() is None:
+            carry_out(storage.recovered("journal", now))
+        error = writer.flush()
+        if error is not None:
+            carry_out(storage.failed("trace", error, now))
+        elif "trace" in storage.failing:
+            carry_out(storage.recovered("trace", now, lines_dropped=writer.dropped))
+            writer.flush()
+        core.disk_full = storage.reason()
+
+    storage = Storage(core.counters)
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path),
@@ -262,13 +300,13 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "sender_proofs": ("kept from the SMTP intake's key only" if core.smtp_keys
                           else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
-    writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
+    flush_trace()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     recovered, backlog = recover(core, settings, journal, time.monotonic())
     if journal.damage:  # on stderr too: the supervisor's log is where an operator looks first
         print(f"broker: journal damaged, skipped: {json_line(damage_detail(journal))}; "
               "emails it cost end failed, naming it", file=sys.stderr, flush=True)
     carry_out(recovered)
-    writer.flush()
+    flush_trace()
     try:
         while not stop.is_set():
             deadline = core.next_deadline()
@@ -296,14 +334,18 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 refill(core, journal, backlog, time.monotonic())
             effects += core.tick(time.monotonic())
             carry_out(effects)
-            writer.flush()
-            # Offsets in the backlog point into this file: no rewrite until it is read.
-            if not backlog and journal.worth_compacting(core.flights.keys(), time.monotonic()):
+            flush_trace()
+            # Offsets in the backlog point into this file: no rewrite until it is read. Nor
+            # while a write fails: a copy of the journal needs space the disk has not got.
+            if not backlog and not storage.failing and journal.worth_compacting(core.flights.keys(),
+                                                                                 time.monotonic()):
                 carry_out(compact(core, journal, writer))
-                writer.flush()
+                flush_trace()
     finally:
         carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
-        writer.close()
+        if writer.close() is not None:  # the journal keeps their emails: the next start redoes them
+            print(f"broker: stopped with trace lines unwritten ({writer.failing}); the journal keeps "
+                  "every email they were about", file=sys.stderr, flush=True)
         journal.close()
         for sock in sockets.values():
             if server is not None:

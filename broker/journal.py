@@ -136,6 +136,7 @@ class Journal:
         self._pending: list[bytes] = []
         self._pending_ids: list[str] = []
         self._cut_to: int | None = None  # a failed write's length to cut back to, if that failed too
+        self._stale = False  # the descriptor is the file a compaction replaced
 
     def append(self, entry: Entry) -> None:
         """Queue a record for the next sync(): nothing reaches the file before it."""
@@ -154,7 +155,7 @@ class Journal:
         data, ids = b"".join(self._pending), tuple(self._pending_ids)
         self._pending, self._pending_ids = [], []
         try:
-            self._cut_back()
+            self._prepare()
             _write_all(self._fd, data)
             os.fsync(self._fd)
         except OSError as exc:
@@ -163,7 +164,7 @@ class Journal:
             self.size = self._durable
             self._cut_to = self._durable
             with contextlib.suppress(OSError):  # if this fails too, the next write cuts first
-                self._cut_back()
+                self._prepare()
             return WriteFailed(exc, ids)
         self._durable += len(data)
         return None
@@ -172,7 +173,7 @@ class Journal:
         """Whether writing works again: PROBE_BYTES written, fsynced and deleted beside the
         journal (same file system), never in it, so a crash meanwhile leaves it whole."""
         try:
-            self._cut_back()
+            self._prepare()
             fd = os.open(_probe(self.path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 _write_all(fd, bytes(PROBE_BYTES))
@@ -185,7 +186,12 @@ class Journal:
             return exc
         return None
 
-    def _cut_back(self) -> None:
+    def _prepare(self) -> None:
+        """Before a write: open the journal again after a compaction, cut back a failed write."""
+        if self._stale:
+            fresh = files.open_append(self.path)
+            self._file.close()
+            self._file, self._fd, self._stale = fresh, fresh.fileno(), False
         if self._cut_to is not None:
             os.ftruncate(self._fd, self._cut_to)
             self._cut_to = None
@@ -227,16 +233,15 @@ class Journal:
             self._next_check = self.size + max(1, self.compact_bytes // 4)  # not again at once...
             self._next_check_at = float("inf")  # ...nor a second later: only as the journal grows
             raise
-        _fsync_folder(self.path.parent)
-        self._file.close()
-        self._file = files.open_append(self.path)
-        self._fd = self._file.fileno()
-        self._cut_to = None
+        # Renamed: the journal is the copy now, whatever fails next. The old descriptor writes
+        # to the replaced file, so it is never used again (_prepare opens the new one).
         new_size = len(MAGIC) + sum(kept.values())
         freed = self.size - new_size
-        self.sizes, self.size = kept, new_size
-        self._durable = new_size
+        self.sizes, self.size, self._durable = kept, new_size, new_size
         self._next_check, self._next_check_at = self.size + self.compact_bytes // 4, 0.0
+        self._cut_to, self._stale = None, True
+        self._prepare()
+        _fsync_folder(self.path.parent)
         return freed
 
     def read(self, position: Position) -> Entry:
