@@ -35,6 +35,7 @@ TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a tur
 # past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
 INTAKE_RCVHWM = 16
 IDLE_POLL_S = 0.1
+EX_TEMPFAIL = 75  # sysexits: a temporary failure (a journal the disk will not let it open); try again
 
 
 def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
@@ -113,7 +114,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
     a restart holds no more than a running broker would."""
     state = trace.states(settings.trace_path)
     backlog: collections.deque[Position] = collections.deque()
-    for position in journal_module.positions(journal.path):
+    unreadable: list[str] = []  # checked at open, unreadable now: damaged or EIO since
+    for position in journal.positions():
         what = state.get(position.message_id)
         if what == "escalated":
             core.still_escalated(position.message_id, now)
@@ -122,14 +124,18 @@ def recover(core: Router, settings: Settings, journal: Journal,
                 core.defer(position.message_id, now)
                 backlog.append(position)
             else:
-                core.recover(journal.read(position), now)
+                entry = journal.read(position)
+                if isinstance(entry, Entry):
+                    core.recover(entry, now)
+                else:
+                    unreadable.append(position.message_id)
         state[position.message_id] = "journalled"
     # An email's `received` line reaches the trace only after its journal record is on disk
     # (carry_out), or in the same write as its `failed` outcome when that record could not
     # be written; so one still open with no record was accepted, and its record was lost
     # to the damage found at open, if there was any. With none, the journal is whole and
     # the email was never accepted.
-    lost = damage_reason(journal.damage)
+    lost = damage_reason(journal.damage)  # read after the pass above: what it met is in it
     effects: list[Send | bytes | Entry] = []
     abandoned = 0
     for message_id, what in state.items():
@@ -138,6 +144,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
             effects += core.abandon(message_id, lost or "the broker stopped before accepting this email")
         elif what == "escalated":
             core.still_escalated(message_id, now)
+    for message_id in unreadable:
+        effects += core.abandon(message_id, UNREADABLE)
     if journal.damage:
         effects.insert(0, trace.line("broker", "journal_damaged", None, {
             **damage_detail(journal), "emails_lost": abandoned}))
@@ -161,10 +169,22 @@ def damage_detail(journal: Journal) -> dict[str, object]:
             "torn_tail": any(d.torn_tail for d in journal.damage)}
 
 
-def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
-    """Read deferred emails back from the journal while they fit under the byte bound."""
+UNREADABLE = "accepted, but its journal record could not be read back (damaged or an I/O error since the broker started)"
+
+
+def refill(core: Router, journal: Journal, backlog: collections.deque[Position],
+           now: float) -> list[Send | bytes | Entry]:
+    """Read deferred emails back from the journal while they fit under the byte bound; one
+    whose record cannot be read back ends failed, saying so."""
+    effects: list[Send | bytes | Entry] = []
     while backlog and core.has_room(backlog[0].size):
-        core.recover(journal.read(backlog.popleft()), now)
+        position = backlog.popleft()
+        entry = journal.read(position)
+        if isinstance(entry, Entry):
+            core.recover(entry, now)
+        else:
+            effects += core.end_failed([position.message_id], UNREADABLE, now)
+    return effects
 
 
 def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Send | bytes | Entry]:
@@ -209,8 +229,16 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         raise bind_error(name, endpoint, exc) from None
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
+    try:
+        journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
+    except OSError as exc:  # a full disk or an I/O error before it could start its journal
+        if authenticator is not None:
+            authenticator.stop()
+        ctx.destroy(linger=0)
+        print(f"broker: cannot open {settings.data_dir / 'journal.bin'}: {exc}; exiting 75 (EX_TEMPFAIL) "
+              "to be started again", file=sys.stderr, flush=True)
+        raise SystemExit(EX_TEMPFAIL) from None
     writer = trace.TraceWriter(settings.trace_path)
-    journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
                   smtp_keys=keys.smtp_keys(settings.keys_folder) if server is not None else ())
@@ -246,10 +274,12 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                 later += send_to(role, identity, sends)
         failed = journal.sync()
         refuse: set[str] = set()
-        if failed is not None:  # none of them kept: refused, and each ends failed (Router.not_kept)
+        if failed is not None:  # none of them kept: refused, and each ends failed (Router.end_failed)
             later += storage.failed("journal", failed.error, time.monotonic())
             core.disk_full = storage.reason()
-            later += core.not_kept(failed.message_ids, str(failed.error), time.monotonic())
+            core.counters["refused.disk_full"] += len(failed.message_ids)
+            later += core.end_failed(failed.message_ids, "not accepted: its journal record could not be "
+                                     f"written ({failed.error})", time.monotonic())
             refuse = set(failed.message_ids)
         for (role, identity), sends in outgoing.items():
             if role == "intake":
@@ -331,7 +361,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                         effects += core.handle(role, identity, message, now, key)
                     taken += len(messages)
             if backlog:
-                refill(core, journal, backlog, time.monotonic())
+                effects += refill(core, journal, backlog, time.monotonic())
             effects += core.tick(time.monotonic())
             carry_out(effects)
             flush_trace()

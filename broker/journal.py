@@ -244,11 +244,30 @@ class Journal:
         _fsync_folder(self.path.parent)
         return freed
 
-    def read(self, position: Position) -> Entry:
-        """The entry at `position` (a record this journal holds: see positions)."""
-        with open(self.path, "rb") as handle:
-            handle.seek(position.offset + _HEADER.size)
-            return msgspec.msgpack.decode(handle.read(position.size - _HEADER.size), type=Entry)
+    def positions(self) -> Iterator[Position]:
+        """Each checked record's place and id, in file order, read now; damage met on the way
+        that the open did not see is added to `damage`."""
+        for item in _scan(self.path):
+            if not isinstance(item, Damage):
+                yield item[0]
+            elif item not in self.damage:
+                self.damage.append(item)
+
+    def read(self, position: Position) -> Entry | Damage:
+        """The entry at `position` (a record this journal holds: see positions), checked
+        again: bytes damaged since the scan, or unreadable (EIO), are the Damage they are."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(position.offset)
+                record = handle.read(position.size)
+            start = _HEADER.size
+            mark, length, payload_crc, header_crc = _HEADER.unpack_from(record)
+            if (mark == MARK and zlib.crc32(record[:start - 4]) == header_crc and length == len(record) - start
+                    and zlib.crc32(record[start:]) == payload_crc):
+                return msgspec.msgpack.decode(record[start:], type=Entry)
+        except (OSError, struct.error, msgspec.DecodeError):
+            pass
+        return Damage(position.offset, position.offset + position.size)
 
     def close(self) -> None:
         self.sync()  # a failure was already cut back: nothing half-written stays
@@ -340,15 +359,20 @@ def _upgrade_v1(path: Path) -> list[Damage]:
     if head.startswith(MAGIC) or MAGIC.startswith(head):  # new format, or a header a crash cut
         return []
     tmp, valid = _compacting(path), 0
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-        out.write(MAGIC)
-        for size, data in _v1_records(path):
-            out.write(_record(data))
-            valid += _V1_LENGTH.size + size
-        out.flush()
-        os.fsync(out.fileno())
-    length = path.stat().st_size
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+            out.write(MAGIC)
+            for size, data in _v1_records(path):
+                out.write(_record(data))
+                valid += _V1_LENGTH.size + size
+            out.flush()
+            os.fsync(out.fileno())
+        length = path.stat().st_size
+        os.replace(tmp, path)
+    except BaseException:  # the old file stays whole and is upgraded at the next open
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     _fsync_folder(path.parent)
     return [Damage(valid, length, torn_tail=True)] if valid < length else []
 

@@ -266,16 +266,15 @@ class Router:
         self._trace("broker", "outcome", message_id, outcome="failed", reason=reason, ended_at="broker")
         return self._take()
 
-    def not_kept(self, message_ids: Collection[str], why: str, now: float) -> list[Send | bytes | Entry]:
-        """Emails received this turn whose journal records never reached the disk: their
-        client hears Refused disk_full (the loop swaps the Accepted), so each ends here,
-        `failed`, and a reader's late answer for it changes nothing."""
+    def end_failed(self, message_ids: Collection[str], reason: str, now: float) -> list[Send | bytes | Entry]:
+        """Emails the broker holds and cannot carry on: received this turn with journal
+        records that never reached the disk (their client hears Refused disk_full: the loop
+        swaps the Accepted), or deferred ones whose record is unreadable now. Each ends
+        here, `failed`, and a reader's late answer for it changes nothing."""
         for message_id in message_ids:
             flight = self.flights.get(message_id)
             if flight is not None:
-                self.counters["refused.disk_full"] += 1
-                self._finish(flight, "failed", f"not accepted: its journal record could not be written ({why})",
-                             now)
+                self._finish(flight, "failed", reason, now)
         return self._take()
 
     def next_deadline(self) -> float | None:

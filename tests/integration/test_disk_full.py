@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,3 +128,39 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
     assert all("not accepted" in r["reason"] for r in failed)
     assert "disk_full" in stderr_path.read_text() and "Traceback" not in stderr_path.read_text()
     assert errno.ENOSPC  # the tmpfs is what made it full, not a mock
+
+
+def test_a_trace_the_disk_refuses_pauses_intake_and_loses_no_line(tmp_path: Path, monkeypatch) -> None:
+    """Only the trace refused (os.write to trace.jsonl fails with ENOSPC): the broker keeps
+    running, refuses intake with disk_full while its lines wait, then writes every one of
+    them, whole and in order (started first, storage_failed, storage_recovered), and accepts."""
+    from airlock import settings as settings_module
+    from broker.app import serve
+    from tests.unit.test_storage_faults import Disk
+
+    disk = Disk(monkeypatch, "trace.jsonl", room=0)
+    settings = settings_module.load({**airlock_env(tmp_path / "data"), "AIRLOCK_INSECURE": "1"})
+    stop = threading.Event()
+    broker = threading.Thread(target=serve, args=(settings, None, stop), daemon=True)
+    broker.start()
+    intake = Intake(str(settings.ports["intake"]))
+    try:
+        refused = intake.submit(2)
+        assert [(type(r), getattr(r, "code", "")) for r in refused] == [(Refused, "disk_full")] * 2, refused
+        assert broker.is_alive()
+        disk.room = None
+        replies: list[object] = []
+        assert wait_until(lambda: isinstance((replies.extend(intake.submit()), replies[-1])[1], Accepted),
+                          timeout_s=30, every_s=0.2)
+        accepted = [r.message_id for r in replies if isinstance(r, Accepted)]
+    finally:
+        intake.close()
+        stop.set()
+        broker.join(20)
+    assert not broker.is_alive()
+    records = [trace.decode_line(line) for line in settings.trace_path.read_bytes().splitlines()]
+    assert all(record is not None for record in records)
+    events = [r["event"] for r in records]
+    assert events[:2] == ["started", "storage_failed"] and "storage_recovered" in events and events[-1] == "stopped"
+    assert accepted and [r["message_id"] for r in records if r["event"] == "received"] == accepted
+    assert events.index("storage_recovered") < events.index("received")  # none received while refusing

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from airlock import trace
-from airlock.wire import Email, Hello
+from airlock.wire import Email, Hello, Reading
 from broker import app
 from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
 from broker.router import Router
@@ -146,4 +146,41 @@ def test_an_intact_journal_keeps_the_genuine_reason(settings) -> None:
     assert [(line["message_id"], line["reason"]) for line in lines if line["event"] == "outcome"] == [
         ("b-11", NEVER_ACCEPTED)]
     assert not any(line["event"] == "journal_damaged" for line in lines)
+    journal.close()
+
+
+@pytest.mark.parametrize("queue_max_bytes", [10_000_000, 5_000], ids=["read-at-recovery", "read-by-refill"])
+def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_max_bytes: int) -> None:
+    """A record checked at open and damaged before it is read back (recovery, or refill
+    from the backlog) is checked again: its email ends `failed` naming the damage or "could
+    not be read back", never "stopped before accepting", and every other email is still
+    dispatched once."""
+    settings = msgspec.structs.replace(settings, queue_max_bytes=queue_max_bytes)
+    path = _accepted(settings)
+    journal = Journal(path)
+    at = {p.message_id: (p.offset, p.size) for p in positions(path)}
+    router = Router(settings, boot=0xABC)
+    if queue_max_bytes > 10_000:
+        _flip(path, at)
+    effects, backlog = app.recover(router, settings, journal, 0.0)
+    if queue_max_bytes <= 10_000:
+        assert "b-7" in [p.message_id for p in backlog]
+        _flip(path, at)
+    sent: list[str] = []
+    for turn in range(40):
+        effects += router.handle("reader", b"r", Hello(credit=1), float(turn)) if turn == 0 else []
+        emails = [e.message for e in effects if isinstance(getattr(e, "message", None), Email)]
+        lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
+        failed = [line for line in lines if line["event"] == "outcome"]
+        if failed:
+            assert [f["message_id"] for f in failed] == ["b-7"], failed
+            named = "read back" if queue_max_bytes <= 10_000 else "damage"  # seen by refill, or by the scan
+            assert named in failed[0]["reason"] and NEVER_ACCEPTED not in failed[0]["reason"]
+        effects = []
+        for email in emails:
+            sent.append(email.message_id)
+            effects += router.handle("reader", b"r", Reading(message_id=email.message_id, answer="1",
+                                                             source="model"), float(turn))
+        effects += app.refill(router, journal, backlog, float(turn)) + router.tick(float(turn))
+    assert sorted(sent) == sorted(set(IDS) - {"b-7"}) and "b-7" not in router.flights
     journal.close()

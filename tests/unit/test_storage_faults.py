@@ -127,12 +127,12 @@ def test_while_the_disk_is_full_intake_is_refused_with_code_disk_full(settings) 
 
 
 def test_an_email_whose_record_was_not_kept_ends_failed_once(settings) -> None:
-    """Router.not_kept: the email received this turn whose journal write failed ends
+    """Router.end_failed: the email received this turn whose journal write failed ends
     `failed` with one outcome line saying it was not accepted, and holds no bytes."""
     router = Router(settings, boot=0xABC)
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Subject: x\n\nhi", format="text"), 0.0)
     [entry] = [e for e in effects if isinstance(e, Entry)]
-    lines = [msgspec.json.decode(line) for line in router.not_kept([entry.message_id], "disk full", 0.0)
+    lines = [msgspec.json.decode(line) for line in router.end_failed([entry.message_id], "not accepted: disk full", 0.0)
              if isinstance(line, bytes)]
     assert [(line["event"], line["outcome"]) for line in lines] == [("outcome", "failed")]
     assert "not accepted" in lines[0]["reason"] and not router.flights and router.queued_bytes == 0
