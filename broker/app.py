@@ -13,6 +13,7 @@ import collections
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -252,7 +253,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     for monitor in monitors:
         poller.register(monitor, zmq.POLLIN)
 
-    def carry_out(effects: list[Send | bytes | Entry]) -> None:
+    def carry_out(effects: Sequence[Send | bytes | Entry]) -> None:
         lines: list[bytes] = []
         outgoing: dict[tuple[str, bytes], list[Send]] = {}  # per peer, in order: one batch each
         for effect in effects:

@@ -31,7 +31,7 @@ class Storage:
 
     def reason(self) -> str:
         """What fails, for a refusal's text ("" when nothing does)."""
-        return "; ".join(f"cannot write the {what}: {str(error)}" for what, (error, _) in self.failing.items())
+        return "; ".join(f"cannot write the {what}: {error!s}" for what, (error, _) in self.failing.items())
 
     def failed(self, what: str, error: OSError, now: float) -> list[bytes]:
         """A write to `what` failed: a storage_failed line (once per outage) and stderr."""
@@ -41,7 +41,7 @@ class Storage:
             self._refused_before = self._counters["refused.disk_full"]
         self.failing[what] = (error, now)
         self._next_try = now + RETRY_S
-        print(f"broker: cannot write the {what} ({str(error)}); new email is refused (disk_full) "
+        print(f"broker: cannot write the {what} ({error!s}); new email is refused (disk_full) "
               "until it can, and the broker resumes by itself", file=sys.stderr, flush=True)
         return [trace.line("broker", "storage_failed", None, {
             "file": what, "error": str(error), "errno": errno.errorcode.get(error.errno or 0, "")})]

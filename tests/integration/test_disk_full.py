@@ -36,7 +36,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
+                             text=True, check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -48,10 +48,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def _fill(disk: Path) -> Path:
     """Write a file until the disk refuses: nothing is left for anyone."""
     filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as handle:
-        with contextlib.suppress(OSError):
-            while True:
-                handle.write(b"\0" * 4096)
+    with open(filler, "wb", buffering=0) as handle, contextlib.suppress(OSError):
+        while True:
+            handle.write(b"\0" * 4096)
     with contextlib.suppress(OSError), open(disk / "filler2", "wb", buffering=0) as handle:
         while True:
             handle.write(b"\0")

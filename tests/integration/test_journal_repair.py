@@ -30,7 +30,7 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
         journal.append(Entry(message_id, b"Subject: order 7\n\n" + message_id.encode() * 200, "text"))
     journal.close()
     (data / "trace.jsonl").write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in ids))
-    hit = [p for p in positions(data / "journal.bin") if p.message_id == "a1-8"][0]
+    hit = next(p for p in positions(data / "journal.bin") if p.message_id == "a1-8")
     with open(data / "journal.bin", "r+b") as handle:
         handle.seek(hit.offset)
         handle.write(bytes(64))
