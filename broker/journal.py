@@ -304,7 +304,8 @@ def _scan(path: Path) -> Iterator[tuple[Position, bytes] | Damage]:
         return
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        if size <= len(MAGIC):
+        if handle.read(len(MAGIC)) != MAGIC:  # version 1 (a Journal upgrades it at open): read as it was
+            yield from _v1_scan(path)
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
             decoder = msgspec.msgpack.Decoder(_Id)
@@ -375,6 +376,15 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         raise
     _fsync_folder(path.parent)
     return [Damage(valid, length, torn_tail=True)] if valid < length else []
+
+
+def _v1_scan(path: Path) -> Iterator[tuple[Position, bytes] | Damage]:
+    decoder, offset = msgspec.msgpack.Decoder(_Id), 0
+    for size, data in _v1_records(path):
+        yield Position(offset, _V1_LENGTH.size + size, decoder.decode(data).message_id), data
+        offset += _V1_LENGTH.size + size
+    if offset < path.stat().st_size:
+        yield Damage(offset, path.stat().st_size, torn_tail=True)
 
 
 def _v1_records(path: Path) -> Iterator[tuple[int, bytes]]:

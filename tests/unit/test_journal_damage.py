@@ -184,3 +184,15 @@ def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_m
         effects += app.refill(router, journal, backlog, float(turn)) + router.tick(float(turn))
     assert sorted(sent) == sorted(set(IDS) - {"b-7"}) and "b-7" not in router.flights
     journal.close()
+
+
+def test_the_readers_read_a_version_1_file_as_it_is(tmp_path: Path) -> None:
+    """positions() and entries() on a version 1 file not yet opened by a Journal read its
+    whole records, not "damage": only the torn tail is reported."""
+    path = tmp_path / "journal.bin"
+    encode = msgspec.msgpack.Encoder().encode
+    records = [encode(Entry(message_id, _raw(message_id), "text")) for message_id in IDS[:3]]
+    whole = b"".join(struct.pack(">I", len(r)) + r for r in records)
+    path.write_bytes(whole + b"\x00\x00")
+    assert [e.message_id for e in entries(path)] == IDS[:3]
+    assert [(d.start, d.end, d.torn_tail) for d in damage(path)] == [(len(whole), len(whole) + 2, True)]
