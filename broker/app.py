@@ -268,7 +268,9 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         # email is kept) wait for it. A crash in between leaves an email received but never
         # accepted: recovery gives it the outcome `failed` (see recover). The trace lines
         # come last: they reach the file at the end of the turn either way, and every
-        # message that waits for them waits at every hop.
+        # message that waits for them waits at every hop. If the sync fails (a full disk, an
+        # I/O error), nothing of it was kept: those Accepted leave as Refused disk_full and
+        # each of those emails ends failed in this turn's lines (broker.storage).
         later: list[Send | bytes | Entry] = []
         for (role, identity), sends in outgoing.items():
             if role != "intake":
