@@ -58,25 +58,81 @@ def open_lines(path: Path) -> BinaryIO:
 
 
 class TraceWriter:
-    """Appends lines; flush() is called once per broker loop turn, not per line."""
+    """Appends lines; flush() is called once per broker loop turn, not per line.
+
+    A full disk or an I/O error is a state, not a crash (issue 15): write() never raises,
+    flush() and sync() return the OSError (None when all is on disk) and set `failing`.
+    Lines that could not be written wait in memory, in order, and go out with the next
+    flush that works; a partial write is cut back, so the file never holds half a line.
+    While failing, a flush tries the disk at most once every RETRY_S, and what waits is
+    bounded by UNWRITTEN_MAX_BYTES: past it lines are dropped and counted in `dropped`
+    (the broker then keeps every journal record, so a restart redoes those emails)."""
+
+    RETRY_S = 1.0  # a full disk is tried again once a second, not on every loop turn
+    UNWRITTEN_MAX_BYTES = 64 * 1024 * 1024  # lines kept in memory while the disk refuses them
 
     def __init__(self, path: Path) -> None:
         self._file = open_lines(path)
+        self._unwritten: list[bytes] = []
+        self._unwritten_bytes = 0
+        self._retry_at = 0.0
+        self._torn = False  # a partial write could not be cut back: start the next on a new line
+        self.failing: OSError | None = None
+        self.dropped = 0  # lines dropped while failing, past UNWRITTEN_MAX_BYTES
 
     def write(self, data: bytes) -> None:
-        self._file.write(data)
+        """Queue whole lines for the next flush; never raises."""
+        if self.failing is not None and self._unwritten_bytes + len(data) > self.UNWRITTEN_MAX_BYTES:
+            self.dropped += data.count(b"\n")
+            return
+        self._unwritten.append(data)
+        self._unwritten_bytes += len(data)
 
-    def flush(self) -> None:
-        self._file.flush()
+    def flush(self) -> OSError | None:
+        """Write what waits, in one write; the error if the disk refused it (kept for later)."""
+        if not self._unwritten:
+            return None
+        if self.failing is not None and time.monotonic() < self._retry_at:
+            return self.failing
+        lines = b"".join(self._unwritten)
+        data = b"\n" + lines if self._torn else lines
+        fd, start = self._file.fileno(), None
+        try:
+            self._file.flush()  # open_lines' newline after a torn line, if it wrote one
+            start = os.fstat(fd).st_size
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            if start is not None:
+                try:
+                    os.ftruncate(fd, start)  # a short write left part of a line: take it back
+                except OSError:  # refused too: the next write starts on a new line instead
+                    self._torn = True
+            self._unwritten = [lines]
+            self.failing, self._retry_at = exc, time.monotonic() + self.RETRY_S
+            return exc
+        self._unwritten, self._unwritten_bytes, self._torn, self.failing = [], 0, False, None
+        return None
 
-    def sync(self) -> None:
+    def sync(self) -> OSError | None:
         """On disk, not just in the page cache: before the journal forgets an email whose
-        outcome these lines hold (broker.journal compaction)."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        outcome these lines hold (broker.journal compaction). The error, if any."""
+        error = self.flush()
+        if error is not None:
+            return error
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            return exc
+        return None
 
-    def close(self) -> None:
+    def close(self) -> OSError | None:
+        """Flush what waits and close; the error if some lines could not be written."""
+        self._retry_at = 0.0  # a last try, however recent the one before
+        error = self.flush()
         self._file.close()
+        return error
 
 
 def _last_byte(path: Path) -> bytes:

@@ -113,8 +113,11 @@ class Accepted(Message, tag="accepted"):
 # Why the broker refused a request, for a client to act on without parsing the reason:
 # queue_full (the queue holds AIRLOCK_QUEUE_MAX_BYTES: retry later), too_many_ids (an Await
 # over AIRLOCK_AWAIT_MAX_IDS), too_many_waiters (this client already waits on
-# AIRLOCK_AWAIT_MAX_WAITERS ids), unknown_id, not_escalated; "" from a broker before codes.
-RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unknown_id", "not_escalated"]
+# AIRLOCK_AWAIT_MAX_WAITERS ids), unknown_id, not_escalated, disk_full (the broker cannot
+# write its journal or trace: a full disk or an I/O error; nothing was kept, send it again
+# once space is freed); "" from a broker before codes.
+RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unknown_id", "not_escalated",
+                      "disk_full"]
 
 
 class Refused(Message, tag="refused"):

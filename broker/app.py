@@ -10,8 +10,10 @@ and the turn's trace lines in as few published frames as fit.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
+from collections.abc import Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -19,11 +21,13 @@ from zmq.utils.monitor import recv_monitor_message
 from airlock import keys, published, trace
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
+from airlock.terminal import json_line
 from airlock.transport import LINGER_MS, router, serve_curve
-from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound_decoder
+from airlock.wire import ROLES, Accepted, Malformed, Refused, batch_limit, frames, grouped, inbound_decoder
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
+from broker.storage import Storage
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
 TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
@@ -32,6 +36,7 @@ TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a tur
 # past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
 INTAKE_RCVHWM = 16
 IDLE_POLL_S = 0.1
+EX_TEMPFAIL = 75  # sysexits: a temporary failure (a journal the disk will not let it open); try again
 
 
 def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
@@ -90,6 +95,17 @@ def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
     return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
 
 
+def _unkept(send: Send, refused: set[str], why: str) -> Send:
+    """An Accepted for an email whose journal record did not reach the disk, as the Refused
+    disk_full it is (broker.storage); any other reply as it was."""
+    message = send.message
+    if isinstance(message, Accepted) and message.message_id in refused:
+        return Send(send.role, send.identity, Refused(
+            ref=message.ref, code="disk_full",
+            reason=f"not accepted: disk full ({why}); nothing was kept, send it again later"))
+    return send
+
+
 def recover(core: Router, settings: Settings, journal: Journal,
             now: float) -> tuple[list[Send | bytes | Entry], collections.deque[Position]]:
     """Re-dispatch what an earlier broker accepted and never finished; keep escalations open.
@@ -99,7 +115,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
     a restart holds no more than a running broker would."""
     state = trace.states(settings.trace_path)
     backlog: collections.deque[Position] = collections.deque()
-    for position in journal_module.positions(journal.path):
+    unreadable: list[str] = []  # checked at open, unreadable now: damaged or EIO since
+    for position in journal.positions():
         what = state.get(position.message_id)
         if what == "escalated":
             core.still_escalated(position.message_id, now)
@@ -108,27 +125,77 @@ def recover(core: Router, settings: Settings, journal: Journal,
                 core.defer(position.message_id, now)
                 backlog.append(position)
             else:
-                core.recover(journal.read(position), now)
+                entry = journal.read(position)
+                if isinstance(entry, Entry):
+                    core.recover(entry, now)
+                else:
+                    unreadable.append(position.message_id)
         state[position.message_id] = "journalled"
+    # An email's `received` line reaches the trace only after its journal record is on disk
+    # (carry_out), or in the same write as its `failed` outcome when that record could not
+    # be written; so one still open with no record was accepted, and its record was lost
+    # to the damage found at open, if there was any. With none, the journal is whole and
+    # the email was never accepted.
+    lost = damage_reason(journal.damage)  # read after the pass above: what it met is in it
     effects: list[Send | bytes | Entry] = []
+    abandoned = 0
     for message_id, what in state.items():
-        if what == "open":  # received but never acknowledged: nothing to resume
-            effects += core.abandon(message_id, "the broker stopped before accepting this email")
+        if what == "open":  # received, no record: nothing to resume
+            abandoned += 1
+            effects += core.abandon(message_id, lost or "the broker stopped before accepting this email")
         elif what == "escalated":
             core.still_escalated(message_id, now)
+    for message_id in unreadable:
+        effects += core.abandon(message_id, UNREADABLE)
+    if journal.damage:
+        effects.insert(0, trace.line("broker", "journal_damaged", None, {
+            **damage_detail(journal), "emails_lost": abandoned}))
     return effects + core.tick(now), backlog
 
 
-def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
-    """Read deferred emails back from the journal while they fit under the byte bound."""
+def damage_reason(damage: list[journal_module.Damage]) -> str:
+    """Why an accepted email has no journal record: the damaged ranges, or "" if none."""
+    if not damage:
+        return ""
+    ranges = ", ".join(f"{d.start}-{d.end}" for d in damage[:5]) + (" ..." if len(damage) > 5 else "")
+    return (f"accepted, but its journal record was lost to damage in journal.bin (bytes {ranges} "
+            "skipped; see the journal_damaged event)")
+
+
+def damage_detail(journal: Journal) -> dict[str, object]:
+    """The journal_damaged line's detail (and the stderr report): what was skipped, where."""
+    return {"path": str(journal.path), "ranges_skipped": len(journal.damage),
+            "bytes_skipped": sum(d.end - d.start for d in journal.damage),
+            "ranges": [[d.start, d.end] for d in journal.damage[:100]],
+            "torn_tail": any(d.torn_tail for d in journal.damage)}
+
+
+UNREADABLE = "accepted, but its journal record could not be read back (damaged or an I/O error since the broker started)"
+
+
+def refill(core: Router, journal: Journal, backlog: collections.deque[Position],
+           now: float) -> list[Send | bytes | Entry]:
+    """Read deferred emails back from the journal while they fit under the byte bound; one
+    whose record cannot be read back ends failed, saying so."""
+    effects: list[Send | bytes | Entry] = []
     while backlog and core.has_room(backlog[0].size):
-        core.recover(journal.read(backlog.popleft()), now)
+        position = backlog.popleft()
+        entry = journal.read(position)
+        if isinstance(entry, Entry):
+            core.recover(entry, now)
+        else:
+            effects += core.end_failed([position.message_id], UNREADABLE, now)
+    return effects
 
 
 def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Send | bytes | Entry]:
     """Drop final emails from the journal once it is big and mostly final (broker.journal).
     The trace goes to disk first: it is what says those emails are final."""
-    writer.sync()
+    error = writer.sync()
+    if error is not None or writer.dropped:  # the outcomes that free those records are not on disk
+        return [trace.line("broker", "journal_compaction_failed", None, {
+            "error": f"the trace is not on disk: {error or f'{writer.dropped} lines were dropped'}",
+            "bytes": journal.size})]
     size = journal.size
     try:
         freed = journal.compact(core.flights.keys())
@@ -163,8 +230,16 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         raise bind_error(name, endpoint, exc) from None
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
+    try:
+        journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
+    except OSError as exc:  # a full disk or an I/O error before it could start its journal
+        if authenticator is not None:
+            authenticator.stop()
+        ctx.destroy(linger=0)
+        print(f"broker: cannot open {settings.data_dir / 'journal.bin'}: {exc}; exiting 75 (EX_TEMPFAIL) "
+              "to be started again", file=sys.stderr, flush=True)
+        raise SystemExit(EX_TEMPFAIL) from None
     writer = trace.TraceWriter(settings.trace_path)
-    journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
                   smtp_keys=keys.smtp_keys(settings.keys_folder) if server is not None else ())
@@ -178,7 +253,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     for monitor in monitors:
         poller.register(monitor, zmq.POLLIN)
 
-    def carry_out(effects: list[Send | bytes | Entry]) -> None:
+    def carry_out(effects: Sequence[Send | bytes | Entry]) -> None:
         lines: list[bytes] = []
         outgoing: dict[tuple[str, bytes], list[Send]] = {}  # per peer, in order: one batch each
         for effect in effects:
@@ -193,15 +268,26 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         # email is kept) wait for it. A crash in between leaves an email received but never
         # accepted: recovery gives it the outcome `failed` (see recover). The trace lines
         # come last: they reach the file at the end of the turn either way, and every
-        # message that waits for them waits at every hop.
+        # message that waits for them waits at every hop. If the sync fails (a full disk, an
+        # I/O error), nothing of it was kept: those Accepted leave as Refused disk_full and
+        # each of those emails ends failed in this turn's lines (broker.storage).
         later: list[Send | bytes | Entry] = []
         for (role, identity), sends in outgoing.items():
             if role != "intake":
                 later += send_to(role, identity, sends)
-        journal.sync()
+        failed = journal.sync()
+        refuse: set[str] = set()
+        if failed is not None:  # none of them kept: refused, and each ends failed (Router.end_failed)
+            later += storage.failed("journal", failed.error, time.monotonic())
+            core.disk_full = storage.reason()
+            core.counters["refused.disk_full"] += len(failed.message_ids)
+            later += core.end_failed(failed.message_ids, "not accepted: its journal record could not be "
+                                     f"written ({failed.error})", time.monotonic())
+            refuse = set(failed.message_ids)
         for (role, identity), sends in outgoing.items():
             if role == "intake":
-                later += send_to(role, identity, sends)
+                later += send_to(role, identity, [_unkept(send, refuse, core.disk_full)
+                                                  for send in sends] if refuse else sends)
         for chunk in _chunks(lines, settings.max_frame_bytes):
             writer.write(chunk)
         # Subscribers get each line as airlock.published shows it (no customer data); the
@@ -226,6 +312,20 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             sent += count
         return refused
 
+    def flush_trace() -> None:
+        """Write the turn's trace lines; a failure or a recovery changes the storage state."""
+        now = time.monotonic()
+        if "journal" in storage.failing and storage.due("journal", now) and journal.probe() is None:
+            carry_out(storage.recovered("journal", now))
+        error = writer.flush()
+        if error is not None:
+            carry_out(storage.failed("trace", error, now))
+        elif "trace" in storage.failing:
+            carry_out(storage.recovered("trace", now, lines_dropped=writer.dropped))
+            writer.flush()
+        core.disk_full = storage.reason()
+
+    storage = Storage(core.counters)
     carry_out([trace.line("broker", "started", None, {
         "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
         "trace": str(settings.trace_path),
@@ -233,10 +333,13 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "sender_proofs": ("kept from the SMTP intake's key only" if core.smtp_keys
                           else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
-    writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
+    flush_trace()  # on disk before recovery reads the whole trace: a slow start shows how far it got
     recovered, backlog = recover(core, settings, journal, time.monotonic())
+    if journal.damage:  # on stderr too: the supervisor's log is where an operator looks first
+        print(f"broker: journal damaged, skipped: {json_line(damage_detail(journal))}; "
+              "emails it cost end failed, naming it", file=sys.stderr, flush=True)
     carry_out(recovered)
-    writer.flush()
+    flush_trace()
     try:
         while not stop.is_set():
             deadline = core.next_deadline()
@@ -261,17 +364,21 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                         effects += core.handle(role, identity, message, now, key)
                     taken += len(messages)
             if backlog:
-                refill(core, journal, backlog, time.monotonic())
+                effects += refill(core, journal, backlog, time.monotonic())
             effects += core.tick(time.monotonic())
             carry_out(effects)
-            writer.flush()
-            # Offsets in the backlog point into this file: no rewrite until it is read.
-            if not backlog and journal.worth_compacting(core.flights.keys(), time.monotonic()):
+            flush_trace()
+            # Offsets in the backlog point into this file: no rewrite until it is read. Nor
+            # while a write fails: a copy of the journal needs space the disk has not got.
+            if not backlog and not storage.failing and journal.worth_compacting(core.flights.keys(),
+                                                                                 time.monotonic()):
                 carry_out(compact(core, journal, writer))
-                writer.flush()
+                flush_trace()
     finally:
         carry_out([trace.line("broker", "stopped", None, {"in_flight": len(core.flights)})])
-        writer.close()
+        if writer.close() is not None:  # the journal keeps their emails: the next start redoes them
+            print(f"broker: stopped with trace lines unwritten ({writer.failing}); the journal keeps "
+                  "every email they were about", file=sys.stderr, flush=True)
         journal.close()
         for sock in sockets.values():
             if server is not None:

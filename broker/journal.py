@@ -1,10 +1,23 @@
 """The intake journal: every accepted email, on disk before `airlock inject` hears "accepted".
 
-Append-only records, each a 4-byte big-endian length then a msgpack Entry. The broker
-writes a turn's worth of entries, fsyncs once (group commit, as databases do), and only
-then sends the Accepted replies. After a restart, every journalled email that has no final
-outcome in the trace is dispatched again. A torn record at the end (a crash mid-write) was
-never acknowledged, so reading stops there.
+Append-only. The broker writes a turn's worth of entries, fsyncs once (group commit, as
+databases do), and only then sends the Accepted replies and writes the turn's trace lines,
+so an email's `received` line never reaches the trace before its record is on disk. After a
+restart, every journalled email that has no final outcome in the trace is dispatched again.
+
+Format (version 2). The file starts with MAGIC. Each record is
+
+    MARK (4 bytes) | payload length (u32, big-endian) | crc32 of the payload | crc32 of the
+    12 bytes before it | payload: one msgpack Entry
+
+The header's own checksum means a damaged length is caught before it is believed (no read
+of gigabytes on one flipped bit); the payload's checksum catches damage inside the email.
+A reader that meets a bad record skips forward to the next MARK whose header and payload
+both check, and reports every skipped byte range (`Damage`): a cut, zeros or a flipped byte
+costs the records it touches, never the ones after it. Damage that runs to the end of the
+file is a torn tail (a crash mid-write, or a cut): it is truncated at open, and reported
+too. A file without MAGIC is a version 1 journal (length + msgpack, no checksum): it is read
+the old way, once, and rewritten in this format (as a compaction is: a copy, fsync, rename).
 
 Compaction: an email with a final outcome needs its record no more, yet every raw email
 stayed in the file forever. Once the file reaches `compact_bytes` and at least half of it
@@ -13,13 +26,22 @@ it, renames it over the journal and fsyncs the folder. A crash before the rename
 the old journal whole (the half-written copy is deleted at the next start); after it, the
 new one is complete. Either way recovery finds every unfinished email exactly once: the
 records are copied, never rewritten, and an email final in the trace is not dispatched.
+Damaged ranges are not copied: a compaction is also the repair.
+
+Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns the
+OSError after cutting the file back to its last durable length, so no half record and no
+stale buffer is ever written later; the entries it held are returned as lost
+(`failed_ids`), and the broker refuses them (Refused code disk_full). `probe()` tells when
+writing works again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import struct
+import zlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +50,13 @@ import msgspec
 
 from airlock import files
 
-_LENGTH = struct.Struct(">I")
+MAGIC = b"\xffairlock journal 2\n"  # 0xff.. as a version 1 length would be 4 GiB: never a v1 file
+MARK = b"\xf0AJR"  # starts every record: what a reader resynchronises on after damage
+_HEADER = struct.Struct(">4sIII")  # MARK, payload length, payload crc32, header crc32
+_V1_LENGTH = struct.Struct(">I")
 COMPACTING_SUFFIX = ".compacting"  # the copy being written; never read, deleted at start
 CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
+PROBE_BYTES = 64 * 1024  # written then cut back by probe(): room for a typical email again
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -53,8 +79,25 @@ class Position:
     """Where one record is: enough to read it later without holding its email now."""
 
     offset: int
-    size: int  # the record's bytes, length prefix included
+    size: int  # the record's bytes, header included
     message_id: str
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Bytes [start, end) of the journal that held no whole, checked record."""
+
+    start: int
+    end: int
+    torn_tail: bool = False  # it ran to the end of the file (cut off at open)
+
+
+@dataclass(frozen=True)
+class WriteFailed:
+    """A sync that did not reach the disk: why, and the entries it held, none of them kept."""
+
+    error: OSError
+    message_ids: tuple[str, ...]
 
 
 class Journal:
@@ -62,34 +105,96 @@ class Journal:
         files.make_folder(path.parent)  # 0700: the journal holds every raw email
         self.path = path
         self.compact_bytes = compact_bytes
-        with contextlib.suppress(FileNotFoundError):  # a compaction a crash interrupted
-            _compacting(path).unlink()
-        self.sizes = {p.message_id: p.size for p in positions(path)}  # every record's id -> bytes
-        valid = _valid_length(path)
+        for leftover in (_compacting(path), _probe(path)):  # a compaction or probe a crash interrupted
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        self.damage: list[Damage] = _upgrade_v1(path)  # what a version 1 file lost at its tail
+        self.sizes: dict[str, int] = {}  # every record's id -> bytes
+        tail: Damage | None = None
+        for item in _scan(path):
+            if isinstance(item, Damage):
+                self.damage.append(item)
+                tail = item if item.torn_tail else None
+            else:
+                self.sizes[item[0].message_id] = item[0].size
         self._file = files.open_append(path)  # 0600 in a 0700 folder: it holds every raw email
-        if self._file.tell() != valid:  # drop a torn tail so new records follow whole ones
-            self._file.truncate(valid)
-            self._file.seek(valid)
-        self.size = valid
+        self._fd = self._file.fileno()
+        length = os.fstat(self._fd).st_size
+        if length < len(MAGIC):  # a new file, or a crash while its header was written
+            os.ftruncate(self._fd, 0)
+            _write_all(self._fd, MAGIC)
+            os.fsync(self._fd)
+            _fsync_folder(path.parent)
+            length = len(MAGIC)
+        elif tail is not None:
+            length = tail.start  # new records follow whole ones
+            os.ftruncate(self._fd, length)
+            os.fsync(self._fd)
+        self.size = self._durable = length  # size counts appended, not yet synced records too
         self._next_check, self._next_check_at = compact_bytes, 0.0
         self._encode = msgspec.msgpack.Encoder().encode
-        self._dirty = False
+        self._pending: list[bytes] = []
+        self._pending_ids: list[str] = []
+        self._cut_to: int | None = None  # a failed write's length to cut back to, if that failed too
+        self._stale = False  # the descriptor is the file a compaction replaced
 
     def append(self, entry: Entry) -> None:
-        data = self._encode(entry)
-        self._file.write(_LENGTH.pack(len(data)) + data)
-        self.sizes[entry.message_id] = _LENGTH.size + len(data)
-        self.size += _LENGTH.size + len(data)
-        self._dirty = True
+        """Queue a record for the next sync(): nothing reaches the file before it."""
+        record = _record(self._encode(entry))
+        self._pending.append(record)
+        self._pending_ids.append(entry.message_id)
+        self.sizes[entry.message_id] = len(record)
+        self.size += len(record)
 
-    def sync(self) -> bool:
-        """Flush and fsync what was appended since the last sync; True if anything was."""
-        if not self._dirty:
-            return False
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._dirty = False
-        return True
+    def sync(self) -> WriteFailed | None:
+        """Write and fsync what was appended since the last sync, in one write (group commit).
+        On a full disk or an I/O error the file is cut back to its last durable length and
+        the entries are dropped, not kept for a later write: their emails were never accepted."""
+        if not self._pending:
+            return None
+        data, ids = b"".join(self._pending), tuple(self._pending_ids)
+        self._pending, self._pending_ids = [], []
+        try:
+            self._prepare()
+            _write_all(self._fd, data)
+            os.fsync(self._fd)
+        except OSError as exc:
+            for message_id in ids:
+                self.sizes.pop(message_id, None)
+            self.size = self._durable
+            self._cut_to = self._durable
+            with contextlib.suppress(OSError):  # if this fails too, the next write cuts first
+                self._prepare()
+            return WriteFailed(exc, ids)
+        self._durable += len(data)
+        return None
+
+    def probe(self) -> OSError | None:
+        """Whether writing works again: PROBE_BYTES written, fsynced and deleted beside the
+        journal (same file system), never in it, so a crash meanwhile leaves it whole."""
+        try:
+            self._prepare()
+            fd = os.open(_probe(self.path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                _write_all(fd, bytes(PROBE_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    _probe(self.path).unlink()
+        except OSError as exc:
+            return exc
+        return None
+
+    def _prepare(self) -> None:
+        """Before a write: open the journal again after a compaction, cut back a failed write."""
+        if self._stale:
+            fresh = files.open_append(self.path)
+            self._file.close()
+            self._file, self._fd, self._stale = fresh, fresh.fileno(), False
+        if self._cut_to is not None:
+            os.ftruncate(self._fd, self._cut_to)
+            self._cut_to = None
 
     def worth_compacting(self, live: Collection[str], now: float) -> bool:
         """At least compact_bytes, at least half final. Summing the live records costs a pass
@@ -107,14 +212,17 @@ class Journal:
     def compact(self, live: Collection[str]) -> int:
         """Keep only the records of `live` emails (see the module docstring); returns the bytes
         freed. Needs what was appended synced first (the loop syncs every turn)."""
-        self.sync()
+        failed = self.sync()
+        if failed is not None:
+            raise failed.error
         tmp = _compacting(self.path)
         kept: dict[str, int] = {}
         try:
             with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+                out.write(MAGIC)
                 for position, data in _records_at(self.path):
                     if position.message_id in live and position.message_id not in kept:
-                        out.write(_LENGTH.pack(len(data)) + data)
+                        out.write(_record(data))
                         kept[position.message_id] = position.size
                 out.flush()
                 os.fsync(out.fileno())
@@ -125,32 +233,51 @@ class Journal:
             self._next_check = self.size + max(1, self.compact_bytes // 4)  # not again at once...
             self._next_check_at = float("inf")  # ...nor a second later: only as the journal grows
             raise
-        _fsync_folder(self.path.parent)
-        self._file.close()
-        self._file = files.open_append(self.path)
-        freed = self.size - sum(kept.values())
-        self.sizes, self.size = kept, sum(kept.values())
+        # Renamed: the journal is the copy now, whatever fails next. The old descriptor writes
+        # to the replaced file, so it is never used again (_prepare opens the new one).
+        new_size = len(MAGIC) + sum(kept.values())
+        freed = self.size - new_size
+        self.sizes, self.size, self._durable = kept, new_size, new_size
         self._next_check, self._next_check_at = self.size + self.compact_bytes // 4, 0.0
+        self._cut_to, self._stale = None, True
+        self._prepare()
+        _fsync_folder(self.path.parent)
         return freed
 
-    def read(self, position: Position) -> Entry:
-        """The entry at `position` (a record this journal holds: see positions)."""
-        with open(self.path, "rb") as handle:
-            handle.seek(position.offset + _LENGTH.size)
-            return msgspec.msgpack.decode(handle.read(position.size - _LENGTH.size), type=Entry)
+    def positions(self) -> Iterator[Position]:
+        """Each checked record's place and id, in file order, read now; damage met on the way
+        that the open did not see is added to `damage`."""
+        for item in _scan(self.path):
+            if not isinstance(item, Damage):
+                yield item[0]
+            elif item not in self.damage:
+                self.damage.append(item)
+
+    def read(self, position: Position) -> Entry | Damage:
+        """The entry at `position` (a record this journal holds: see positions), checked
+        again: bytes damaged since the scan, or unreadable (EIO), are the Damage they are."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(position.offset)
+                record = handle.read(position.size)
+            start = _HEADER.size
+            mark, length, payload_crc, header_crc = _HEADER.unpack_from(record)
+            if (mark == MARK and zlib.crc32(record[:start - 4]) == header_crc and length == len(record) - start
+                    and zlib.crc32(record[start:]) == payload_crc):
+                return msgspec.msgpack.decode(record[start:], type=Entry)
+        except (OSError, struct.error, msgspec.DecodeError):
+            pass
+        return Damage(position.offset, position.offset + position.size)
 
     def close(self) -> None:
-        self.sync()
+        self.sync()  # a failure was already cut back: nothing half-written stays
         self._file.close()
 
 
 def entries(path: Path) -> Iterator[Entry]:
     decoder = msgspec.msgpack.Decoder(Entry)
-    for _, data in _records(path):
-        try:
-            yield decoder.decode(data)
-        except msgspec.DecodeError:
-            return
+    for _, data in _records_at(path):
+        yield decoder.decode(data)
 
 
 def positions(path: Path) -> Iterator[Position]:
@@ -159,39 +286,140 @@ def positions(path: Path) -> Iterator[Position]:
         yield position
 
 
+def damage(path: Path) -> list[Damage]:
+    """Every byte range of the file that held no whole, checked record."""
+    return [item for item in _scan(path) if isinstance(item, Damage)]
+
+
 def _records_at(path: Path) -> Iterator[tuple[Position, bytes]]:
-    decoder = msgspec.msgpack.Decoder(_Id)
-    offset = 0
-    for size, data in _records(path):
-        try:
-            message_id = decoder.decode(data).message_id
-        except msgspec.DecodeError:
-            return
-        yield Position(offset, _LENGTH.size + size, message_id), data
-        offset += _LENGTH.size + size
+    for item in _scan(path):
+        if not isinstance(item, Damage):
+            yield item
 
 
-def _valid_length(path: Path) -> int:
-    return sum(_LENGTH.size + size for size, _ in _records(path))
-
-
-def _records(path: Path) -> Iterator[tuple[int, bytes]]:
+def _scan(path: Path) -> Iterator[tuple[Position, bytes] | Damage]:
+    """Every checked record in file order, and every damaged range between them. The file
+    is mapped, not read: a scan over gigabytes holds one record at a time."""
     if not path.exists():
         return
     with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if handle.read(len(MAGIC)) != MAGIC:  # version 1 (a Journal upgrades it at open): read as it was
+            yield from _v1_scan(path)
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            decoder = msgspec.msgpack.Decoder(_Id)
+            offset, bad = len(MAGIC), None
+            while offset < size:
+                record = _record_at(view, offset, size, decoder)
+                if record is None:  # resynchronise: the next MARK whose checks pass
+                    bad = offset if bad is None else bad
+                    found = view.find(MARK, offset + 1)
+                    offset = size if found < 0 else found
+                    continue
+                if bad is not None:
+                    yield Damage(bad, offset)
+                    bad = None
+                yield record
+                offset += record[0].size
+            if bad is not None:
+                yield Damage(bad, size, torn_tail=True)
+
+
+def _record_at(view: mmap.mmap, offset: int, size: int,
+               decoder: msgspec.msgpack.Decoder[_Id]) -> tuple[Position, bytes] | None:
+    """The record at `offset` if its mark, both checksums and its id check; None otherwise."""
+    start = offset + _HEADER.size
+    if start > size:
+        return None
+    mark, length, payload_crc, header_crc = _HEADER.unpack_from(view, offset)
+    if mark != MARK or zlib.crc32(view[offset:offset + _HEADER.size - 4]) != header_crc or start + length > size:
+        return None
+    data = view[start:start + length]
+    if zlib.crc32(data) != payload_crc:
+        return None
+    try:
+        message_id = decoder.decode(data).message_id
+    except msgspec.DecodeError:
+        return None
+    return Position(offset, _HEADER.size + length, message_id), data
+
+
+def _record(data: bytes) -> bytes:
+    head = _HEADER.pack(MARK, len(data), zlib.crc32(data), 0)[:_HEADER.size - 4]
+    return head + zlib.crc32(head).to_bytes(4, "big") + data
+
+
+def _upgrade_v1(path: Path) -> list[Damage]:
+    """Rewrite a version 1 journal (length + msgpack) in this format, as a compaction does:
+    a copy, fsync, rename, fsync the folder. Returns its torn tail, which is not copied."""
+    if not path.exists():
+        return []
+    with open(path, "rb") as handle:
+        head = handle.read(len(MAGIC))
+    if head.startswith(MAGIC) or MAGIC.startswith(head):  # new format, or a header a crash cut
+        return []
+    tmp, valid = _compacting(path), 0
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+            out.write(MAGIC)
+            for size, data in _v1_records(path):
+                out.write(_record(data))
+                valid += _V1_LENGTH.size + size
+            out.flush()
+            os.fsync(out.fileno())
+        length = path.stat().st_size
+        os.replace(tmp, path)
+    except BaseException:  # the old file stays whole and is upgraded at the next open
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_folder(path.parent)
+    return [Damage(valid, length, torn_tail=True)] if valid < length else []
+
+
+def _v1_scan(path: Path) -> Iterator[tuple[Position, bytes] | Damage]:
+    decoder, offset = msgspec.msgpack.Decoder(_Id), 0
+    for size, data in _v1_records(path):
+        yield Position(offset, _V1_LENGTH.size + size, decoder.decode(data).message_id), data
+        offset += _V1_LENGTH.size + size
+    if offset < path.stat().st_size:
+        yield Damage(offset, path.stat().st_size, torn_tail=True)
+
+
+def _v1_records(path: Path) -> Iterator[tuple[int, bytes]]:
+    """A version 1 file's whole records; reading stops at a torn one (it had no checksum)."""
+    decoder = msgspec.msgpack.Decoder(_Id)
+    with open(path, "rb") as handle:
         while True:
-            head = handle.read(_LENGTH.size)
-            if len(head) < _LENGTH.size:
+            head = handle.read(_V1_LENGTH.size)
+            if len(head) < _V1_LENGTH.size:
                 return
-            (size,) = _LENGTH.unpack(head)
+            (size,) = _V1_LENGTH.unpack(head)
             data = handle.read(size)
             if len(data) < size:
+                return
+            try:
+                decoder.decode(data)
+            except msgspec.DecodeError:
                 return
             yield size, data
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written; a short write on a nearly full disk is retried,
+    so the error, if any, is the one the next write raises."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _compacting(path: Path) -> Path:
     return path.with_name(path.name + COMPACTING_SUFFIX)
+
+
+def _probe(path: Path) -> Path:
+    return path.with_name(path.name + ".probe")
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -115,6 +115,9 @@ class Router:
         # The worker of each role that takes no ordinary work until it holds nothing, for a suspect.
         self._draining: dict[str, bytes | None] = {r: None for r in self.workers}
         self.queued_bytes = 0  # the sum of every flight's held_bytes
+        # Why the broker cannot keep an email now ("" while it can: broker.storage): each
+        # Submit meanwhile is refused, code disk_full, before it gets an id.
+        self.disk_full = ""
         self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self._deadlines: list[tuple[float, str, int]] = []
         self.counters: collections.Counter[str] = collections.Counter()
@@ -263,12 +266,29 @@ class Router:
         self._trace("broker", "outcome", message_id, outcome="failed", reason=reason, ended_at="broker")
         return self._take()
 
+    def end_failed(self, message_ids: Collection[str], reason: str, now: float) -> list[Send | bytes | Entry]:
+        """Emails the broker holds and cannot carry on: received this turn with journal
+        records that never reached the disk (their client hears Refused disk_full: the loop
+        swaps the Accepted), or deferred ones whose record is unreadable now. Each ends
+        here, `failed`, and a reader's late answer for it changes nothing."""
+        for message_id in message_ids:
+            flight = self.flights.get(message_id)
+            if flight is not None:
+                self._finish(flight, "failed", reason, now)
+        return self._take()
+
     def next_deadline(self) -> float | None:
         return self._deadlines[0][0] if self._deadlines else None
 
     # --- intake ---------------------------------------------------------------------------
 
     def _on_submit(self, role: str, identity: bytes, message: Submit, now: float, key: str = "") -> None:
+        if self.disk_full:
+            self.counters["refused.disk_full"] += 1
+            self.out.append(Send(role, identity, Refused(
+                ref=message.ref, code="disk_full",
+                reason=f"not accepted: disk full ({self.disk_full}); nothing was kept, send it again later")))
+            return
         if len(self._pending["reader"]) >= MAX_QUEUED or not self.has_room(min(len(message.raw),
                                                                             self.settings.max_email_bytes)):
             self.counters["refused.queue_full"] += 1
