@@ -68,6 +68,15 @@ class LinkedDataFile(ConfigError):
     """A data file airlock appends to is a symbolic link: refused, never followed."""
 
 
+def create_scratch(path: Path) -> int:
+    """A new, empty 0600 file at `path` for a copy about to be renamed into place (a journal
+    compaction, a probe): whatever stood there is removed first (a link, not its target), and
+    the file is opened O_EXCL | O_NOFOLLOW, so a name planted in the data dir cannot make
+    airlock truncate or write some other file. Returns the descriptor, open for writing."""
+    path.unlink(missing_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+
+
 def open_append(path: Path) -> BinaryIO:
     """`path` opened for appending: made 0600 if missing, and closed to others if it was not.
 

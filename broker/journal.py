@@ -174,7 +174,7 @@ class Journal:
         journal (same file system), never in it, so a crash meanwhile leaves it whole."""
         try:
             self._prepare()
-            fd = os.open(_probe(self.path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            fd = files.create_scratch(_probe(self.path))
             try:
                 _write_all(fd, bytes(PROBE_BYTES))
                 os.fsync(fd)
@@ -218,7 +218,7 @@ class Journal:
         tmp = _compacting(self.path)
         kept: dict[str, int] = {}
         try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+            with open(files.create_scratch(tmp), "wb") as out:
                 out.write(MAGIC)
                 for position, data in _records_at(self.path):
                     if position.message_id in live and position.message_id not in kept:
@@ -361,7 +361,7 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         return []
     tmp, valid = _compacting(path), 0
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+        with open(files.create_scratch(tmp), "wb") as out:
             out.write(MAGIC)
             for size, data in _v1_records(path):
                 out.write(_record(data))

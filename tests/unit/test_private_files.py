@@ -219,3 +219,22 @@ def test_a_data_file_planted_as_a_link_is_refused_not_followed(tmp_path: Path, n
         files.open_append(data / name)
     assert target.read_bytes() == b"someone else's file\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_journal_compaction_scratch_name_planted_as_a_link_truncates_nothing(tmp_path: Path) -> None:
+    """The compaction's copy is written to journal.bin.compacting: a link planted there must
+    be replaced, not followed (the old open truncated its target)."""
+    from broker.journal import COMPACTING_SUFFIX, Entry, Journal
+
+    target = tmp_path / "victim.txt"
+    target.write_bytes(b"keep me\n")
+    data = tmp_path / "data"
+    journal = Journal(data / "journal.bin", compact_bytes=1)
+    journal.append(Entry("m-1", b"Subject: a\n\nbody", "eml"))
+    journal.append(Entry("m-2", b"Subject: b\n\nbody", "eml"))
+    journal.sync()
+    (data / ("journal.bin" + COMPACTING_SUFFIX)).symlink_to(target)
+    journal.compact({"m-2"})
+    journal.close()
+    assert target.read_bytes() == b"keep me\n"
+    assert not (data / ("journal.bin" + COMPACTING_SUFFIX)).exists()
