@@ -20,6 +20,11 @@
 - A redelivered email may be what killed its worker (a memory bomb): it waits in its own
   lane, goes alone to a worker holding nothing, and such suspects hold at most half of a
   role's workers, so ordinary mail never waits behind them (see _dispatch).
+- No email waits for ever for a stage nobody serves: one that has waited
+  `no_worker_wait_s` (AIRLOCK_NO_WORKER_WAIT_S) for a stage with no worker connected
+  ends `failed`, saying so; with a worker connected, however busy, its deadlines judge it.
+  An escalated email waits for a person, not a worker, and is never ended so. Status
+  shows what waits that way, per stage, and what waits to be sent again (see _waiting).
 - Memory is bounded in bytes and counts: the raw emails held before a reader has read them
   (`queue_max_bytes`; past it intake hears Refused code queue_full), the ids of one Await
   (`await_max_ids`) and the ids one client waits on (`await_max_waiters`).
@@ -48,7 +53,7 @@ from airlock import trace
 from airlock.settings import Settings
 from airlock.wire import (
     INBOUND, Accepted, Await, Decide, Decision, Done, Email, Event, Heartbeat, Hello, Malformed, Message, Notice,
-    Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation,
+    Outcome, Passed, Ping, Reading, Refused, Rejected, Result, Status, Submit, Unreadable, Violation, Waiting,
 )
 from broker import events
 from broker.journal import Entry
@@ -90,6 +95,7 @@ class Flight:
     waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
     held_bytes: int = 0  # raw email bytes the broker holds for it until a reader has read it
     retry_since: float = 0.0  # when it last joined the retry lane (see _dispatch_suspects)
+    queued_at: float = 0.0  # when it last began to wait for a worker of its stage (see _end_unserved)
 
 
 class Router:
@@ -117,6 +123,10 @@ class Router:
         self.queued_bytes = 0  # the sum of every flight's held_bytes
         self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self._deadlines: list[tuple[float, str, int]] = []
+        # Since when each role has had no worker connected (0.0: since the start, so an
+        # email's own queued_at is the later), and when _end_unserved looks next.
+        self._unserved_since: dict[str, float] = {r: 0.0 for r in self.workers}
+        self._next_unserved_check = 0.0
         self.counters: collections.Counter[str] = collections.Counter()
         self._deadline_s = {
             "reader": settings.read_deadline_s,
@@ -192,6 +202,7 @@ class Router:
             flight = self.flights.get(message_id)
             if flight is not None and flight.epoch == epoch:
                 self._redeliver(flight, f"no answer from the {flight.stage} in time", now)
+        self._end_unserved(now)
         self._dispatch(now)
         return self._take()
 
@@ -210,7 +221,7 @@ class Router:
     def defer(self, message_id: str, now: float) -> None:
         """A journalled email that does not fit under queue_max_bytes yet: known (an Await
         on it waits), but its raw email stays on disk until recover() is called with it."""
-        self.flights[message_id] = Flight(message_id, "reader", now)
+        self.flights[message_id] = Flight(message_id, "reader", now, queued_at=now)
 
     def has_room(self, size: int) -> bool:
         """Whether `size` more raw bytes fit under queue_max_bytes (one email always fits an
@@ -232,6 +243,8 @@ class Router:
         worker = self.workers[role].pop(identity, None)
         if worker is None:
             return
+        if not self.workers[role]:
+            self._unserved_since[role] = now
         self.counters[f"worker_lost.{role}"] += 1
         self._trace("broker", "worker_lost", None, role=role, reason=why, held=len(worker.assigned))
         for message_id in sorted(worker.assigned):
@@ -250,7 +263,7 @@ class Router:
         flight.epoch += 1  # the old deadline and the old holder's answer no longer count
         # Its own lane, not the front of the queue: a poison email that kills each worker it
         # reaches must not make ordinary mail wait for every one of its deliveries.
-        flight.retry_since = now
+        flight.retry_since = flight.queued_at = now
         self._retry[flight.stage].append(flight.message)
 
     def still_escalated(self, message_id: str, now: float) -> None:
@@ -280,7 +293,7 @@ class Router:
         self._counter += 1
         message_id = f"{self._prefix}-{self._counter}"
         proof = message.sender_proof if self._vouches(key, message) else "none"
-        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=proof)
+        flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=proof, queued_at=now)
         self.flights[message_id] = flight
         self._trace("broker", "received", message_id, origin=message.origin, format=message.format,
                     bytes=len(message.raw), sender=message.sender, sender_proof=proof)
@@ -382,7 +395,71 @@ class Router:
         workers = {r: len(ws) for r, ws in self.workers.items()}
         self.out.append(Send(role, identity, Status(
             ref=message.ref, workers=workers, queued=len(self._pending["reader"]),
-            in_flight=len(self.flights), counters=dict(self.counters))))
+            in_flight=len(self.flights), counters=dict(self.counters), waiting=self._waiting(now))))
+
+    def _waiting(self, now: float) -> dict[str, Waiting]:
+        """Per stage, the emails no worker holds that are stuck: no worker of the stage is
+        connected, or they wait to be sent again. A stage with neither is left out, so
+        while mail flows the Status carries none (wire.Status). One pass over the flights:
+        a Ping is an operator's question, not a per-message cost."""
+        found: dict[str, dict[str, float]] = {}
+        for flight in self.flights.values():
+            if flight.worker is not None or flight.stage not in self.workers or flight.message is None:
+                continue  # held, escalated, or still on disk (a recovery backlog, see defer)
+            unserved = not self.workers[flight.stage]
+            if not unserved and not flight.attempts:
+                continue  # ordinary mail in the queue of a served stage
+            counts = found.setdefault(flight.stage, collections.defaultdict(float))
+            if unserved:
+                counts["no_worker"] += 1
+                counts["no_worker_s"] = max(counts["no_worker_s"], self._unserved_for(flight, now))
+            if flight.attempts:
+                counts["redelivery"] += 1
+                counts["redelivery_s"] = max(counts["redelivery_s"], now - flight.retry_since)
+        limit = self.settings.no_worker_wait_s
+        return {stage: Waiting(no_worker=int(c["no_worker"]), no_worker_s=round(c["no_worker_s"], 3),
+                               limit_s=limit if c["no_worker"] else 0.0, redelivery=int(c["redelivery"]),
+                               redelivery_s=round(c["redelivery_s"], 3))
+                for stage, c in sorted(found.items())}
+
+    def _unserved_for(self, flight: Flight, now: float) -> float:
+        """How long `flight` has waited at its stage with no worker of it connected."""
+        return now - max(self._unserved_since[flight.stage], flight.queued_at)
+
+    def _end_unserved(self, now: float) -> None:
+        """End `failed` each email that has waited no_worker_wait_s for a stage with no
+        worker connected.
+
+        Data: the flights no worker holds, the roles with no worker, the setting.
+        Rationale: such an email has no deadline (a deadline starts when a worker takes
+        it), so a killed actor that nothing restarts left emails with no outcome and no
+        sign of one (issue 15). A stage with a worker connected is never judged here: a
+        busy worker's emails wait their turn and its deadlines judge what it holds. An
+        escalated email waits for a person. One still on disk (a recovery backlog) is
+        judged once read back. Looked at once a heartbeat interval at most, and not
+        before the first email could be due, so a stage with no worker costs one pass
+        over the flights a second, not one a message."""
+        wait = self.settings.no_worker_wait_s
+        if not wait or now < self._next_unserved_check:
+            return
+        self._next_unserved_check = now + self.settings.heartbeat_interval_s
+        unserved = {role for role, workers in self.workers.items() if not workers}
+        if not unserved:
+            return
+        soonest = float("inf")
+        for flight in [f for f in self.flights.values()
+                       if f.stage in unserved and f.worker is None and f.message is not None]:
+            waited = self._unserved_for(flight, now)
+            if waited < wait:
+                soonest = min(soonest, now + wait - waited)
+                continue
+            before = (f"; it was delivered {flight.attempts} times before its {flight.stage} was lost"
+                      if flight.attempts else "")
+            self.counters[f"no_worker.{flight.stage}"] += 1
+            self._finish(flight, "failed", f"no {flight.stage} was connected to take it for {waited:.0f} s "
+                                           f"(AIRLOCK_NO_WORKER_WAIT_S is {wait:g} s){before}", now,
+                         no_worker_s=round(waited, 3))
+        self._next_unserved_check = max(self._next_unserved_check, min(soonest, now + wait))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
         self._trace("supervisor", message.event, None, events.escaped(message.detail))
@@ -477,6 +554,7 @@ class Router:
 
     def _hand_off(self, flight: Flight, stage: str, message: Message, now: float) -> None:
         flight.stage, flight.worker, flight.message, flight.attempts = stage, None, message, 0
+        flight.queued_at = now
         flight.epoch += 1
         self._hold(flight, 0)  # past the reader, the broker holds a short Reading, not the raw email
         self._pending[stage].append(message)
