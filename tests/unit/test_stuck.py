@@ -224,3 +224,19 @@ def test_old_and_new_status_decode_each_other() -> None:
     stuck = Status(ref=1, workers={"actor": 0}, queued=0, in_flight=3,
                    waiting={"actor": Waiting(no_worker=3, no_worker_s=12.5, limit_s=300.0)})
     assert outbound_decoder("intake")(msgspec.msgpack.encode(stuck)) == stuck
+
+
+def test_status_text_names_the_stage_the_count_the_wait_and_the_limit() -> None:
+    """`airlock status` prints a line per stuck stage and kind, and nothing while none is."""
+    from airlock.cli import waiting_lines
+
+    assert waiting_lines({}) == []
+    (no_worker, again) = waiting_lines({"actor": Waiting(no_worker=32, no_worker_s=190.4, limit_s=300.0,
+                                                         redelivery=2, redelivery_s=12.0)})
+    assert no_worker == ("stuck at the actor stage: 32 waiting with no actor connected, the longest for 190 s; "
+                         "each ends failed once it has waited 300 s (AIRLOCK_NO_WORKER_WAIT_S)")
+    assert again.startswith("stuck at the actor stage: 2 waiting to be sent again") and again.endswith("for 12 s")
+    (forever,) = waiting_lines({"reader": Waiting(no_worker=1, no_worker_s=5.0)})
+    assert "wait for ever (AIRLOCK_NO_WORKER_WAIT_S=0)" in forever
+    (escaped,) = waiting_lines({"\x1b[2J": Waiting(no_worker=1)})  # a broker's text is shown escaped
+    assert "\x1b" not in escaped
