@@ -134,11 +134,12 @@ class Result(Message, tag="result"):
 
 class Waiting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """Emails at one stage (reader, validator, actor) that no worker holds and that are
-    stuck: none of the stage's workers is connected, or they wait to be sent again.
+    stuck: no worker of the stage is connected or heard from, or they wait to be sent again.
 
-    `no_worker`: how many wait while no worker of the stage is connected, and
-    `no_worker_s` how long the longest of them has (the clock AIRLOCK_NO_WORKER_WAIT_S
-    reads: from when it reached the stage or the stage's last worker left, the later).
+    `no_worker`: how many wait while no worker of the stage is connected or heard from
+    within heartbeat liveness, and `no_worker_s` how long the longest of them has (the
+    clock AIRLOCK_NO_WORKER_WAIT_S reads: from when it reached the stage or a worker of the
+    stage was last heard from, the later).
     `limit_s`: that setting in the broker (0: they wait for ever). `redelivery`: how many
     wait to be sent again (their worker was lost or missed its deadline), the oldest for
     `redelivery_s`."""

@@ -21,8 +21,9 @@
   lane, goes alone to a worker holding nothing, and such suspects hold at most half of a
   role's workers, so ordinary mail never waits behind them (see _dispatch).
 - No email waits for ever for a stage nobody serves: one that has waited
-  `no_worker_wait_s` (AIRLOCK_NO_WORKER_WAIT_S) for a stage with no worker connected
-  ends `failed`, saying so; with a worker connected, however busy, its deadlines judge it.
+  `no_worker_wait_s` (AIRLOCK_NO_WORKER_WAIT_S) for a stage with no worker connected, or
+  none heard from (a paused one), ends `failed`, saying so; while a worker of the stage is
+  heard from, however busy, deadlines judge what it holds and the rest waits its turn.
   An escalated email waits for a person, not a worker, and is never ended so. Status
   shows what waits that way, per stage, and what waits to be sent again (see _waiting).
 - Memory is bounded in bytes and counts: the raw emails held before a reader has read them
@@ -123,9 +124,9 @@ class Router:
         self.queued_bytes = 0  # the sum of every flight's held_bytes
         self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self._deadlines: list[tuple[float, str, int]] = []
-        # Since when each role has had no worker connected (0.0: since the start, so an
-        # email's own queued_at is the later), and when _end_unserved looks next.
-        self._unserved_since: dict[str, float] = {r: 0.0 for r in self.workers}
+        # When each role's last worker left (0.0: none yet, so an email's own queued_at is
+        # the later), and when _end_unserved looks next (see _unserved_since).
+        self._left_at: dict[str, float] = {r: 0.0 for r in self.workers}
         self._next_unserved_check = 0.0
         self.counters: collections.Counter[str] = collections.Counter()
         self._deadline_s = {
@@ -244,7 +245,7 @@ class Router:
         if worker is None:
             return
         if not self.workers[role]:
-            self._unserved_since[role] = now
+            self._left_at[role] = now
         self.counters[f"worker_lost.{role}"] += 1
         self._trace("broker", "worker_lost", None, role=role, reason=why, held=len(worker.assigned))
         for message_id in sorted(worker.assigned):
@@ -403,16 +404,17 @@ class Router:
         while mail flows the Status carries none (wire.Status). One pass over the flights:
         a Ping is an operator's question, not a per-message cost."""
         found: dict[str, dict[str, float]] = {}
+        since = {role: self._unserved_since(role, now) for role in self.workers}
         for flight in self.flights.values():
             if flight.worker is not None or flight.stage not in self.workers or flight.message is None:
                 continue  # held, escalated, or still on disk (a recovery backlog, see defer)
-            unserved = not self.workers[flight.stage]
-            if not unserved and not flight.attempts:
+            unserved = since[flight.stage]
+            if unserved is None and not flight.attempts:
                 continue  # ordinary mail in the queue of a served stage
             counts = found.setdefault(flight.stage, collections.defaultdict(float))
-            if unserved:
+            if unserved is not None:
                 counts["no_worker"] += 1
-                counts["no_worker_s"] = max(counts["no_worker_s"], self._unserved_for(flight, now))
+                counts["no_worker_s"] = max(counts["no_worker_s"], now - max(unserved, flight.queued_at))
             if flight.attempts:
                 counts["redelivery"] += 1
                 counts["redelivery_s"] = max(counts["redelivery_s"], now - flight.retry_since)
@@ -422,44 +424,49 @@ class Router:
                                redelivery_s=round(c["redelivery_s"], 3))
                 for stage, c in sorted(found.items())}
 
-    def _unserved_for(self, flight: Flight, now: float) -> float:
-        """How long `flight` has waited at its stage with no worker of it connected."""
-        return now - max(self._unserved_since[flight.stage], flight.queued_at)
+    def _unserved_since(self, role: str, now: float) -> float | None:
+        """Since when no worker of `role` has been heard from: when its last one left, or
+        the last frame of any, once that is older than heartbeat liveness (a worker that
+        silent, holding work so never buried, is paused or hung: as good as gone). None
+        while one is heard from. A worker in a slow call is silent too, but answers or
+        says Hello well within AIRLOCK_NO_WORKER_WAIT_S, and that starts the wait again."""
+        workers = self.workers[role]
+        if not workers:
+            return self._left_at[role]
+        heard = max(w.last_seen for w in workers.values())
+        silent_after = self.settings.heartbeat_interval_s * self.settings.heartbeat_liveness
+        return heard if now - heard > silent_after else None
 
     def _end_unserved(self, now: float) -> None:
         """End `failed` each email that has waited no_worker_wait_s for a stage with no
         worker connected.
 
-        Data: the flights no worker holds, the roles with no worker, the setting.
+        Data: the flights no worker holds, the roles with no worker heard from, the setting.
         Rationale: such an email has no deadline (a deadline starts when a worker takes
         it), so a killed actor that nothing restarts left emails with no outcome and no
         sign of one (issue 15). A stage with a worker connected is never judged here: a
         busy worker's emails wait their turn and its deadlines judge what it holds. An
         escalated email waits for a person. One still on disk (a recovery backlog) is
-        judged once read back. Looked at once a heartbeat interval at most, and not
-        before the first email could be due, so a stage with no worker costs one pass
-        over the flights a second, not one a message."""
+        judged once read back. Looked at once a heartbeat interval, so a stage with no
+        worker costs one pass over the flights a second, not one a message."""
         wait = self.settings.no_worker_wait_s
         if not wait or now < self._next_unserved_check:
             return
         self._next_unserved_check = now + self.settings.heartbeat_interval_s
-        unserved = {role for role, workers in self.workers.items() if not workers}
+        unserved = {role: since for role in self.workers if (since := self._unserved_since(role, now)) is not None}
         if not unserved:
             return
-        soonest = float("inf")
         for flight in [f for f in self.flights.values()
                        if f.stage in unserved and f.worker is None and f.message is not None]:
-            waited = self._unserved_for(flight, now)
+            waited = now - max(unserved[flight.stage], flight.queued_at)
             if waited < wait:
-                soonest = min(soonest, now + wait - waited)
                 continue
             before = (f"; it was delivered {flight.attempts} times before its {flight.stage} was lost"
                       if flight.attempts else "")
             self.counters[f"no_worker.{flight.stage}"] += 1
-            self._finish(flight, "failed", f"no {flight.stage} was connected to take it for {waited:.0f} s "
-                                           f"(AIRLOCK_NO_WORKER_WAIT_S is {wait:g} s){before}", now,
+            self._finish(flight, "failed", f"no {flight.stage} was connected, or heard from, to take it for "
+                                           f"{waited:.0f} s (AIRLOCK_NO_WORKER_WAIT_S is {wait:g} s){before}", now,
                          no_worker_s=round(waited, 3))
-        self._next_unserved_check = max(self._next_unserved_check, min(soonest, now + wait))
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
         self._trace("supervisor", message.event, None, events.escaped(message.detail))

@@ -98,7 +98,7 @@ def test_emails_for_a_killed_actor_show_in_status_then_end_failed(services: Serv
 
     assert wait_until(shown_waiting, 30), services.status()
     text = services.airlock("status").stdout
-    assert "stuck at the actor stage: 3 waiting with no actor connected" in text, text
+    assert "stuck at the actor stage: 3 waiting with no actor connected or heard from" in text, text
     assert wait_until(lambda: set(ids) <= set(services.outcomes()), 30), services.outcomes()
     for message_id in ids:
         outcome = services.outcomes()[message_id]

@@ -140,6 +140,31 @@ def test_a_connected_busy_actor_is_not_judged_by_the_no_worker_wait(router: Rout
     assert status(router, 2 * WAIT_S + 1).waiting == {}
 
 
+def test_a_paused_actor_counts_as_none_once_silent(router: Router, settings) -> None:
+    """An actor that stops answering (SIGSTOP, hung) is never buried while it holds work:
+    before, what waited behind it, and what its deadline took back from it, waited for
+    ever. Now the wait counts from when it was last heard from; what it holds is left to
+    its deadline, then waits like the rest."""
+    join(router, ("reader", R), ("validator", V))
+    join(router, ("actor", A), credit=1)
+    held = to_actor(router, now=0.0, ref=1)
+    queued = to_actor(router, now=0.0, ref=2)
+    keep_alive(router, settings.act_deadline_s)
+    router.tick(settings.act_deadline_s)  # the deadline takes `held` back; the silent actor still holds it
+    assert router.flights[held].worker is None and A in router.workers["actor"]
+    assert status(router, WAIT_S - 1).waiting["actor"] == Waiting(no_worker=2, no_worker_s=WAIT_S - 1 - 0.0,
+                                                                  limit_s=WAIT_S, redelivery=1,
+                                                                  redelivery_s=WAIT_S - 1 - settings.act_deadline_s)
+    keep_alive(router, WAIT_S)
+    (first,) = outcomes(router.tick(WAIT_S))
+    assert first["message_id"] == queued and "no actor was connected, or heard from" in first["reason"]
+    keep_alive(router, settings.act_deadline_s + WAIT_S)
+    (second,) = outcomes(router.tick(settings.act_deadline_s + WAIT_S))
+    assert second["message_id"] == held and "delivered 1 times" in second["reason"]
+    effects = router.handle("actor", A, Done(message_id=held, outcome="completed"), 2 * WAIT_S)  # it wakes
+    assert outcomes(effects) == [] and router.counters["late.actor"] == 1
+
+
 def test_the_wait_counts_from_when_the_last_worker_left(router: Router) -> None:
     """An email that waited behind a busy actor does not fail the moment that actor goes:
     its no-worker wait starts then."""
@@ -233,8 +258,8 @@ def test_status_text_names_the_stage_the_count_the_wait_and_the_limit() -> None:
     assert waiting_lines({}) == []
     (no_worker, again) = waiting_lines({"actor": Waiting(no_worker=32, no_worker_s=190.4, limit_s=300.0,
                                                          redelivery=2, redelivery_s=12.0)})
-    assert no_worker == ("stuck at the actor stage: 32 waiting with no actor connected, the longest for 190 s; "
-                         "each ends failed once it has waited 300 s (AIRLOCK_NO_WORKER_WAIT_S)")
+    assert no_worker == ("stuck at the actor stage: 32 waiting with no actor connected or heard from, "
+                         "the longest for 190 s; each ends failed once it has waited 300 s (AIRLOCK_NO_WORKER_WAIT_S)")
     assert again.startswith("stuck at the actor stage: 2 waiting to be sent again") and again.endswith("for 12 s")
     (forever,) = waiting_lines({"reader": Waiting(no_worker=1, no_worker_s=5.0)})
     assert "wait for ever (AIRLOCK_NO_WORKER_WAIT_S=0)" in forever
