@@ -254,8 +254,8 @@ def waiting_lines(waiting: dict[str, Waiting]) -> list[str]:
         if wait.no_worker:
             end = (f"each ends failed once it has waited {wait.limit_s:g} s (AIRLOCK_NO_WORKER_WAIT_S)"
                    if wait.limit_s else "they wait for ever (AIRLOCK_NO_WORKER_WAIT_S=0)")
-            lines.append(f"stuck at the {name} stage: {wait.no_worker} waiting with no {name} connected or heard from, "
-                         f"the longest for {wait.no_worker_s:.0f} s; {end}")
+            lines.append(f"stuck at the {name} stage: {wait.no_worker} waiting with no {name} connected or heard "
+                         f"from, the longest for {wait.no_worker_s:.0f} s; {end}")
         if wait.redelivery:
             lines.append(f"stuck at the {name} stage: {wait.redelivery} waiting to be sent again (the {name} "
                          f"holding it was lost or missed its deadline), the oldest for {wait.redelivery_s:.0f} s")

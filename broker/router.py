@@ -400,7 +400,7 @@ class Router:
 
     def _waiting(self, now: float) -> dict[str, Waiting]:
         """Per stage, the emails no worker holds that are stuck: no worker of the stage is
-        connected, or they wait to be sent again. A stage with neither is left out, so
+        connected or heard from (_unserved_since), or they wait to be sent again. A stage with neither is left out, so
         while mail flows the Status carries none (wire.Status). One pass over the flights:
         a Ping is an operator's question, not a per-message cost."""
         found: dict[str, dict[str, float]] = {}
@@ -439,12 +439,12 @@ class Router:
 
     def _end_unserved(self, now: float) -> None:
         """End `failed` each email that has waited no_worker_wait_s for a stage with no
-        worker connected.
+        worker connected or heard from (_unserved_since).
 
         Data: the flights no worker holds, the roles with no worker heard from, the setting.
         Rationale: such an email has no deadline (a deadline starts when a worker takes
         it), so a killed actor that nothing restarts left emails with no outcome and no
-        sign of one (issue 15). A stage with a worker connected is never judged here: a
+        sign of one (issue 15). A stage with a worker heard from is never judged here: a
         busy worker's emails wait their turn and its deadlines judge what it holds. An
         escalated email waits for a person. One still on disk (a recovery backlog) is
         judged once read back. Looked at once a heartbeat interval, so a stage with no
@@ -453,7 +453,8 @@ class Router:
         if not wait or now < self._next_unserved_check:
             return
         self._next_unserved_check = now + self.settings.heartbeat_interval_s
-        unserved = {role: since for role in self.workers if (since := self._unserved_since(role, now)) is not None}
+        since = {role: self._unserved_since(role, now) for role in self.workers}
+        unserved = {role: at for role, at in since.items() if at is not None}
         if not unserved:
             return
         for flight in [f for f in self.flights.values()
@@ -461,8 +462,8 @@ class Router:
             waited = now - max(unserved[flight.stage], flight.queued_at)
             if waited < wait:
                 continue
-            before = (f"; it was delivered {flight.attempts} times before its {flight.stage} was lost"
-                      if flight.attempts else "")
+            before = (f"; delivered {flight.attempts} times before (its {flight.stage} was lost or missed its "
+                      "deadline)" if flight.attempts else "")
             self.counters[f"no_worker.{flight.stage}"] += 1
             self._finish(flight, "failed", f"no {flight.stage} was connected, or heard from, to take it for "
                                            f"{waited:.0f} s (AIRLOCK_NO_WORKER_WAIT_S is {wait:g} s){before}", now,
