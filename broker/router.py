@@ -405,10 +405,11 @@ class Router:
         a Ping is an operator's question, not a per-message cost."""
         found: dict[str, dict[str, float]] = {}
         since = {role: self._unserved_since(role, now) for role in self.workers}
+        copies = self._copies_held()
         for flight in self.flights.values():
             if flight.worker is not None or flight.stage not in self.workers or flight.message is None:
                 continue  # held, escalated, or still on disk (a recovery backlog, see defer)
-            unserved = since[flight.stage]
+            unserved = since[flight.stage] if flight.message_id not in copies else None
             if unserved is None and not flight.attempts:
                 continue  # ordinary mail in the queue of a served stage
             counts = found.setdefault(flight.stage, collections.defaultdict(float))
@@ -423,6 +424,12 @@ class Router:
                                limit_s=limit if c["no_worker"] else 0.0, redelivery=int(c["redelivery"]),
                                redelivery_s=round(c["redelivery_s"], 3))
                 for stage, c in sorted(found.items())}
+
+    def _copies_held(self) -> set[str]:
+        """Ids a worker still registered holds a delivery of, its deadline passed or not: a
+        silent worker (paused) may still act on it when it runs again."""
+        return {message_id for workers in self.workers.values() for worker in workers.values()
+                for message_id in worker.assigned}
 
     def _unserved_since(self, role: str, now: float) -> float | None:
         """Since when no worker of `role` has been heard from: when its last one left, or
@@ -445,8 +452,10 @@ class Router:
         Rationale: such an email has no deadline (a deadline starts when a worker takes
         it), so a killed actor that nothing restarts left emails with no outcome and no
         sign of one (issue 15). A stage with a worker heard from is never judged here: a
-        busy worker's emails wait their turn and its deadlines judge what it holds. An
-        escalated email waits for a person. One still on disk (a recovery backlog) is
+        busy worker's emails wait their turn and its deadlines judge what it holds. Nor
+        is an email a registered worker still holds a delivery of, its deadline passed
+        (_copies_held): ended now, it could still act when that worker runs again, after
+        its outcome; it waits, shown, to be sent again. An escalated email waits for a person. One still on disk (a recovery backlog) is
         judged once read back. Looked at once a heartbeat interval, so a stage with no
         worker costs one pass over the flights a second, not one a message."""
         wait = self.settings.no_worker_wait_s
@@ -457,8 +466,9 @@ class Router:
         unserved = {role: at for role, at in since.items() if at is not None}
         if not unserved:
             return
-        for flight in [f for f in self.flights.values()
-                       if f.stage in unserved and f.worker is None and f.message is not None]:
+        copies = self._copies_held()
+        for flight in [f for f in self.flights.values() if f.stage in unserved and f.worker is None
+                       and f.message is not None and f.message_id not in copies]:
             waited = now - max(unserved[flight.stage], flight.queued_at)
             if waited < wait:
                 continue

@@ -107,3 +107,33 @@ def test_emails_for_a_killed_actor_show_in_status_then_end_failed(services: Serv
         assert outcome["no_worker_s"] >= WAIT_S
     assert list(trace.read(services.data / "calls.jsonl")) == []
     assert services.status().get("waiting") == {}
+
+
+def test_emails_for_a_paused_actor_under_airlock_up_end_failed(stack) -> None:
+    """`airlock up` restarts a child that exits, not one that stops answering (SIGSTOP):
+    before, emails passed to the actor stage once the broker had let the silent actor go
+    waited with no outcome for as long as it stayed paused. Now they end `failed` after
+    AIRLOCK_NO_WORKER_WAIT_S; once the actor runs again it is never sent them."""
+    s = stack(AIRLOCK_NO_WORKER_WAIT_S=str(WAIT_S)).start()
+    actor = s.pid("actor")
+    os.kill(actor, signal.SIGSTOP)
+    try:
+        # Idle and silent past heartbeat liveness: the broker lets it go (worker_lost).
+        assert wait_until(lambda: "'actor': 0" in s.airlock("status").stdout, 60)
+        injected = s.airlock("inject", "--json", SEED, SEED)
+        assert injected.returncode == 0, injected.stderr
+        ids = [json.loads(line)["id"] for line in injected.stdout.splitlines()]
+
+        def ended() -> dict[str, dict]:
+            return {r["message_id"]: r for r in s.trace(event="outcome") if r["message_id"] in ids}
+
+        assert wait_until(lambda: len(ended()) == 2, 60), s.trace()[-20:]
+        for outcome in ended().values():
+            assert outcome["outcome"] == "failed" and outcome["ended_at"] == "actor", outcome
+            assert "no actor was connected, or heard from" in outcome["reason"], outcome
+    finally:
+        os.kill(actor, signal.SIGCONT)
+    assert wait_until(lambda: "'actor': 1" in s.airlock("status").stdout, 60)
+    assert [c for c in s.calls() if c["message_id"] in ids] == []
+    done = s.inject(SEED)  # the resumed actor serves new mail
+    assert done[0]["outcome"] == "completed", done
