@@ -31,7 +31,7 @@ from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
     from airlock.client import IntakeClient, Submission
-    from airlock.wire import Result, Waiting
+    from airlock.wire import Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 # The commands whose code is in the `lab` package, the tools no service runs, with the one
@@ -234,8 +234,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _client(args, _settings(args)) as client:
         status = client.status()
     if args.json:
-        print(json_line({"workers": status.workers, "queued": status.queued, "in_flight": status.in_flight,
-                         "counters": status.counters, "waiting": msgspec.to_builtins(status.waiting)}))
+        print(json_line(status_record(status)))
         return 0
     print(f"workers: {shown(str(status.workers))}  queued: {status.queued}  in flight: {status.in_flight}")
     if status.counters:
@@ -243,6 +242,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     for line in waiting_lines(status.waiting):
         print(line)
     return 0
+
+
+def status_record(status: Status) -> dict[str, object]:
+    """`airlock status --json`: every field of every stuck stage, defaults included, so a
+    reader finds the same keys whatever is stuck."""
+    return {"workers": status.workers, "queued": status.queued, "in_flight": status.in_flight,
+            "counters": status.counters,
+            "waiting": {stage: msgspec.structs.asdict(wait) for stage, wait in status.waiting.items()}}
 
 
 def waiting_lines(waiting: dict[str, Waiting]) -> list[str]:

@@ -271,3 +271,15 @@ def test_status_text_names_the_stage_the_count_the_wait_and_the_limit() -> None:
     assert "wait for ever (AIRLOCK_NO_WORKER_WAIT_S=0)" in forever
     (escaped,) = waiting_lines({"\x1b[2J": Waiting(no_worker=1)})  # a broker's text is shown escaped
     assert "\x1b" not in escaped
+
+
+def test_status_json_has_every_field_of_a_stuck_stage() -> None:
+    """`--json` gives each stuck stage all five keys, zeros included, and {} when none is."""
+    from airlock.cli import status_record
+
+    quiet = status_record(Status(ref=1, workers={"actor": 1}, queued=0, in_flight=0))
+    assert quiet["waiting"] == {} and set(quiet) == {"workers", "queued", "in_flight", "counters", "waiting"}
+    stuck = status_record(Status(ref=1, workers={"actor": 0}, queued=0, in_flight=1,
+                                 waiting={"actor": Waiting(no_worker=1, no_worker_s=2.0, limit_s=300.0)}))
+    assert json.loads(json.dumps(stuck))["waiting"] == {"actor": {
+        "no_worker": 1, "no_worker_s": 2.0, "limit_s": 300.0, "redelivery": 0, "redelivery_s": 0.0}}
