@@ -31,7 +31,7 @@ from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
     from airlock.client import IntakeClient, Submission
-    from airlock.wire import Result
+    from airlock.wire import Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 # The commands whose code is in the `lab` package, the tools no service runs, with the one
@@ -234,13 +234,39 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _client(args, _settings(args)) as client:
         status = client.status()
     if args.json:
-        print(json_line({"workers": status.workers, "queued": status.queued, "in_flight": status.in_flight,
-                         "counters": status.counters}))
+        print(json_line(status_record(status)))
         return 0
     print(f"workers: {shown(str(status.workers))}  queued: {status.queued}  in flight: {status.in_flight}")
     if status.counters:
         print("counters: " + "  ".join(f"{shown(k)}={v}" for k, v in sorted(status.counters.items())))
+    for line in waiting_lines(status.waiting):
+        print(line)
     return 0
+
+
+def status_record(status: Status) -> dict[str, object]:
+    """`airlock status --json`: every field of every stuck stage, defaults included, so a
+    reader finds the same keys whatever is stuck."""
+    return {"workers": status.workers, "queued": status.queued, "in_flight": status.in_flight,
+            "counters": status.counters,
+            "waiting": {stage: msgspec.structs.asdict(wait) for stage, wait in status.waiting.items()}}
+
+
+def waiting_lines(waiting: dict[str, Waiting]) -> list[str]:
+    """What a Status says is stuck (wire.Waiting), one line per stage and kind: emails
+    waiting for a stage with no worker connected, and emails waiting to be sent again."""
+    lines = []
+    for stage, wait in sorted(waiting.items()):
+        name = shown(stage)
+        if wait.no_worker:
+            end = (f"each ends failed once it has waited {wait.limit_s:g} s (AIRLOCK_NO_WORKER_WAIT_S)"
+                   if wait.limit_s else "they wait for ever (AIRLOCK_NO_WORKER_WAIT_S=0)")
+            lines.append(f"stuck at the {name} stage: {wait.no_worker} waiting with no {name} connected or heard "
+                         f"from, the longest for {wait.no_worker_s:.0f} s; {end}")
+        if wait.redelivery:
+            lines.append(f"stuck at the {name} stage: {wait.redelivery} waiting to be sent again (the {name} "
+                         f"holding it was lost or missed its deadline), the oldest for {wait.redelivery_s:.0f} s")
+    return lines
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
@@ -365,9 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmd.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
     trace_cmd.add_argument("--json", action="store_true", help="print each record as one JSON line")
 
-    status = command("status", cmd_status, "show connected workers and queue lengths")
+    status = command("status", cmd_status, "show connected workers, queue lengths and emails stuck at a stage")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
-    status.add_argument("--json", action="store_true", help="one JSON line: workers, queued, in_flight, counters")
+    status.add_argument("--json", action="store_true",
+                        help="one JSON line: workers, queued, in_flight, counters, waiting")
 
     pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
     pending.add_argument("--json", action="store_true",

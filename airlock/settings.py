@@ -59,6 +59,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     await_max_waiters: int  # ids one client may wait on at once
     journal_compact_bytes: int  # a journal this big is rewritten without final emails
     queue_full_wait_s: float  # a client resends what a full queue refused for this long, then gives up
+    no_worker_wait_s: float  # an email waiting this long for a stage with no worker connected ends failed; 0: never
 
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
@@ -162,6 +163,16 @@ def switch(text: str) -> bool:
     raise ValueError("must be 1 or 0")
 
 
+def non_negative(cast: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if not value >= 0:  # NaN too
+            raise ValueError("must be 0 or more")
+        return value
+
+    return parse
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:
@@ -249,6 +260,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", positive(int), "100000"),
         "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", positive(int), str(64 * 1024 * 1024)),
         "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", positive(float), "30"),
+        # A stage with no worker connected (a killed actor no one restarts) would hold its
+        # emails with no deadline and no outcome: they end `failed` after this wait instead.
+        "no_worker_wait_s": read("AIRLOCK_NO_WORKER_WAIT_S", non_negative(float), "300"),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -135,12 +135,35 @@ class Result(Message, tag="result"):
     reason: str = ""
 
 
+class Waiting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Emails at one stage (reader, validator, actor) that no worker holds and that are
+    stuck: no worker of the stage is connected or heard from, or they wait to be sent again.
+
+    `no_worker`: how many wait while no worker of the stage is connected or heard from
+    within heartbeat liveness, and `no_worker_s` how long the longest of them has (the
+    clock AIRLOCK_NO_WORKER_WAIT_S reads: from when it reached the stage or a worker of the
+    stage was last heard from, the later).
+    `limit_s`: that setting in the broker (0: they wait for ever). `redelivery`: how many
+    wait to be sent again (their worker was lost or missed its deadline), the oldest for
+    `redelivery_s`."""
+
+    no_worker: int = 0
+    no_worker_s: float = 0.0
+    limit_s: float = 0.0
+    redelivery: int = 0
+    redelivery_s: float = 0.0
+
+
 class Status(Message, tag="status"):
+    """`waiting` names only stages with stuck emails (see Waiting), so it is empty, and not
+    sent at all, while mail flows: a client from before it still reads such a Status."""
+
     ref: int
     workers: dict[str, int]
     queued: int
     in_flight: int
     counters: dict[str, int] = {}  # refused frames, violations, redeliveries, outcomes
+    waiting: dict[str, Waiting] = {}
 
 
 # --- broker <-> workers

@@ -164,11 +164,11 @@ def test_email_made_text_is_escaped_on_the_terminal(stack, tmp_path) -> None:
 
 
 def test_status_json(stack) -> None:
-    """`status --json` is one JSON line with the workers, queue and counters."""
+    """`status --json` is one JSON line with the workers, queue, counters and what is stuck."""
     s = stack().start()
     done = s.airlock("status", "--json")
     status = json.loads(done.stdout)
-    assert set(status) == {"workers", "queued", "in_flight", "counters"} and status["workers"]["reader"] == 1
+    assert set(status) == {"workers", "queued", "in_flight", "counters", "waiting"} and status["workers"]["reader"] == 1
 
 
 def test_ctrl_c_during_inject_wait_prints_what_finished(stack, fake_model) -> None:
