@@ -1,0 +1,176 @@
+"""Issue 15, the supervisor's faults: a killed `airlock up` takes its children with it, a
+second broker on a data dir refuses, the supervisor outlives its own failed writes and a
+child that keeps crashing, and its stuck-broker rule judges progress, not age."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from airlock import keys, preflight, settings as settings_module, supervisor
+from tests.conftest import ROOT, airlock_env
+from tests.integration.conftest import Stack, wait_until
+
+pytestmark = pytest.mark.integration
+CHILDREN = ("broker", "validator", "actor", "reader-1")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not: nothing may reap an orphan's corpse here)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def fake_modules(folder: Path, **sources: str) -> str:
+    """Write each `name=source` as folder/name.py; the PYTHONPATH that finds them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in sources.items():
+        (folder / f"{name}.py").write_text(source)
+    return os.pathsep.join((str(folder), str(ROOT)))
+
+
+def test_killing_up_takes_every_child_with_it(tmp_path: Path) -> None:
+    """`airlock up` killed with -9: every child is gone soon after, every port is free, and
+    a new `airlock up` on the same data dir and ports comes up (no orphan serves, no "is up")."""
+    first = Stack(tmp_path)
+    first.start()
+    pids = {name: first.pid(name) for name in CHILDREN}
+    try:
+        first.process.kill()
+        first.process.wait()
+        assert wait_until(lambda: not any(alive(pid) for pid in pids.values()), timeout_s=30), \
+            {name: pid for name, pid in pids.items() if alive(pid)}
+        preflight.check_ports(settings_module.load(first.env))  # every port free again
+        second = Stack(tmp_path)
+        second.env = first.env  # the same data dir and ports
+        try:
+            second.start()
+            assert "airlock is up" in "".join(second.output)
+        finally:
+            second.stop()
+    finally:
+        for pid in pids.values():  # the old code leaves them running: this test's to stop
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        first.stop()
+
+
+def test_a_second_broker_on_a_data_dir_refuses_with_78(tmp_path: Path) -> None:
+    """`python -m broker` on a data dir whose broker runs, even on other ports (no bind can
+    fail): exit 78 with one line naming the lock and the holder's pid, before any bind."""
+    data = tmp_path / "data"
+    keys.generate(data / "keys")
+    env = {**os.environ, **airlock_env(data), "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: (data / "trace.jsonl").exists() and b'"started"' in (data / "trace.jsonl").read_bytes(),
+                          timeout_s=60)
+        other_ports = {**os.environ, **airlock_env(data), "PYTHONPATH": str(ROOT)}
+        second = subprocess.Popen([sys.executable, "-m", "broker"], env=other_ports, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail("a second broker on the same data dir is serving")
+        assert second.returncode == 78, err
+        assert err.count("\n") == 1 and f"pid {first.pid}" in err and "broker.lock" in err, err
+    finally:
+        first.terminate()
+        first.wait(20)
+
+
+def _supervisor(tmp_path: Path, pythonpath: str, modules: dict[str, str]) -> supervisor.Supervisor:
+    settings = settings_module.load({**airlock_env(tmp_path / "data"), "AIRLOCK_RESTART_BACKOFF_MAX_S": "0.5"})
+    stack = supervisor.Supervisor(settings, supervisor.child_env(settings, {**os.environ, "PYTHONPATH": pythonpath}),
+                                  readers=1)
+    for child in stack.children:
+        child.module = modules.get(child.name, "idle_child")
+    return stack
+
+
+def test_the_supervisor_survives_failed_writes_and_restarts_until_the_cause_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pid file write fails (ENOSPC) and so does every line it prints; the broker
+    crashes while the disk is "full": the supervisor keeps running and restarting it with
+    its backoff, and once the cause goes the broker stays up with no one's help."""
+    full, starts = tmp_path / "disk-full", tmp_path / "starts"
+    full.touch()
+    pythonpath = fake_modules(
+        tmp_path / "fake",
+        idle_child="import time\nwhile True: time.sleep(1)\n",
+        full_disk_broker=(f"import sys, time\nopen({str(starts)!r}, 'a').write('start\\n')\n"
+                          f"import os\nif os.path.exists({str(full)!r}): sys.exit(1)\n"
+                          "while True: time.sleep(1)\n"))
+
+    def no_space(*_: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    said: list[str] = []
+
+    def announce(line: str) -> None:
+        said.append(line)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # stdout on the full disk too
+
+    monkeypatch.setattr(supervisor, "_write_atomically", no_space)
+    stack = _supervisor(tmp_path, pythonpath, {"broker": "full_disk_broker"})
+    stop, code = threading.Event(), []
+    runner = threading.Thread(target=lambda: code.append(stack.run(stop, announce=announce)))
+    runner.start()
+    try:
+        assert wait_until(lambda: starts.exists() and starts.read_text().count("start") >= 3, timeout_s=60), said
+        full.unlink()  # space is back
+        restarted = starts.read_text().count("start")
+        assert wait_until(lambda: starts.read_text().count("start") > restarted, timeout_s=60), said
+        broker = stack.children[0]
+        assert wait_until(lambda: broker.process is not None and broker.process.poll() is None, timeout_s=30)
+        assert runner.is_alive()
+    finally:
+        stop.set()
+        runner.join(60)
+    assert code == [0], said
+    assert any("broker exited with 1; restarting" in line for line in said), said
+    assert any("cannot write" in line and "broker.pid" in line for line in said), said
+
+
+def cpu_burner(tmp_path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="progress is read from /proc (Linux)")
+@pytest.mark.parametrize("stopped", [pytest.param(False, id="busy-recovering"), pytest.param(True, id="sigstopped")])
+def test_a_silent_broker_is_killed_only_when_it_makes_no_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopped: bool) -> None:
+    """A broker that has not answered for far longer than BROKER_SILENT_S: left alone while
+    it burns CPU (recovering a big trace), killed once it is stopped (SIGSTOP: no progress)."""
+    monkeypatch.setattr(supervisor, "BROKER_SILENT_S", 1.0)
+    monkeypatch.setattr(supervisor, "STACK_DUMP_S", 0.0)
+    stack = _supervisor(tmp_path, str(ROOT), {})
+    broker = stack.children[0]
+    broker.process = cpu_burner(tmp_path)
+    broker.started -= 3600  # started an hour ago and never answered
+    said: list[str] = []
+    try:
+        if stopped:
+            broker.process.send_signal(signal.SIGSTOP)
+        # Watched for several times BROKER_SILENT_S, as _wait_ready does after each silent status.
+        killed = wait_until(lambda: stack._unstick_broker(None, said.append) or broker.process.poll() is not None,
+                            timeout_s=5 * supervisor.BROKER_SILENT_S, every_s=0.2)
+        assert killed == stopped, said
+        assert bool(said) == stopped and all("no progress" in line for line in said), said
+    finally:
+        if broker.process.poll() is None:
+            broker.process.kill()
+        broker.process.wait()
