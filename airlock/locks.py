@@ -187,7 +187,10 @@ def die_with_parent(parent: int) -> str:
     words. Linux: the kernel's parent-death signal (SIGKILL: every service survives a kill
     -9 by design, and a parent that died cannot stop its children in order anyway). If the
     parent died before this ran, exit now: the signal would never come. Elsewhere: a thread
-    that looks for a new parent every ORPHAN_POLL_S and kills this process when it sees one."""
+    that looks for a new parent every ORPHAN_POLL_S and kills this process when it sees one.
+    The kernel's signal comes when the *thread* that started this process ends: the
+    supervisor starts every child from the one thread that runs it, which ends only after
+    it has stopped them."""
     if os.getppid() != parent:
         os._exit(1)  # the parent died before we were told to die with it
     if _parent_death_signal(signal.SIGKILL):

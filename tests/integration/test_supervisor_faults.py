@@ -40,12 +40,15 @@ def fake_modules(folder: Path, **sources: str) -> str:
 
 
 def test_killing_up_takes_every_child_with_it(tmp_path: Path) -> None:
-    """`airlock up` killed with -9: every child is gone soon after, every port is free, and
-    a new `airlock up` on the same data dir and ports comes up (no orphan serves, no "is up")."""
+    """`airlock up` killed with -9, its actor paused (as in issue 15, where the paused old
+    actor later ran calls twice beside the new one): every child is gone soon after, the
+    paused one too, every port is free, and a new `airlock up` on the same data dir and
+    ports comes up (no orphan serves, no "is up")."""
     first = Stack(tmp_path)
     first.start()
     pids = {name: first.pid(name) for name in CHILDREN}
     try:
+        os.kill(pids["actor"], signal.SIGSTOP)
         first.process.kill()
         first.process.wait()
         assert wait_until(lambda: not any(alive(pid) for pid in pids.values()), timeout_s=30), \
