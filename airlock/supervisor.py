@@ -69,7 +69,7 @@ class Supervisor:
         if dashboard:  # opt-in: the trainers' page, a reader of the trace like any other client
             self.children.append(Child("dashboard", "dashboard"))
         self._announce = print
-        self._unwritten: set[str] = set()  # pid files whose failure was said, until one is written
+        self._unwritten: dict[str, int] = {}  # pid files not written yet: name -> pid
 
     def _say(self, line: str) -> None:
         """Announce a line; stdout may be a file on the full disk, or a closed pipe: the
@@ -81,17 +81,21 @@ class Supervisor:
 
     def _note_pid(self, name: str, pid: int) -> None:
         """run/<name>.pid, for whoever wants to signal one service. Bookkeeping only: a
-        failure (ENOSPC, EIO, a planted link) is said once, until a write succeeds again."""
+        failure (ENOSPC, EIO, a planted link) is said once and tried again each turn of
+        _watch until a write succeeds; meanwhile no file names the pid it replaced (an
+        unlink frees space, so it works on a full disk), so none names a wrong process."""
+        path = self.run_dir / f"{name}.pid"
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomically(self.run_dir / f"{name}.pid", f"{pid}\n")
+            _write_atomically(path, f"{pid}\n")
         except (OSError, ConfigError) as exc:
+            _remove(path)
             if name not in self._unwritten:
-                self._unwritten.add(name)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                self._say(f"airlock: cannot write {self.run_dir / (name + '.pid')}: {why}; carrying on without it")
+                self._say(f"airlock: cannot write {path}: {why}; carrying on without it, trying again")
+            self._unwritten[name] = pid
         else:
-            self._unwritten.discard(name)
+            self._unwritten.pop(name, None)
 
     def run(self, stop: threading.Event, announce=print) -> int:
         self._announce, announce = announce, self._say
@@ -205,6 +209,12 @@ class Supervisor:
 
     def _watch(self, client: IntakeClient, announce) -> int | None:
         """Restart children that died; return an exit code if the stack must stop."""
+        for name, pid in list(self._unwritten.items()):  # the disk may have room again
+            process = next((c.process for c in self.children if c.name == name), None)
+            if name != "up" and (process is None or process.pid != pid or process.poll() is not None):
+                del self._unwritten[name]  # that process is gone: its restart writes its own
+            else:
+                self._note_pid(name, pid)
         now = time.monotonic()
         for child in self.children:
             if child.restart_at is not None:

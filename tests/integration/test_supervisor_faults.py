@@ -108,7 +108,8 @@ def test_the_supervisor_survives_failed_writes_and_restarts_until_the_cause_goes
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every pid file write fails (ENOSPC) and so does every line it prints; the broker
     crashes while the disk is "full": the supervisor keeps running and restarting it with
-    its backoff, and once the cause goes the broker stays up with no one's help."""
+    its backoff, and once the cause goes the broker stays up and its pid file is written,
+    with no one's help."""
     full, starts = tmp_path / "disk-full", tmp_path / "starts"
     full.touch()
     pythonpath = fake_modules(
@@ -118,8 +119,12 @@ def test_the_supervisor_survives_failed_writes_and_restarts_until_the_cause_goes
                           f"import os\nif os.path.exists({str(full)!r}): sys.exit(1)\n"
                           "while True: time.sleep(1)\n"))
 
-    def no_space(*_: object) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    write = supervisor._write_atomically
+
+    def no_space(path: Path, text: str) -> None:
+        if full.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(path, text)
 
     said: list[str] = []
 
@@ -139,6 +144,9 @@ def test_the_supervisor_survives_failed_writes_and_restarts_until_the_cause_goes
         assert wait_until(lambda: starts.read_text().count("start") > restarted, timeout_s=60), said
         broker = stack.children[0]
         assert wait_until(lambda: broker.process is not None and broker.process.poll() is None, timeout_s=30)
+        pid_file = stack.run_dir / "broker.pid"  # bookkeeping resumes too, naming the live broker
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text() == f"{broker.process.pid}\n", timeout_s=30)
+        assert (stack.run_dir / "up.pid").read_text() == f"{os.getpid()}\n"
         assert runner.is_alive()
     finally:
         stop.set()
