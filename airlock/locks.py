@@ -32,7 +32,7 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from airlock import files
@@ -151,7 +151,7 @@ def _open(path: Path, own_folder: bool) -> int:
     return fd
 
 
-def _check(fd: int, path: Path, is_kind, kind: str) -> None:
+def _check(fd: int, path: Path, is_kind: Callable[[int], bool], kind: str) -> None:
     info = os.fstat(fd)
     if not is_kind(info.st_mode):
         raise ConfigError(f"cannot lock {path}: not a regular {kind} (remove it if you did not make it)")

@@ -185,3 +185,31 @@ def test_a_silent_broker_is_killed_only_when_it_makes_no_progress(
         if broker.process.poll() is None:
             broker.process.kill()
         broker.process.wait()
+
+
+@pytest.mark.parametrize("kernel", [pytest.param(True, id="parent-death-signal"),
+                                    pytest.param(False, id="no-prctl-fallback")])
+def test_a_child_dies_with_its_parent_with_or_without_the_kernels_help(tmp_path: Path, kernel: bool) -> None:
+    """A parent that arranged for its child to die with it is killed with -9: the child is
+    gone soon after, by the kernel's parent-death signal, or where there is none (not
+    Linux: prctl made to fail here) by its own thread watching for a new parent."""
+    child_code = ("import os, sys, time\nfrom airlock import locks\n"
+                  + ("" if kernel else "locks._parent_death_signal = lambda number: False\n")
+                  + "print(os.getpid(), locks.die_with_parent(os.getppid()), flush=True)\n"
+                  "while True: time.sleep(1)\n")
+    parent_code = ("import subprocess, sys, time\n"
+                   f"subprocess.Popen([sys.executable, '-c', {child_code!r}])\n"
+                   "while True: time.sleep(1)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    pid, how = parent.stdout.readline().split(" ", 1)
+    child = int(pid)
+    try:
+        assert ("parent-death signal" in how) == kernel, how
+        parent.kill()
+        parent.wait()
+        assert wait_until(lambda: not alive(child), timeout_s=20)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+        parent.stdout.close()
