@@ -127,10 +127,18 @@ def survivors(run_dir: Path) -> dict[str, int]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if name != "up" and any(word == b"-m" and module.encode() in command[i + 1:i + 3]
-                                for i, word in enumerate(command)):
+        if name != "up" and _runs(command, module.encode()):
             found.setdefault(name, pid)
     return found
+
+
+def _runs(command: list[bytes], module: bytes) -> bool:
+    """Whether a command line is `python -m MODULE ...` or `python -m airlock.lifeline PID MODULE`."""
+    for i, word in enumerate(command[:-1]):
+        if word == b"-m":
+            after = command[i + 1:]
+            return after[0] == module or (after[0] == b"airlock.lifeline" and after[2:3] == [module])
+    return False
 
 
 def check_left_running(run_dir: Path) -> None:

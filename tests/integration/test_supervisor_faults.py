@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airlock import keys, preflight, settings as settings_module, supervisor
+from airlock.errors import AlreadyRunning
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import Stack, wait_until
 
@@ -213,3 +214,21 @@ def test_a_child_dies_with_its_parent_with_or_without_the_kernels_help(tmp_path:
         if alive(child):
             os.kill(child, signal.SIGKILL)
         parent.stdout.close()
+
+
+def test_a_lifeline_child_left_running_is_named(tmp_path: Path) -> None:
+    """A child of an earlier stack still running under its lifeline (its parent alive, say a
+    supervisor stuck in the kernel) is named with its pid by the next `airlock up`'s check."""
+    pythonpath = fake_modules(tmp_path / "fake", reader="import time\nwhile True: time.sleep(1)\n")
+    left = subprocess.Popen([sys.executable, "-m", "airlock.lifeline", str(os.getpid()), "reader"],
+                            env={**os.environ, "PYTHONPATH": pythonpath})
+    try:
+        run = tmp_path / "data" / "run"
+        run.mkdir(parents=True)
+        (run / "reader-1.pid").write_text(f"{left.pid}\n")
+        assert wait_until(lambda: b"reader" in Path(f"/proc/{left.pid}/cmdline").read_bytes())
+        with pytest.raises(AlreadyRunning, match=rf"left reader-1 \(pid {left.pid}\) running"):
+            preflight.check_left_running(run)
+    finally:
+        left.kill()
+        left.wait()
