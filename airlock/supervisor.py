@@ -15,8 +15,8 @@ outlive everything it watches: a pid file it cannot write (a full disk), a line 
 print, a child it cannot start, are each said (where saying is possible) and never stop
 the stack; the child is tried again with its backoff, so the stack resumes by itself once
 the cause is gone. A broker that does not answer is killed only when it is also making no
-progress (its CPU time and I/O in /proc stand still): one recovering a long trace is busy,
-not stuck.
+progress (its main thread's CPU time and I/O in /proc stand still): one recovering a long
+trace is busy, not stuck.
 """
 
 from __future__ import annotations
@@ -282,17 +282,21 @@ def _broker_started_since(trace_path: Path, offset: int) -> bool:
 
 
 def progress_mark(pid: int) -> tuple[int, ...] | None:
-    """What process `pid` has done so far, in amounts that only rise with work: its CPU
-    ticks (utime + stime, /proc/<pid>/stat) and the bytes it asked to read and write
-    (rchar, wchar, /proc/<pid>/io). Equal marks a while apart: it did nothing meanwhile.
+    """What the main thread of process `pid` has done so far, in amounts that only rise
+    with work: its CPU ticks (utime + stime) and the bytes it asked to read and write
+    (rchar, wchar), from /proc/<pid>/task/<pid>/. Equal marks a while apart: it did nothing
+    meanwhile. The main thread's, not the process's: the broker's loop and its recovery run
+    there, while libzmq's I/O threads and the CURVE authenticator's thread would keep
+    answering peers' heartbeats for a main thread that is deadlocked.
     None where /proc cannot say (not Linux, or the process is gone)."""
+    task = Path(f"/proc/{pid}/task/{pid}")
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         mark = [int(fields[11]) + int(fields[12])]  # utime, stime: fields 14 and 15 of proc(5)
     except (OSError, IndexError, ValueError):
         return None
     try:
-        io = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        io = dict(line.split(":", 1) for line in (task / "io").read_text().splitlines())
         mark += [int(io["rchar"]), int(io["wchar"])]
     except (OSError, KeyError, ValueError):  # /proc/<pid>/io may be closed to us: CPU alone then
         pass
