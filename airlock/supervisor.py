@@ -89,7 +89,8 @@ class Supervisor:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             _write_atomically(path, f"{pid}\n")
         except (OSError, ConfigError) as exc:
-            _remove(path)
+            if not isinstance(exc, ConfigError):  # run/ is ours, not a link planted elsewhere
+                _remove(path)
             if name not in self._unwritten:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 self._say(f"airlock: cannot write {path}: {why}; carrying on without it, trying again")
