@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,3 +241,63 @@ def test_a_lifeline_child_left_running_is_named(tmp_path: Path) -> None:
     finally:
         left.kill()
         left.wait()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 2 MiB tmpfs of this test's own, unmounted after (root only: skipped otherwise)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a tmpfs needs root and mount(8)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_the_supervisor_survives_a_real_full_disk(tmp_path: Path, tiny_disk: Path) -> None:
+    """The data dir on a 2 MiB tmpfs, filled to the last byte: the pid files fail for real
+    (ENOSPC), the broker keeps crashing and being restarted; once the filler is removed the
+    broker stays up and its pid file is written, with no one's help."""
+    filler = tiny_disk / "filler"
+    starts = tmp_path / "starts"  # off the full disk: how the test counts starts
+    pythonpath = fake_modules(
+        tmp_path / "fake",
+        idle_child="import time\nwhile True: time.sleep(1)\n",
+        full_disk_broker=(f"import os, sys, time\nopen({str(starts)!r}, 'a').write('start\\n')\n"
+                          f"if os.path.exists({str(filler)!r}): sys.exit(1)\n"
+                          "while True: time.sleep(1)\n"))
+    settings = settings_module.load({**airlock_env(tiny_disk / "data"), "AIRLOCK_RESTART_BACKOFF_MAX_S": "0.5"})
+    stack = supervisor.Supervisor(settings, supervisor.child_env(settings, {**os.environ, "PYTHONPATH": pythonpath}),
+                                  readers=1)
+    for child in stack.children:
+        child.module = "full_disk_broker" if child.name == "broker" else "idle_child"
+    (tiny_disk / "data" / "run").mkdir(parents=True)
+    with open(filler, "wb") as fill:
+        try:
+            while True:
+                fill.write(b"\0" * 65536)
+                fill.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    said: list[str] = []
+    stop, code = threading.Event(), []
+    runner = threading.Thread(target=lambda: code.append(stack.run(stop, announce=said.append)))
+    runner.start()
+    try:
+        assert wait_until(lambda: starts.exists() and starts.read_text().count("start") >= 3, timeout_s=60), said
+        assert any("No space left on device" in line for line in said), said
+        filler.unlink()
+        broker = stack.children[0]
+        pid_file = stack.run_dir / "broker.pid"
+        assert wait_until(lambda: broker.process is not None and broker.process.poll() is None
+                          and pid_file.exists() and pid_file.read_text() == f"{broker.process.pid}\n", timeout_s=60), said
+        assert runner.is_alive()
+    finally:
+        stop.set()
+        runner.join(60)
+    assert code == [0], said
