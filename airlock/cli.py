@@ -8,7 +8,8 @@ Every failure the user can cause or meet is one line on stderr and a non-zero ex
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
 an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
 file, nothing to inject), 75 when the broker's queue stayed full (AIRLOCK_QUEUE_MAX_BYTES;
-what was accepted before is printed: retry the rest later), 78 for bad configuration (a
+what was accepted before is printed: retry the rest later), 73 when `airlock up` finds its
+data dir held by another stack (airlock.locks), 78 for bad configuration (a
 tool run where its lab package is not installed, too), 130 after Ctrl-C. Tracebacks are bugs.
 Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
@@ -26,7 +27,8 @@ import msgspec
 
 from airlock import __version__, escalations, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import AirlockError, ConfigError, KeysMissing, QueueFull, RequestRefused, UsageError
+from airlock.errors import (EX_ALREADY_RUNNING, AirlockError, AlreadyRunning, ConfigError, KeysMissing, QueueFull,
+                            RequestRefused, UsageError)
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -59,7 +61,7 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airlock import preflight
+    from airlock import locks, preflight
     from airlock.service import stop_on_signals
     from airlock.supervisor import Supervisor, check_config, child_env
     from airlock.task import describe_recordings
@@ -82,7 +84,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         read = settings_module.reader(env)
         dashboard["dashboard"] = (read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
                                   read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"))
-    with preflight.one_stack(settings.data_dir):
+    with locks.one_stack(settings.data_dir):
         preflight.check_left_running(settings.data_dir / "run")
         preflight.check_ports(settings, dashboard)
         from airlock import keys
@@ -445,6 +447,9 @@ def handled(args: argparse.Namespace) -> int:
     except QueueFull as exc:  # temporary: EX_TEMPFAIL, so a script knows to try again later
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 75
+    except AlreadyRunning as exc:  # another stack holds the data dir: its own code, for scripts
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
+        return EX_ALREADY_RUNNING
     # Anything else airlock refuses (an unknown id, a decision not taken, an email over the
     # limit, no keys, a key the broker refused, a silent broker) is not a usage error: 1.
     except AirlockError as exc:

@@ -14,6 +14,7 @@
      |    +-- EmailTooLarge      an email over the size limit, refused before sending
      |    +-- LinkOutside        a link in a folder of emails that leads out of it
      +-- AlreadyRunning          `airlock up` found a live stack on its data dir
+     |    +-- LockHeld           a data dir's lock (airlock.locks) is held by a live process
      +-- UsageError              the CLI was asked for something it cannot do
 
 Errors that come from the outside world while running (a frame that does not decode, a
@@ -80,6 +81,16 @@ class AlreadyRunning(AirlockError):
     ports, keys and pid files."""
 
 
+class LockHeld(AlreadyRunning):
+    """A lock of airlock.locks that a live process holds: `what` (e.g. "broker") may run
+    once per data dir. `holder` is the pid the lock file names, a hint (None if unknown)."""
+
+    def __init__(self, path: object, what: str, holder: int | None, advice: str = "stop it first") -> None:
+        self.path, self.what, self.holder = path, what, holder
+        super().__init__(f"another {what} (pid {holder if holder else 'unknown'}) holds {path}: one {what} "
+                         f"per data dir; {advice}")
+
+
 class UsageError(AirlockError):
     """A CLI request that cannot be carried out (missing file, bad flag value)."""
 
@@ -87,3 +98,6 @@ class UsageError(AirlockError):
 # The exit code of a process that refused its configuration (sysexits' EX_CONFIG). The
 # supervisor does not restart such a child: restarting cannot fix a bad file.
 EX_CONFIG = 78
+# The exit code of `airlock up` refused because another stack holds its data dir (sysexits'
+# EX_CANTCREAT: the stack cannot be made there), distinct so a script can tell it apart.
+EX_ALREADY_RUNNING = 73

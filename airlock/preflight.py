@@ -1,10 +1,8 @@
 """Checks `airlock up` makes before it starts a child, each naming the cause and the fix.
 
-- `one_stack`: one stack per data dir. `airlock up` holds an flock on
-  <data-dir>/run/up.lock for its whole life (the kernel drops it when the process dies,
-  however it dies, so a stale file never blocks); a second one exits 1 naming the pid, and
-  so never joins the first one's broker nor deletes its pid files. `check_left_running`
-  covers the holder killed with -9, whose services outlive it.
+- One stack per data dir is airlock.locks' (`locks.one_stack`, the broker's own lock);
+  `check_left_running` names what an earlier stack left running here: a broker holding
+  its lock, or a child a pid file names (where children cannot die with their supervisor).
 - `own_folder`, `own_file`: run/ and the files `up` writes there, opened without following a
   link and used only if this user owns them (others may write the data dir).
 - `check_ports`: every port free, else ConfigError (exit 78) naming port and setting.
@@ -16,19 +14,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import importlib.util
 import os
 import socket
 import stat
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-from airlock import files
+from airlock import locks
 from airlock.errors import AlreadyRunning, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url
 
@@ -69,38 +64,6 @@ def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         return f"no answer within {timeout_s:g} s"
     except (OSError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
-
-
-@contextlib.contextmanager
-def one_stack(data_dir: Path) -> Iterator[None]:
-    """Hold <data-dir>/run/up.lock while the block runs, or raise AlreadyRunning naming the
-    pid that holds it. The lock is the kernel's flock, not the file: a dead holder's lock is
-    gone with it, and the file (with the last holder's pid) is left in place, because
-    deleting it would let a third process lock a new file while a second still holds the old."""
-    lock = data_dir / "run" / "up.lock"
-    try:
-        files.make_folder(lock.parent)  # the data dir too, when this makes it: 0700
-        folder = own_folder(lock.parent)
-        try:
-            fd = own_file(folder, lock)
-        finally:
-            os.close(folder)
-    except ConfigError as exc:  # not this user's: a link, or another user's entry
-        raise ConfigError(f"cannot write {lock}: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot write {lock}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise AlreadyRunning(f"another airlock up (pid {holder}) is already running on {data_dir.resolve()}; "
-                                 "stop it first, or pass another --data-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing the only descriptor releases the lock
 
 
 # The data dir may be writable by others: the compose lab's ./airlock-data is the services'
@@ -147,10 +110,15 @@ def _mine(fd: int, path: Path, kind: str) -> int:
 
 def survivors(run_dir: Path) -> dict[str, int]:
     """Children an earlier `airlock up` on this data dir left running (it was killed with
-    no chance to stop them): name -> pid, from their pid files, each still alive and still
-    running that service (/proc/<pid>/cmdline, so a reused pid is not blamed; without
-    /proc nothing is claimed). A new stack beside them would write the same trace."""
+    no chance to stop them, on a system where they cannot die with it): name -> pid. A
+    broker is found by its lock, whoever started it; the others from their pid files, each
+    still alive and still running that service (/proc/<pid>/cmdline, as `python -m NAME` or
+    `python -m airlock.lifeline NAME`, so a reused pid is not blamed; without /proc nothing
+    is claimed). A new stack beside them would write the same trace."""
     found: dict[str, int] = {}
+    broker = locks.holder(run_dir.parent / locks.BROKER_LOCK)
+    if broker:  # 0: held by a broker whose pid its lock file does not name (check_left_running)
+        found["broker"] = broker
     for pid_file in sorted(run_dir.glob("*.pid")):
         name = pid_file.stem
         module = "reader" if name.startswith("reader-") else name
@@ -159,14 +127,26 @@ def survivors(run_dir: Path) -> dict[str, int]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if name != "up" and any(command[i:i + 2] == [b"-m", module.encode()] for i in range(len(command) - 1)):
-            found[name] = pid
+        if name != "up" and _runs(command, module.encode()):
+            found.setdefault(name, pid)
     return found
+
+
+def _runs(command: list[bytes], module: bytes) -> bool:
+    """Whether a command line is `python -m MODULE ...` or `python -m airlock.lifeline PID MODULE`."""
+    for i, word in enumerate(command[:-1]):
+        if word == b"-m":
+            after = command[i + 1:]
+            return after[0] == module or (after[0] == b"airlock.lifeline" and after[2:3] == [module])
+    return False
 
 
 def check_left_running(run_dir: Path) -> None:
     """AlreadyRunning naming what an earlier, killed `airlock up` left running here."""
     left = survivors(run_dir)
+    if "broker" not in left and locks.holder(run_dir.parent / locks.BROKER_LOCK) == 0:
+        raise AlreadyRunning(f"a broker holds {run_dir.parent.resolve() / locks.BROKER_LOCK} (its pid is not "
+                             "written there); stop it first")
     if left:
         listed = ", ".join(f"{name} (pid {pid})" for name, pid in left.items())
         raise AlreadyRunning(f"an earlier airlock up on {run_dir.parent.resolve()} was killed and left {listed} "

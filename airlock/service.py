@@ -135,7 +135,7 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
     restarting cannot fix a bad task file. Everything else is one line on stderr too.
     """
     from airlock import settings as settings_module, task as task_module
-    from airlock.errors import EX_CONFIG, ConfigError
+    from airlock.errors import EX_CONFIG, ConfigError, LockHeld
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: where is it stuck?
 
@@ -143,7 +143,7 @@ def main(name: str, serve_fn: Callable[..., None], *, needs_task: bool = True,
         settings = settings_module.load(env)
         task = task_module.load(settings.task) if needs_task else None
         serve_fn(settings, task, stop_on_signals())
-    except ConfigError as exc:
+    except (ConfigError, LockHeld) as exc:  # a data dir another process holds: no restart frees it
         print(f"{name}: {exc}", file=sys.stderr)
         return EX_CONFIG
     except zmq.ZMQError as exc:

@@ -6,7 +6,17 @@ exits with 78 (EX_CONFIG) has refused its configuration: restarting cannot help,
 whole stack stops and says why. SIGINT or SIGTERM stops every child, readers first and the
 broker last, so the broker can record the others leaving.
 The broker starts first, and the others once it has bound its endpoints; what `airlock up`
-checks before that (one stack per data dir, free ports, extras) is in preflight.py.
+checks before that (free ports, extras, what an earlier stack left running) is in
+preflight.py, and its lock on the data dir in locks.py.
+
+Each child runs under airlock.lifeline, so it dies with the supervisor (kill -9 included)
+instead of serving on, unsupervised, beside the next stack. The supervisor itself must
+outlive everything it watches: a pid file it cannot write (a full disk), a line it cannot
+print, a child it cannot start, are each said (where saying is possible) and never stop
+the stack; the child is tried again with its backoff, so the stack resumes by itself once
+the cause is gone. A broker that does not answer is killed only when it is also making no
+progress (its main thread's CPU time and I/O in /proc stand still): one recovering a long
+trace is busy, not stuck.
 """
 
 from __future__ import annotations
@@ -20,10 +30,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import zmq
 
 from airlock import trace
 from airlock.client import IntakeClient
-from airlock.errors import EX_CONFIG, BrokerUnreachable
+from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
 from airlock.preflight import own_file, own_folder
 from airlock.settings import Settings
 from airlock.task import Task
@@ -32,7 +43,7 @@ BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
 STOP_GRACE_S = 5.0
 READY_TIMEOUT_S = 30.0
-BROKER_SILENT_S = 20.0  # a broker process that has not answered since it started this long ago is stuck
+BROKER_SILENT_S = 20.0  # a broker silent, and with no CPU or I/O progress, this long is stuck
 STACK_DUMP_S = 0.5  # time a stuck broker gets to print its stacks before it is killed
 POLL_S = 0.2
 
@@ -45,6 +56,8 @@ class Child:
     started: float = 0.0
     backoff_s: float = BACKOFF_FIRST_S
     restart_at: float | None = None
+    progress: tuple[int, ...] | None = None  # the last progress_mark seen ...
+    progress_at: float = 0.0  # ... and when it last changed
 
 
 class Supervisor:
@@ -55,10 +68,39 @@ class Supervisor:
         self.children += [Child(f"reader-{n}", "reader") for n in range(1, readers + 1)]
         if dashboard:  # opt-in: the trainers' page, a reader of the trace like any other client
             self.children.append(Child("dashboard", "dashboard"))
+        self._announce = print
+        self._unwritten: dict[str, int] = {}  # pid files not written yet: name -> pid
+
+    def _say(self, line: str) -> None:
+        """Announce a line; stdout may be a file on the full disk, or a closed pipe: the
+        stack must not stop because a line about it could not be printed."""
+        try:
+            self._announce(line)
+        except (OSError, ValueError):  # ValueError: print to a closed file
+            pass
+
+    def _note_pid(self, name: str, pid: int) -> None:
+        """run/<name>.pid, for whoever wants to signal one service. Bookkeeping only: a
+        failure (ENOSPC, EIO, a planted link) is said once and tried again each turn of
+        _watch until a write succeeds; meanwhile no file names the pid it replaced (an
+        unlink frees space, so it works on a full disk), so none names a wrong process."""
+        path = self.run_dir / f"{name}.pid"
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, f"{pid}\n")
+        except (OSError, ConfigError) as exc:
+            if not isinstance(exc, ConfigError):  # run/ is ours, not a link planted elsewhere
+                _remove(path)
+            if name not in self._unwritten:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self._say(f"airlock: cannot write {path}: {why}; carrying on without it, trying again")
+            self._unwritten[name] = pid
+        else:
+            self._unwritten.pop(name, None)
 
     def run(self, stop: threading.Event, announce=print) -> int:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.run_dir / "up.pid", f"{os.getpid()}\n")
+        self._announce, announce = announce, self._say
+        self._note_pid("up", os.getpid())
         client = IntakeClient(self.settings, timeout_s=1.0)
         try:
             code = self._start_broker(stop, announce)
@@ -73,12 +115,22 @@ class Supervisor:
         finally:
             self._stop_all()
             client.close()
-            (self.run_dir / "up.pid").unlink(missing_ok=True)
+            _remove(self.run_dir / "up.pid")
 
     def _start(self, child: Child) -> None:
-        child.process = subprocess.Popen([sys.executable, "-m", child.module], env=self.env)
-        child.started, child.restart_at = time.monotonic(), None
-        _write_atomically(self.run_dir / f"{child.name}.pid", f"{child.process.pid}\n")
+        """Start `child` under a lifeline to this process. A start that fails (no memory, no
+        process slots) is a crash like any other: tried again after the backoff."""
+        child.started, child.restart_at, child.progress, child.progress_at = time.monotonic(), None, None, 0.0
+        try:
+            child.process = subprocess.Popen(
+                [sys.executable, "-m", "airlock.lifeline", str(os.getpid()), child.module], env=self.env)
+        except OSError as exc:
+            child.process = None
+            child.restart_at = child.started + child.backoff_s
+            self._say(f"airlock: cannot start {child.name}: {exc.strerror or exc}; trying again in {child.backoff_s:.1f} s")
+            child.backoff_s = min(child.backoff_s * 2, self.settings.restart_backoff_max_s)
+            return
+        self._note_pid(child.name, child.process.pid)
 
     def _start_broker(self, stop: threading.Event, announce) -> int | None:
         """The broker first, and the others only once it has bound its endpoints (its
@@ -87,10 +139,15 @@ class Supervisor:
         whatever else holds the port. A broker slow to start is left to _wait_ready."""
         broker = self.children[0]
         path = self.settings.trace_path
-        offset = path.stat().st_size if path.exists() else 0
+        try:
+            offset = path.stat().st_size
+        except OSError:  # none yet (or unreadable): any `started` line is new
+            offset = 0
         self._start(broker)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not stop.is_set() and time.monotonic() < deadline:
+            if broker.process is None:
+                return None  # it could not be started: _watch tries again, with backoff
             code = broker.process.poll()
             if code == EX_CONFIG:
                 announce("airlock: broker refused its configuration (see above); stopping")
@@ -125,24 +182,40 @@ class Supervisor:
             stop.wait(POLL_S)
         return None
 
-    def _unstick_broker(self, client: IntakeClient, announce) -> None:
-        """A broker that is running but has not answered once since it started is stuck (seen
-        rarely on a loaded machine, before its first trace line): kill it, so _watch starts
-        a fresh one with the usual backoff, and say so."""
+    def _unstick_broker(self, client: IntakeClient | None, announce) -> None:
+        """A broker that is running, does not answer, and has made no progress for
+        BROKER_SILENT_S is stuck (seen rarely on a loaded machine, before its first trace
+        line): kill it, so _watch starts a fresh one with the usual backoff, and say so.
+        Progress is what slowness cannot fake (progress_mark): a broker recovering a trace
+        of many GB answers nothing for minutes, yet its CPU time and reads keep rising; a
+        stopped or deadlocked one stands still. Where progress cannot be read (no /proc)
+        the broker is never judged stuck: a false kill would keep a big stack down forever."""
         broker = self.children[0]
-        alive = broker.process is not None and broker.process.poll() is None
-        if alive and time.monotonic() - broker.started > BROKER_SILENT_S:
+        if broker.process is None or broker.process.poll() is not None:
+            return
+        now = time.monotonic()
+        mark = progress_mark(broker.process.pid)
+        if mark is None or mark != broker.progress:
+            broker.progress, broker.progress_at = mark, now
+            return
+        if now - broker.progress_at > BROKER_SILENT_S:
             # Each service dumps its threads' stacks to stderr on SIGUSR1 (service.main): the
             # stall is rare and not yet understood, so the next one shows where it stood.
             broker.process.send_signal(signal.SIGUSR1)
             time.sleep(STACK_DUMP_S)
-            announce(f"airlock: the broker has not answered in {BROKER_SILENT_S:.0f} s; restarting it "
-                     "(its threads' stacks are above)")
+            announce(f"airlock: the broker has not answered and made no progress (CPU, I/O) in "
+                     f"{BROKER_SILENT_S:.0f} s; restarting it (its threads' stacks are above)")
             broker.process.kill()
             broker.process.wait()
 
     def _watch(self, client: IntakeClient, announce) -> int | None:
         """Restart children that died; return an exit code if the stack must stop."""
+        for name, pid in list(self._unwritten.items()):  # the disk may have room again
+            process = next((c.process for c in self.children if c.name == name), None)
+            if name != "up" and (process is None or process.pid != pid or process.poll() is not None):
+                del self._unwritten[name]  # that process is gone: its restart writes its own
+            else:
+                self._note_pid(name, pid)
         now = time.monotonic()
         for child in self.children:
             if child.restart_at is not None:
@@ -159,7 +232,10 @@ class Supervisor:
                 child.backoff_s = BACKOFF_FIRST_S
             child.restart_at = now + child.backoff_s
             announce(f"airlock: {child.name} exited with {code}; restarting in {child.backoff_s:.1f} s")
-            client.notice("service_restarted", service=child.name, exit_code=code, backoff_s=child.backoff_s)
+            try:
+                client.notice("service_restarted", service=child.name, exit_code=code, backoff_s=child.backoff_s)
+            except zmq.ZMQError:  # a broker that is not there cannot record it; the line above said it
+                pass
             child.backoff_s = min(child.backoff_s * 2, self.settings.restart_backoff_max_s)
         return None
 
@@ -174,7 +250,7 @@ class Supervisor:
             child.process.send_signal(signal.SIGTERM)
         self._reap(broker)
         for child in self.children:
-            (self.run_dir / f"{child.name}.pid").unlink(missing_ok=True)
+            _remove(self.run_dir / f"{child.name}.pid")
 
     @staticmethod
     def _reap(children: list[Child]) -> None:
@@ -197,13 +273,42 @@ def _broker_started_since(trace_path: Path, offset: int) -> bool:
         with open(trace_path, "rb") as lines:
             lines.seek(offset)
             new = lines.read()
-    except FileNotFoundError:
+    except OSError:  # not there yet, or unreadable (EIO): no sign of a start
         return False
     for line in new.splitlines():
         record = trace.decode_line(line)  # None for a line still being written
         if record and record.get("stage") == "broker" and record.get("event") == "started":
             return True
     return False
+
+
+def progress_mark(pid: int) -> tuple[int, ...] | None:
+    """What the main thread of process `pid` has done so far, in amounts that only rise
+    with work: its CPU ticks (utime + stime) and the bytes it asked to read and write
+    (rchar, wchar), from /proc/<pid>/task/<pid>/. Equal marks a while apart: it did nothing
+    meanwhile. The main thread's, not the process's: the broker's loop and its recovery run
+    there, while libzmq's I/O threads and the CURVE authenticator's thread would keep
+    answering peers' heartbeats for a main thread that is deadlocked.
+    None where /proc cannot say (not Linux, or the process is gone)."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    try:
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        mark = [int(fields[11]) + int(fields[12])]  # utime, stime: fields 14 and 15 of proc(5)
+    except (OSError, IndexError, ValueError):
+        return None
+    try:
+        io = dict(line.split(":", 1) for line in (task / "io").read_text().splitlines())
+        mark += [int(io["rchar"]), int(io["wchar"])]
+    except (OSError, KeyError, ValueError):  # /proc/<pid>/io may be closed to us: CPU alone then
+        pass
+    return tuple(mark)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # a pid file left behind names a dead pid: preflight checks the pid, not the file
+        pass
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import keys, published, trace
+from airlock import keys, locks, published, trace
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.terminal import json_line
@@ -206,7 +206,14 @@ def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[S
 
 
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
-    """Run until `stop` is set. The broker needs no task: it routes by message type only."""
+    """Run until `stop` is set. The broker needs no task: it routes by message type only.
+    One broker per data dir, whoever started it: a second raises LockHeld (exit 78) naming
+    the first, before any port opens (airlock.locks)."""
+    with locks.hold(settings.data_dir / locks.BROKER_LOCK, "broker", "stop it first, or set another AIRLOCK_DATA_DIR"):
+        _serve(settings, task, stop)
+
+
+def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
     secure = auth.required(settings)  # ConfigError before any port opens: no keys, no switch
     ctx = zmq.Context()
     authenticator, server = auth.start(ctx, settings) if secure else (None, None)

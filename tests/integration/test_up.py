@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys, preflight, settings as settings_module, supervisor
-from airlock.errors import AlreadyRunning, ConfigError
+from airlock import keys, locks, preflight, settings as settings_module, supervisor
+from airlock.errors import EX_ALREADY_RUNNING, AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
 
@@ -27,12 +27,12 @@ PIDS = ("up", "broker", "validator", "actor", "reader-1")
 
 
 def test_second_up_on_a_data_dir_is_refused_and_leaves_the_first_alone(stack) -> None:
-    """A second `airlock up` on a running stack's data dir exits 1 naming the first's pid;
-    the first keeps its pid files, its one reader, and its work."""
+    """A second `airlock up` on a running stack's data dir exits 73 (its own code) naming the
+    first's pid; the first keeps its pid files, its one reader, and its work."""
     first = stack().start()
     pids = {name: first.pid(name) for name in PIDS}
     second = first.airlock("up", timeout=60)
-    assert second.returncode == 1, second.stdout + second.stderr
+    assert second.returncode == EX_ALREADY_RUNNING == 73, second.stdout + second.stderr
     assert second.stderr.count("\n") == 1 and f"pid {first.process.pid}" in second.stderr
     assert "airlock is up" not in second.stdout
     assert {name: first.pid(name) for name in PIDS} == pids
@@ -46,13 +46,13 @@ def test_second_up_on_a_data_dir_is_refused_and_leaves_the_first_alone(stack) ->
 def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
     """A lock file left by a process that died (killed -9) holds no lock: up may start."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from airlock.preflight import one_stack\n"
+        "import sys; from pathlib import Path; from airlock.locks import one_stack\n"
         "with one_stack(Path(sys.argv[1])): print('held', flush=True); sys.stdin.read()"), str(tmp_path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"):
-            with preflight.one_stack(tmp_path):
+            with locks.one_stack(tmp_path):
                 pass
     finally:
         holder.kill()
@@ -60,7 +60,7 @@ def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
         holder.stdin.close()
         holder.stdout.close()
     assert (tmp_path / "run" / "up.lock").read_text() == f"{holder.pid}\n"  # the stale file is still there
-    with preflight.one_stack(tmp_path):
+    with locks.one_stack(tmp_path):
         pass
 
 
@@ -178,8 +178,9 @@ def test_smtp_intake_without_its_extra_names_the_pip_command(tmp_path: Path) -> 
 
 
 def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> None:
-    """`airlock up` killed with -9 leaves its children running: a new `airlock up` on that
-    data dir exits 1 naming them by pid, instead of a second broker on the same trace."""
+    """Services an earlier `airlock up` left running (where children cannot die with it, or
+    a broker started on its own): a new `airlock up` on that data dir exits 73 naming them
+    by pid, instead of a second broker on the same trace."""
     s = Stack(tmp_path)
     env = s.env
     keys.generate(tmp_path / "data" / "keys")  # so the broker left running serves, as `airlock up` would start it
@@ -194,7 +195,7 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
     finally:
         left.terminate()
         left.wait(20)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == EX_ALREADY_RUNNING, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1
     assert f"left broker (pid {left.pid}) running; stop them first: kill {left.pid}" in done.stderr
 

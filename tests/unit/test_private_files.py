@@ -171,9 +171,9 @@ def test_the_lab_init_makes_the_data_files_for_the_host_to_read(tmp_path: Path, 
 
 def test_airlock_up_makes_its_data_dir_0700(tmp_path: Path, umask_022: None) -> None:
     """The data dir `airlock up` makes (with run/ for its lock) is 0700, not the umask's 0755."""
-    from airlock import preflight
+    from airlock import locks
 
-    with preflight.one_stack(tmp_path / "data"):
+    with locks.one_stack(tmp_path / "data"):
         pass
     assert oct(stat.S_IMODE((tmp_path / "data").stat().st_mode)) == "0o700"
     assert oct(stat.S_IMODE((tmp_path / "data" / "run").stat().st_mode)) == "0o700"

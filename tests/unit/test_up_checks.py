@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, keys, preflight, settings as settings_module, supervisor, task as task_module
+from airlock import cli, keys, locks, preflight, settings as settings_module, supervisor, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.wire import Email, Reading, Rejected
 from airlock.terminal import shown
@@ -39,12 +39,12 @@ def not_installed(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
 
 def test_a_held_data_dir_is_refused_naming_the_pid(tmp_path: Path) -> None:
     """While one holder has the data dir, a second is refused with the holder's pid."""
-    with preflight.one_stack(tmp_path):
+    with locks.one_stack(tmp_path):
         assert (tmp_path / "run" / "up.lock").read_text() == f"{os.getpid()}\n"
         with pytest.raises(AlreadyRunning, match=rf"pid {os.getpid()}\b.*--data-dir"):
-            with preflight.one_stack(tmp_path):
+            with locks.one_stack(tmp_path):
                 pass
-    with preflight.one_stack(tmp_path):  # released on exit: the next stack may start
+    with locks.one_stack(tmp_path):  # released on exit: the next stack may start
         pass
 
 
@@ -69,7 +69,7 @@ def test_a_lock_file_planted_as_a_link_is_refused(tmp_path: Path, outside: Path)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "up.lock").symlink_to(outside)
     with pytest.raises(ConfigError, match=r"run/up\.lock"):
-        with preflight.one_stack(tmp_path):
+        with locks.one_stack(tmp_path):
             pass
     assert outside.read_text() == "the host user's own\n"
 
@@ -80,7 +80,7 @@ def test_a_run_folder_planted_as_a_link_is_refused(tmp_path: Path, outside: Path
     elsewhere.mkdir()
     (tmp_path / "run").symlink_to(elsewhere)
     with pytest.raises(ConfigError, match=r"run\b.*not a folder of uid"):
-        with preflight.one_stack(tmp_path):
+        with locks.one_stack(tmp_path):
             pass
     assert not list(elsewhere.iterdir())
 
@@ -90,7 +90,7 @@ def test_a_run_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: py
     (tmp_path / "run").mkdir()
     someone_else(monkeypatch)
     with pytest.raises(ConfigError, match=rf"owned by uid {os.stat(tmp_path).st_uid}"):
-        with preflight.one_stack(tmp_path):
+        with locks.one_stack(tmp_path):
             pass
 
 
@@ -243,8 +243,8 @@ def test_no_model_set_and_no_recording_says_so() -> None:
 def test_an_unwritable_data_dir_is_a_config_error(tmp_path: Path) -> None:
     """A data dir up cannot write its lock in: ConfigError naming the file, not a traceback."""
     (tmp_path / "run").write_text("a file where the run folder should be")
-    with pytest.raises(ConfigError, match=r"cannot write .*run/up\.lock"):
-        with preflight.one_stack(tmp_path):
+    with pytest.raises(ConfigError, match=r"cannot lock .*run/up\.lock"):
+        with locks.one_stack(tmp_path):
             pass
 
 
