@@ -1,0 +1,307 @@
+"""The actor's ledger under faults (issue 15, points 1, 2, 5 and 7): a full disk, a failed
+fsync, a deleted or replaced calls.jsonl, a second actor, and a million keys."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from actor import app
+from actor.app import Actor
+from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.pending import Escalation, PendingStore
+from actor.preconditions import Approval
+from actor.tools import CallLog
+from airlock import task as task_module, trace
+from airlock.wire import Decision, Done, Event
+from tests.conftest import CATALOG, TASKS
+
+
+def _calls(path: Path) -> list[tuple[str, int]]:
+    return [(call["message_id"], call["step"]) for call in trace.read(path)]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs of this test's own, unmounted after it (a real full disk: ENOSPC
+    comes from the kernel, through whatever buffering the code under test does)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the disk `folder` is on to its last byte; returns the filler, to delete."""
+    filler = folder / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(descriptor, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+@pytest.fixture
+def actor_on(settings, tmp_path: Path) -> Iterator[Callable[[Path], Actor]]:
+    """Build an actor whose data dir is `folder` (each closed after the test)."""
+    made: list[Actor] = []
+
+    def build(folder: Path) -> Actor:
+        for earlier in made:  # a new actor on the folder is a restart
+            earlier.close()
+        catalog = tmp_path / "catalog.toml"
+        catalog.write_text(CATALOG)
+        made.append(app.build(msgspec.structs.replace(settings, data_dir=folder, catalog=catalog),
+                              task_module.load(TASKS / "order_status.toml")))
+        return made[-1]
+    yield build
+    for actor in made:
+        actor.close()
+
+
+def test_a_call_that_hit_a_full_disk_never_lands_later(small_disk: Path, actor_on) -> None:
+    """Issue 15 point 2: with the call log's disk full the email ends failed naming the disk,
+    and once space returns the failed call's record does not land in calls.jsonl after all
+    (the old buffered file wrote it with the next call)."""
+    actor = actor_on(small_disk)
+    filler = _fill(small_disk)
+    failed = actor.run("m1", "4411")
+    assert failed.outcome == "failed" and "No space left on device" in failed.reason
+    actor.sync()  # the loop's group commit: nothing of m1 is there to make durable
+    filler.unlink()
+    assert actor.run("m2", "4411").outcome == "completed"
+    actor.sync()
+    actor.close()
+    assert _calls(small_disk / "calls.jsonl") == [("m2", 1), ("m2", 2)]
+    # and m1, having made no call, runs in full when it comes again
+    again = actor_on(small_disk)
+    assert [call.status for call in again.run("m1", "4411").calls] == ["ok", "ok"]
+
+
+def test_a_failed_write_is_a_typed_failure_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """ENOSPC on the record's write: LedgerWriteFailed, the file as it was, the key free."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    real_write = os.write
+
+    def full(descriptor: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(LedgerWriteFailed, match=r"No space left on device \(ENOSPC\) writing calls.jsonl"):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.setattr(os, "write", real_write)
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the key was given back
+    log.close()
+    assert _calls(tmp_path / "calls.jsonl") == [("m0", 1), ("m1", 1)]
+
+
+def test_a_short_write_is_cut_back(tmp_path: Path, monkeypatch) -> None:
+    """A write that stops mid-record (the disk filled during it) leaves no half line."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
+    with pytest.raises(LedgerWriteFailed):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.setattr(os, "write", real_write)
+    log.close()
+    assert (tmp_path / "calls.jsonl").read_bytes() == b""
+
+
+def test_a_failed_fsync_takes_the_batch_back(make_actor, settings, monkeypatch) -> None:
+    """EIO on the group commit's fsync: the batch's records are cut out of calls.jsonl and
+    the sync raises, so no Done acknowledges a call that is not on disk (the old log kept
+    the lines it could not make durable, and the loop's exception stopped the actor)."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+
+    def broken(descriptor: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "fsync", broken)
+    assert actor.run("m2", "4411").outcome == "completed"
+    with pytest.raises(LedgerWriteFailed, match=r"Input/output error \(EIO\) syncing calls.jsonl"):
+        actor.sync()
+    monkeypatch.undo()
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2)]
+    # the successor the broker redelivers m2 to makes its calls: none of them was recorded
+    assert [call.status for call in make_actor().run("m2", "4411").calls] == ["ok", "ok"]
+
+
+def test_an_escalation_that_cannot_be_stored_fails_the_email(make_actor, monkeypatch) -> None:
+    """ENOSPC on pending.jsonl: the email ends failed with the disk's reason, nothing waits."""
+    actor = make_actor("refund_with_approval.toml")
+
+    def full(descriptor: int, data: bytes) -> int:
+        if b'"role"' in data:  # the escalation's line only: step 1's call goes through
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(descriptor, data)
+    real_write = os.write
+    monkeypatch.setattr(os, "write", full)
+    done = actor.run("r1", "damaged", "lena@example.de", "dkim")
+    assert done.outcome == "failed" and "No space left on device" in done.reason
+    assert "r1" not in actor.executor.pending.open
+
+
+def test_pending_store_writes_whole_lines_or_none(tmp_path: Path, monkeypatch) -> None:
+    """A pending line that fails to write is not open after a restart either."""
+    path = tmp_path / "pending.jsonl"
+    store = PendingStore(path)
+    monkeypatch.setattr(os, "write", lambda descriptor, data: 3)  # three bytes, then the disk is full
+    with pytest.raises(LedgerWriteFailed):
+        store.add(Escalation("r1", "damaged", "a@b", 2, "lead"))
+    monkeypatch.undo()
+    store.close()
+    assert not store.open and PendingStore(path).open == {} and path.read_bytes() == b""
+
+
+def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, logged_calls) -> None:
+    """Issue 15 point 5: calls.jsonl deleted while an email waited for approval; after the
+    restart the approved email's step 1 is `replayed` (the key index kept its key), not run
+    again as `ok`, and the actor says in the trace what it found."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    actor.close()
+    settings.calls_path.unlink()
+    restarted = make_actor("refund_with_approval.toml")
+    answers = restarted.handle(_decision("r1"))
+    done = answers[-1]
+    assert isinstance(done, Done) and done.outcome == "completed"
+    assert [call.status for call in done.calls] == ["replayed", "ok"]  # the old actor: ["ok", "ok"]
+    notices = [answer for answer in answers if isinstance(answer, Event)]
+    assert [notice.event for notice in notices] == ["ledger_replaced"]
+    assert notices[0].detail["indexed_bytes"] > 0 and notices[0].detail["found_bytes"] == 0
+    assert [c["step"] for c in logged_calls()] == [2]  # step 1's record went with the deleted file
+
+
+def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, settings, logged_calls, capsys) -> None:
+    """Deleted under a running actor: the next call is not made (a typed `ledger_untrusted`
+    failure, a warning on stderr) instead of writing into a file no one can read."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    settings.calls_path.unlink()
+    done = actor.decide("r1", Approval(True, "support-lead", "dana", ""))
+    assert done.outcome == "failed" and "ledger_untrusted" in done.reason and "deleted" in done.reason
+    assert all(call.status != "ok" for call in done.calls)
+    assert actor.untrusted and "WARNING" in capsys.readouterr().err
+    assert actor.run("m9", "damaged", "lena@example.de", "dkim").outcome == "failed"  # latched until restart
+    actor.sync()
+    actor.close()
+    assert not settings.calls_path.exists()
+
+
+def test_calls_jsonl_replaced_while_running_is_not_trusted(make_actor, settings) -> None:
+    """Replaced (a new file at the path): the same refusal, naming what happened."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+    settings.calls_path.rename(settings.calls_path.with_suffix(".old"))
+    settings.calls_path.write_bytes(b"")
+    done = actor.run("m2", "4411")
+    assert done.outcome == "failed" and "replaced" in done.reason
+
+
+def test_resume_with_both_ledger_files_gone_runs_nothing(make_actor, settings, logged_calls) -> None:
+    """calls.jsonl and its key index both deleted: the approved email's step 1 is known to
+    have run (it was escalated at step 2), so the resume refuses rather than run it again."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    actor.close()
+    for leftover in settings.data_dir.glob("calls.*"):
+        if leftover.name != "calls.lock":
+            leftover.unlink()
+    done = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana", ""))
+    assert done.outcome == "failed" and done.reason.startswith("ledger_untrusted: step 1")
+    assert logged_calls() == []
+
+
+def test_a_second_call_log_on_one_ledger_refuses(tmp_path: Path) -> None:
+    """Issue 15 point 1 at the ledger: two writers on one calls.jsonl each made the same
+    call (each with its own keys); the second now cannot open the ledger at all."""
+    first = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert first.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    with pytest.raises(LedgerBusy, match="another actor holds"):
+        second = CallLog(tmp_path / "calls.jsonl", orders={})
+        second.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the old code made it twice
+    first.close()
+    assert _calls(tmp_path / "calls.jsonl") == [("m1", 1)]
+    CallLog(tmp_path / "calls.jsonl", orders={}).close()  # the lock goes with its holder
+
+
+def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
+    """Deleting calls.lock under a running actor makes its ledger untrusted (another actor
+    could lock a new one), so the first stops acting instead of both acting."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    (tmp_path / "calls.lock").unlink()
+    with pytest.raises(LedgerUntrusted, match="calls.lock"):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+
+
+def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
+    """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
+    key long out of the cache still replays."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={}, cache_keys=100)
+    for number in range(5000):
+        assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+        if number % 250 == 0:
+            log.sync()
+    assert log.keys.cached() == 100
+    assert not log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    assert len(_calls(tmp_path / "calls.jsonl")) == 5000
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda index: index.unlink(), id="index-deleted"),
+    pytest.param(lambda index: index.write_bytes(b""), id="index-emptied"),
+])
+def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> None:
+    """The log is the ground truth: without its index every key in it still replays."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    damage(tmp_path / "calls.keys.sqlite")
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    assert not again.notices  # a new index is not a replaced log
+    again.close()
+
+
+def test_an_index_behind_the_log_catches_up(tmp_path: Path) -> None:
+    """Records the index never committed (a crash between the log's fsync and the commit)
+    are indexed from where it stopped."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    with open(tmp_path / "calls.jsonl", "ab") as handle:  # as if the commit had been lost
+        handle.write(b'{"message_id": "m2", "step": 1, "server": "shop", "tool": "lookup_order", "args": {}}\n')
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m2", 1, "shop", "lookup_order", {"order_id": "1"}) and not again.notices
+    again.close()
+
+
+def _decision(message_id: str) -> Decision:
+    return Decision(message_id=message_id, approve=True, role="support-lead", by="dana")
