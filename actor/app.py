@@ -4,10 +4,12 @@ A Decision (a person's answer to an escalated step) resumes that email's plan: s
 already done are replayed from the call log, never repeated.
 
 The ledger (actor/tools.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
-deleted or replaced while the actor runs, the call that finds it out is not made (its email
-ends `failed`, reason `ledger_untrusted`), the batch's answers go out, and the actor exits
-75 so the supervisor starts a fresh one, which reconciles the log with the key index (every
-key is kept, so nothing runs twice) and says what it found in the trace (`ledger_replaced`).
+deleted or replaced while the actor runs, the call that finds it out is not made, and from
+then on no call is. Emails it held get no answer (a `failed` would be final, and false:
+nothing is wrong with them); the answers already made go out with their calls synced, and
+the actor exits 75. The broker hands the unanswered emails to its successor, which first
+reconciles the log with the key index (every key is kept, so a step that ran is `replayed`,
+never run again) and says what it found: on stderr, and in the trace (`worker.ledger_replaced`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ class Actor:
 
     def handle(self, message: Message) -> list[Message]:
         notices, self._notices = self._notices, []
-        return notices + self._answer(message)
+        answers = self._answer(message)
+        if self.tools.untrusted:  # no answer: the successor runs it on a reconciled ledger
+            answers = [answer for answer in answers if not isinstance(answer, Done)]
+        return notices + answers
 
     def _answer(self, message: Message) -> list[Message]:
         match message:
@@ -121,13 +126,14 @@ def build(settings: Settings, task: Task) -> Actor:
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     actor = build(settings, task)
 
-    def before_replies() -> None:
-        actor.sync()
+    def handle(message: Message) -> list[Message]:
+        answers = actor.handle(message)
         if actor.untrusted:
-            stop.set()  # this batch's answers still go; then a restart reconciles the ledger
+            stop.set()  # the answers already made still go (synced); then a restart reconciles the ledger
+        return answers
 
     try:
-        serve_role(settings, "actor", actor.handle, settings.worker_credit, stop, channel, before_replies=before_replies)
+        serve_role(settings, "actor", handle, settings.worker_credit, stop, channel, before_replies=actor.sync)
     finally:
         actor.close()
     if actor.untrusted:

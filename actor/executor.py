@@ -72,7 +72,9 @@ class Executor:
         """Run the plan for one email. `sender_proof` is what proved `sender` (wire.Submit):
         without a proof the sender is `unverified` and corroborates nothing."""
         done = self._steps(message_id, value, sender, sender_proof, approval, approval_step)
-        if done.outcome != "escalated":  # whatever ended it, nothing waits for a person now
+        # Whatever ended it, nothing waits for a person now; unless the ledger stopped it: the
+        # actor then sends no answer and its successor resumes the escalation (actor/app.py).
+        if done.outcome != "escalated" and not self.tools.untrusted:
             self.pending.resolve(message_id)
         return done
 

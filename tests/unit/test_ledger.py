@@ -19,7 +19,7 @@ from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
 from actor.tools import CallLog
 from airlock import task as task_module, trace
-from airlock.wire import Decision, Done, Event
+from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
 
 
@@ -195,20 +195,26 @@ def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, log
 
 
 def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, settings, logged_calls, capsys) -> None:
-    """Deleted under a running actor: the next call is not made (a typed `ledger_untrusted`
-    failure, a warning on stderr) instead of writing into a file no one can read."""
+    """Deleted under a running actor: the next call is not made (nor any after it), the
+    email gets no answer (the broker redelivers it to the restarted actor), a warning goes to
+    stderr; the restarted actor replays step 1 and runs step 2 into the new calls.jsonl."""
     actor = make_actor("refund_with_approval.toml")
     assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
     actor.sync()
     settings.calls_path.unlink()
-    done = actor.decide("r1", Approval(True, "support-lead", "dana", ""))
+    assert actor.handle(_decision("r1")) == []  # the old actor: step 1 replayed, step 2 written to the deleted file
+    done = actor.decide("r1", Approval(True, "support-lead", "dana", ""))  # what the executor made of it
     assert done.outcome == "failed" and "ledger_untrusted" in done.reason and "deleted" in done.reason
-    assert all(call.status != "ok" for call in done.calls)
     assert actor.untrusted and "WARNING" in capsys.readouterr().err
-    assert actor.run("m9", "damaged", "lena@example.de", "dkim").outcome == "failed"  # latched until restart
+    assert actor.handle(_passed("m9")) == []  # latched until the restart
     actor.sync()
     actor.close()
     assert not settings.calls_path.exists()
+    restarted = make_actor("refund_with_approval.toml")
+    *notices, done = restarted.handle(_decision("r1"))
+    assert [notice.event for notice in notices] == ["ledger_replaced"]
+    assert done.outcome == "completed" and [call.status for call in done.calls] == ["replayed", "ok"]
+    assert [(c["message_id"], c["step"]) for c in logged_calls()] == [("r1", 2)]
 
 
 def test_calls_jsonl_replaced_while_running_is_not_trusted(make_actor, settings) -> None:
@@ -301,6 +307,10 @@ def test_an_index_behind_the_log_catches_up(tmp_path: Path) -> None:
     again = CallLog(tmp_path / "calls.jsonl", orders={})
     assert not again.call("m2", 1, "shop", "lookup_order", {"order_id": "1"}) and not again.notices
     again.close()
+
+
+def _passed(message_id: str) -> Passed:
+    return Passed(message_id=message_id, value="damaged", sender="lena@example.de", sender_proof="dkim")
 
 
 def _decision(message_id: str) -> Decision:
