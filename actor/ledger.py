@@ -52,7 +52,7 @@ class AppendLog:
     """A JSON-lines file appended to by whole records, each either fully there or not at all."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.path, self._path_text = path, os.fspath(path)
         handle = trace.open_lines(path)  # 0600, and a torn last line from a crash is ended first
         self._fd = os.dup(handle.fileno())
         handle.close()
@@ -90,10 +90,21 @@ class AppendLog:
         """Take back every record since the last sync (their answers will never be sent)."""
         self._cut(self.synced)
 
-    def replaced(self) -> str:
-        """"" if the path still names the file this log writes to, else what happened to it."""
+    def unlinked(self) -> str:
+        """The per-call check, one fstat: "" unless the file was deleted or renamed over
+        (either leaves it with no name), else what happened to it."""
         try:
-            stat = os.stat(self.path)
+            if os.fstat(self._fd).st_nlink > 0:
+                return ""
+        except OSError as exc:
+            return f"{self.path.name} cannot be checked: {exc.strerror}"
+        return f"{self.path.name} was deleted or replaced while the actor was writing it"
+
+    def replaced(self) -> str:
+        """The full check (once per group commit): "" if the path still names the file this
+        log writes to, else what happened to it (it may also have been moved away)."""
+        try:
+            stat = os.stat(self._path_text)
         except FileNotFoundError:
             return f"{self.path.name} was deleted while the actor was writing it"
         except OSError as exc:

@@ -111,7 +111,11 @@ class CallLog:
             except LedgerWriteFailed:
                 self.keys.rollback()
                 raise
-            self._commit_keys()
+            self._commit_keys()  # kept even if the log turns out replaced: those calls did run
+            try:
+                self._check_trusted(full=True)
+            except LedgerUntrusted:
+                pass  # latched: the next call is refused; this batch's answers may go
 
     def rollback(self) -> None:
         """Forget every call since the last sync (their answers will never be sent)."""
@@ -134,9 +138,11 @@ class CallLog:
         else:
             self._pinned.clear()
 
-    def _check_trusted(self) -> None:
+    def _check_trusted(self, full: bool = False) -> None:
+        """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
+        cheap check (deleted, or renamed over), per group commit also a move and the lock."""
         if not self.untrusted:
-            self.untrusted = self._log.replaced() or self.lock.lost()
+            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost()))
             if self.untrusted:
                 print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
                       "reconciles the ledger with its key index", file=sys.stderr)

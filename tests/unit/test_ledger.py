@@ -218,14 +218,28 @@ def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, se
 
 
 def test_calls_jsonl_replaced_while_running_is_not_trusted(make_actor, settings) -> None:
-    """Replaced (a new file at the path): the same refusal, naming what happened."""
+    """Replaced (another file renamed over it): the next call is refused the same way."""
     actor = make_actor()
     assert actor.run("m1", "4411").outcome == "completed"
     actor.sync()
-    settings.calls_path.rename(settings.calls_path.with_suffix(".old"))
-    settings.calls_path.write_bytes(b"")
+    other = settings.calls_path.with_name("other.jsonl")
+    other.write_bytes(b"")
+    os.replace(other, settings.calls_path)
     done = actor.run("m2", "4411")
-    assert done.outcome == "failed" and "replaced" in done.reason
+    assert done.outcome == "failed" and "ledger_untrusted" in done.reason and "replaced" in done.reason
+
+
+def test_calls_jsonl_moved_away_is_found_at_the_group_commit(make_actor, settings) -> None:
+    """Moved away and a new file made at its name: the calls already written went to the
+    moved file (still there); the group commit finds it out and the next call is refused."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    settings.calls_path.rename(settings.calls_path.with_suffix(".1"))
+    settings.calls_path.write_bytes(b"")
+    actor.sync()
+    assert "replaced" in actor.untrusted
+    assert actor.handle(_passed("m2")) == [] and actor.run("m3", "4411").outcome == "failed"
+    assert _calls(settings.calls_path.with_suffix(".1")) == [("m1", 1), ("m1", 2)]
 
 
 def test_resume_with_both_ledger_files_gone_runs_nothing(make_actor, settings, logged_calls) -> None:
@@ -261,6 +275,7 @@ def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
     could lock a new one), so the first stops acting instead of both acting."""
     log = CallLog(tmp_path / "calls.jsonl", orders={})
     (tmp_path / "calls.lock").unlink()
+    log.sync()  # checked at each group commit
     with pytest.raises(LedgerUntrusted, match="calls.lock"):
         log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     log.close()
