@@ -1,8 +1,9 @@
 """The tools' idempotency keys on disk, so memory does not grow with the mail ever handled.
 
-Keys live in a SQLite file beside the call log (`calls.keys.sqlite`, WAL): one transaction
-per group commit, opened by the first call of a batch and committed by CallLog.sync after
-the log's fsync, so the index never holds a key whose record is not durable. A bounded LRU
+Keys live in a SQLite file beside the call log (`calls.keys.sqlite`, WAL). A key is taken
+in an open transaction by its call; the index commits after the log's fsync, once every
+COMMIT_KEYS keys and at close, so it never holds a key whose record is not durable, and it
+is at most that far behind the log (a restart indexes the rest from the log). A bounded LRU
 of recent keys answers a replay without a query; a new key costs one INSERT OR IGNORE.
 
 The index also records which file it indexed (device, inode) and how many of its bytes, so
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from airlock import files
 
 CACHE_KEYS = 4096  # recent keys kept in memory: a redelivery comes soon after its first run
+COMMIT_KEYS = 1024  # keys durable in the log before the index commits them (bounds a restart's catch-up)
 
 
 class Indexed(NamedTuple):
@@ -46,7 +48,9 @@ class KeyIndex:
         self._db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
                          "device INTEGER, inode INTEGER, size INTEGER)")
         self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._uncommitted: list[str] = []
+        self._batch: list[str] = []  # claimed since the log's last sync
+        self._durable: list[str] = []  # durable in the log, not yet committed here (< COMMIT_KEYS + a batch)
+        self._covers: Indexed | None = None  # what the next commit records
         self._in_transaction = False
 
     def indexed(self) -> Indexed | None:
@@ -54,14 +58,15 @@ class KeyIndex:
         return Indexed(*row) if row else None
 
     def claim(self, key: str) -> bool:
-        """True, and the key is taken (until commit or rollback), if no call holds it yet."""
+        """True, and the key is taken, if no call holds it yet. It stays taken unless the
+        batch it belongs to is forgotten (its records never became durable)."""
         if key in self._cache:
             self._cache.move_to_end(key)
             return False
         self._begin()
         added = self._db.execute("INSERT OR IGNORE INTO keys (key) VALUES (?)", (key,)).rowcount == 1
         if added:
-            self._uncommitted.append(key)
+            self._batch.append(key)
         self._remember(key)
         return added
 
@@ -69,8 +74,28 @@ class KeyIndex:
         """Give back a key just claimed whose record could not be written."""
         self._db.execute("DELETE FROM keys WHERE key = ?", (key,))
         self._cache.pop(key, None)
-        if key in self._uncommitted:
-            self._uncommitted.remove(key)
+        if key in self._batch:
+            self._batch.remove(key)
+
+    def forget_batch(self) -> None:
+        """Give back every key claimed since the log's last sync (the sync failed)."""
+        lost, self._batch = self._batch, []
+        for key in lost:
+            self._db.execute("DELETE FROM keys WHERE key = ?", (key,))
+            self._cache.pop(key, None)
+
+    def synced(self, covers: Indexed) -> bool:
+        """The log is durable up to `covers`: the batch's keys stay. The index commits once
+        COMMIT_KEYS of them wait (a commit per group commit would cost more than the fsync);
+        until then they live in the open transaction, seen by every claim, and a restart
+        re-indexes them from the log. True if it committed; raises sqlite3.Error as commit()."""
+        self._durable += self._batch
+        self._batch = []
+        self._covers = covers
+        if len(self._durable) < COMMIT_KEYS:
+            return False
+        self.commit(covers)
+        return True
 
     def __contains__(self, key: str) -> bool:
         if key in self._cache:
@@ -82,38 +107,40 @@ class KeyIndex:
         self._begin()
         self._db.executemany("INSERT OR IGNORE INTO keys (key) VALUES (?)", ((key,) for key in keys))
 
-    def commit(self, covers: Indexed) -> None:
-        """End the batch: its keys, and which bytes of which log they come from. Raises
-        sqlite3.Error if the disk refuses; the transaction is then rolled back."""
-        self._begin()
+    def commit(self, covers: Indexed | None = None) -> None:
+        """Commit what the log holds durably: its keys, and which bytes of which log they come
+        from. Raises sqlite3.Error if the disk refuses; the caller then calls rollback()."""
+        covers = covers or self._covers
+        if covers is None or not self._in_transaction:
+            return
         self._db.execute("INSERT OR REPLACE INTO indexed (one, device, inode, size) VALUES (1, ?, ?, ?)", covers)
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error:
-            self.rollback()
-            raise
-        self._in_transaction = False
-        self._uncommitted.clear()
+        self._db.execute("COMMIT")
+        self._in_transaction, self._covers = False, None
+        self._durable = []
 
     def rollback(self) -> list[str]:
-        """Forget the open batch; returns the keys it had claimed."""
+        """Drop the open transaction; returns the keys in it that the log holds durably (the
+        caller must go on honouring them), having forgotten the unsynced batch."""
+        self.forget_batch()
         if self._in_transaction:
             try:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:  # SQLite already rolled it back itself (a full disk does that)
                 pass
             self._in_transaction = False
-        lost, self._uncommitted = self._uncommitted, []
-        for key in lost:
-            self._cache.pop(key, None)
+        self._cache.clear()  # it may name keys the rollback took away
+        lost, self._durable, self._covers = self._durable, [], None
         return lost
 
     def cached(self) -> int:
         return len(self._cache)
 
     def close(self) -> None:
-        self.rollback()
-        self._db.close()
+        try:
+            self.commit()
+        finally:
+            self.rollback()
+            self._db.close()
 
     def _begin(self) -> None:
         if not self._in_transaction:

@@ -101,17 +101,18 @@ class CallLog:
             return key in self._pinned or key in self.keys
 
     def sync(self) -> None:
-        """fsync what was logged since the last sync, then commit its keys. The worker loop
-        calls this before it sends any Done, so a step is on disk before it is acknowledged
-        (group commit). Raises LedgerWriteFailed if the fsync failed: the batch's records are
-        cut out of the log and its keys forgotten, and none of its answers may be sent."""
+        """fsync what was logged since the last sync; its keys stay taken (the index commits
+        them in its own time: actor/keyindex.py). The worker loop calls this before it sends
+        any Done, so a step is on disk before it is acknowledged (group commit). Raises
+        LedgerWriteFailed if the fsync failed: the batch's records are cut out of the log and
+        its keys given back, and none of its answers may be sent."""
         with self._lock:
             try:
                 self._log.sync()
             except LedgerWriteFailed:
-                self.keys.rollback()
+                self.keys.forget_batch()
                 raise
-            self._commit_keys()  # kept even if the log turns out replaced: those calls did run
+            self._index_synced()  # even if the log turns out replaced: those calls did run
             try:
                 self._check_trusted(full=True)
             except LedgerUntrusted:
@@ -121,14 +122,16 @@ class CallLog:
         """Forget every call since the last sync (their answers will never be sent)."""
         with self._lock:
             self._log.rollback()
-            self.keys.rollback()
+            self.keys.forget_batch()
 
-    def _commit_keys(self) -> None:
+    def _index_synced(self, final: bool = False) -> None:
         covers = Indexed(*self._log.identity, self._log.synced)
         try:
             if self._pinned:
                 self.keys.add_all(self._pinned)
-            self.keys.commit(covers)
+            committed = self.keys.synced(covers)
+            if final:
+                self.keys.commit(covers)
         except sqlite3.Error as exc:
             # The records are durable in the log (the ground truth; a restart re-indexes it),
             # so their answers may go; until the index takes them, they are held here.
@@ -136,7 +139,8 @@ class CallLog:
             print(f"actor: the key index could not commit ({exc}); {len(self._pinned)} key(s) held in "
                   "memory until it can", file=sys.stderr)
         else:
-            self._pinned.clear()
+            if committed or final:
+                self._pinned.clear()
 
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
@@ -205,6 +209,8 @@ class CallLog:
             return
         try:
             self.sync()
+            with self._lock:
+                self._index_synced(final=True)
         finally:
             self._log.close()
             self.keys.close()
