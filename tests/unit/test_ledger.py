@@ -330,3 +330,25 @@ def _passed(message_id: str) -> Passed:
 
 def _decision(message_id: str) -> Decision:
     return Decision(message_id=message_id, approve=True, role="support-lead", by="dana")
+
+
+def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, monkeypatch, capsys) -> None:
+    """The log's records fit in its last page but the index cannot commit (SQLITE_FULL): the
+    calls stand (they are durable in the log), their keys are held in memory, a replay is
+    still refused, and once space returns the index takes them."""
+    monkeypatch.setattr("actor.keyindex.COMMIT_KEYS", 1)
+    path = small_disk / "calls.jsonl"
+    log = CallLog(path, orders={})
+    assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.sync()
+    filler = _fill(small_disk)
+    made = [log.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"}) for n in range(1, 4)]
+    log.sync()
+    assert made == [True] * 3 and "could not commit" in capsys.readouterr().err
+    assert not any(log.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"}) for n in range(4))
+    filler.unlink()
+    log.close()
+    again = CallLog(path, orders={})
+    assert not again.notices and not any(again.call(f"m{n}", 1, "shop", "lookup_order", {}) for n in range(4))
+    again.close()
+    assert _calls(path) == [(f"m{n}", 1) for n in range(4)]
