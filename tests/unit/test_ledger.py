@@ -352,3 +352,16 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
     assert not again.notices and not any(again.call(f"m{n}", 1, "shop", "lookup_order", {}) for n in range(4))
     again.close()
     assert _calls(path) == [(f"m{n}", 1) for n in range(4)]
+
+
+def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys) -> None:
+    """`airlock naive` on a data dir whose actor runs: one line and exit 2, no traceback."""
+    from lab.naive.__main__ import run
+    from tests.conftest import ROOT
+
+    held = CallLog(tmp_path / "calls.jsonl", orders={})
+    try:
+        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == 2
+    finally:
+        held.close()
+    assert "another actor holds" in capsys.readouterr().err
