@@ -40,6 +40,18 @@ class KeyIndex:
         if not path.exists():
             files.open_append(path).close()  # 0600 before SQLite opens it; its -wal and -shm copy the mode
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._prepare()
+        except BaseException:
+            self._db.close()
+            raise
+        self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._batch: list[str] = []  # claimed since the log's last sync
+        self._durable: list[str] = []  # durable in the log, not yet committed here (< COMMIT_KEYS + a batch)
+        self._covers: Indexed | None = None  # what the next commit records
+        self._in_transaction = False
+
+    def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a commit is not fsynced; a power cut can lose the last commits, which the
         # restart re-indexes from the log (fsynced before each commit): the index is never ahead.
@@ -47,11 +59,6 @@ class KeyIndex:
         self._db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
         self._db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
                          "device INTEGER, inode INTEGER, size INTEGER)")
-        self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._batch: list[str] = []  # claimed since the log's last sync
-        self._durable: list[str] = []  # durable in the log, not yet committed here (< COMMIT_KEYS + a batch)
-        self._covers: Indexed | None = None  # what the next commit records
-        self._in_transaction = False
 
     def indexed(self) -> Indexed | None:
         row = self._db.execute("SELECT device, inode, size FROM indexed").fetchone()

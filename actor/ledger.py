@@ -53,9 +53,18 @@ class AppendLog:
 
     def __init__(self, path: Path) -> None:
         self.path, self._path_text = path, os.fspath(path)
-        handle = trace.open_lines(path)  # 0600, and a torn last line from a crash is ended first
-        self._fd = os.dup(handle.fileno())
-        handle.close()
+        try:
+            handle = trace.open_lines(path)  # 0600, and a torn last line from a crash is ended first
+            self._fd = os.dup(handle.fileno())
+            try:
+                handle.close()  # flushes the newline that ends a torn line
+            except OSError:
+                os.close(self._fd)
+                raise
+        except PermissionError:
+            raise  # a data folder this user cannot write: a configuration error (service.main says so)
+        except OSError as exc:
+            raise LedgerWriteFailed(disk_reason(exc, path, "opening")) from exc
         stat = os.fstat(self._fd)
         self.identity = (stat.st_dev, stat.st_ino)
         self.size = stat.st_size  # where the next record starts

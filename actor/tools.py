@@ -53,16 +53,21 @@ class CallLog:
     def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None,
                  cache_keys: int = CACHE_KEYS) -> None:
         self.lock = LedgerLock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
+        opened: list[Any] = [self.lock]
         try:
             self.keys = KeyIndex(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
+            opened.append(self.keys)
             self._log = AppendLog(path)
+            opened.append(self._log)
             # What a restart found, for stderr and (through the actor's first answer) the trace.
             self.notices: list[dict[str, Any]] = self._reconcile()
-        except sqlite3.Error as exc:
-            self.lock.close()
-            raise LedgerWriteFailed(f"the key index beside {path} cannot be used: {exc}") from exc
-        except BaseException:
-            self.lock.close()
+        except BaseException as exc:
+            for resource in reversed(opened):
+                _close_quietly(resource)
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerWriteFailed(f"the key index beside {path} cannot be used: {exc}") from exc
+            if isinstance(exc, OSError) and not isinstance(exc, PermissionError):  # PermissionError: 78
+                raise LedgerWriteFailed(f"the ledger beside {path} cannot be opened: {exc}") from exc
             raise
         self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
@@ -215,6 +220,14 @@ class CallLog:
             self._log.close()
             self.keys.close()
             self.lock.close()
+
+
+def _close_quietly(resource: Any) -> None:
+    """Close what a failed start opened; its own failure must not hide the first one."""
+    try:
+        resource.close()
+    except Exception:  # noqa: BLE001  (the start's error is the one to report)
+        pass
 
 
 def _keys_in(path: Path, start: int) -> Iterator[str]:

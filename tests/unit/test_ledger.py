@@ -42,7 +42,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=True)
+        if subprocess.run(["umount", str(mount)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)  # never left behind...
+            pytest.fail("the tmpfs was still in use: something the test opened was not closed")  # ...but said
 
 
 def _fill(folder: Path) -> Path:
@@ -365,3 +367,13 @@ def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys)
     finally:
         held.close()
     assert "another actor holds" in capsys.readouterr().err
+
+
+def test_an_actor_starting_on_a_full_disk_is_a_typed_failure(small_disk: Path) -> None:
+    """No room for the key index at start: LedgerWriteFailed (the actor exits 75 and the
+    supervisor retries it), not a traceback; once space returns it starts."""
+    filler = _fill(small_disk)
+    with pytest.raises(LedgerWriteFailed):
+        CallLog(small_disk / "calls.jsonl", orders={})
+    filler.unlink()
+    CallLog(small_disk / "calls.jsonl", orders={}).close()
