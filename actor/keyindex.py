@@ -1,9 +1,10 @@
 """The tools' idempotency keys on disk, so memory does not grow with the mail ever handled.
 
 Keys live in a SQLite file beside the call log (`calls.keys.sqlite`, WAL). A key is taken
-in an open transaction by its call; the index commits after the log's fsync, once every
-COMMIT_KEYS keys and at close, so it never holds a key whose record is not durable, and it
-is at most that far behind the log (a restart indexes the rest from the log). A bounded LRU
+in an open transaction by its call, and the transaction commits right after the log's fsync
+at each group commit: the index never holds a key whose record is not durable, and it holds
+every key whose Done has left. A crash between the two leaves it behind the log, and the
+restart indexes the rest from the log. A bounded LRU
 of recent keys answers a replay without a query; a new key costs one INSERT OR IGNORE.
 
 The index also records which file it indexed (device, inode) and how many of its bytes, so
@@ -24,7 +25,6 @@ from typing import NamedTuple
 from airlock import files
 
 CACHE_KEYS = 4096  # recent keys kept in memory: a redelivery comes soon after its first run
-COMMIT_KEYS = 1024  # keys durable in the log before the index commits them (bounds a restart's catch-up)
 
 
 class Indexed(NamedTuple):
@@ -47,11 +47,12 @@ class KeyIndex:
             raise
         self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._batch: list[str] = []  # claimed since the log's last sync
-        self._durable: list[str] = []  # durable in the log, not yet committed here (< COMMIT_KEYS + a batch)
+        self._durable: list[str] = []  # durable in the log, not yet committed here (one batch)
         self._covers: Indexed | None = None  # what the next commit records
         self._in_transaction = False
 
     def _prepare(self) -> None:
+        self._db.execute("PRAGMA locking_mode=EXCLUSIVE")  # no lock round trips per transaction; no second writer
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a commit is not fsynced; a power cut can lose the last commits, which the
         # restart re-indexes from the log (fsynced before each commit): the index is never ahead.
@@ -91,18 +92,13 @@ class KeyIndex:
             self._db.execute("DELETE FROM keys WHERE key = ?", (key,))
             self._cache.pop(key, None)
 
-    def synced(self, covers: Indexed) -> bool:
-        """The log is durable up to `covers`: the batch's keys stay. The index commits once
-        COMMIT_KEYS of them wait (a commit per group commit would cost more than the fsync);
-        until then they live in the open transaction, seen by every claim, and a restart
-        re-indexes them from the log. True if it committed; raises sqlite3.Error as commit()."""
+    def synced(self, covers: Indexed) -> None:
+        """The log is durable up to `covers`: commit the batch's keys with it (one transaction
+        per group commit, so a key is on disk before its Done leaves, and deleting the log
+        alone forgets no key). Raises sqlite3.Error as commit() does."""
         self._durable += self._batch
         self._batch = []
-        self._covers = covers
-        if len(self._durable) < COMMIT_KEYS:
-            return False
         self.commit(covers)
-        return True
 
     def __contains__(self, key: str) -> bool:
         if key in self._cache:

@@ -106,8 +106,7 @@ class CallLog:
             return key in self._pinned or key in self.keys
 
     def sync(self) -> None:
-        """fsync what was logged since the last sync; its keys stay taken (the index commits
-        them in its own time: actor/keyindex.py). The worker loop calls this before it sends
+        """fsync what was logged since the last sync, then commit its keys to the index. The worker loop calls this before it sends
         any Done, so a step is on disk before it is acknowledged (group commit). Raises
         LedgerWriteFailed if the fsync failed: the batch's records are cut out of the log and
         its keys given back, and none of its answers may be sent."""
@@ -129,14 +128,12 @@ class CallLog:
             self._log.rollback()
             self.keys.forget_batch()
 
-    def _index_synced(self, final: bool = False) -> None:
+    def _index_synced(self) -> None:
         covers = Indexed(*self._log.identity, self._log.synced)
         try:
             if self._pinned:
                 self.keys.add_all(self._pinned)
-            committed = self.keys.synced(covers)
-            if final:
-                self.keys.commit(covers)
+            self.keys.synced(covers)
         except sqlite3.Error as exc:
             # The records are durable in the log (the ground truth; a restart re-indexes it),
             # so their answers may go; until the index takes them, they are held here.
@@ -144,8 +141,7 @@ class CallLog:
             print(f"actor: the key index could not commit ({exc}); {len(self._pinned)} key(s) held in "
                   "memory until it can", file=sys.stderr)
         else:
-            if committed or final:
-                self._pinned.clear()
+            self._pinned.clear()
 
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
@@ -214,8 +210,6 @@ class CallLog:
             return
         try:
             self.sync()
-            with self._lock:
-                self._index_synced(final=True)
         finally:
             self._log.close()
             self.keys.close()

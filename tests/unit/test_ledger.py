@@ -338,7 +338,6 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
     """The log's records fit in its last page but the index cannot commit (SQLITE_FULL): the
     calls stand (they are durable in the log), their keys are held in memory, a replay is
     still refused, and once space returns the index takes them."""
-    monkeypatch.setattr("actor.keyindex.COMMIT_KEYS", 1)
     path = small_disk / "calls.jsonl"
     log = CallLog(path, orders={})
     assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
