@@ -17,13 +17,17 @@ log, which stays the ground truth the scorers read).
 from __future__ import annotations
 
 import collections
+import os
 import sqlite3
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from airlock import files
 
+DAMAGED = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}  # moved aside and rebuilt; other errors are raised
 CACHE_KEYS = 4096  # recent keys kept in memory: a redelivery comes soon after its first run
 
 
@@ -37,29 +41,24 @@ class Indexed(NamedTuple):
 class KeyIndex:
     def __init__(self, path: Path, cache_keys: int = CACHE_KEYS) -> None:
         self.path, self.cache_keys = path, cache_keys
-        if not path.exists():
-            files.open_append(path).close()  # 0600 before SQLite opens it; its -wal and -shm copy the mode
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            self._prepare()
-        except BaseException:
-            self._db.close()
-            raise
+            self._db = _open(path)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) not in DAMAGED:
+                raise  # a full disk, a folder it cannot write: the caller's typed failure
+            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+            print(f"actor: WARNING: the key index {path} is damaged ({exc}); moved to {aside.name} and "
+                  "rebuilt from the call log", file=sys.stderr)
+            self._db = _open(path)
         self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._batch: list[str] = []  # claimed since the log's last sync
         self._durable: list[str] = []  # durable in the log, not yet committed here (one batch)
         self._covers: Indexed | None = None  # what the next commit records
         self._in_transaction = False
 
-    def _prepare(self) -> None:
-        self._db.execute("PRAGMA locking_mode=EXCLUSIVE")  # no lock round trips per transaction; no second writer
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL: a commit is not fsynced; a power cut can lose the last commits, which the
-        # restart re-indexes from the log (fsynced before each commit): the index is never ahead.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
-        self._db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
-                         "device INTEGER, inode INTEGER, size INTEGER)")
 
     def indexed(self) -> Indexed | None:
         row = self._db.execute("SELECT device, inode, size FROM indexed").fetchone()
@@ -154,3 +153,23 @@ class KeyIndex:
         self._cache[key] = None
         if len(self._cache) > self.cache_keys:
             self._cache.popitem(last=False)
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        files.open_append(path).close()  # 0600 before SQLite opens it; its -wal file copies the mode
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")  # no lock round trips per transaction; no second writer
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a commit is not fsynced; a power cut can lose the last commits, which the
+        # restart re-indexes from the log (fsynced before each commit): the index is never ahead.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
+        db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
+                   "device INTEGER, inode INTEGER, size INTEGER)")
+        db.execute("SELECT count(*) FROM indexed").fetchone()  # reads a page: a damaged file says so here
+    except BaseException:
+        db.close()
+        raise
+    return db

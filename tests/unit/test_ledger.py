@@ -300,6 +300,7 @@ def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", [
     pytest.param(lambda index: index.unlink(), id="index-deleted"),
     pytest.param(lambda index: index.write_bytes(b""), id="index-emptied"),
+    pytest.param(lambda index: index.write_bytes(b"not a database at all " * 300), id="index-garbage"),
 ])
 def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> None:
     """The log is the ground truth: without its index every key in it still replays."""
@@ -376,3 +377,17 @@ def test_an_actor_starting_on_a_full_disk_is_a_typed_failure(small_disk: Path) -
         CallLog(small_disk / "calls.jsonl", orders={})
     filler.unlink()
     CallLog(small_disk / "calls.jsonl", orders={}).close()
+
+
+def test_a_damaged_key_index_is_moved_aside_and_rebuilt(tmp_path: Path, capsys) -> None:
+    """A key index that is not a database (a disk error, a stray copy) does not stop the
+    actor for good: it is kept beside, named, and the keys come back from the log."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    (tmp_path / "calls.keys.sqlite").write_bytes(b"\x00garbage" * 1000)
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    again.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    assert "is damaged" in capsys.readouterr().err
