@@ -2,6 +2,14 @@
 
 A Decision (a person's answer to an escalated step) resumes that email's plan: steps
 already done are replayed from the call log, never repeated.
+
+The ledger (actor/tools.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
+deleted or replaced while the actor runs, the call that finds it out is not made, and from
+then on no call is. Emails it held get no answer (a `failed` would be final, and false:
+nothing is wrong with them); the answers already made go out with their calls synced, and
+the actor exits 75. The broker hands the unanswered emails to its successor, which first
+reconciles the log with the key index (every key is kept, so a step that ran is `replayed`,
+never run again) and says what it found: on stderr, and in the trace (`worker.ledger_replaced`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import msgspec
 
 from actor import catalog as catalog_module, plugs
 from actor.executor import Executor, LiveCatalog
+from actor.ledger import LedgerUntrusted, LedgerWriteFailed
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Gate, Principals
@@ -21,15 +30,24 @@ from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task
 from airlock.transport import Channel
-from airlock.wire import Decision, Done, Message, Passed
+from airlock.wire import Decision, Done, Event, Message, Passed
 
 
 class Actor:
     def __init__(self, executor: Executor, value_type: Any, tools: CallLog) -> None:
         self.executor, self.value_type, self.tools = executor, value_type, tools
         self.task, self.plan = executor.task, [step.pair for step in executor.plan]
+        # What the ledger's start found (a replaced call log): told with the first answer.
+        self._notices: list[Message] = [Event(event=n["event"], detail=n["detail"]) for n in tools.notices]
 
     def handle(self, message: Message) -> list[Message]:
+        notices, self._notices = self._notices, []
+        answers = self._answer(message)
+        if self.tools.untrusted:  # no answer: the successor runs it on a reconciled ledger
+            answers = [answer for answer in answers if not isinstance(answer, Done)]
+        return notices + answers
+
+    def _answer(self, message: Message) -> list[Message]:
         match message:
             case Passed(message_id=message_id, value=value, sender=sender, sender_proof=proof):
                 done = self.run(message_id, value, sender, proof)
@@ -72,9 +90,21 @@ class Actor:
 
     def sync(self) -> None:
         """Before any answer leaves (the worker loop's group commit): the calls made and the
-        escalations opened or closed are on disk."""
-        self.tools.sync()
-        self.executor.pending.sync()
+        escalations opened or closed are on disk. If either fsync fails, both files are cut
+        back to their last sync and LedgerWriteFailed goes up: none of the batch's answers may
+        leave (they would acknowledge what is not on disk), so the actor exits and the broker
+        hands the batch to its successor, which finds the calls that are on disk as replays."""
+        try:
+            self.tools.sync()
+            self.executor.pending.sync()
+        except LedgerWriteFailed:
+            self.tools.rollback()
+            self.executor.pending.rollback()
+            raise
+
+    @property
+    def untrusted(self) -> str:
+        return self.tools.untrusted
 
     def close(self) -> None:
         self.executor.close()
@@ -95,7 +125,16 @@ def build(settings: Settings, task: Task) -> Actor:
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:
     actor = build(settings, task)
+
+    def handle(message: Message) -> list[Message]:
+        answers = actor.handle(message)
+        if actor.untrusted:
+            stop.set()  # the answers already made still go (synced); then a restart reconciles the ledger
+        return answers
+
     try:
-        serve_role(settings, "actor", actor.handle, settings.worker_credit, stop, channel, before_replies=actor.sync)
+        serve_role(settings, "actor", handle, settings.worker_credit, stop, channel, before_replies=actor.sync)
     finally:
         actor.close()
+    if actor.untrusted:
+        raise LedgerUntrusted(f"{actor.untrusted}; stopped acting on it: restart to reconcile it with the key index")

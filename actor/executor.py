@@ -22,6 +22,7 @@ import msgspec
 
 from actor import catalog as catalog_module, schema
 from actor.catalog import Catalog, Tool
+from actor.ledger import LedgerUntrusted, LedgerWriteFailed
 from actor.pending import Escalation, PendingStore
 from actor.plugs import ActorPlug
 from actor.plan import BoundStep, structural_problem
@@ -71,7 +72,9 @@ class Executor:
         """Run the plan for one email. `sender_proof` is what proved `sender` (wire.Submit):
         without a proof the sender is `unverified` and corroborates nothing."""
         done = self._steps(message_id, value, sender, sender_proof, approval, approval_step)
-        if done.outcome != "escalated":  # whatever ended it, nothing waits for a person now
+        # Whatever ended it, nothing waits for a person now; unless the ledger stopped it: the
+        # actor then sends no answer and its successor resumes the escalation (actor/app.py).
+        if done.outcome != "escalated" and not self.tools.untrusted:
             self.pending.resolve(message_id)
         return done
 
@@ -82,6 +85,8 @@ class Executor:
                  "sender": Fact(senders.normalized(sender) if sender else None, lineage,
                                 f"intake ({sender_proof})" if lineage == senders.AUTHENTICATED
                                 else "the From address as claimed, not authenticated")}
+        if approval is not None and (gap := self._unrecorded_before(message_id, approval_step)):
+            return Done(message_id=message_id, outcome="failed", reason=gap)
         calls: list[Call] = []
         for step in self.plan:
             args = step.arguments(value)
@@ -93,9 +98,14 @@ class Executor:
                 calls.append(msgspec.structs.replace(call, status="refused"))
                 return Done(message_id=message_id, outcome="refused", reason=f"{where}: {verdict.reason}", calls=calls)
             if verdict.verdict == "escalate":
+                try:
+                    self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to,
+                                                self.task, sender_proof))
+                except LedgerWriteFailed as exc:  # not stored, so no one could ever decide it
+                    calls.append(msgspec.structs.replace(call, status="error", error=f"pending_write_failed: {exc}"))
+                    return Done(message_id=message_id, outcome="failed", calls=calls, reason=(
+                        f"{where}: needs a person's approval, but it could not be stored ({exc}); nothing waits"))
                 calls.append(msgspec.structs.replace(call, status="escalated"))
-                self.pending.add(Escalation(message_id, value, sender, step.number, verdict.escalate_to, self.task,
-                                            sender_proof))
                 return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)
@@ -140,6 +150,10 @@ class Executor:
                                                  cancelled, self.student).result(timeout=tool.timeout_s)
             else:  # a mock that cannot block: the hop to a thread would cost more than the call
                 made, result = self.tools.run(tool, message_id, step.number, args, cancelled, self.student)
+        except LedgerUntrusted as exc:
+            return msgspec.structs.replace(call, status="error", error=str(exc))
+        except LedgerWriteFailed as exc:  # the record is the call: with no record, no call ran
+            return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
         except concurrent.futures.TimeoutError:
             cancelled.set()  # the mock stops before its side effect; a real tool would be asked to
             return msgspec.structs.replace(call, status="error", error=f"timeout: no result within {tool.timeout_s} s")
@@ -150,6 +164,18 @@ class Executor:
             return msgspec.structs.replace(call, status="error", result={"bytes": size, "cap": self.max_result_bytes},
                                            error=f"result_too_large: {size} bytes, cap {self.max_result_bytes}")
         return msgspec.structs.replace(call, status="ok" if made else "replayed", result=result)
+
+    def _unrecorded_before(self, message_id: str, approval_step: int) -> str:
+        """Why resuming this email could repeat a side effect ("" if it cannot): every step
+        before the escalated one ran before it waited, so the ledger must hold each of their
+        calls. One it does not hold means the ledger was deleted or replaced meanwhile, and
+        running the plan from the top would make that call again (issue 15, point 5)."""
+        for step in self.plan:
+            if step.number < approval_step and not self.tools.made(message_id, step.number):
+                return (f"ledger_untrusted: step {step.number} {step.pair[0]}/{step.pair[1]} ran before this email "
+                        "was escalated, but the ledger holds no record of it (calls.jsonl and its key index were "
+                        "deleted or replaced); nothing ran, so no step runs twice")
+        return ""
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -2,15 +2,18 @@
 
 pending.jsonl is synced with the call log before the actor answers (Actor.sync), so an
 email the broker records as `escalated` is still waiting here after a crash of the host.
+Each line is written whole or not at all (actor/ledger.AppendLog): an escalation that could
+not be stored raises LedgerWriteFailed and is not open, in memory or on disk.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
+from actor.ledger import AppendLog, LedgerWriteFailed
 from airlock import trace
 
 
@@ -40,28 +43,36 @@ class PendingStore:
                 self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
             elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
                 self.open[entry["message_id"]] = Escalation(**entry)
-        self._file = trace.open_lines(path)
-        self._dirty = False
+        self._log = AppendLog(path)
 
     def add(self, escalation: Escalation) -> None:
+        """Open an escalation; raises LedgerWriteFailed (and nothing is open) if it cannot be stored."""
+        self._log.append(json.dumps(asdict(escalation)).encode() + b"\n")
         self.open[escalation.message_id] = escalation
-        self._append(asdict(escalation))
 
     def resolve(self, message_id: str) -> None:
-        if self.open.pop(message_id, None) is not None:
-            self._append({"message_id": message_id, "resolved": True})
+        """Close it. If the disk refuses, it stays open here as on disk: a later decision for
+        it only replays its steps (their keys are in the ledger), never runs them twice."""
+        if message_id not in self.open:
+            return
+        try:
+            self._log.append(json.dumps({"message_id": message_id, "resolved": True}).encode() + b"\n")
+        except LedgerWriteFailed as exc:
+            print(f"actor: the escalation of {message_id!r} stays open: {exc}", file=sys.stderr)
+            return
+        del self.open[message_id]
 
     def sync(self) -> None:
-        if self._dirty:
-            os.fsync(self._file.fileno())
-            self._dirty = False
+        """Raises LedgerWriteFailed (the unsynced lines cut out) if the fsync fails."""
+        self._log.sync()
+
+    def rollback(self) -> None:
+        """Take back the lines since the last sync; the store must then be reloaded to be used."""
+        self._log.rollback()
 
     def close(self) -> None:
-        self.sync()
-        self._file.close()
-
-    def _append(self, entry: dict) -> None:
-        self._file.write(json.dumps(entry).encode() + b"\n")
-        self._file.flush()
-        self._dirty = True
+        try:
+            self.sync()
+        finally:
+            self._log.close()
 

@@ -3,22 +3,28 @@
     {"message_id", "step", "server", "tool", "args", "at"}  (+ "to": a mail tool's recipient)
 
 calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
-model's words. It is also the tools' idempotency ledger: a call whose key (message id and
-step) is already in the file is not made again, the way a payment API honours an
-idempotency key, so a replayed message never repeats a side effect.
+model's words. With its key index (actor/keyindex.py) it is also the tools' idempotency
+ledger: a call whose key (message id and step) was already made is not made again, the way
+a payment API honours an idempotency key, so a replayed message never repeats a side effect.
+A record is written only as the outcome of its call (actor/ledger.py): a failed write leaves
+nothing behind to land later.
 """
 
 from __future__ import annotations
 
-import os
+import sqlite3
+import sys
 import threading
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from actor.catalog import Tool
+from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
+from actor.ledger import AppendLog, LedgerLock, LedgerUntrusted, LedgerWriteFailed
 from airlock import trace
 from airlock.trace import utc_now
 
@@ -40,24 +46,45 @@ class ToolFailure(Exception):
 
 
 class CallLog:
-    def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None) -> None:
-        # A torn last line is a call that never completed: trace.read skips it.
-        self.done = {call_key(call["message_id"], call["step"]) for call in trace.read(path)
-                     if isinstance(call.get("message_id"), str) and isinstance(call.get("step"), int)}
-        self._file = trace.open_lines(path)
+    """The call log and its guards: one actor at a time (LedgerLock), each record whole or
+    absent (AppendLog), keys on disk with a bounded cache (KeyIndex), and a check before each
+    call that calls.jsonl is still the file being written (LedgerUntrusted otherwise)."""
+
+    def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None,
+                 cache_keys: int = CACHE_KEYS) -> None:
+        self.lock = LedgerLock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
+        opened: list[Any] = [self.lock]
+        try:
+            self.keys = KeyIndex(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
+            opened.append(self.keys)
+            self._log = AppendLog(path)
+            opened.append(self._log)
+            # What a restart found, for stderr and (through the actor's first answer) the trace.
+            self.notices: list[dict[str, Any]] = self._reconcile()
+        except BaseException as exc:
+            for resource in reversed(opened):
+                _close_quietly(resource)
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerWriteFailed(f"the key index beside {path} cannot be used: {exc}") from exc
+            if isinstance(exc, OSError) and not isinstance(exc, PermissionError):  # PermissionError: 78
+                raise LedgerWriteFailed(f"the ledger beside {path} cannot be opened: {exc}") from exc
+            raise
         self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
-        self._dirty = False
+        self.untrusted = ""  # why this actor stopped acting on its ledger ("" while it trusts it)
+        self._pinned: set[str] = set()  # keys durable in the log that the index could not commit yet
         self.orders = load_orders() if orders is None else orders
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
              student: str = "", to: str = "") -> bool:
         """Log one call; False (and nothing written) if its key was already logged. `student`
         names the lab plug point whose code took part in deciding it, `to` a mail tool's
-        recipient (each kept only when set)."""
+        recipient (each kept only when set). Raises LedgerUntrusted (the ledger is not the file
+        this actor opened: nothing runs) or LedgerWriteFailed (nothing of the record stays)."""
         key = call_key(message_id, step)
         with self._lock:
-            if key in self.done:
+            self._check_trusted()
+            if key in self._pinned or not self.keys.claim(key):
                 return False
             record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
                       "args": args, "at": utc_now()}
@@ -65,19 +92,88 @@ class CallLog:
                 record["to"] = to
             if student:
                 record["student"] = student
-            self._file.write(self._encode(record) + b"\n")
-            self._file.flush()
-            self._dirty = True
-            self.done.add(key)
+            try:
+                self._log.append(self._encode(record) + b"\n")
+            except LedgerWriteFailed:
+                self.keys.release(key)
+                raise
             return True
 
-    def sync(self) -> None:
-        """fsync what was logged since the last sync. The worker loop calls this before it
-        sends any Done, so a step is on disk before it is acknowledged (group commit)."""
+    def made(self, message_id: str, step: int) -> bool:
+        """Whether the ledger holds this step's call (an escalated email's earlier steps must)."""
+        key = call_key(message_id, step)
         with self._lock:
-            if self._dirty:
-                os.fsync(self._file.fileno())
-                self._dirty = False
+            return key in self._pinned or key in self.keys
+
+    def sync(self) -> None:
+        """fsync what was logged since the last sync, then commit its keys to the index. The worker loop calls this before it sends
+        any Done, so a step is on disk before it is acknowledged (group commit). Raises
+        LedgerWriteFailed if the fsync failed: the batch's records are cut out of the log and
+        its keys given back, and none of its answers may be sent."""
+        with self._lock:
+            try:
+                self._log.sync()
+            except LedgerWriteFailed:
+                self.keys.forget_batch()
+                raise
+            self._index_synced()  # even if the log turns out replaced: those calls did run
+            try:
+                self._check_trusted(full=True)
+            except LedgerUntrusted:
+                pass  # latched: the next call is refused; this batch's answers may go
+
+    def rollback(self) -> None:
+        """Forget every call since the last sync (their answers will never be sent)."""
+        with self._lock:
+            self._log.rollback()
+            self.keys.forget_batch()
+
+    def _index_synced(self) -> None:
+        covers = Indexed(*self._log.identity, self._log.synced)
+        try:
+            if self._pinned:
+                self.keys.add_all(self._pinned)
+            self.keys.synced(covers)
+        except sqlite3.Error as exc:
+            # The records are durable in the log (the ground truth; a restart re-indexes it),
+            # so their answers may go; until the index takes them, they are held here.
+            self._pinned.update(self.keys.rollback())
+            print(f"actor: the key index could not commit ({exc}); {len(self._pinned)} key(s) held in "
+                  "memory until it can", file=sys.stderr)
+        else:
+            self._pinned.clear()
+
+    def _check_trusted(self, full: bool = False) -> None:
+        """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
+        cheap check (deleted, or renamed over), per group commit also a move and the lock."""
+        if not self.untrusted:
+            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost()))
+            if self.untrusted:
+                print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
+                      "reconciles the ledger with its key index", file=sys.stderr)
+        if self.untrusted:
+            raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran")
+
+    def _reconcile(self) -> list[dict[str, Any]]:
+        """Bring the key index up to the log as found at start; report a log that is not the
+        one the index last saw (the keys it holds stay: no call they name runs again)."""
+        indexed, log = self.keys.indexed(), self._log
+        notices: list[dict[str, Any]] = []
+        if indexed is not None and (indexed.device, indexed.inode) == log.identity and indexed.size <= log.size:
+            start = indexed.size  # the same log, grown: index what was added
+        else:
+            start = 0
+            if indexed is not None and indexed.size > 0:
+                detail = {"path": str(log.path), "indexed_bytes": indexed.size, "found_bytes": log.size,
+                          "same_file": (indexed.device, indexed.inode) == log.identity}
+                notices.append({"event": "ledger_replaced", "detail": detail})
+                print(f"actor: WARNING: {log.path} is not the call log the key index last saw (it was "
+                      f"deleted, cut or replaced: {indexed.size} bytes indexed, {log.size} found). Every "
+                      "key already indexed is kept, so none of those calls runs again; the calls they "
+                      "record are no longer in the log", file=sys.stderr)
+        self.keys.add_all(_keys_in(log.path, start))
+        self.keys.commit(Indexed(*log.identity, log.size))
+        return notices
 
     def run(self, tool: Tool, message_id: str, step: int, args: dict[str, Any],
             cancelled: threading.Event, student: str = "") -> tuple[bool, dict[str, Any]]:
@@ -110,8 +206,32 @@ class CallLog:
         return {"ok": True}
 
     def close(self) -> None:
-        self.sync()
-        self._file.close()
+        if self._log.closed:
+            return
+        try:
+            self.sync()
+        finally:
+            self._log.close()
+            self.keys.close()
+            self.lock.close()
+
+
+def _close_quietly(resource: Any) -> None:
+    """Close what a failed start opened; its own failure must not hide the first one."""
+    try:
+        resource.close()
+    except Exception:  # noqa: BLE001  (the start's error is the one to report)
+        pass
+
+
+def _keys_in(path: Path, start: int) -> Iterator[str]:
+    """The call keys of the log's records from byte `start` (a torn line is skipped)."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        for raw in handle:
+            call = trace.decode_line(raw)
+            if call is not None and isinstance(call.get("message_id"), str) and isinstance(call.get("step"), int):
+                yield call_key(call["message_id"], call["step"])
 
 
 def _order_id(args: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from actor import catalog as catalog_module
+from actor.ledger import LedgerError
 from actor.tools import CallLog
 from airlock import settings as settings_module, sources
 from airlock.errors import AirlockError
@@ -28,7 +29,11 @@ def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
     if not url:
         print("airlock naive: a model URL is needed (--model-url or AIRLOCK_MODEL_URL)", file=sys.stderr)
         return 2
-    log = CallLog(settings.calls_path)
+    try:
+        log = CallLog(settings.calls_path)
+    except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it
+        print(f"airlock naive: {exc}", file=sys.stderr)
+        return 2
     agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
                                                                 timeout_s=settings.model_timeout_s), log)
     prefix = uuid.uuid4().hex[:8]

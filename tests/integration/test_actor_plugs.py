@@ -37,11 +37,13 @@ def plugged(settings, tmp_path: Path) -> Iterator[Callable[..., Actor]]:
     """An actor for `task` on `catalog`, with `code` (a student's file) at plug point `point`."""
     made: list[Actor] = []
 
-    def make(point: str | None, code: str, task: Path, catalog: Path | None = None, timeout_s: float = 2.0) -> Actor:
+    def make(point: str | None, code: str, task: Path, catalog: Path | None = None, timeout_s: float = 2.0,
+             data_dir: Path | None = None) -> Actor:
         student = tmp_path / f"student{len(made)}.py"
         student.write_text(code)
         changed = msgspec.structs.replace(settings, student_code=Plug(point, student) if point else None,
-                                          student_timeout_s=timeout_s, catalog=catalog)
+                                          student_timeout_s=timeout_s, catalog=catalog,
+                                          data_dir=data_dir or settings.data_dir)
         made.append(build(changed, task_module.load(task)))
         return made[-1]
 
@@ -174,7 +176,8 @@ def test_checks_that_take_a_bool_for_an_int_are_caught_by_the_kernel(plugged, se
     catalog = tmp_path / "live-catalog.toml"
     shutil.copyfile(CHECKS_RUN / "catalog.toml", catalog)
     actor = plugged("actor.checks", wrong, CHECKS_RUN / "task.toml", catalog)
-    reference = plugged("actor.checks", CHECKS, CHECKS_RUN / "task.toml", catalog)
+    # Its own data dir: two live actors cannot share one ledger (actor/ledger.py's lock).
+    reference = plugged("actor.checks", CHECKS, CHECKS_RUN / "task.toml", catalog, data_dir=tmp_path / "reference")
     shutil.copyfile(CHECKS_RUN / "rug-pull.toml", tmp_path / "swap.toml")
     os.replace(tmp_path / "swap.toml", catalog)  # the rug pull, after both actors bound their plan
     done = run(actor, 30417)
@@ -182,7 +185,8 @@ def test_checks_that_take_a_bool_for_an_int_are_caught_by_the_kernel(plugged, se
     assert done.outcome == "refused" and rule == "student.missed" and "$.urgent" in reason
     assert [c["tool"] for c in calls(settings)] == ["lookup_order"]
     (done,) = reference.handle(Passed(message_id="m2", value=30417))
-    assert refused_by(done)[0] == "student.checks" and [c["tool"] for c in calls(settings)] == ["lookup_order"] * 2
+    assert refused_by(done)[0] == "student.checks" and [c["tool"] for c in calls(settings)] == ["lookup_order"]
+    assert [c["tool"] for c in trace.read(tmp_path / "reference" / "calls.jsonl")] == ["lookup_order"]
 
 
 def test_checks_that_refuse_everything_only_make_it_stricter(plugged, settings) -> None:

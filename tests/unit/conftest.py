@@ -20,6 +20,10 @@ def make_actor(settings, tmp_path: Path) -> Iterator[Callable[..., Actor]]:
     made: list[Actor] = []
 
     def make(task: str | Path = "order_status.toml", catalog_text: str | None = None) -> Actor:
+        # A new actor on the data dir is a restart: the one before has stopped (two live
+        # actors cannot share a ledger: the second refuses to start, see test_ledger.py).
+        for actor in made:
+            actor.close()
         path = tmp_path / f"catalog{len(made)}.toml"
         path.write_text(CATALOG if catalog_text is None else catalog_text)
         made.append(build(msgspec.structs.replace(settings, catalog=path), task_module.load(TASKS / task)))

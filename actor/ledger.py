@@ -1,0 +1,193 @@
+"""The actor's files on disk, written so that what they say is what happened.
+
+    LedgerError                  the actor's ledger cannot be used as it stands
+     +-- LedgerWriteFailed       a write or fsync failed (ENOSPC, EIO, ...): nothing of it stays
+     +-- LedgerUntrusted         calls.jsonl is not the file the actor opened (deleted, replaced)
+     +-- LedgerBusy              another live actor holds the ledger's lock
+
+AppendLog is one JSON-lines file (calls.jsonl, pending.jsonl) written with one unbuffered
+os.write per record. A buffered file would keep a failed record in its buffer and write it
+later, after the email it belonged to had already ended `failed`: the file would then say a
+call ran that the outcome says did not. Here a record is either whole in the file or not
+there at all: on any failure the file is cut back to its length before the record.
+
+LedgerLock is an exclusive flock on `calls.lock`, taken without waiting at start and dropped
+by the kernel when the process dies: two actors can never both act on one ledger.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from airlock import files, trace
+
+
+class LedgerError(Exception):
+    """The actor cannot act on its ledger as it stands; the message says why, for the trace."""
+
+
+class LedgerWriteFailed(LedgerError):
+    """A record could not be made durable; it was taken back out of the file."""
+
+
+class LedgerUntrusted(LedgerError):
+    """The ledger on disk is not the one this actor has been writing: acting on it could repeat
+    a side effect, so no call runs until the actor restarts and reconciles it."""
+
+
+class LedgerBusy(LedgerError):
+    """Another process holds the ledger; this actor must not start."""
+
+
+def disk_reason(exc: OSError, what: Path, doing: str) -> str:
+    """One line that names the disk's error: `No space left on device (ENOSPC) writing calls.jsonl`."""
+    code = errno.errorcode.get(exc.errno or 0, "error")
+    return f"{exc.strerror or exc} ({code}) {doing} {what.name}"
+
+
+class AppendLog:
+    """A JSON-lines file appended to by whole records, each either fully there or not at all."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self._path_text = path, os.fspath(path)
+        try:
+            handle = trace.open_lines(path)  # 0600, and a torn last line from a crash is ended first
+            self._fd = os.dup(handle.fileno())
+            try:
+                handle.close()  # flushes the newline that ends a torn line
+            except OSError:
+                os.close(self._fd)
+                raise
+        except PermissionError:
+            raise  # a data folder this user cannot write: a configuration error (service.main says so)
+        except OSError as exc:
+            raise LedgerWriteFailed(disk_reason(exc, path, "opening")) from exc
+        stat = os.fstat(self._fd)
+        self.identity = (stat.st_dev, stat.st_ino)
+        self.size = stat.st_size  # where the next record starts
+        self.synced = stat.st_size  # what an fsync has made durable (at open: whatever is there)
+
+    def append(self, line: bytes) -> None:
+        """Write one record (ending in a newline) with a single os.write; on failure, cut the
+        file back to its length before it and raise LedgerWriteFailed."""
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):  # a short write: the disk filled up mid-record
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            self._cut(self.size)
+            raise LedgerWriteFailed(disk_reason(exc, self.path, "writing")) from exc
+        self.size += len(line)
+
+    def sync(self) -> None:
+        """fsync what was appended since the last sync. On failure every record since that
+        sync is taken back out (its data may be lost anyway: Linux forgets a failed page) and
+        LedgerWriteFailed is raised; the caller must not acknowledge any of them."""
+        if self.synced == self.size:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._cut(self.synced)
+            raise LedgerWriteFailed(disk_reason(exc, self.path, "syncing")) from exc
+        self.synced = self.size
+
+    def rollback(self) -> None:
+        """Take back every record since the last sync (their answers will never be sent)."""
+        self._cut(self.synced)
+
+    def unlinked(self) -> str:
+        """The per-call check, one fstat: "" unless the file was deleted or renamed over
+        (either leaves it with no name), else what happened to it."""
+        try:
+            if os.fstat(self._fd).st_nlink > 0:
+                return ""
+        except OSError as exc:
+            return f"{self.path.name} cannot be checked: {exc.strerror}"
+        return f"{self.path.name} was deleted or replaced while the actor was writing it"
+
+    def replaced(self) -> str:
+        """The full check (once per group commit): "" if the path still names the file this
+        log writes to, else what happened to it (it may also have been moved away)."""
+        try:
+            stat = os.stat(self._path_text)
+        except FileNotFoundError:
+            return f"{self.path.name} was deleted while the actor was writing it"
+        except OSError as exc:
+            return f"{self.path.name} cannot be checked: {exc.strerror}"
+        if (stat.st_dev, stat.st_ino) != self.identity:
+            return f"{self.path.name} was replaced by another file while the actor was writing it"
+        return ""
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _cut(self, length: int) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+        except OSError:  # cannot even truncate (EIO): the reader's torn-line rule is the last guard
+            pass
+        self.size = min(self.size, length)
+        self.synced = min(self.synced, length)
+
+
+class LedgerLock:
+    """An exclusive, non-blocking flock on `path`, held for the life of the process.
+
+    The lock file is checked after locking: if it was deleted or replaced meanwhile (another
+    actor could then lock a new file of the same name), the lock is taken again on the file
+    the path names now."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        files.make_folder(path.parent)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise LedgerBusy(f"another actor holds {path} (its ledger); only one actor may act on "
+                                 f"{path.parent}: stop it first, or give this one its own data dir") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            stat, now = os.fstat(fd), _stat_or_none(path)
+            if now is not None and (now.st_dev, now.st_ino) == (stat.st_dev, stat.st_ino):
+                break
+            os.close(fd)  # locked a file that is gone: lock the one there now
+        self._fd = fd
+        self.identity = (stat.st_dev, stat.st_ino)
+        try:  # for a person: which process holds it (a full disk only loses this hint)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+
+    def lost(self) -> str:
+        """"" while the path still names the locked file; else why the lock no longer guards."""
+        now = _stat_or_none(self.path)
+        if now is None or (now.st_dev, now.st_ino) != self.identity:
+            return f"{self.path.name} (the ledger's lock) was deleted or replaced: another actor could take it"
+        return ""
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = -1
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None

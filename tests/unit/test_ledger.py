@@ -1,0 +1,393 @@
+"""The actor's ledger under faults (issue 15, points 1, 2, 5 and 7): a full disk, a failed
+fsync, a deleted or replaced calls.jsonl, a second actor, and a million keys."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from actor import app
+from actor.app import Actor
+from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.pending import Escalation, PendingStore
+from actor.preconditions import Approval
+from actor.tools import CallLog
+from airlock import task as task_module, trace
+from airlock.wire import Decision, Done, Event, Passed
+from tests.conftest import CATALOG, TASKS
+
+
+def _calls(path: Path) -> list[tuple[str, int]]:
+    return [(call["message_id"], call["step"]) for call in trace.read(path)]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs of this test's own, unmounted after it (a real full disk: ENOSPC
+    comes from the kernel, through whatever buffering the code under test does)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=True)  # never left behind...
+            pytest.fail("the tmpfs was still in use: something the test opened was not closed")  # ...but said
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the disk `folder` is on to its last byte; returns the filler, to delete."""
+    filler = folder / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(descriptor, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+@pytest.fixture
+def actor_on(settings, tmp_path: Path) -> Iterator[Callable[[Path], Actor]]:
+    """Build an actor whose data dir is `folder` (each closed after the test)."""
+    made: list[Actor] = []
+
+    def build(folder: Path) -> Actor:
+        for earlier in made:  # a new actor on the folder is a restart
+            earlier.close()
+        catalog = tmp_path / "catalog.toml"
+        catalog.write_text(CATALOG)
+        made.append(app.build(msgspec.structs.replace(settings, data_dir=folder, catalog=catalog),
+                              task_module.load(TASKS / "order_status.toml")))
+        return made[-1]
+    yield build
+    for actor in made:
+        actor.close()
+
+
+def test_a_call_that_hit_a_full_disk_never_lands_later(small_disk: Path, actor_on) -> None:
+    """Issue 15 point 2: with the call log's disk full the email ends failed naming the disk,
+    and once space returns the failed call's record does not land in calls.jsonl after all
+    (the old buffered file wrote it with the next call)."""
+    actor = actor_on(small_disk)
+    filler = _fill(small_disk)
+    failed = actor.run("m1", "4411")
+    assert failed.outcome == "failed" and "No space left on device" in failed.reason
+    actor.sync()  # the loop's group commit: nothing of m1 is there to make durable
+    filler.unlink()
+    assert actor.run("m2", "4411").outcome == "completed"
+    actor.sync()
+    actor.close()
+    assert _calls(small_disk / "calls.jsonl") == [("m2", 1), ("m2", 2)]
+    # and m1, having made no call, runs in full when it comes again
+    again = actor_on(small_disk)
+    assert [call.status for call in again.run("m1", "4411").calls] == ["ok", "ok"]
+
+
+def test_a_failed_write_is_a_typed_failure_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    """ENOSPC on the record's write: LedgerWriteFailed, the file as it was, the key free."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    real_write = os.write
+
+    def full(descriptor: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(LedgerWriteFailed, match=r"No space left on device \(ENOSPC\) writing calls.jsonl"):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.setattr(os, "write", real_write)
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the key was given back
+    log.close()
+    assert _calls(tmp_path / "calls.jsonl") == [("m0", 1), ("m1", 1)]
+
+
+def test_a_short_write_is_cut_back(tmp_path: Path, monkeypatch) -> None:
+    """A write that stops mid-record (the disk filled during it) leaves no half line."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
+    with pytest.raises(LedgerWriteFailed):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.setattr(os, "write", real_write)
+    log.close()
+    assert (tmp_path / "calls.jsonl").read_bytes() == b""
+
+
+def test_a_failed_fsync_takes_the_batch_back(make_actor, settings, monkeypatch) -> None:
+    """EIO on the group commit's fsync: the batch's records are cut out of calls.jsonl and
+    the sync raises, so no Done acknowledges a call that is not on disk (the old log kept
+    the lines it could not make durable, and the loop's exception stopped the actor)."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+
+    def broken(descriptor: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "fsync", broken)
+    assert actor.run("m2", "4411").outcome == "completed"
+    with pytest.raises(LedgerWriteFailed, match=r"Input/output error \(EIO\) syncing calls.jsonl"):
+        actor.sync()
+    monkeypatch.undo()
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2)]
+    # the successor the broker redelivers m2 to makes its calls: none of them was recorded
+    assert [call.status for call in make_actor().run("m2", "4411").calls] == ["ok", "ok"]
+
+
+def test_an_escalation_that_cannot_be_stored_fails_the_email(make_actor, monkeypatch) -> None:
+    """ENOSPC on pending.jsonl: the email ends failed with the disk's reason, nothing waits."""
+    actor = make_actor("refund_with_approval.toml")
+
+    def full(descriptor: int, data: bytes) -> int:
+        if b'"role"' in data:  # the escalation's line only: step 1's call goes through
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(descriptor, data)
+    real_write = os.write
+    monkeypatch.setattr(os, "write", full)
+    done = actor.run("r1", "damaged", "lena@example.de", "dkim")
+    assert done.outcome == "failed" and "No space left on device" in done.reason
+    assert "r1" not in actor.executor.pending.open
+
+
+def test_pending_store_writes_whole_lines_or_none(tmp_path: Path, monkeypatch) -> None:
+    """A pending line that fails to write is not open after a restart either."""
+    path = tmp_path / "pending.jsonl"
+    store = PendingStore(path)
+    monkeypatch.setattr(os, "write", lambda descriptor, data: 3)  # three bytes, then the disk is full
+    with pytest.raises(LedgerWriteFailed):
+        store.add(Escalation("r1", "damaged", "a@b", 2, "lead"))
+    monkeypatch.undo()
+    store.close()
+    assert not store.open and PendingStore(path).open == {} and path.read_bytes() == b""
+
+
+def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, logged_calls) -> None:
+    """Issue 15 point 5: calls.jsonl deleted while an email waited for approval; after the
+    restart the approved email's step 1 is `replayed` (the key index kept its key), not run
+    again as `ok`, and the actor says in the trace what it found."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    actor.close()
+    settings.calls_path.unlink()
+    restarted = make_actor("refund_with_approval.toml")
+    answers = restarted.handle(_decision("r1"))
+    done = answers[-1]
+    assert isinstance(done, Done) and done.outcome == "completed"
+    assert [call.status for call in done.calls] == ["replayed", "ok"]  # the old actor: ["ok", "ok"]
+    notices = [answer for answer in answers if isinstance(answer, Event)]
+    assert [notice.event for notice in notices] == ["ledger_replaced"]
+    assert notices[0].detail["indexed_bytes"] > 0 and notices[0].detail["found_bytes"] == 0
+    assert [c["step"] for c in logged_calls()] == [2]  # step 1's record went with the deleted file
+
+
+def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, settings, logged_calls, capsys) -> None:
+    """Deleted under a running actor: the next call is not made (nor any after it), the
+    email gets no answer (the broker redelivers it to the restarted actor), a warning goes to
+    stderr; the restarted actor replays step 1 and runs step 2 into the new calls.jsonl."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    settings.calls_path.unlink()
+    assert actor.handle(_decision("r1")) == []  # the old actor: step 1 replayed, step 2 written to the deleted file
+    done = actor.decide("r1", Approval(True, "support-lead", "dana", ""))  # what the executor made of it
+    assert done.outcome == "failed" and "ledger_untrusted" in done.reason and "deleted" in done.reason
+    assert actor.untrusted and "WARNING" in capsys.readouterr().err
+    assert actor.handle(_passed("m9")) == []  # latched until the restart
+    actor.sync()
+    actor.close()
+    assert not settings.calls_path.exists()
+    restarted = make_actor("refund_with_approval.toml")
+    *notices, done = restarted.handle(_decision("r1"))
+    assert [notice.event for notice in notices] == ["ledger_replaced"]
+    assert done.outcome == "completed" and [call.status for call in done.calls] == ["replayed", "ok"]
+    assert [(c["message_id"], c["step"]) for c in logged_calls()] == [("r1", 2)]
+
+
+def test_calls_jsonl_replaced_while_running_is_not_trusted(make_actor, settings) -> None:
+    """Replaced (another file renamed over it): the next call is refused the same way."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+    other = settings.calls_path.with_name("other.jsonl")
+    other.write_bytes(b"")
+    os.replace(other, settings.calls_path)
+    done = actor.run("m2", "4411")
+    assert done.outcome == "failed" and "ledger_untrusted" in done.reason and "replaced" in done.reason
+
+
+def test_calls_jsonl_moved_away_is_found_at_the_group_commit(make_actor, settings) -> None:
+    """Moved away and a new file made at its name: the calls already written went to the
+    moved file (still there); the group commit finds it out and the next call is refused."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    settings.calls_path.rename(settings.calls_path.with_suffix(".1"))
+    settings.calls_path.write_bytes(b"")
+    actor.sync()
+    assert "replaced" in actor.untrusted
+    assert actor.handle(_passed("m2")) == [] and actor.run("m3", "4411").outcome == "failed"
+    assert _calls(settings.calls_path.with_suffix(".1")) == [("m1", 1), ("m1", 2)]
+
+
+def test_resume_with_both_ledger_files_gone_runs_nothing(make_actor, settings, logged_calls) -> None:
+    """calls.jsonl and its key index both deleted: the approved email's step 1 is known to
+    have run (it was escalated at step 2), so the resume refuses rather than run it again."""
+    actor = make_actor("refund_with_approval.toml")
+    assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
+    actor.sync()
+    actor.close()
+    for leftover in settings.data_dir.glob("calls.*"):
+        if leftover.name != "calls.lock":
+            leftover.unlink()
+    done = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana", ""))
+    assert done.outcome == "failed" and done.reason.startswith("ledger_untrusted: step 1")
+    assert logged_calls() == []
+
+
+def test_a_second_call_log_on_one_ledger_refuses(tmp_path: Path) -> None:
+    """Issue 15 point 1 at the ledger: two writers on one calls.jsonl each made the same
+    call (each with its own keys); the second now cannot open the ledger at all."""
+    first = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert first.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    with pytest.raises(LedgerBusy, match="another actor holds"):
+        second = CallLog(tmp_path / "calls.jsonl", orders={})
+        second.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the old code made it twice
+    first.close()
+    assert _calls(tmp_path / "calls.jsonl") == [("m1", 1)]
+    CallLog(tmp_path / "calls.jsonl", orders={}).close()  # the lock goes with its holder
+
+
+def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
+    """Deleting calls.lock under a running actor makes its ledger untrusted (another actor
+    could lock a new one), so the first stops acting instead of both acting."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    (tmp_path / "calls.lock").unlink()
+    log.sync()  # checked at each group commit
+    with pytest.raises(LedgerUntrusted, match="calls.lock"):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+
+
+def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
+    """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
+    key long out of the cache still replays."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={}, cache_keys=100)
+    for number in range(5000):
+        assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+        if number % 250 == 0:
+            log.sync()
+    assert log.keys.cached() == 100
+    assert not log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    assert len(_calls(tmp_path / "calls.jsonl")) == 5000
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda index: index.unlink(), id="index-deleted"),
+    pytest.param(lambda index: index.write_bytes(b""), id="index-emptied"),
+    pytest.param(lambda index: index.write_bytes(b"not a database at all " * 300), id="index-garbage"),
+])
+def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> None:
+    """The log is the ground truth: without its index every key in it still replays."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    damage(tmp_path / "calls.keys.sqlite")
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    assert not again.notices  # a new index is not a replaced log
+    again.close()
+
+
+def test_an_index_behind_the_log_catches_up(tmp_path: Path) -> None:
+    """Records the index never committed (a crash between the log's fsync and the commit)
+    are indexed from where it stopped."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    with open(tmp_path / "calls.jsonl", "ab") as handle:  # as if the commit had been lost
+        handle.write(b'{"message_id": "m2", "step": 1, "server": "shop", "tool": "lookup_order", "args": {}}\n')
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m2", 1, "shop", "lookup_order", {"order_id": "1"}) and not again.notices
+    again.close()
+
+
+def _passed(message_id: str) -> Passed:
+    return Passed(message_id=message_id, value="damaged", sender="lena@example.de", sender_proof="dkim")
+
+
+def _decision(message_id: str) -> Decision:
+    return Decision(message_id=message_id, approve=True, role="support-lead", by="dana")
+
+
+def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, monkeypatch, capsys) -> None:
+    """The log's records fit in its last page but the index cannot commit (SQLITE_FULL): the
+    calls stand (they are durable in the log), their keys are held in memory, a replay is
+    still refused, and once space returns the index takes them."""
+    path = small_disk / "calls.jsonl"
+    log = CallLog(path, orders={})
+    assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.sync()
+    filler = _fill(small_disk)
+    made = [log.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"}) for n in range(1, 4)]
+    log.sync()
+    assert made == [True] * 3 and "could not commit" in capsys.readouterr().err
+    assert not any(log.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"}) for n in range(4))
+    filler.unlink()
+    log.close()
+    again = CallLog(path, orders={})
+    assert not again.notices and not any(again.call(f"m{n}", 1, "shop", "lookup_order", {}) for n in range(4))
+    again.close()
+    assert _calls(path) == [(f"m{n}", 1) for n in range(4)]
+
+
+def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys) -> None:
+    """`airlock naive` on a data dir whose actor runs: one line and exit 2, no traceback."""
+    from lab.naive.__main__ import run
+    from tests.conftest import ROOT
+
+    held = CallLog(tmp_path / "calls.jsonl", orders={})
+    try:
+        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == 2
+    finally:
+        held.close()
+    assert "another actor holds" in capsys.readouterr().err
+
+
+def test_an_actor_starting_on_a_full_disk_is_a_typed_failure(small_disk: Path) -> None:
+    """No room for the key index at start: LedgerWriteFailed (the actor exits 75 and the
+    supervisor retries it), not a traceback; once space returns it starts."""
+    filler = _fill(small_disk)
+    with pytest.raises(LedgerWriteFailed):
+        CallLog(small_disk / "calls.jsonl", orders={})
+    filler.unlink()
+    CallLog(small_disk / "calls.jsonl", orders={}).close()
+
+
+def test_a_damaged_key_index_is_moved_aside_and_rebuilt(tmp_path: Path, capsys) -> None:
+    """A key index that is not a database (a disk error, a stray copy) does not stop the
+    actor for good: it is kept beside, named, and the keys come back from the log."""
+    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    (tmp_path / "calls.keys.sqlite").write_bytes(b"\x00garbage" * 1000)
+    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    again.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    assert "is damaged" in capsys.readouterr().err
