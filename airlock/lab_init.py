@@ -55,7 +55,7 @@ PROJECT, DATA, LAB_KEYS = Path("/project"), Path("/data"), Path("/lab-keys")
 # The files the services write in /data (the broker's trace and journal, the actor's call log
 # and pending escalations). The services make theirs 0600 (airlock.files), which the host
 # user could not read: made here first, they get the group's bits below and keep them.
-DATA_FILES = ("trace.jsonl", "journal.bin", "calls.jsonl", "pending.jsonl")
+DATA_FILES = ("trace.jsonl", "journal.bin", "calls.jsonl", "pending.jsonl", "broker.lock", "calls.lock")
 # The people who may decide escalations, in the project the lab serves: each gets a key pair
 # here (keys.make_people keeps any pair already made), as `airlock up` does for its task.
 PRINCIPALS = Path("tasks") / "principals.toml"
