@@ -11,18 +11,18 @@ later, after the email it belonged to had already ended `failed`: the file would
 call ran that the outcome says did not. Here a record is either whole in the file or not
 there at all: on any failure the file is cut back to its length before the record.
 
-LedgerLock is an exclusive flock on `calls.lock`, taken without waiting at start and dropped
+ledger_lock is an exclusive flock on `calls.lock` (airlock.locks), taken without waiting at start and dropped
 by the kernel when the process dies: two actors can never both act on one ledger.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 from pathlib import Path
 
-from airlock import files, trace
+from airlock import locks, trace
+from airlock.errors import LockHeld
 
 
 class LedgerError(Exception):
@@ -140,54 +140,10 @@ class AppendLog:
         self.synced = min(self.synced, length)
 
 
-class LedgerLock:
-    """An exclusive, non-blocking flock on `path`, held for the life of the process.
-
-    The lock file is checked after locking: if it was deleted or replaced meanwhile (another
-    actor could then lock a new file of the same name), the lock is taken again on the file
-    the path names now."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        files.make_folder(path.parent)
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise LedgerBusy(f"another actor holds {path} (its ledger); only one actor may act on "
-                                 f"{path.parent}: stop it first, or give this one its own data dir") from None
-            except BaseException:
-                os.close(fd)
-                raise
-            stat, now = os.fstat(fd), _stat_or_none(path)
-            if now is not None and (now.st_dev, now.st_ino) == (stat.st_dev, stat.st_ino):
-                break
-            os.close(fd)  # locked a file that is gone: lock the one there now
-        self._fd = fd
-        self.identity = (stat.st_dev, stat.st_ino)
-        try:  # for a person: which process holds it (a full disk only loses this hint)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
-
-    def lost(self) -> str:
-        """"" while the path still names the locked file; else why the lock no longer guards."""
-        now = _stat_or_none(self.path)
-        if now is None or (now.st_dev, now.st_ino) != self.identity:
-            return f"{self.path.name} (the ledger's lock) was deleted or replaced: another actor could take it"
-        return ""
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = -1
-
-
-def _stat_or_none(path: Path) -> os.stat_result | None:
+def ledger_lock(path: Path) -> locks.Held:
+    """The exclusive lock on `path` (airlock.locks), or LedgerBusy: only one actor may act on a
+    ledger. `lost()` on the result says whether the lock file is still the one locked."""
     try:
-        return os.stat(path)
-    except FileNotFoundError:
-        return None
+        return locks.hold(path, "actor", "stop it first, or give this one its own data dir")
+    except LockHeld as exc:
+        raise LedgerBusy(str(exc)) from None

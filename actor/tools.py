@@ -24,7 +24,7 @@ import msgspec
 
 from actor.catalog import Tool
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
-from actor.ledger import AppendLog, LedgerLock, LedgerUntrusted, LedgerWriteFailed
+from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import trace
 from airlock.trace import utc_now
 
@@ -46,13 +46,13 @@ class ToolFailure(Exception):
 
 
 class CallLog:
-    """The call log and its guards: one actor at a time (LedgerLock), each record whole or
+    """The call log and its guards: one actor at a time (ledger_lock), each record whole or
     absent (AppendLog), keys on disk with a bounded cache (KeyIndex), and a check before each
     call that calls.jsonl is still the file being written (LedgerUntrusted otherwise)."""
 
     def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None,
                  cache_keys: int = CACHE_KEYS) -> None:
-        self.lock = LedgerLock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
+        self.lock = ledger_lock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
         opened: list[Any] = [self.lock]
         try:
             self.keys = KeyIndex(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)

@@ -50,11 +50,26 @@ class Held:
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path, self._fd = path, fd
+        info = os.fstat(fd)
+        self._identity = (info.st_dev, info.st_ino)
+
+    def lost(self) -> str:
+        """"" while `path` still names the locked file; else why the lock no longer guards: a
+        lock file deleted or replaced lets another process lock a new file of that name."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != self._identity:
+            return f"{self.path.name} (a lock) was deleted or replaced: another process could take it"
+        return ""
 
     def release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)  # the only descriptor: closing it drops the lock
             self._fd = -1
+
+    close = release  # a Held is closed like the files opened beside it
 
     def __enter__(self) -> Held:
         return self
@@ -73,18 +88,23 @@ def hold(path: Path, what: str, advice: str = "stop it first", own_folder: bool 
     writes this data dir); an OSError of the disk (ENOSPC, EIO) propagates as itself: the
     caller may retry later, when a ConfigError would stop it for good."""
     files.make_folder(path.parent)
-    fd = _open(path, own_folder)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _hint(fd)
-        os.close(fd)
-        raise LockHeld(path, what, holder, advice) from None
-    except BaseException:
-        os.close(fd)
-        raise
+    while True:
+        fd = _open(path, own_folder)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _hint(fd)
+            os.close(fd)
+            raise LockHeld(path, what, holder, advice) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        held = Held(path, fd)
+        if not held.lost():
+            break
+        held.release()  # locked a file deleted meanwhile: lock the one the path names now
     _write_hint(fd)
-    return Held(path, fd)
+    return held
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ two actors shared calls.jsonl, each with its own keys, and ran 128 emails' calls
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_a_second_actor_on_one_data_dir_refuses_to_start(tmp_path: Path) -> None
         second = subprocess.run([sys.executable, "-m", "actor"], env=env, cwd=ROOT, capture_output=True,
                                 text=True, timeout=START_TIMEOUT_S)
         assert second.returncode == 75
-        assert "another actor holds" in second.stderr and "calls.lock" in second.stderr
+        assert re.search(r"another actor \(pid \d+\) holds", second.stderr) and "calls.lock" in second.stderr
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the first one is untouched
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,8 @@ from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
 from actor.tools import CallLog
-from airlock import task as task_module, trace
+from airlock import task as task_module
+from airlock import trace
 from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
 
@@ -264,7 +266,7 @@ def test_a_second_call_log_on_one_ledger_refuses(tmp_path: Path) -> None:
     call (each with its own keys); the second now cannot open the ledger at all."""
     first = CallLog(tmp_path / "calls.jsonl", orders={})
     assert first.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
-    with pytest.raises(LedgerBusy, match="another actor holds"):
+    with pytest.raises(LedgerBusy, match=r"another actor \(pid \d+\) holds .*calls\.lock"):
         second = CallLog(tmp_path / "calls.jsonl", orders={})
         second.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the old code made it twice
     first.close()
@@ -366,7 +368,7 @@ def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys)
         assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == 2
     finally:
         held.close()
-    assert "another actor holds" in capsys.readouterr().err
+    assert re.search(r"another actor \(pid \d+\) holds", capsys.readouterr().err)
 
 
 def test_an_actor_starting_on_a_full_disk_is_a_typed_failure(small_disk: Path) -> None:
