@@ -114,7 +114,7 @@ class Accepted(Message, tag="accepted"):
 # queue_full (the queue holds AIRLOCK_QUEUE_MAX_BYTES: retry later), too_many_ids (an Await
 # over AIRLOCK_AWAIT_MAX_IDS), too_many_waiters (this client already waits on
 # AIRLOCK_AWAIT_MAX_WAITERS ids), unknown_id, not_escalated; "" from a broker before codes.
-RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unknown_id", "not_escalated"]
+RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unknown_id", "not_escalated", "disk_full"]
 
 
 class Refused(Message, tag="refused"):
