@@ -10,6 +10,8 @@ and the turn's trace lines in as few published frames as fit.
 from __future__ import annotations
 
 import collections
+import errno
+import os
 import threading
 import time
 
@@ -72,16 +74,29 @@ _EVENT_NAMES = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoi
 
 
 def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Send | bytes | Entry]:
+    """Trace each failed handshake as what it was. Only a peer the broker refused is
+    `auth_refused`: the authenticator denied its key, or it failed CURVE itself (no CURVE,
+    bad crypto: a protocol error). A handshake that ended with no verdict (the connection
+    closed or timed out mid-handshake: every connection does so while the broker is paused
+    past libzmq's 30 s handshake interval) is `handshake_failed` with its errno, counted
+    apart: the stack's own services reconnecting are not refused strangers."""
     effects: list[Send | bytes | Entry] = []
     while True:
         try:
             event = recv_monitor_message(monitor, zmq.NOBLOCK)
         except zmq.Again:
             return effects
+        peer = event["endpoint"].decode(errors="replace")
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            value = event["value"]
+            core.counters[f"handshake_failed.{role}"] += 1
+            effects.append(trace.line("broker", "handshake_failed", None, {
+                "endpoint": role, "peer": peer, "errno": errno.errorcode.get(value, str(value)),
+                "reason": f"the handshake ended with no verdict ({os.strerror(value)}): not a refusal"}))
+            continue
         core.counters[f"auth_refused.{role}"] += 1
         effects.append(trace.line("broker", "auth_refused", None, {
-            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])),
-            "peer": event["endpoint"].decode(errors="replace")}))
+            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])), "peer": peer}))
 
 
 def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
