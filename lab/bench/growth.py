@@ -7,7 +7,9 @@ bytes on disk. Everything here is arithmetic on those, so it is tested with smal
 Memory is judged after warm-up (caches fill, the allocator settles): the first sample at
 or past `warmup_s`, the peak, the last, and the least-squares slope of RSS against emails
 done, in MiB per 100,000 emails: flat memory is a slope near 0, a leak a steady positive
-one. Files are judged over the whole run: bytes added per 1,000 emails with an outcome
+one. The slope over the later half of those samples tells a cache that fills up to its
+bound and stops (a late slope near 0) from a leak (the same slope throughout). Files are
+judged over the whole run: bytes added per 1,000 emails with an outcome
 (a rotated or compacted file grows less, or shrinks).
 """
 
@@ -52,12 +54,13 @@ def memory(samples: list[Sample], warmup_s: float) -> dict[str, dict[str, float 
     for name in names:
         seen = [sample["rss_mib"][name] for sample in samples if name in sample["rss_mib"]]
         points = [(float(sample["done"]), sample["rss_mib"][name]) for sample in settled if name in sample["rss_mib"]]
-        rate = slope(points)
+        rate, late = slope(points), slope(points[len(points) // 2:])
         figures[name] = {
             "after_warmup_mib": round(points[0][1], 1) if points else None,
             "peak_mib": round(max(seen), 1),
             "last_mib": round(seen[-1], 1),
             "slope_mib_per_100k": round(rate * PER_EMAILS, 2) if rate is not None else None,
+            "late_slope_mib_per_100k": round(late * PER_EMAILS, 2) if late is not None else None,
             "samples": len(seen),
         }
     return figures
@@ -117,10 +120,11 @@ def table(soak: dict[str, Any]) -> list[str]:
              f"  outcomes {soak['outcomes'] or 'none'}" + (f"; RESTARTED during the run: {', '.join(soak['restarted'])}"
                                                          if soak["restarted"] else "")]
     lines.append(f"  {'process':<12} {'RSS MiB after warm-up':>22} {'peak':>7} {'last':>7} "
-                 f"{'slope MiB / 100,000 emails':>27}")
+                 f"{'slope MiB / 100,000 emails':>27} {'later half':>11}")
     for name, proc in soak["memory"].items():
         lines.append(f"  {name:<12} {_num(proc['after_warmup_mib'], 1):>22} {_num(proc['peak_mib'], 1):>7} "
-                     f"{_num(proc['last_mib'], 1):>7} {_num(proc['slope_mib_per_100k'], 2):>27}")
+                     f"{_num(proc['last_mib'], 1):>7} {_num(proc['slope_mib_per_100k'], 2):>27} "
+                     f"{_num(proc['late_slope_mib_per_100k'], 2):>11}")
     shown = timeline(soak["samples"])
     lines.append(f"  {'RSS MiB at':<12} " + " ".join(f"{_moment(s):>14}" for s in shown))
     for name in soak["memory"]:

@@ -36,8 +36,15 @@ def test_memory_is_judged_after_warm_up() -> None:
     """Warm-up growth is left out: the leak shows as 100 MiB / 100,000 emails, the flat actor as 0."""
     memory = growth.memory(SAMPLES, warmup_s=10)
     assert memory["broker"] == {"after_warmup_mib": 30.0, "peak_mib": 32.0, "last_mib": 32.0,
-                                "slope_mib_per_100k": 100.0, "samples": 4}
+                                "slope_mib_per_100k": 100.0, "late_slope_mib_per_100k": 100.0, "samples": 4}
     assert memory["actor"]["slope_mib_per_100k"] == 0.0 and memory["actor"]["after_warmup_mib"] == 25.0
+
+
+def test_a_cache_that_fills_to_its_bound_has_a_flat_later_half() -> None:
+    """Growth that stops (a bounded cache) shows a late slope of 0 where a leak keeps its own."""
+    filled = [sample(t, t * 100, {"broker": min(40.0, 30.0 + t)}, {}) for t in range(0, 41, 2)]
+    memory = growth.memory(filled, warmup_s=0)["broker"]
+    assert memory["slope_mib_per_100k"] > 0 and memory["late_slope_mib_per_100k"] == 0.0
 
 
 def test_a_warm_up_past_the_run_judges_the_last_sample() -> None:
