@@ -252,35 +252,48 @@ def _not_accepted(args: argparse.Namespace, items: list[Submission], accepted: l
                   unanswered: list[Submission], failure: AirlockError | None) -> None:
     """Say which emails did not go in: `not accepted` (never sent, or refused: certainly not
     taken, safe to send again) and `no answer` (sent, never answered: the broker may still
-    take them, so look in `airlock trace` before sending them again). One line each on
-    stderr, escaped, and with --json a line each on stdout; --rest FILE gets the paths of
-    the files not accepted, for `airlock inject --from-list FILE`."""
+    take them, so look in `airlock trace` before sending them again). One escaped line each
+    on stderr after a line of counts, or with --json a JSON line each on stdout and the
+    counts on the failure's one stderr line (scripts read one line there); when nothing
+    went in, the failure's line says so alone. --rest FILE gets the paths of the files not
+    accepted, for `airlock inject --from-list FILE`."""
     taken = {id(item) for item, _ in accepted}
     maybe = {id(item) for item in unanswered}
     left = [item for item in items if id(item) not in taken and id(item) not in maybe]
     unknown = [item for item in items if id(item) in maybe and id(item) not in taken]
-    if failure is not None:
-        print(f"airlock: {shown(str(failure))}", file=sys.stderr)
-    if not left and not unknown:
-        sys.stderr.flush()
-        return
-    print(f"airlock: {len(accepted)} of {len(items)} emails accepted (their ids are on standard output); "
-          f"{len(left)} not accepted" + (f", {len(unknown)} sent with no answer (the broker may still take them: "
-                                          "look for their files in `airlock trace` before sending them again)"
-                                          if unknown else ""), file=sys.stderr)
+    nothing_in = not accepted and not unknown  # then the failure's one line says it all
+    counts = (f"{len(accepted)} of {len(items)} emails accepted; {len(left)} not accepted"
+              + (f", {len(unknown)} sent with no answer (the broker may still take them: look for their files in "
+                 "`airlock trace` before sending them again)" if unknown else ""))
+    lines = [] if failure is None else [shown(str(failure))]
+    if nothing_in:
+        lines = [line + f"; none of the {len(items)} emails was accepted" if len(items) > 1 else line for line in lines]
+    elif args.json:  # one line on stderr; each file is a JSON line on standard output
+        lines = ["; ".join([*lines, counts + ", each listed on standard output"])]
+    else:
+        lines.append(counts + "; their ids are above, the rest below")
+    for line in lines:
+        print(f"airlock: {line}", file=sys.stderr)
     for status, group in (("not_accepted", left), ("no_answer", unknown)):
         for item in group:
-            print(f"{INJECT_STATUS[status]}: {shown(item.origin)}", file=sys.stderr)
             if args.json:
                 print(json_line({"file": item.origin, "status": status}))
-    if args.rest:
-        files = [item.origin for item in left if item.origin not in ("--text", "<stdin>")]
-        Path(args.rest).write_text("".join(f"{origin}\n" for origin in files), encoding="utf-8",
-                                   errors="surrogateescape")
-        print(f"airlock: the {len(files)} file(s) not accepted are listed in {shown(args.rest)}: "
-              f"airlock inject --from-list {shown(args.rest)} sends only those", file=sys.stderr)
+            elif not nothing_in:
+                print(f"{INJECT_STATUS[status]}: {shown(item.origin)}", file=sys.stderr)
+    _write_rest(args, left)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _write_rest(args: argparse.Namespace, left: list[Submission]) -> None:
+    """--rest FILE: the paths of the files not accepted, one a line, for --from-list FILE."""
+    if not args.rest or not left:
+        return
+    files = [item.origin for item in left if item.origin not in ("--text", "<stdin>")]
+    Path(args.rest).write_text("".join(f"{origin}\n" for origin in files), encoding="utf-8",
+                               errors="surrogateescape")
+    print(f"airlock: the {len(files)} file(s) not accepted are listed in {shown(args.rest)}: "
+          f"airlock inject --from-list {shown(args.rest)} sends only those", file=sys.stderr)
 
 
 def _print_outcome(args: argparse.Namespace, message_id: str, origin: str, result: Result | None,

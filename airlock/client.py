@@ -101,7 +101,8 @@ class IntakeClient:
 
         Whatever ends the call, what was accepted before it has been yielded, and
         `self.unanswered` holds what was sent and never answered: the broker may have taken
-        those (a paused broker reads them when it resumes). Every other submission not
+        those (a paused broker reads them when it resumes). If the CURVE handshake never
+        succeeded nothing reached the broker, and closing drops it (ZmqChannel.close). Every other submission not
         yielded was certainly not accepted, so a caller can say exactly what went in."""
         queue = list(items)
         patience_s = self.busy_wait_s if busy_wait_s is None else busy_wait_s
@@ -146,8 +147,8 @@ class IntakeClient:
                         stop = stop or RequestRefused(f"the broker at {self.endpoint} refused an email: {why}")
             if stop is not None:
                 raise stop
-        finally:
-            self.unanswered = list(waiting.values())
+        finally:  # before the handshake nothing left this client: what waits was never sent
+            self.unanswered = list(waiting.values()) if self._channel.may_have_delivered() else []
 
     def submit_one(self, item: Submission) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket

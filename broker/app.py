@@ -26,6 +26,7 @@ from airlock.wire import ROLES, Malformed, batch_limit, frames, grouped, inbound
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
+from broker.stall import StallWatch
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
 TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
@@ -73,13 +74,14 @@ _EVENT_NAMES = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoi
                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed"}
 
 
-def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Send | bytes | Entry]:
-    """Trace each failed handshake as what it was. Only a peer the broker refused is
-    `auth_refused`: the authenticator denied its key, or it failed CURVE itself (no CURVE,
-    bad crypto: a protocol error). A handshake that ended with no verdict (the connection
-    closed or timed out mid-handshake: every connection does so while the broker is paused
-    past libzmq's 30 s handshake interval) is `handshake_failed` with its errno, counted
-    apart: the stack's own services reconnecting are not refused strangers."""
+def _handshake_failures(core: Router, monitor: zmq.Socket, role: str, watch: StallWatch) -> list[Send | bytes | Entry]:
+    """Trace each failed handshake as what it was. A key the authenticator denied, or a
+    peer that failed CURVE (a protocol error: no CURVE, bad crypto), is `auth_refused`; so
+    is a handshake that ended with no verdict (errno only), as a peer without CURVE often
+    does by hanging up on the broker's greeting. But one that ended so while the broker
+    itself was stopped, or just after (broker.stall: SIGSTOP, a paused container), is the
+    stop's doing: the stack's own services gave up waiting and reconnected. That is
+    `handshake_failed`, with its errno and the stop's length, counted apart."""
     effects: list[Send | bytes | Entry] = []
     while True:
         try:
@@ -87,12 +89,15 @@ def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Se
         except zmq.Again:
             return effects
         peer = event["endpoint"].decode(errors="replace")
-        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        stalled_s = watch.stalled(time.monotonic())
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and stalled_s:
             value = event["value"]
             core.counters[f"handshake_failed.{role}"] += 1
             effects.append(trace.line("broker", "handshake_failed", None, {
                 "endpoint": role, "peer": peer, "errno": errno.errorcode.get(value, str(value)),
-                "reason": f"the handshake ended with no verdict ({os.strerror(value)}): not a refusal"}))
+                "stalled_s": round(stalled_s, 1),
+                "reason": f"the handshake ended with no verdict ({os.strerror(value)}) as the broker was stopped "
+                          f"for {stalled_s:.0f} s: its peers gave up waiting; not a refusal"}))
             continue
         core.counters[f"auth_refused.{role}"] += 1
         effects.append(trace.line("broker", "auth_refused", None, {
@@ -192,6 +197,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         if server is not None else {}
     for monitor in monitors:
         poller.register(monitor, zmq.POLLIN)
+    watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
 
     def carry_out(effects: list[Send | bytes | Entry]) -> None:
         lines: list[bytes] = []
@@ -259,7 +265,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             effects: list[Send | bytes | Entry] = []
             for sock, _ in poller.poll(int(wait_s * 1000)):
                 if sock in monitors:
-                    effects += _handshake_failures(core, sock, monitors[sock])
+                    effects += _handshake_failures(core, sock, monitors[sock], watch)
                     continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
                 taken = taken_bytes = 0
@@ -295,4 +301,5 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             sock.close(linger=LINGER_MS)
         if authenticator is not None:
             authenticator.stop()
+        watch.stop()
         ctx.term()

@@ -42,6 +42,7 @@ def test_a_paused_broker_is_not_an_authentication_failure(stack) -> None:
     assert failed
     assert {t["endpoint"] for t in failed} <= {"reader", "validator", "actor"}
     assert all(t["errno"].startswith("E") and "not a refusal" in t["reason"] for t in failed)
+    assert all(t["stalled_s"] >= PAST_THE_HANDSHAKE_INTERVAL_S - 5 for t in failed)  # the stop, measured
     (result,) = s.inject(str(SEED))  # the stack works again
     assert result["outcome"] == "completed"
     status = json.loads(s.airlock("status", "--json").stdout)

@@ -26,8 +26,8 @@ class ScriptedBroker:
     """A channel whose answer to the n-th Submit (0-based) is `answer(n, submit)`: a
     Message, or None for silence (that Submit is read and never answered)."""
 
-    def __init__(self, answer: Callable[[int, Submit], Message | None]) -> None:
-        self.answer, self.received, self.outbox = answer, 0, []
+    def __init__(self, answer: Callable[[int, Submit], Message | None], handshake: bool = True) -> None:
+        self.answer, self.received, self.outbox, self.handshake = answer, 0, [], handshake
 
     def send(self, message: Message) -> None:
         self.send_all([message])
@@ -47,6 +47,9 @@ class ScriptedBroker:
         [(_, frame)] = frames(replies)
         return frame
 
+    def may_have_delivered(self) -> bool:
+        return self.handshake  # as ZmqChannel: False only if the CURVE handshake never succeeded
+
     def close(self) -> None:
         pass
 
@@ -58,13 +61,13 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Callabl
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AIRLOCK_KEYS", raising=False)
 
-    def install(answer: Callable[[int, Submit], Message | None]) -> None:
+    def install(answer: Callable[[int, Submit], Message | None], handshake: bool = True) -> None:
         real_init = client_module.IntakeClient.__init__
 
         def init(self, settings, timeout_s=5.0, role="intake", require_keys=False, busy_wait_s=None) -> None:
             real_init(self, settings, timeout_s, role, False, busy_wait_s)
             self._channel.close()
-            self._channel = ScriptedBroker(answer)
+            self._channel = ScriptedBroker(answer, handshake)
 
         monkeypatch.setattr(client_module.IntakeClient, "__init__", init)
 
@@ -102,9 +105,37 @@ def test_a_silent_broker_part_way_prints_the_accepted_and_lists_the_rest(broker,
     assert no_answer and not_accepted
     assert sorted(no_answer + not_accepted) == sorted(str(p) for p in paths[300:])
     assert rest.read_text().splitlines() == not_accepted  # what a re-run may safely send
-    assert "did not answer" in err and "300 of 1200 emails accepted" in err
-    assert err.count("\nnot accepted: ") == len(not_accepted) and err.count("\nno answer: ") == len(no_answer)
-    assert BIDI not in err and BIDI not in out  # the file names are shown escaped
+    failure, note = err.splitlines()  # with --json, the files are JSON lines, not stderr's
+    assert note.endswith(f"--from-list {rest} sends only those")
+    assert "did not answer" in failure and "300 of 1200 emails accepted; " in failure
+    assert "sent with no answer" in failure
+    assert BIDI not in out  # the file names are escaped in JSON too
+
+
+def test_plain_output_lists_each_file_not_accepted_escaped(broker, tmp_path, capsys) -> None:
+    """Without --json: after the failure and the counts, one escaped stderr line per file."""
+    paths = emails(tmp_path, 1200)
+    broker(accept_first(300, lambda submit: None))
+    assert cli.main(["inject", "--timeout", "0.05", str(tmp_path / "mail")]) == 1
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 300
+    listed = err.splitlines()
+    assert listed[0].startswith("airlock: the broker at ") and listed[1].startswith("airlock: 300 of 1200 ")
+    files = [line.split(": ", 1) for line in listed[2:]]
+    assert {status for status, _ in files} == {"not accepted", "no answer"} and len(files) == 900
+    assert BIDI not in err and ["not accepted", str(paths[-1]).replace(BIDI, "\\u202e")] in files
+
+
+def test_before_the_handshake_nothing_was_sent(broker, tmp_path, capsys) -> None:
+    """A broker never reached (no CURVE handshake): nothing can have gone in, so no email
+    is `no answer`; one stderr line says none was accepted, and --rest lists them all."""
+    paths = emails(tmp_path, 3)
+    broker(lambda n, submit: None, handshake=False)
+    rest = tmp_path / "rest.txt"
+    assert cli.main(["inject", "--timeout", "0.05", "--rest", str(rest), *map(str, paths)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[0].endswith("; none of the 3 emails was accepted")
+    assert rest.read_text().splitlines() == [str(p) for p in paths]
 
 
 def test_plain_output_prints_each_id_before_the_failure(broker, tmp_path, capsys) -> None:
