@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from airlock import cli
-from airlock.errors import DiskFull
 from airlock import client as client_module
+from airlock.errors import DiskFull
 from airlock.wire import Accepted, Message, Refused, Submit, frames, outbound_decoder
 from tests.conftest import airlock_env
 
@@ -197,7 +197,7 @@ def test_submit_each_reads_every_answer_after_a_refusal(broker, tmp_path) -> Non
     got: list[str] = []
     with IntakeClient(settings_module.load()) as client:
         with pytest.raises(DiskFull):
-            for item, message_id in client.submit_each(items):
+            for item, _ in client.submit_each(items):
                 got.append(item.origin)
         assert client.unanswered == []
     assert got == ["item-0", "item-2"]
