@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, sources, trace
+from airlock import __version__, escalations, injected, sources, trace
 from airlock import settings as settings_module
 from airlock.errors import (
     EX_CONFIG, AirlockError, ConfigError, DiskFull, KeysMissing, QueueFull, RequestRefused, UsageError,
@@ -167,7 +167,7 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
         if len(raw) > limit:
             raise sources.too_large("--text", str(len(raw)), limit, LIMIT_SETTING)
         items.append(Submission(raw, "text", "--text"))
-    for name in [*args.files, *_listed(getattr(args, "from_list", []))]:
+    for name in [*args.files, *injected.listed(getattr(args, "from_list", []))]:
         if name == "-":
             raw = sources.read_stream(sys.stdin.buffer, limit, LIMIT_SETTING)
             fmt = sources.sniff(raw)
@@ -181,18 +181,6 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
     return items
 
 
-def _listed(lists: list[str]) -> list[str]:
-    """The paths named in each --from-list FILE, one a line, blank lines skipped."""
-    names: list[str] = []
-    for name in lists:
-        try:
-            text = Path(name).read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            raise UsageError(f"--from-list {shown(name)}: {shown(exc.strerror or str(exc))}") from None
-        names += [line for line in text.split("\n") if line.strip()]
-    return names
-
-
 def cmd_inject(args: argparse.Namespace) -> int:
     """Each accepted email's line is printed (and flushed) the moment the broker accepts it,
     or with --wait the moment its outcome arrives, so a run that fails or is killed part
@@ -203,38 +191,43 @@ def cmd_inject(args: argparse.Namespace) -> int:
     accepted: list[tuple[Submission, str]] = []
     origins: dict[str, str] = {}  # message id -> its file, for outcomes in the order they arrive
     results: dict[str, Result] = {}
-    interrupted, failure = False, None
+    interrupted, failure, printed = False, None, 0
     with _client(args, settings) as client:
+        submitting = client.submit_each(items)
         try:
             try:
-                for item, message_id in client.submit_each(items):
+                for item, message_id in submitting:
                     accepted.append((item, message_id))
                     origins[message_id] = item.origin
                     if not args.wait:
-                        print(json_line({"id": message_id, "file": item.origin}) if args.json
-                              else f"{message_id}  {shown(item.origin)}", flush=True)
+                        injected.accepted_line(message_id, item.origin, args.json)
+                        printed += 1
             except AirlockError as exc:  # what went in is printed (and awaited); the rest is listed
                 failure = exc
-                _not_accepted(args, items, accepted, client.unanswered, exc)
+                injected.not_accepted(items, accepted, client.unanswered, exc, args.json, args.rest)
             if args.wait:
                 for arrived in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
                     results[arrived.message_id] = arrived
-                    _print_outcome(args, arrived.message_id, origins[arrived.message_id], arrived, "")
+                    injected.outcome(arrived.message_id, origins[arrived.message_id], arrived, "", args.json)
         except KeyboardInterrupt:  # Ctrl-C: say what finished and what still runs, then 130
             interrupted = True
+            submitting.close()  # interrupted between two yields, it has yet to say what it left unanswered
+            if not args.wait:  # one accepted as the interrupt came still gets its line
+                for item, message_id in accepted[printed:]:
+                    injected.accepted_line(message_id, item.origin, args.json)
             if args.wait:  # a Result may have arrived while the interrupt was being raised
                 for arrived in client.arrived([i for _, i in accepted if i not in results]):
                     results[arrived.message_id] = arrived
-                    _print_outcome(args, arrived.message_id, origins[arrived.message_id], arrived, "")
+                    injected.outcome(arrived.message_id, origins[arrived.message_id], arrived, "", args.json)
             if failure is None:
-                _not_accepted(args, items, accepted, client.unanswered, None)
+                injected.not_accepted(items, accepted, client.unanswered, None, args.json, args.rest)
     code = 0
     if args.wait:
         for item, message_id in accepted:
             if message_id not in results:
-                _print_outcome(args, message_id, item.origin, None,
-                               f"interrupted; it still runs: airlock trace {message_id}" if interrupted
-                               else f"no outcome within {args.wait_timeout} s")
+                injected.outcome(message_id, item.origin, None,
+                                 f"interrupted; it still runs: airlock trace {message_id}" if interrupted
+                                 else f"no outcome within {args.wait_timeout} s", args.json)
                 code = 1
     if interrupted:
         print(f"airlock: interrupted: {len(results) if args.wait else len(accepted)} of {len(accepted)} accepted "
@@ -243,68 +236,6 @@ def cmd_inject(args: argparse.Namespace) -> int:
     if failure is not None:
         return failure_code(failure)
     return code
-
-
-INJECT_STATUS = {"not_accepted": "not accepted", "no_answer": "no answer"}
-
-
-def _not_accepted(args: argparse.Namespace, items: list[Submission], accepted: list[tuple[Submission, str]],
-                  unanswered: list[Submission], failure: AirlockError | None) -> None:
-    """Say which emails did not go in: `not accepted` (never sent, or refused: certainly not
-    taken, safe to send again) and `no answer` (sent, never answered: the broker may still
-    take them, so look in `airlock trace` before sending them again). One escaped line each
-    on stderr after a line of counts, or with --json a JSON line each on stdout and the
-    counts on the failure's one stderr line (scripts read one line there); when nothing
-    went in, the failure's line says so alone. --rest FILE gets the paths of the files not
-    accepted, for `airlock inject --from-list FILE`."""
-    taken = {id(item) for item, _ in accepted}
-    maybe = {id(item) for item in unanswered}
-    left = [item for item in items if id(item) not in taken and id(item) not in maybe]
-    unknown = [item for item in items if id(item) in maybe and id(item) not in taken]
-    nothing_in = not accepted and not unknown  # then the failure's one line says it all
-    counts = (f"{len(accepted)} of {len(items)} emails accepted; {len(left)} not accepted"
-              + (f", {len(unknown)} sent with no answer (the broker may still take them: look for their files in "
-                 "`airlock trace` before sending them again)" if unknown else ""))
-    lines = [] if failure is None else [shown(str(failure))]
-    if nothing_in:
-        lines = [line + f"; none of the {len(items)} emails was accepted" if len(items) > 1 else line for line in lines]
-    elif args.json:  # one line on stderr; each file is a JSON line on standard output
-        lines = ["; ".join([*lines, counts + ", each listed on standard output"])]
-    else:
-        lines.append(counts + "; their ids are above, the rest below")
-    for line in lines:
-        print(f"airlock: {line}", file=sys.stderr)
-    for status, group in (("not_accepted", left), ("no_answer", unknown)):
-        for item in group:
-            if args.json:
-                print(json_line({"file": item.origin, "status": status}))
-            elif not nothing_in:
-                print(f"{INJECT_STATUS[status]}: {shown(item.origin)}", file=sys.stderr)
-    _write_rest(args, left)
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
-def _write_rest(args: argparse.Namespace, left: list[Submission]) -> None:
-    """--rest FILE: the paths of the files not accepted, one a line, for --from-list FILE."""
-    if not args.rest or not left:
-        return
-    files = [item.origin for item in left if item.origin not in ("--text", "<stdin>")]
-    Path(args.rest).write_text("".join(f"{origin}\n" for origin in files), encoding="utf-8",
-                               errors="surrogateescape")
-    print(f"airlock: the {len(files)} file(s) not accepted are listed in {shown(args.rest)}: "
-          f"airlock inject --from-list {shown(args.rest)} sends only those", file=sys.stderr)
-
-
-def _print_outcome(args: argparse.Namespace, message_id: str, origin: str, result: Result | None,
-                   pending_reason: str) -> None:
-    outcome = result.outcome if result else "pending"
-    reason = result.reason if result else pending_reason
-    if args.json:
-        print(json_line({"id": message_id, "file": origin, "outcome": outcome, "reason": reason}), flush=True)
-    else:
-        print(f"{message_id}  {outcome:<9} {shown(origin)}" + (f"  ({shown(reason)})" if reason else ""),
-              flush=True)
 
 
 def failure_code(exc: AirlockError) -> int:

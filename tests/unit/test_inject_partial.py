@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli
+from airlock import cli, injected
 from airlock import client as client_module
 from airlock.errors import DiskFull
+from airlock.terminal import shown
 from airlock.wire import Accepted, Message, Refused, Submit, frames, outbound_decoder
 from tests.conftest import airlock_env
 
@@ -179,6 +180,29 @@ def test_from_list_sends_exactly_the_files_listed(broker, tmp_path, capsys) -> N
     assert cli.main(["inject", "--from-list", str(listed)]) == 0
     assert sent == [str(paths[1]), str(paths[4])]
     assert cli.main(["inject", "--from-list", str(tmp_path / "missing.txt")]) == 2
+
+
+def test_ctrl_c_between_two_acceptances_still_says_what_went_in(broker, tmp_path, capsys, monkeypatch) -> None:
+    """Ctrl-C while an accepted id is being printed: that id is still printed, and the
+    emails whose answers were never read are `no answer`, not lost; exit 130."""
+    paths = emails(tmp_path, 10)
+    broker(accept_first(10, lambda submit: None))
+    real_line, calls = injected.accepted_line, []
+
+    def interrupted_third(message_id: str, origin: str, as_json: bool) -> None:
+        calls.append(message_id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real_line(message_id, origin, as_json)
+
+    monkeypatch.setattr(injected, "accepted_line", interrupted_third)
+    assert cli.main(["inject", str(tmp_path / "mail")]) == 130
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()] == ["m-0", "m-1", "m-2"]
+    assert calls == ["m-0", "m-1", "m-2", "m-2"]  # the third again, on the way out
+    assert "3 of 10 emails accepted; 0 not accepted, 7 sent with no answer" in err
+    assert sorted(line.split(": ", 1)[1] for line in err.splitlines() if line.startswith("no answer: ")) == \
+        [shown(str(p)) for p in paths[3:]]
 
 
 def test_submit_each_reads_every_answer_after_a_refusal(broker, tmp_path) -> None:
