@@ -150,4 +150,6 @@ def _mb(value: float | int | None, digits: int = 1) -> str:
 
 
 def _num(value: float | None, digits: int) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
+    if value is None:
+        return "n/a"
+    return f"{value if round(value, digits) else 0.0:,.{digits}f}"  # never "-0.00"

@@ -122,3 +122,8 @@ def test_bad_soak_options_are_usage_errors(args: list[str]) -> None:
 def test_the_warm_up_defaults_to_a_fifth_of_the_run_at_most_a_minute() -> None:
     assert bench_main.parse(["--soak", "1"]).warmup_s == 12
     assert bench_main.parse(["--soak", "10"]).warmup_s == 60
+
+
+def test_a_flat_slope_is_never_shown_negative_zero() -> None:
+    """-0.001 MiB rounds to 0.00 in the table, not -0.00."""
+    assert growth._num(-0.001, 2) == "0.00" and growth._num(-0.5, 2) == "-0.50" and growth._num(None, 1) == "n/a"
