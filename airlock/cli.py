@@ -7,10 +7,18 @@ no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab)
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
 an unknown id, a decision not taken, an email over the limit), 2 for bad usage (a missing
-file, nothing to inject), 75 when the broker's queue stayed full (AIRLOCK_QUEUE_MAX_BYTES;
-what was accepted before is printed: retry the rest later), 73 when `airlock up` finds its
-data dir held by another stack (airlock.locks), 78 for bad configuration (a
-tool run where its lab package is not installed, too), 130 after Ctrl-C. Tracebacks are bugs.
+file, nothing to inject), 73 when `airlock up` finds its data dir held by another stack
+(airlock.locks), 74 when the broker could not write an email down ("not accepted: disk
+full"; retry once it has space), 75 when the broker's queue stayed full
+(AIRLOCK_QUEUE_MAX_BYTES; retry later), 78 for bad configuration (a tool run where its lab
+package is not installed, too), 130 after Ctrl-C. Tracebacks are bugs.
+
+`airlock inject` prints each email's id the moment the broker accepts it (with --wait,
+each outcome the moment it arrives), so whatever ends it part way (a silent broker, a
+full queue or disk, Ctrl-C), what went in has been printed. The rest is listed on stderr,
+`not accepted: FILE` (never taken: safe to send again; --rest FILE writes their paths for
+`airlock inject --from-list FILE`) or `no answer: FILE` (sent, never answered: the broker
+may still take it, so look for it in `airlock trace` before sending it again).
 Whatever came from an email or a peer is shown through airlock.terminal, errors included.
 """
 
@@ -25,10 +33,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, sources, trace
+from airlock import __version__, escalations, injected, sources, trace
 from airlock import settings as settings_module
-from airlock.errors import (EX_ALREADY_RUNNING, AirlockError, AlreadyRunning, ConfigError, KeysMissing, QueueFull,
-                            RequestRefused, UsageError)
+from airlock.errors import (
+    EX_ALREADY_RUNNING, EX_CONFIG, AirlockError, AlreadyRunning, ConfigError, DiskFull, KeysMissing, QueueFull,
+    RequestRefused, UsageError,
+)
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -36,6 +46,8 @@ if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do no
     from airlock.wire import Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
+EX_IOERR = 74  # sysexits: the broker could not write the email down (its disk is full)
+EX_TEMPFAIL = 75  # sysexits: the broker's queue stayed full; try again later
 # The commands whose code is in the `lab` package, the tools no service runs, with the one
 # line `airlock --help` shows for each. `airlock NAME ...` becomes `python -m lab NAME ...`
 # (`airlock lab ...` becomes `python -m lab ...`), so the kernel the services import never
@@ -157,7 +169,7 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
         if len(raw) > limit:
             raise sources.too_large("--text", str(len(raw)), limit, LIMIT_SETTING)
         items.append(Submission(raw, "text", "--text"))
-    for name in args.files:
+    for name in [*args.files, *injected.listed(getattr(args, "from_list", []))]:
         if name == "-":
             raw = sources.read_stream(sys.stdin.buffer, limit, LIMIT_SETTING)
             fmt = sources.sniff(raw)
@@ -172,50 +184,73 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
+    """Each accepted email's line is printed (and flushed) the moment the broker accepts it,
+    or with --wait the moment its outcome arrives, so a run that fails or is killed part
+    way has already said what went in. A failure part way says which files were not
+    accepted (stderr, and --json lines), and --rest writes them for a re-run."""
     settings = _settings(args)
     items = _submissions(args, settings.max_email_bytes)
-    accepted: list[tuple[str, str]] = []
+    accepted: list[tuple[Submission, str]] = []
+    origins: dict[str, str] = {}  # message id -> its file, for outcomes in the order they arrive
     results: dict[str, Result] = {}
-    interrupted, full = False, None
+    interrupted, failure, printed = False, None, 0
     with _client(args, settings) as client:
+        submitting = client.submit_each(items)
         try:
             try:
-                for origin, message_id in client.submit(items):
-                    accepted.append((origin, message_id))
-            except QueueFull as exc:  # what went in is still printed (and awaited); then exit 75
-                full = exc
+                for item, message_id in submitting:
+                    accepted.append((item, message_id))
+                    origins[message_id] = item.origin
+                    if not args.wait:
+                        injected.accepted_line(message_id, item.origin, args.json)
+                        printed += 1
+            except AirlockError as exc:  # what went in is printed (and awaited); the rest is listed
+                failure = exc
+                injected.not_accepted(items, accepted, client.unanswered, exc, args.json, args.rest)
             if args.wait:
                 for arrived in client.outcomes([message_id for _, message_id in accepted], args.wait_timeout):
                     results[arrived.message_id] = arrived
+                    injected.outcome(arrived.message_id, origins[arrived.message_id], arrived, "", args.json)
         except KeyboardInterrupt:  # Ctrl-C: say what finished and what still runs, then 130
             interrupted = True
+            submitting.close()  # interrupted between two yields, it has yet to say what it left unanswered
+            if not args.wait:  # one accepted as the interrupt came still gets its line
+                for item, message_id in accepted[printed:]:
+                    injected.accepted_line(message_id, item.origin, args.json)
             if args.wait:  # a Result may have arrived while the interrupt was being raised
-                results.update((r.message_id, r) for r in client.arrived([i for _, i in accepted]))
+                for arrived in client.arrived([i for _, i in accepted if i not in results]):
+                    results[arrived.message_id] = arrived
+                    injected.outcome(arrived.message_id, origins[arrived.message_id], arrived, "", args.json)
+            if failure is None:
+                injected.not_accepted(items, accepted, client.unanswered, None, args.json, args.rest)
     code = 0
-    for origin, message_id in accepted:
-        if not args.wait and not interrupted:
-            print(json_line({"id": message_id, "file": origin}) if args.json else f"{message_id}  {shown(origin)}")
-            continue
-        result = results.get(message_id)
-        outcome = result.outcome if result else "pending"
-        reason = result.reason if result else (
-            f"interrupted; it still runs: airlock trace {message_id}" if interrupted
-            else f"no outcome within {args.wait_timeout} s")
-        if args.json:
-            print(json_line({"id": message_id, "file": origin, "outcome": outcome, "reason": reason}))
-        else:
-            print(f"{message_id}  {outcome:<9} {shown(origin)}" + (f"  ({shown(reason)})" if reason else ""))
-        code = code if result else 1
+    if args.wait:
+        for item, message_id in accepted:
+            if message_id not in results:
+                injected.outcome(message_id, item.origin, None,
+                                 f"interrupted; it still runs: airlock trace {message_id}" if interrupted
+                                 else f"no outcome within {args.wait_timeout} s", args.json)
+                code = 1
     if interrupted:
-        finished, unanswered = len(results), len(items) - len(accepted)
-        print(f"airlock: interrupted: {finished} of {len(accepted)} accepted emails finished"
-              + (f"; {unanswered} not acknowledged (the broker may still have taken them: see airlock trace)"
-                 if unanswered else ""), file=sys.stderr, flush=True)
+        print(f"airlock: interrupted: {len(results) if args.wait else len(accepted)} of {len(accepted)} accepted "
+              f"emails {'finished' if args.wait else 'printed'}", file=sys.stderr, flush=True)
         return 130
-    if full is not None:
-        print(f"airlock: {shown(str(full))}", file=sys.stderr, flush=True)
-        return 75
+    if failure is not None:
+        return failure_code(failure)
     return code
+
+
+def failure_code(exc: AirlockError) -> int:
+    """The exit code of a failed request (the module docstring's table)."""
+    if isinstance(exc, DiskFull):
+        return EX_IOERR
+    if isinstance(exc, QueueFull):
+        return EX_TEMPFAIL
+    if isinstance(exc, ConfigError):
+        return EX_CONFIG
+    if isinstance(exc, UsageError):
+        return 2
+    return 1
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -382,11 +417,17 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument("files", nargs="*", help=".eml or .txt files, folders of them, or - for stdin")
     inject.add_argument("--text", help="inject this text as a plain email")
     inject.add_argument("--json", action="store_true",
-                        help='one JSON line per email: {"id", "file"[, "outcome", "reason"]}')
+                        help='one JSON line per email: {"id", "file"[, "outcome", "reason"]}; '
+                             'after a failure, {"file", "status": "not_accepted" or "no_answer"}')
     inject.add_argument("--wait", action="store_true",
                         help="wait for each email's outcome (Ctrl-C prints what finished so far, exit 130)")
     inject.add_argument("--wait-timeout", type=float, default=120.0, help="seconds to wait for outcomes")
     inject.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
+    inject.add_argument("--from-list", metavar="FILE", action="append", default=[],
+                        help="also inject the files named in FILE, one path a line (what --rest wrote)")
+    inject.add_argument("--rest", metavar="FILE",
+                        help="if not every email is accepted, write the paths of the files not accepted "
+                             "here, one a line, for a re-run with --from-list FILE")
 
     trace_cmd = command("trace", cmd_trace, "show what happened to one email, or to all")
     trace_cmd.add_argument("id", nargs="?", help="a message id from `airlock inject`")
@@ -444,9 +485,12 @@ def handled(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return 2
+    except DiskFull as exc:  # the broker's disk: EX_IOERR, apart from a full queue
+        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
+        return EX_IOERR
     except QueueFull as exc:  # temporary: EX_TEMPFAIL, so a script knows to try again later
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return 75
+        return EX_TEMPFAIL
     except AlreadyRunning as exc:  # another stack holds the data dir: its own code, for scripts
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
         return EX_ALREADY_RUNNING

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock.errors import BrokerUnreachable, KeyRefused, KeysMissing, QueueFull, RequestRefused
+from airlock.errors import AirlockError, BrokerUnreachable, DiskFull, KeyRefused, KeysMissing, QueueFull, RequestRefused
 from airlock.settings import Settings, holds
 from airlock.senders import SenderProof
 from airlock.transport import ZmqChannel, client_keys
@@ -71,6 +71,7 @@ class IntakeClient:
         self._decode = outbound_decoder("intake")
         self._inbox: collections.deque[object] = collections.deque()
         self._ref = 0
+        self.unanswered: list[Submission] = []  # sent by the last submit, never answered (see submit_each)
 
     def __enter__(self) -> IntakeClient:
         return self
@@ -82,46 +83,72 @@ class IntakeClient:
         self._channel.close()
 
     def submit(self, items: Iterable[Submission], busy_wait_s: float | None = None) -> Iterator[tuple[str, str]]:
-        """Submit emails; yield (origin, message_id) as each is accepted.
+        """Submit emails; yield (origin, message_id) as each is accepted (see submit_each)."""
+        for item, message_id in self.submit_each(items, busy_wait_s):
+            yield item.origin, message_id
+
+    def submit_each(self, items: Iterable[Submission],
+                    busy_wait_s: float | None = None) -> Iterator[tuple[Submission, str]]:
+        """Submit emails; yield (submission, message_id) as each is accepted.
 
         Back-pressure: what the broker refuses with "queue full" is sent again, together,
         after a wait doubling from BUSY_RETRY_S to BUSY_RETRY_MAX_S, and nothing new is sent
         meanwhile. Once nothing has been accepted for busy_wait_s (default: the client's),
-        QueueFull (with the broker's reason) ends the call; what was accepted before it has
-        been yielded, so a caller can say exactly what went in."""
+        QueueFull (with the broker's reason) ends the call. A refusal that retrying cannot
+        cure (DiskFull for "disk_full", RequestRefused for any other) stops new sends; the
+        answers to what was already sent are still read, so each is known accepted or not,
+        then the error ends the call.
+
+        Whatever ends the call, what was accepted before it has been yielded, and
+        `self.unanswered` holds what was sent and never answered: the broker may have taken
+        those (a paused broker reads them when it resumes). If the CURVE handshake never
+        succeeded nothing reached the broker, and closing drops it (ZmqChannel.close). Every other submission not
+        yielded was certainly not accepted, so a caller can say exactly what went in."""
         queue = list(items)
         patience_s = self.busy_wait_s if busy_wait_s is None else busy_wait_s
         waiting: dict[int, Submission] = {}
         refused: list[Submission] = []
+        stop: AirlockError | None = None  # a refusal that ends the call once the answers are in
         position = 0
         backoff_s, progress_at, retry_at, reason = BUSY_RETRY_S, time.monotonic(), 0.0, ""
-        while position < len(queue) or waiting or refused:
-            now = time.monotonic()
-            if refused and now >= retry_at:
-                if now - progress_at > patience_s:
-                    left = len(queue) - position + len(refused) + len(waiting)
-                    raise QueueFull(f"the broker at {self.endpoint} refused: {reason}; nothing was accepted "
-                                    f"for {patience_s:g} s; {left} emails not taken, try them again later")
-                self._send(refused, waiting)
-                refused = []
-            room = min(WINDOW - len(waiting), len(queue) - position)
-            if room > 0 and not refused:  # a batch: the broker accepts them in one turn, with one fsync
-                self._send(queue[position:position + room], waiting)
-                position += room
-            if not waiting:
-                time.sleep(max(0.0, retry_at - time.monotonic()))
-                continue
-            match self._next():
-                case Accepted(ref=ref, message_id=message_id) if ref in waiting:
-                    backoff_s, progress_at = BUSY_RETRY_S, time.monotonic()
-                    yield waiting.pop(ref).origin, message_id
-                case Refused(ref=ref, code="queue_full", reason=reason) if ref in waiting:
-                    if not refused:
-                        retry_at = time.monotonic() + backoff_s
-                        backoff_s = min(backoff_s * 2, BUSY_RETRY_MAX_S)
-                    refused.append(waiting.pop(ref))
-                case Refused(ref=ref, reason=why) if ref in waiting:
-                    raise RequestRefused(f"the broker at {self.endpoint} refused an email: {why}")
+        self.unanswered = []
+        try:
+            while stop is None and (position < len(queue) or refused) or waiting:
+                now = time.monotonic()
+                if stop is None and refused and now >= retry_at:
+                    if now - progress_at > patience_s:
+                        left = len(queue) - position + len(refused) + len(waiting)
+                        raise QueueFull(f"the broker at {self.endpoint} refused: {reason}; nothing was accepted "
+                                        f"for {patience_s:g} s; {left} emails not taken, try them again later")
+                    self._send(refused, waiting)
+                    refused = []
+                room = min(WINDOW - len(waiting), len(queue) - position)
+                if stop is None and room > 0 and not refused:  # a batch: the broker accepts them in one turn, one fsync
+                    self._send(queue[position:position + room], waiting)
+                    position += room
+                if not waiting:
+                    time.sleep(max(0.0, retry_at - time.monotonic()))
+                    continue
+                match self._next():
+                    case Accepted(ref=ref, message_id=message_id) if ref in waiting:
+                        backoff_s, progress_at = BUSY_RETRY_S, time.monotonic()
+                        yield waiting.pop(ref), message_id
+                    case Refused(ref=ref, code="queue_full", reason=reason) if ref in waiting:
+                        if not refused:
+                            retry_at = time.monotonic() + backoff_s
+                            backoff_s = min(backoff_s * 2, BUSY_RETRY_MAX_S)
+                        refused.append(waiting.pop(ref))
+                    case Refused(ref=ref, code="disk_full", reason=why) if ref in waiting:
+                        waiting.pop(ref)
+                        stop = stop or DiskFull(f"not accepted: disk full (the broker at {self.endpoint}: {why}); "
+                                                "try again once it has space")
+                    case Refused(ref=ref, reason=why) if ref in waiting:
+                        waiting.pop(ref)
+                        stop = stop or RequestRefused(f"the broker at {self.endpoint} refused an email: {why}")
+            if stop is not None:
+                raise stop
+        finally:  # before the handshake nothing left this client: what waits was never sent
+            self.unanswered = list(waiting.values()) if self._channel.may_have_delivered() else []
 
     def submit_one(self, item: Submission) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket

@@ -8,6 +8,7 @@
      +-- BrokerUnreachable       the CLI got no answer from the broker in time
      |    +-- KeyRefused         the broker answered the handshake: not with this key
      |    +-- QueueFull          the broker's queue stayed full (AIRLOCK_QUEUE_MAX_BYTES): retry later
+     |    +-- DiskFull           the broker could not keep the email: its disk is full; retry later
      +-- KeysMissing             a client found no CURVE keys where it looked
      +-- RequestRefused          the request was understood and refused: an unknown id, a
      |    |                      decision the task does not take
@@ -56,6 +57,12 @@ class QueueFull(BrokerUnreachable):
     than the client would wait. A temporary failure like a silent broker, so whoever
     answers one (the SMTP intake with 451, the page) answers this the same way; the
     CLI exits 75 (EX_TEMPFAIL): try again later."""
+
+
+class DiskFull(BrokerUnreachable):
+    """The broker answered, but refused to accept an email because it could not write it
+    down (its data dir's disk is full or failing). Temporary like QueueFull, so the SMTP
+    intake answers 451; the CLI says "not accepted: disk full" and exits 74 (EX_IOERR)."""
 
 
 class KeysMissing(AirlockError):

@@ -188,9 +188,23 @@ class ZmqChannel:
             self._monitor.close(linger=0)
             self._monitor = None
 
+    def may_have_delivered(self) -> bool:
+        """Whether anything sent may have reached the broker: False only for a watched
+        channel whose handshake never succeeded, as libzmq sends nothing before it."""
+        if self._monitor is None:
+            return True
+        try:
+            self._handshake_events()
+        except KeyRefused:
+            return False
+        return self._monitor is None
+
     def close(self) -> None:
+        # A watched channel that never got through its handshake drops what it queued at
+        # once, so nothing a caller was told "not sent" reaches a broker that wakes up later.
+        linger = LINGER_MS if self.may_have_delivered() else 0
         self._unwatch()
-        self._sock.close(linger=LINGER_MS)
+        self._sock.close(linger=linger)
 
 
 def client_keys(settings: Settings, role: str) -> tuple[Pair | None, bytes | None]:

@@ -10,6 +10,8 @@ and the turn's trace lines in as few published frames as fit.
 from __future__ import annotations
 
 import collections
+import errno
+import os
 import sys
 import threading
 import time
@@ -27,6 +29,7 @@ from airlock.wire import ROLES, Accepted, Malformed, Refused, batch_limit, frame
 from broker import auth, journal as journal_module
 from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
+from broker.stall import StallWatch
 from broker.storage import Storage
 
 BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
@@ -76,17 +79,34 @@ _EVENT_NAMES = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoi
                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed"}
 
 
-def _handshake_failures(core: Router, monitor: zmq.Socket, role: str) -> list[Send | bytes | Entry]:
+def _handshake_failures(core: Router, monitor: zmq.Socket, role: str, watch: StallWatch) -> list[Send | bytes | Entry]:
+    """Trace each failed handshake as what it was. A key the authenticator denied, or a
+    peer that failed CURVE (a protocol error: no CURVE, bad crypto), is `auth_refused`; so
+    is a handshake that ended with no verdict (errno only), as a peer without CURVE often
+    does by hanging up on the broker's greeting. But one that ended so while the broker
+    itself was stopped, or just after (broker.stall: SIGSTOP, a paused container), is the
+    stop's doing: the stack's own services gave up waiting and reconnected. That is
+    `handshake_failed`, with its errno and the stop's length, counted apart."""
     effects: list[Send | bytes | Entry] = []
     while True:
         try:
             event = recv_monitor_message(monitor, zmq.NOBLOCK)
         except zmq.Again:
             return effects
+        peer = event["endpoint"].decode(errors="replace")
+        stalled_s = watch.stalled(time.monotonic())
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and stalled_s:
+            value = event["value"]
+            core.counters[f"handshake_failed.{role}"] += 1
+            effects.append(trace.line("broker", "handshake_failed", None, {
+                "endpoint": role, "peer": peer, "errno": errno.errorcode.get(value, str(value)),
+                "stalled_s": round(stalled_s, 1),
+                "reason": f"the handshake ended with no verdict ({os.strerror(value)}) as the broker was stopped "
+                          f"for {stalled_s:.0f} s: its peers gave up waiting; not a refusal"}))
+            continue
         core.counters[f"auth_refused.{role}"] += 1
         effects.append(trace.line("broker", "auth_refused", None, {
-            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])),
-            "peer": event["endpoint"].decode(errors="replace")}))
+            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])), "peer": peer}))
 
 
 def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
@@ -259,6 +279,7 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
         if server is not None else {}
     for monitor in monitors:
         poller.register(monitor, zmq.POLLIN)
+    watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
 
     def carry_out(effects: Sequence[Send | bytes | Entry]) -> None:
         lines: list[bytes] = []
@@ -354,7 +375,7 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
             effects: list[Send | bytes | Entry] = []
             for sock, _ in poller.poll(int(wait_s * 1000)):
                 if sock in monitors:
-                    effects += _handshake_failures(core, sock, monitors[sock])
+                    effects += _handshake_failures(core, sock, monitors[sock], watch)
                     continue
                 role, decode = roles_by_socket[sock], decoders[roles_by_socket[sock]]
                 taken = taken_bytes = 0
@@ -394,4 +415,5 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
             sock.close(linger=LINGER_MS)
         if authenticator is not None:
             authenticator.stop()
+        watch.stop()
         ctx.term()

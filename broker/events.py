@@ -22,7 +22,7 @@ from airlock.terminal import shown
 BROKER_EVENTS = frozenset({
     "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
     "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "started", "stopped", "journal_compacted", "journal_compaction_failed",
+    "auth_refused", "handshake_failed", "started", "stopped", "journal_compacted", "journal_compaction_failed",
     "journal_damaged", "storage_failed", "storage_recovered",
     "violation", "malformed_frame", "decision_refused",
 })

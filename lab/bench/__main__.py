@@ -1,9 +1,12 @@
 """airlock bench (python -m lab.bench) [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
+                                      [--soak MINUTES [--rate N] [--sample-s S] [--warmup-s S]]
 
 Without --model-url: the separated throughput run, the low-rate latency run (both on one
 private `airlock up` with recorded answers), then the in-process baseline. With
---model-url: a small batch, one email in flight, through that endpoint. A table goes to
-stdout, progress to stderr, every figure to --json FILE.
+--model-url: a small batch, one email in flight, through that endpoint. With --soak: the
+stack at a steady rate for MINUTES, with RSS per process over time, file growth per 1,000
+emails and the restart time at the end (lab/bench/soak.py). A table goes to stdout,
+progress to stderr, every figure to --json FILE.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from airlock import sources
 from airlock.client import Submission
 from airlock.errors import AirlockError
 from lab.attack import PrivateStack, progress_bar
-from lab.bench import SAMPLE, TASK, baseline, pipeline, report
+from lab.bench import SAMPLE, TASK, baseline, pipeline, report, soak
 
 DEFAULT_EMAILS = 20_000
 DEFAULT_MODEL_EMAILS = 50
@@ -35,7 +38,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model-url", help="an OpenAI-compatible endpoint: measure airlock's share of each email")
     parser.add_argument("--latency-emails", type=int, default=DEFAULT_LATENCY_EMAILS,
                         help=f"emails for the one-in-flight latency run (default {DEFAULT_LATENCY_EMAILS})")
+    parser.add_argument("--soak", type=float, metavar="MINUTES",
+                        help="instead: run the stack at a steady rate for MINUTES; memory and files over time")
+    parser.add_argument("--rate", type=float, default=soak.DEFAULT_RATE,
+                        help=f"--soak: emails a second to submit (default {soak.DEFAULT_RATE:g})")
+    parser.add_argument("--sample-s", type=float, default=soak.SAMPLE_S,
+                        help=f"--soak: seconds between samples (default {soak.SAMPLE_S:g})")
+    parser.add_argument("--warmup-s", type=float,
+                        help="--soak: seconds before memory is judged (default a fifth of the run, at most 60)")
     args = parser.parse_args(argv)
+    if args.soak is not None:
+        if args.model_url:
+            parser.error("--soak runs on recorded answers: it takes no --model-url")
+        for name in ("soak", "rate", "sample_s"):
+            if getattr(args, name) <= 0:
+                parser.error(f"--{name.replace('_', '-')} must be more than 0")
+        if args.warmup_s is None:
+            args.warmup_s = min(60.0, args.soak * 60 / 5)
     if args.emails is None:
         args.emails = DEFAULT_MODEL_EMAILS if args.model_url else DEFAULT_EMAILS
     for name in ("emails", "readers", "latency_emails"):
@@ -55,7 +74,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     email = Submission(raw, "eml", SAMPLE.name, sender)
     figures: dict[str, Any] = {"machine": report.machine(), "sample": SAMPLE.name, "task": TASK.name}
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as scratch:
-        if args.model_url:
+        if args.soak is not None:
+            figures["soak"] = soak.run(Path(scratch) / "soak", email, args.soak, args.rate, args.readers,
+                                       args.sample_s, args.warmup_s, say)
+        elif args.model_url:
             say(f"starting airlock up with the model at {args.model_url}")
             with PrivateStack(Path(scratch) / "model", TASK, args.model_url, args.readers) as settings:
                 say(f"{args.emails} emails through the model, one in flight")

@@ -102,7 +102,7 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
     stalled = False
     progress(0, count)
     with IntakeClient(settings, timeout_s=CLIENT_TIMEOUT_S) as client:
-        for chunk in _chunks(ids):
+        for chunk in accepted_chunks(ids):
             submitted += chunk
             if not stalled:
                 stalled = not _await(client, chunk, results, lambda: progress(len(results), count))
@@ -139,7 +139,7 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
     }
 
 
-def _chunks(ids: queue.Queue[str | None]) -> Iterator[list[str]]:
+def accepted_chunks(ids: queue.Queue[str | None]) -> Iterator[list[str]]:
     """Ids as they are accepted, up to AWAIT_CHUNK at a time; waits for at least one."""
     while True:
         first = ids.get()

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from lab.bench import growth
 from lab.score import percentile
 
 PERCENTILES = (50, 95, 99)
@@ -58,6 +59,8 @@ def table(figures: dict[str, Any]) -> str:
         lines += _low_rate(figures["low_rate"])
     if "model" in figures:
         lines += _model(figures["model"])
+    if "soak" in figures:
+        lines += growth.table(figures["soak"])
     lines.append(f"bench took {figures['bench_s']:.1f} s; load average at start {m['loadavg_start']}, "
                  f"at end {m['loadavg_end']}")
     return "\n".join(lines)
