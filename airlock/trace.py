@@ -1,5 +1,8 @@
 """The trace: one JSON object a line in <data-dir>/trace.jsonl, written only by the broker.
 
+Segments: the broker's writer closes the live file by size into trace.000001.jsonl, ...
+(airlock.tracefiles); every reader here reads them all, in order, then the live file.
+
 Every line has `at` (UTC, ISO 8601), `message_id` (null for facts about no one email),
 `stage` (who said it, stamped by the broker from the endpoint, never trusted from the
 sender) and `event`; the rest are the event's details. Each email ends with exactly one
@@ -8,15 +11,16 @@ line whose event is "outcome".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
 
-from airlock import files
+from airlock import files, tracefiles
 from airlock.terminal import json_line, shown
 
 _json = msgspec.json.Encoder()
@@ -58,16 +62,28 @@ def open_lines(path: Path) -> BinaryIO:
 
 
 class TraceWriter:
-    """Appends lines; flush() is called once per broker loop turn, not per line."""
+    """Appends lines; flush() is called once per broker loop turn, not per line. With
+    `segment_bytes`, the live file is closed into a segment (airlock.tracefiles) once it
+    holds that many bytes, at a flush (a turn's end: a turn's lines stay in one file);
+    `rotated` then says a checkpoint is due (broker.app takes it and clears it)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, segment_bytes: int = 0) -> None:
+        self._path, self._segment_bytes = path, segment_bytes
+        self.rotated = False
+        if segment_bytes and path.exists() and path.stat().st_size >= segment_bytes:
+            # Before any line of this broker: its `started` line is the new live file's first.
+            tracefiles.close_segment(path)
+            self.rotated = True
         self._file = open_lines(path)
+        self._size = os.fstat(self._file.fileno()).st_size
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
+        self._size += len(data)
 
     def flush(self) -> None:
         self._file.flush()
+        self._rotate_if_full()
 
     def sync(self) -> None:
         """On disk, not just in the page cache: before the journal forgets an email whose
@@ -78,6 +94,28 @@ class TraceWriter:
     def close(self) -> None:
         self._file.close()
 
+    def _rotate_if_full(self) -> None:
+        if self._segment_bytes and self._size >= self._segment_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Close the live file into a segment and open a new one with the same permission
+        bits (the compose lab's host user reads the trace through its group). The segment
+        is synced first: the checkpoint folded from it must never say more than it holds."""
+        self.sync()
+        mode = os.fstat(self._file.fileno()).st_mode & 0o660
+        self._file.close()
+        segment = tracefiles.close_segment(self._path)
+        try:
+            self._file = open_lines(self._path)
+        except OSError:  # no new file (a full disk): keep appending to the old one, unrenamed
+            os.rename(segment, self._path)
+            self._file = open_lines(self._path)
+            return
+        with contextlib.suppress(OSError):  # not ours to widen if another user made the old one
+            os.fchmod(self._file.fileno(), mode | 0o600)
+        self._size, self.rotated = 0, True
+
 
 def _last_byte(path: Path) -> bytes:
     with open(path, "rb") as handle:
@@ -86,14 +124,10 @@ def _last_byte(path: Path) -> bytes:
 
 
 def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
-    """Yield trace records, optionally for one email; a torn last line is skipped."""
-    if not path.exists():
-        return
-    with open(path, "rb") as handle:
-        for raw in handle:
-            record = decode_line(raw)
-            if record is not None and (message_id is None or record.get("message_id") == message_id):
-                yield record
+    """Yield trace records, optionally for one email, from every segment then the live
+    file (airlock.tracefiles); a torn line is skipped. Also reads the call log and the
+    pending escalations, which have no segments."""
+    yield from _matching(tracefiles.lines(path), message_id)
 
 
 def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
@@ -115,18 +149,10 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
 
 
 def states(path: Path) -> dict[str, str]:
-    """Each email's state in one pass over the trace: `open` (received, no outcome yet),
-    `escalated` (its last outcome waits for a person) or `final`."""
-    state: dict[str, str] = {}
-    for record in read(path):
-        message_id, event = record.get("message_id"), record.get("event")
-        if not isinstance(message_id, str) or record.get("stage") != "broker":
-            continue  # only the broker's own lines say where an email stands
-        if event == "received":
-            state[message_id] = "open"
-        elif event == "outcome":
-            state[message_id] = "escalated" if record.get("outcome") == "escalated" else "final"
-    return state
+    """Each email's state: `open` (received, no outcome yet), `escalated` (its last outcome
+    waits for a person) or `final`. Read from the checkpoint and the live segment only
+    (airlock.tracefiles), so a final email the journal no longer holds may be missing."""
+    return tracefiles.states(path)[0]
 
 
 def unfinished(path: Path) -> tuple[list[str], list[str]]:
@@ -137,22 +163,34 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
 
 
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
-    """Yield records as they are appended, like `tail -f`; never returns on its own."""
+    """Yield every record, then records as they are appended, like `tail -F`: when the
+    live file is closed into a segment, its rest is read, then any later segment, then the
+    new live file. Never returns on its own."""
     while not path.exists():
         time.sleep(poll_s)
-    with open(path, "rb") as handle:
-        pending = b""
-        while True:
-            chunk = handle.readline()
-            if not chunk:
-                time.sleep(poll_s)
-                continue
-            pending += chunk
-            if not pending.endswith(b"\n"):
-                continue  # a line still being written
-            record, pending = decode_line(pending), b""
-            if record is not None and (message_id is None or record.get("message_id") == message_id):
-                yield record
+    handle = open(path, "rb")  # first, as tracefiles.lines does: a rename meanwhile is seen
+    with handle:
+        for segment in tracefiles.older_than(path, handle):
+            yield from _matching(tracefiles.lines_of(segment), message_id)
+        offset = 0
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break  # a line still being written: read again from its start below
+            offset += len(raw)
+            yield from _matching([raw], message_id)
+        since = (tracefiles.identity(handle), offset)
+    while True:
+        new, since = tracefiles.read_since(path, since)
+        if not new:
+            time.sleep(poll_s)
+        yield from _matching(new, message_id)
+
+
+def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[dict[str, Any]]:
+    for raw in raw_lines:
+        record = decode_line(raw)
+        if record is not None and (message_id is None or record.get("message_id") == message_id):
+            yield record
 
 
 def decode_line(raw: bytes) -> dict[str, Any] | None:
