@@ -16,7 +16,7 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import keys, published, trace
+from airlock import keys, published, trace, tracefiles
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
@@ -119,6 +119,21 @@ def recover(core: Router, settings: Settings, journal: Journal,
     return effects + core.tick(now), backlog
 
 
+def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) -> list[Send | bytes | Entry]:
+    """Once the trace closed a segment (or a crash left one unfolded): fold it into the
+    checkpoint, so the next restart reads the checkpoint and the live segment only. The
+    journal says which final emails must stay in it (airlock.tracefiles)."""
+    writer.rotated = False
+    try:
+        taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), settings.trace_keep_segments)
+    except OSError as exc:  # a full disk: the old checkpoint stands; the next restart reads more
+        return [trace.line("broker", "trace_checkpoint_failed", None, {"error": str(exc)})]
+    if taken is None:
+        return []
+    return [trace.line("broker", "trace_checkpoint", None, {"through_segment": taken.through,
+                                                              "emails": len(taken.states)})]
+
+
 def refill(core: Router, journal: Journal, backlog: collections.deque[Position], now: float) -> None:
     """Read deferred emails back from the journal while they fit under the byte bound."""
     while backlog and core.has_room(backlog[0].size):
@@ -163,7 +178,7 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         raise bind_error(name, endpoint, exc) from None
     roles_by_socket = {sock: role for role, sock in sockets.items()}
     decoders = {role: inbound_decoder(role) for role in ROLES}
-    writer = trace.TraceWriter(settings.trace_path)
+    writer = trace.TraceWriter(settings.trace_path, settings.trace_segment_bytes)
     journal = Journal(settings.data_dir / "journal.bin", settings.journal_compact_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
@@ -233,9 +248,10 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "sender_proofs": ("kept from the SMTP intake's key only" if core.smtp_keys
                           else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
-    writer.flush()  # on disk before recovery reads the whole trace: a slow start shows how far it got
+    writer.flush()  # on disk before recovery reads the trace: a slow start shows how far it got
     recovered, backlog = recover(core, settings, journal, time.monotonic())
     carry_out(recovered)
+    carry_out(checkpoint(settings, writer, journal))  # a segment closed at start, or left unfolded
     writer.flush()
     try:
         while not stop.is_set():
@@ -265,6 +281,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
             effects += core.tick(time.monotonic())
             carry_out(effects)
             writer.flush()
+            if writer.rotated:
+                carry_out(checkpoint(settings, writer, journal))
             # Offsets in the backlog point into this file: no rewrite until it is read.
             if not backlog and journal.worth_compacting(core.flights.keys(), time.monotonic()):
                 carry_out(compact(core, journal, writer))
