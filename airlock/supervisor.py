@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from airlock import trace
+from airlock import trace, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable
 from airlock.preflight import own_file, own_folder
@@ -87,7 +87,7 @@ class Supervisor:
         whatever else holds the port. A broker slow to start is left to _wait_ready."""
         broker = self.children[0]
         path = self.settings.trace_path
-        offset = path.stat().st_size if path.exists() else 0
+        since = tracefiles.mark(path)  # the live file and its size: it may become a segment
         self._start(broker)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not stop.is_set() and time.monotonic() < deadline:
@@ -95,7 +95,7 @@ class Supervisor:
             if code == EX_CONFIG:
                 announce("airlock: broker refused its configuration (see above); stopping")
                 return EX_CONFIG
-            if code is not None or _broker_started_since(path, offset):
+            if code is not None or _broker_started_since(path, since):
                 return None  # a crash is _watch's to restart, with backoff
             stop.wait(POLL_S)
         return None
@@ -187,19 +187,14 @@ class Supervisor:
                 child.process.wait()
 
 
-def _broker_started_since(trace_path: Path, offset: int) -> bool:
-    """Whether the trace has a broker `started` line after byte `offset`. The lock keeps out
+def _broker_started_since(trace_path: Path, since: tracefiles.Mark) -> bool:
+    """Whether the trace has a broker `started` line after `since` (the live file closed
+    into a segment meanwhile included). The lock keeps out
     a second `airlock up`, not every writer: the compose lab's broker appends to the same
     ./airlock-data/trace.jsonl, so a `started` line can be that broker's. The others may then
     start before this broker has bound; check_ports before it, and _wait_ready counting an
     answer only while this broker's process is alive, are what cover that case."""
-    try:
-        with open(trace_path, "rb") as lines:
-            lines.seek(offset)
-            new = lines.read()
-    except FileNotFoundError:
-        return False
-    for line in new.splitlines():
+    for line in tracefiles.lines_since(trace_path, since):
         record = trace.decode_line(line)  # None for a line still being written
         if record and record.get("stage") == "broker" and record.get("event") == "started":
             return True
