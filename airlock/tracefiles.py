@@ -109,27 +109,36 @@ def older_than(path: Path, live: BinaryIO | None) -> list[Path]:
     return [segment for _, segment in closed(path) if _identity_of(segment) != live_id]
 
 
+class _StateLine(msgspec.Struct):
+    """The only fields of a line that fold reads: decoding into it skips the rest unbuilt."""
+
+    message_id: object = None
+    stage: object = None
+    event: object = None
+    outcome: object = None
+
+
+_decode_state_line = msgspec.json.Decoder(_StateLine).decode
+
+
 def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     """Update `state` with what the broker's own lines say: `received` opens an email, its
     `outcome` ends it (`escalated` keeps it waiting for a person). Other stages' lines are
     not trusted to say where an email stands."""
-    decode = msgspec.json.decode
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
         try:
-            record = decode(raw)
+            record = _decode_state_line(raw)
         except msgspec.DecodeError:
-            continue  # a torn line (a crash mid-write): the readers skip it too
-        if not isinstance(record, dict) or record.get("stage") != "broker":
+            continue  # a torn line (a crash mid-write), or not an object: the readers skip it too
+        message_id = record.message_id
+        if record.stage != "broker" or not isinstance(message_id, str):
             continue
-        message_id, event = record.get("message_id"), record.get("event")
-        if not isinstance(message_id, str):
-            continue
-        if event == "received":
+        if record.event == "received":
             state[message_id] = OPEN
-        elif event == "outcome":
-            state[message_id] = ESCALATED if record.get("outcome") == "escalated" else FINAL
+        elif record.event == "outcome":
+            state[message_id] = ESCALATED if record.outcome == "escalated" else FINAL
     return state
 
 
