@@ -249,9 +249,11 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
                           else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
     writer.flush()  # on disk before recovery reads the trace: a slow start shows how far it got
+    # A segment closed at start (an old single-file trace) or left unfolded by a crash is
+    # folded into the checkpoint first, so it is read once, and recovery reads the rest.
+    carry_out(checkpoint(settings, writer, journal))
     recovered, backlog = recover(core, settings, journal, time.monotonic())
     carry_out(recovered)
-    carry_out(checkpoint(settings, writer, journal))  # a segment closed at start, or left unfolded
     writer.flush()
     try:
         while not stop.is_set():

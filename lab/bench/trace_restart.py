@@ -4,6 +4,7 @@ a checkpoint (airlock.tracefiles).
 
     python -m lab.bench.trace_restart generate DIR GB [--segment-bytes N]
     python -m lab.bench.trace_restart recover DIR
+    python -m lab.bench.trace_restart serve DIR
 
 `generate` writes GB of realistic trace (eight lines, about 3.6 KB an email, shaped like
 a real run's: received, model_answer, verdict, authorizations, call, observation, outcome)
@@ -12,19 +13,28 @@ taking a checkpoint at each rotation as the broker does (the time of each is rep
 without, as one file. The last 100 emails are left open, escalated or journalled.
 `recover` times what a restarted broker does before it serves: broker.app.recover over
 DIR's trace and journal, and prints the seconds, files read and peak memory as JSON.
-Run `recover` with an older checkout on PYTHONPATH for the figure before segments.
+`serve` starts a real broker (`python -m broker --insecure`, free loopback ports) on DIR
+and times how long it takes to answer a status request, then stops it: the restart time a
+user sees (the broker writes to DIR's trace, as any restart does). Run `recover` or `serve`
+with an older checkout on PYTHONPATH for the figures before segments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from airlock import settings as settings_module, trace
+from airlock.client import IntakeClient
+from airlock.errors import BrokerUnreachable
 from broker import app
 from broker.journal import Entry, Journal
 from broker.router import Router
@@ -114,6 +124,33 @@ def recover(folder: Path) -> dict[str, object]:
             "effects": len(effects), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def serve(folder: Path) -> dict[str, object]:
+    ports = {}
+    for name in settings_module.DEFAULT_PORTS:
+        with socket.socket() as probe:  # a free port now; the broker binds it a moment later
+            probe.bind(("127.0.0.1", 0))
+            ports[f"AIRLOCK_{name.upper()}_PORT"] = str(probe.getsockname()[1])
+    env = {**os.environ, "AIRLOCK_DATA_DIR": str(folder), **ports}
+    settings = settings_module.load(env)
+    started = time.monotonic()
+    broker = subprocess.Popen([sys.executable, "-m", "broker", "--insecure"], env=env)
+    try:
+        with IntakeClient(settings, timeout_s=1.0) as client:
+            while True:
+                try:
+                    client.status()
+                    break
+                except BrokerUnreachable:
+                    if broker.poll() is not None:
+                        raise SystemExit(f"the broker exited {broker.returncode}") from None
+        seconds = time.monotonic() - started
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(60)
+    return {"trace_bytes": sum(p.stat().st_size for p in folder.glob("trace*.jsonl")),
+            "seconds_to_answer": round(seconds, 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.bench.trace_restart", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -121,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("folder", type=Path)
     make.add_argument("gigabytes", type=float)
     make.add_argument("--segment-bytes", type=int, default=0, help="0: one file, as before segments")
-    measure = commands.add_parser("recover")
-    measure.add_argument("folder", type=Path)
+    for name in ("recover", "serve"):
+        commands.add_parser(name).add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "generate":
         result = generate(args.folder, args.gigabytes, args.segment_bytes)
-    else:
+    elif args.command == "recover":
         result = recover(args.folder)
+    else:
+        result = serve(args.folder)
     print(json.dumps(result))
     return 0
 
