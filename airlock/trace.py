@@ -99,22 +99,29 @@ class TraceWriter:
             self._rotate()
 
     def _rotate(self) -> None:
-        """Close the live file into a segment and open a new one with the same permission
-        bits (the compose lab's host user reads the trace through its group). The segment
-        is synced first: the checkpoint folded from it must never say more than it holds."""
-        self.sync()
-        mode = os.fstat(self._file.fileno()).st_mode & 0o660
-        self._file.close()
-        segment = tracefiles.close_segment(self._path)
+        """Close the live file into a segment and open a new one. The segment is synced
+        first: the checkpoint folded from it must never say more than it holds. Never
+        raises: on a failing disk the file stays live and the next flush tries again."""
         try:
-            self._file = open_lines(self._path)
-        except OSError:  # no new file (a full disk): keep appending to the old one, unrenamed
-            os.rename(segment, self._path)
-            self._file = open_lines(self._path)
+            self.sync()
+            old = os.fstat(self._file.fileno())
+            segment = tracefiles.close_segment(self._path)  # renamed under the open handle
+        except OSError:
             return
-        with contextlib.suppress(OSError):  # not ours to widen if another user made the old one
-            os.fchmod(self._file.fileno(), mode | 0o600)
-        self._size, self.rotated = 0, True
+        try:
+            new = open_lines(self._path)
+        except OSError:  # no new file (a full disk): back to the old name, still appending there
+            with contextlib.suppress(OSError):
+                os.rename(segment, self._path)
+            return
+        self._file.close()
+        self._file, self._size, self.rotated = new, 0, True
+        # The old file's group and group bits: the compose lab's host user reads the trace
+        # through its group (airlock.lab_init). Without the right (a service not in that
+        # group) the new file stays 0600, as files.open_append made it, until the next `up`.
+        with contextlib.suppress(OSError):
+            os.fchown(new.fileno(), -1, old.st_gid)
+            os.fchmod(new.fileno(), (old.st_mode & 0o660) | 0o600)
 
 
 def _last_byte(path: Path) -> bytes:

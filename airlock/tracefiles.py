@@ -84,7 +84,8 @@ def close_segment(path: Path) -> Path:
     numbers = [number for number, _ in closed(path)] + [load(path).through]
     segment = segment_path(path, max(numbers) + 1)
     os.rename(path, segment)
-    fsync_folder(path.parent)
+    with contextlib.suppress(OSError):  # renamed either way; lost in a crash, the next start renames it
+        fsync_folder(path.parent)
     return segment
 
 

@@ -221,3 +221,26 @@ def test_segment_settings_name_their_key() -> None:
     assert settings_module.load({}).trace_segment_bytes == 64 * 1024 * 1024
     with pytest.raises(SettingsError, match="AIRLOCK_TRACE_KEEP_SEGMENTS"):
         settings_module.load({"AIRLOCK_TRACE_KEEP_SEGMENTS": "-1"})
+
+
+def test_a_rotation_that_cannot_open_a_new_file_keeps_the_live_file(tmp_path: Path, monkeypatch) -> None:
+    """A full disk at rotation: no exception, no line lost, trace.jsonl still the live file,
+    and the next flush closes it once a file can be made again."""
+    path = tmp_path / "trace.jsonl"
+    writer = trace.TraceWriter(path, SEGMENT)
+    real = trace.open_lines
+
+    def full(where: Path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trace, "open_lines", full)
+    for line in _email("m-1", "completed") * 12:
+        writer.write(line)
+    writer.flush()
+    assert not tracefiles.closed(path) and not writer.rotated
+    monkeypatch.setattr(trace, "open_lines", real)
+    writer.write(trace.line("broker", "received", "m-2", {}))
+    writer.flush()
+    writer.close()
+    assert writer.rotated and len(tracefiles.closed(path)) == 1
+    assert [r["message_id"] for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
