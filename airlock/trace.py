@@ -143,9 +143,12 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
     deadline. The broker answers a client before it writes that turn's trace lines, so
     whoever reads the trace right after its results must wait for them here."""
     deadline = time.monotonic() + timeout_s
+    found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
+    history = tracefiles.History(path, whole_only=True)
+    raw_lines: Iterable[bytes] = history
     while True:
-        found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
-        for record in read(path):
+        # The first pass reads all there is; later ones only what was appended since.
+        for record in _matching(raw_lines, None):
             records = found.get(record.get("message_id"))  # type: ignore[arg-type]
             if records is not None:
                 records.append(record)
@@ -153,6 +156,7 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
         if ended >= finished or time.monotonic() > deadline:
             return found
         time.sleep(poll_s)
+        raw_lines, history.since = tracefiles.read_since(path, history.since)
 
 
 def states(path: Path) -> dict[str, str]:
@@ -175,17 +179,9 @@ def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> It
     new live file. Never returns on its own."""
     while not path.exists():
         time.sleep(poll_s)
-    handle = open(path, "rb")  # first, as tracefiles.lines does: a rename meanwhile is seen
-    with handle:
-        for segment in tracefiles.older_than(path, handle):
-            yield from _matching(tracefiles.lines_of(segment), message_id)
-        offset = 0
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                break  # a line still being written: read again from its start below
-            offset += len(raw)
-            yield from _matching([raw], message_id)
-        since = (tracefiles.identity(handle), offset)
+    history = tracefiles.History(path, whole_only=True)
+    yield from _matching(history, message_id)
+    since = history.since
     while True:
         new, since = tracefiles.read_since(path, since)
         if not new:

@@ -90,16 +90,38 @@ def close_segment(path: Path) -> Path:
 
 
 def lines(path: Path) -> Iterator[bytes]:
-    """Every line of every segment, then of the live file, in order."""
-    live = _open_or_none(path)
-    try:
-        for segment in older_than(path, live):
-            yield from lines_of(segment)
-        if live is not None:
-            yield from live
-    finally:
-        if live is not None:
-            live.close()
+    """Every whole line of every segment, then of the live file, in order."""
+    return iter(History(path))
+
+
+class History:
+    """Iterating gives every line there is, in order; afterwards `since` marks the end of
+    the whole lines read, for read_since (a follower, a poller). The live file's last line
+    may be unterminated: given too unless `whole_only` (then read_since gives it, whole)."""
+
+    def __init__(self, path: Path, whole_only: bool = False) -> None:
+        self.path, self.whole_only = path, whole_only
+        self.since: Mark = (None, 0)
+
+    def __iter__(self) -> Iterator[bytes]:
+        live = _open_or_none(self.path)
+        if live is None:  # no live file (none yet, or between a rename and the new file)
+            for segment in older_than(self.path, None):
+                yield from lines_of(segment)
+                self.since = (_identity_of(segment), segment.stat().st_size)
+            return
+        with live:
+            for segment in older_than(self.path, live):
+                yield from lines_of(segment)
+            offset = 0
+            for raw in live:
+                if not raw.endswith(b"\n"):
+                    if not self.whole_only:
+                        yield raw  # torn (a crash mid-write) or being written: decoders judge it
+                    break
+                offset += len(raw)
+                yield raw
+            self.since = (identity(live), offset)
 
 
 def older_than(path: Path, live: BinaryIO | None) -> list[Path]:

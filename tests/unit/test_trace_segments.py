@@ -244,3 +244,24 @@ def test_a_rotation_that_cannot_open_a_new_file_keeps_the_live_file(tmp_path: Pa
     writer.close()
     assert writer.rotated and len(tracefiles.closed(path)) == 1
     assert [r["message_id"] for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
+
+
+def test_settled_waits_across_a_rotation_and_counts_each_line_once(tmp_path: Path, monkeypatch) -> None:
+    """A bench or attack waiting for outcomes: the live file is closed into a segment
+    between two polls (by hand here, as the writer does); every line is still found, once."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in ("a", "b")))
+    polls = []
+
+    def broker_turn(_seconds: float) -> None:  # what the broker does while settled sleeps
+        polls.append(1)
+        with open(path, "ab") as handle:
+            handle.write(trace.line("broker", "outcome", "a", {"outcome": "completed"}))
+        path.rename(tracefiles.segment_path(path, len(polls)))
+        path.write_bytes(trace.line("broker", "outcome", "b", {"outcome": "completed"}))
+
+    monkeypatch.setattr(trace.time, "sleep", broker_turn)
+    found = trace.settled(path, ["a", "b"], 2, timeout_s=60)
+    assert polls == [1]
+    assert {i: [r["event"] for r in records] for i, records in found.items()} == {
+        "a": ["received", "outcome"], "b": ["received", "outcome"]}
