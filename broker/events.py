@@ -24,6 +24,7 @@ BROKER_EVENTS = frozenset({
     "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
     "auth_refused", "started", "stopped", "journal_compacted", "journal_compaction_failed",
     "violation", "malformed_frame", "decision_refused",
+    "trace_checkpoint", "trace_checkpoint_failed",
 })
 # What a worker reports about frames the broker sent it (airlock.service): written, as any
 # worker event, as worker.violation / worker.malformed_frame, never as the broker's own.

@@ -265,3 +265,11 @@ def test_settled_waits_across_a_rotation_and_counts_each_line_once(tmp_path: Pat
     assert polls == [1]
     assert {i: [r["event"] for r in records] for i, records in found.items()} == {
         "a": ["received", "outcome"], "b": ["received", "outcome"]}
+
+
+def test_a_peer_cannot_write_the_checkpoint_events() -> None:
+    """trace_checkpoint lines are the broker's word: a client's Notice may not take the name."""
+    from broker import events
+
+    for name in ("trace_checkpoint", "trace_checkpoint_failed"):
+        assert events.refusal(name, "intake", namespaced=False)
