@@ -79,18 +79,26 @@ class FileTail:
         return [line.rstrip(b"\n") for line in lines]
 
     def _first(self) -> list[bytes]:
+        """The last initial_bytes of the trace, from a line start: of the live file, and of
+        the newest closed segment too when the live file is shorter (just after a rotation)."""
         assert self.path is not None
         with open(self.path, "rb") as handle:
             size = handle.seek(0, 2)
             start = max(0, size - self.initial_bytes)
             handle.seek(start)
             data = handle.read()
-            if start:  # we started mid-line: drop up to the first newline
-                cut = data.find(b"\n") + 1
-                start, data = start + cut, data[cut:]
-            whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits for its newline
-            self.since = (tracefiles.identity(handle), start + len(whole))
-        return whole.splitlines()
+            live = tracefiles.identity(handle)
+            newest = tracefiles.older_than(self.path, handle)[-1:]  # not this file, renamed meanwhile
+        end = data.rfind(b"\n") + 1  # a line still being written waits for its newline
+        data, self.since, cut = data[:end], (live, start + end), start > 0
+        if size < self.initial_bytes and newest:
+            with open(newest[0], "rb") as older:
+                begin = max(0, older.seek(0, 2) - (self.initial_bytes - size))
+                older.seek(begin)
+                data, cut = older.read() + data, begin > 0
+        if cut:  # we started mid-line: drop up to the first newline
+            data = data[data.find(b"\n") + 1:]
+        return data.splitlines()
 
 
 class TraceFeed:

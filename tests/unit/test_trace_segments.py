@@ -273,3 +273,15 @@ def test_a_peer_cannot_write_the_checkpoint_events() -> None:
 
     for name in ("trace_checkpoint", "trace_checkpoint_failed"):
         assert events.refusal(name, "intake", namespaced=False)
+
+
+def test_dashboard_opened_just_after_a_rotation_still_shows_recent_lines(tmp_path: Path) -> None:
+    """A page opened when the live file is nearly empty reads the end of the newest segment too."""
+    path = tmp_path / "trace.jsonl"
+    tracefiles.segment_path(path, 1).write_bytes(b"".join(b'{"n":%d}\n' % n for n in range(100)))
+    path.write_bytes(b'{"n":100}\n{"n":101}\n{"n":')
+    tail = FileTail(path, initial_bytes=50)
+    assert tail.new_lines() == [b'{"n":%d}' % n for n in range(98, 102)]
+    with open(path, "ab") as handle:
+        handle.write(b'102}\n')
+    assert tail.new_lines() == [b'{"n":102}']
