@@ -285,3 +285,18 @@ def test_dashboard_opened_just_after_a_rotation_still_shows_recent_lines(tmp_pat
     with open(path, "ab") as handle:
         handle.write(b'102}\n')
     assert tail.new_lines() == [b'{"n":102}']
+
+
+def test_the_restart_bench_generates_segments_and_reports_its_figures(tmp_path: Path, capsys) -> None:
+    """`python -m lab.bench.trace_restart`: generate writes segments and checkpoints as the
+    broker does; recover reports the figures, with the unfinished emails back in flight."""
+    from lab.bench import trace_restart
+
+    assert trace_restart.main(["generate", str(tmp_path), "0.004", "--segment-bytes", "100000"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["checkpoints"] >= 5 and 2500 < made["bytes_per_email"] < 4000
+    assert len(tracefiles.closed(tmp_path / "trace.jsonl")) == made["checkpoints"]
+    assert trace_restart.main(["recover", str(tmp_path)]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert set(measured) == {"trace_bytes", "seconds", "in_flight", "effects", "peak_rss_mib"}
+    assert measured["in_flight"] == trace_restart.LIVE_TAIL // 2 and measured["trace_bytes"] > 2_000_000
