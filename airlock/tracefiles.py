@@ -227,29 +227,33 @@ def lines_since(path: Path, since: Mark) -> list[bytes]:
 
 def read_since(path: Path, since: Mark) -> tuple[list[bytes], Mark]:
     """lines_since, and the mark just past the last whole line read (for the next call). A
-    file that shrank under the mark (truncated) is read again from its start."""
+    file that shrank under the mark (truncated) is read again from its start. Only the files
+    from the marked one on are opened: the live file alone, unless it was rotated since."""
     marked, offset = since
-    chunks, reading, last = [], marked is None, since
-    for _, segment in [*closed(path), (0, path)]:
+    files_after = [path]
+    if marked is None:
+        files_after = [segment for _, segment in closed(path)] + [path]
+    elif _identity_of(path) != marked:
+        segments = [segment for _, segment in closed(path)]
+        at = next((i for i in reversed(range(len(segments))) if _identity_of(segments[i]) == marked), None)
+        if at is None:  # the marked file is gone (deleted by retention, or replaced): the live one is all new
+            live = _identity_of(path)
+            return read_since(path, (live, 0)) if live is not None else ([], since)
+        files_after = segments[at:] + [path]
+    chunks, last = [], since
+    for number, segment in enumerate(files_after):
         handle = _open_or_none(segment)
         if handle is None:
             continue
         with handle:
             here = identity(handle)
-            if not reading and here == marked:
-                reading = True
+            if number == 0 and here == marked:
                 handle.seek(0 if handle.seek(0, 2) < offset else offset)
-            elif not reading:
-                continue
             start = handle.tell()
             data = handle.read()
             whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits for its newline
             chunks.append(whole)
             last = (here, start + len(whole))
-    live = _identity_of(path)
-    if not reading and live is not None and live != marked:
-        # The marked file is gone (deleted by retention, or replaced): the live one is all new.
-        return read_since(path, (live, 0))
     return [line for chunk in chunks for line in chunk.splitlines(keepends=True)], last
 
 

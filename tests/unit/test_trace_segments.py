@@ -300,3 +300,27 @@ def test_the_restart_bench_generates_segments_and_reports_its_figures(tmp_path: 
     measured = json.loads(capsys.readouterr().out)
     assert set(measured) == {"trace_bytes", "seconds", "in_flight", "effects", "peak_rss_mib"}
     assert measured["in_flight"] == trace_restart.LIVE_TAIL // 2 and measured["trace_bytes"] > 2_000_000
+
+
+def test_approve_waits_for_the_outcome_reading_old_segments_once(tmp_path: Path, monkeypatch) -> None:
+    """`airlock approve` polls for the outcome after its decision: closed segments (the
+    escalation, the decision) are read once, not at every poll, and still found."""
+    from airlock import escalations
+
+    path = tmp_path / "trace.jsonl"
+    tracefiles.segment_path(path, 1).write_bytes(trace.line("broker", "received", "e", {}))
+    tracefiles.segment_path(path, 2).write_bytes(trace.line("broker", "decision", "e", {"approve": True}))
+    path.write_bytes(b"")
+    polls = []
+
+    def broker_turn(_seconds: float) -> None:
+        polls.append(1)
+        if len(polls) == 3:
+            with open(path, "ab") as handle:
+                handle.write(trace.line("broker", "outcome", "e", {"outcome": "completed"}))
+
+    monkeypatch.setattr(escalations.time, "sleep", broker_turn)
+    seen = _opened(monkeypatch)
+    assert escalations.decision_refused(path, "e", timeout_s=60) == ""
+    assert len(polls) == 3
+    assert seen.count(tracefiles.segment_path(path, 1)) == seen.count(tracefiles.segment_path(path, 2)) == 1
