@@ -72,8 +72,9 @@ class TraceWriter:
         self.rotated = False
         if segment_bytes and path.exists() and path.stat().st_size >= segment_bytes:
             # Before any line of this broker: its `started` line is the new live file's first.
-            tracefiles.close_segment(path)
-            self.rotated = True
+            with contextlib.suppress(OSError):  # not renamed: it stays live, closed at a flush
+                tracefiles.close_segment(path)
+                self.rotated = True
         self._file = open_lines(path)
         self._size = os.fstat(self._file.fileno()).st_size
 

@@ -96,7 +96,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
 
     Only what fits under AIRLOCK_QUEUE_MAX_BYTES is read into memory; the rest waits on disk
     (the backlog returned, in journal order) and refill() reads it as readers make room, so
-    a restart holds no more than a running broker would."""
+    a restart holds no more than a running broker would. The states come from the trace's
+    checkpoint and live segment (airlock.tracefiles), never from all of history."""
     state = trace.states(settings.trace_path)
     backlog: collections.deque[Position] = collections.deque()
     for position in journal_module.positions(journal.path):
