@@ -40,7 +40,7 @@ DIGITS = 6  # trace.000001.jsonl: names sort as numbers up to a million segments
 CHECKPOINT_SUFFIX = ".checkpoint"
 OPEN, ESCALATED, FINAL = "open", "escalated", "final"
 # Only lines holding one of these can change an email's state (see fold): a cheap bytes test
-# before decoding skips the other nine lines in ten.
+# before decoding skips the other lines (six of an email's eight).
 _STATE_WORDS = (b'"received"', b'"outcome"')
 
 
@@ -61,7 +61,7 @@ def checkpoint_path(path: Path) -> Path:
 
 
 def _pattern(path: Path) -> re.Pattern[str]:
-    return re.compile(re.escape(path.stem) + r"\.(\d{%d,})" % DIGITS + re.escape(path.suffix))
+    return re.compile(re.escape(path.stem) + rf"\.(\d{{{DIGITS},}})" + re.escape(path.suffix))
 
 
 def closed(path: Path) -> list[tuple[int, Path]]:
@@ -278,14 +278,6 @@ def _open_or_none(path: Path) -> BinaryIO | None:
         return open(path, "rb")
     except FileNotFoundError:
         return None
-
-
-def _read_or_empty(path: Path) -> bytes:
-    handle = _open_or_none(path)
-    if handle is None:
-        return b""
-    with handle:
-        return handle.read()
 
 
 def identity(handle: BinaryIO) -> tuple[int, int]:

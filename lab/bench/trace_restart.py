@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from airlock import settings as settings_module, trace
+from airlock import settings as settings_module
+from airlock import trace
 from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
 from broker import app
@@ -117,7 +118,7 @@ def recover(folder: Path) -> dict[str, object]:
     started = time.monotonic()
     journal = Journal(folder / "journal.bin")
     router = Router(settings)
-    effects, backlog = app.recover(router, settings, journal, time.monotonic())
+    effects, _backlog = app.recover(router, settings, journal, time.monotonic())
     seconds = time.monotonic() - started
     journal.close()
     return {"trace_bytes": trace_bytes, "seconds": round(seconds, 3), "in_flight": len(router.flights),

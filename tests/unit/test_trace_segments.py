@@ -10,7 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock import settings as settings_module, supervisor, trace, tracefiles
+from airlock import settings as settings_module
+from airlock import supervisor, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello
 from broker import app
