@@ -42,14 +42,21 @@ OPEN, ESCALATED, FINAL = "open", "escalated", "final"
 # Only lines holding one of these can change an email's state (see fold): a cheap bytes test
 # before decoding skips the other lines (six of an email's eight).
 _STATE_WORDS = (b'"received"', b'"outcome"')
+# A fold longer than this (an old single-file trace of GBs, at its first start) saves its
+# progress as it goes: a broker killed meanwhile (by a supervisor's stuck rule) goes on
+# from there instead of starting over, and so never loops.
+SAVE_EVERY_BYTES = 512 * 1024 * 1024
 
 
 class Checkpoint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """The states recovery needs, as of closed segment `through` (0: before any). A field
-    added later gets a default, so an older checkpoint still reads."""
+    """The states recovery needs, as of closed segment `through` (0: before any), and of the
+    first `folded` bytes of segment through + 1 when a long fold was cut short (a broker
+    killed while it folded a trace of GBs goes on from there). A field added later gets a
+    default, so an older checkpoint still reads."""
 
     through: int = 0
     states: dict[str, str] = {}
+    folded: int = 0
 
 
 _encode = msgspec.json.Encoder().encode
@@ -181,30 +188,62 @@ def states(path: Path) -> tuple[dict[str, str], list[Path]]:
     state, read = dict(checkpoint.states), []
     for number, segment in closed(path):
         if number > checkpoint.through:
-            fold(state, lines_of(segment))
+            start = checkpoint.folded if number == checkpoint.through + 1 else 0
+            for _ in _fold_from(state, segment, start):
+                pass
             read.append(segment)
     fold(state, lines_of(path))
     return state, [*read, path]
 
 
-def write_checkpoint(path: Path, journalled: Collection[str], keep_segments: int = 0) -> Checkpoint | None:
+def write_checkpoint(path: Path, journalled: Collection[str], keep_segments: int = 0,
+                     save_every: int = SAVE_EVERY_BYTES) -> Checkpoint | None:
     """Fold the closed segments the checkpoint does not cover yet into it, keeping final
     emails only while the journal holds them (`journalled`); None if it covers them all.
-    Then, with keep_segments > 0, delete the oldest covered segments beyond that many."""
+    Then, with keep_segments > 0, delete the oldest covered segments beyond that many.
+    A segment bigger than `save_every` (an old single-file trace) is saved as it goes."""
     checkpoint, segments = load(path), closed(path)
     new = [(number, segment) for number, segment in segments if number > checkpoint.through]
     if not new:
         return None
     state = dict(checkpoint.states)
-    for _, segment in new:
-        fold(state, lines_of(segment))
-    kept = {message_id: what for message_id, what in state.items() if what != FINAL or message_id in journalled}
-    checkpoint = Checkpoint(through=new[-1][0], states=kept)
-    files.write_private(checkpoint_path(path), _encode(checkpoint))
+
+    def save(through: int, folded: int = 0) -> Checkpoint:
+        for message_id in [i for i, what in state.items() if what == FINAL and i not in journalled]:
+            del state[message_id]
+        taken = Checkpoint(through=through, states=dict(state), folded=folded)
+        files.write_private(checkpoint_path(path), _encode(taken))
+        return taken
+
+    for number, segment in new:
+        start = checkpoint.folded if number == checkpoint.through + 1 else 0
+        for offset in _fold_from(state, segment, start, save_every):
+            save(number - 1, offset)
+    taken = save(new[-1][0])
     if keep_segments > 0:
         for _, segment in segments[:-keep_segments]:
             segment.unlink(missing_ok=True)
-    return checkpoint
+    return taken
+
+
+def _fold_from(state: dict[str, str], segment: Path, start: int, every: int = 0) -> Iterator[int]:
+    """Fold `segment` from byte `start` into `state`, yielding the offset reached (at a line
+    boundary) each `every` bytes, where the caller may save its progress."""
+    handle = _open_or_none(segment)
+    if handle is None:
+        return
+    with handle:
+        handle.seek(start)
+        if not every:
+            fold(state, handle)
+            return
+        offset, next_save = start, start + every
+        for raw in handle:
+            fold(state, (raw,))
+            offset += len(raw)
+            if every and offset >= next_save and raw.endswith(b"\n"):
+                next_save = offset + every
+                yield offset
 
 
 Mark = tuple[tuple[int, int] | None, int]  # the live file's identity and size at some moment

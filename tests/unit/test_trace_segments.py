@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from airlock import files as files_module
 from airlock import settings as settings_module
 from airlock import supervisor, trace, tracefiles
 from airlock.errors import SettingsError
@@ -325,3 +326,42 @@ def test_approve_waits_for_the_outcome_reading_old_segments_once(tmp_path: Path,
     assert escalations.decision_refused(path, "e", timeout_s=60) == ""
     assert len(polls) == 3
     assert seen.count(tracefiles.segment_path(path, 1)) == seen.count(tracefiles.segment_path(path, 2)) == 1
+
+
+def test_a_broker_killed_while_folding_an_old_trace_goes_on_from_where_it_was(settings, monkeypatch) -> None:
+    """The first start on an old trace of GBs folds it once; killed meanwhile (a stuck rule
+    measuring time), the next start resumes from the saved offset instead of looping."""
+    settings.data_dir.mkdir(parents=True)
+    old = b"".join(line for n in range(300) for line in _email(f"m-{n}", "completed")) + b"".join(_email("w-1", None))
+    settings.trace_path.write_bytes(old)
+    journal = Journal(settings.data_dir / "journal.bin")
+    writer = trace.TraceWriter(settings.trace_path, SEGMENT)
+    real, saves = files_module.write_private, []
+
+    def killed_after_two_saves(where: Path, data: bytes) -> None:
+        saves.append(data)
+        if len(saves) > 2:
+            raise KeyboardInterrupt  # as SIGKILL would, mid-fold
+        real(where, data)
+
+    monkeypatch.setattr(tracefiles.files, "write_private", killed_after_two_saves)
+    with pytest.raises(KeyboardInterrupt):
+        tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), save_every=len(old) // 5)
+    partial = tracefiles.load(settings.trace_path)
+    assert partial.through == 0 and 0 < partial.folded < len(old)
+    monkeypatch.setattr(tracefiles.files, "write_private", real)
+    unfinished = {i: what for i, what in trace.states(settings.trace_path).items() if what != "final"}
+    assert unfinished == {"w-1": "open"}  # a restart meanwhile reads the partial checkpoint right
+    starts = []
+    fold_from = tracefiles._fold_from
+
+    def spied(state: dict[str, str], segment: Path, start: int, every: int = 0):
+        starts.append(start)
+        yield from fold_from(state, segment, start, every)
+
+    monkeypatch.setattr(tracefiles, "_fold_from", spied)
+    taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), save_every=len(old) // 5)
+    assert starts == [partial.folded] and taken is not None and taken.through == 1 and taken.folded == 0
+    assert trace.states(settings.trace_path) == {"w-1": "open"}
+    writer.close()
+    journal.close()
