@@ -123,7 +123,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  recordings: {describe_recordings(task)}")
         for name in settings.ports:
             print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
-        print(f"  trace:      {data / 'trace.jsonl'}\n  calls:      {data / 'calls.jsonl'}")
+        print(f"  trace:      {data / 'trace.jsonl'} (and, past {settings.trace_segment_bytes // 2**20} MiB, "
+              f"segments trace.000001.jsonl, ... beside it)\n  calls:      {data / 'calls.jsonl'}")
         print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
               + ("; it was open to other users, now 0700" if closed else "")
               + (f"; added the key pair of {', '.join(added)}" if added else ""))
@@ -431,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace_cmd = command("trace", cmd_trace, "show what happened to one email, or to all")
     trace_cmd.add_argument("id", nargs="?", help="a message id from `airlock inject`")
-    trace_cmd.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
+    trace_cmd.add_argument("--follow", "-f", action="store_true",
+                           help="keep printing new lines (on across the trace's rotation into segments)")
     trace_cmd.add_argument("--json", action="store_true", help="print each record as one JSON line")
 
     status = command("status", cmd_status, "show connected workers, queue lengths and emails stuck at a stage")

@@ -5,9 +5,11 @@ the only source, so nothing new goes on the wire for them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from airlock import trace
+from airlock import trace, tracefiles
 
 TRACE_POLL_S = 0.05  # how often decision_refused looks for the broker's outcome line
 
@@ -45,14 +47,17 @@ def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str
     step's own escalation reads none. The broker answers before it writes the turn's
     trace lines, so this waits for the outcome line that follows the decision."""
     deadline = time.monotonic() + timeout_s
+    history = tracefiles.History(path, whole_only=True)  # all segments once, then what follows
+    records = _about(history, message_id)
     while True:
-        records = list(trace.read(path, message_id))
         last_decision = max((i for i, r in enumerate(records) if (r.get("stage"), r.get("event")) == ("broker", "decision")),
                             default=None)
         after = records[last_decision + 1:] if last_decision is not None else []
         if any(r.get("event") == "outcome" for r in after) or time.monotonic() > deadline:
             break
         time.sleep(TRACE_POLL_S)
+        appended, history.since = tracefiles.read_since(path, history.since)
+        records += _about(appended, message_id)
     for record in reversed(after):
         decision = record.get("decision")
         if (record.get("stage"), record.get("event")) == ("actor", "authorization") and isinstance(decision, dict):
@@ -60,3 +65,8 @@ def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str
                      and rule.get("rule") == "approval" and (rule.get("read") or {}).get("approval")]
             return str(decision.get("reason", "")) if decision.get("verdict") == "escalate" and given else ""
     return "" if after else f"{path} holds no record of the decision"
+
+
+def _about(raw_lines: Iterable[bytes], message_id: str) -> list[dict[str, Any]]:
+    return [record for record in map(trace.decode_line, raw_lines)
+            if record is not None and record.get("message_id") == message_id]

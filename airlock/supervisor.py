@@ -32,7 +32,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock import trace
+from airlock import trace, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
 from airlock.preflight import own_file, own_folder
@@ -140,9 +140,9 @@ class Supervisor:
         broker = self.children[0]
         path = self.settings.trace_path
         try:
-            offset = path.stat().st_size
-        except OSError:  # none yet (or unreadable): any `started` line is new
-            offset = 0
+            since = tracefiles.mark(path)  # the live file and its size: it may become a segment
+        except OSError:  # unreadable (EIO): any `started` line is new
+            since = None, 0
         self._start(broker)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not stop.is_set() and time.monotonic() < deadline:
@@ -152,7 +152,7 @@ class Supervisor:
             if code == EX_CONFIG:
                 announce("airlock: broker refused its configuration (see above); stopping")
                 return EX_CONFIG
-            if code is not None or _broker_started_since(path, offset):
+            if code is not None or _broker_started_since(path, since):
                 return None  # a crash is _watch's to restart, with backoff
             stop.wait(POLL_S)
         return None
@@ -263,19 +263,18 @@ class Supervisor:
                 child.process.wait()
 
 
-def _broker_started_since(trace_path: Path, offset: int) -> bool:
-    """Whether the trace has a broker `started` line after byte `offset`. The lock keeps out
+def _broker_started_since(trace_path: Path, since: tracefiles.Mark) -> bool:
+    """Whether the trace has a broker `started` line after `since` (the live file closed
+    into a segment meanwhile included). The lock keeps out
     a second `airlock up`, not every writer: the compose lab's broker appends to the same
     ./airlock-data/trace.jsonl, so a `started` line can be that broker's. The others may then
     start before this broker has bound; check_ports before it, and _wait_ready counting an
     answer only while this broker's process is alive, are what cover that case."""
     try:
-        with open(trace_path, "rb") as lines:
-            lines.seek(offset)
-            new = lines.read()
-    except OSError:  # not there yet, or unreadable (EIO): no sign of a start
+        new = tracefiles.lines_since(trace_path, since)
+    except OSError:  # unreadable (EIO): no sign of a start
         return False
-    for line in new.splitlines():
+    for line in new:
         record = trace.decode_line(line)  # None for a line still being written
         if record and record.get("stage") == "broker" and record.get("event") == "started":
             return True

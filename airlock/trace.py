@@ -1,5 +1,8 @@
 """The trace: one JSON object a line in <data-dir>/trace.jsonl, written only by the broker.
 
+Segments: the broker's writer closes the live file by size into trace.000001.jsonl, ...
+(airlock.tracefiles); every reader here reads them all, in order, then the live file.
+
 Every line has `at` (UTC, ISO 8601), `message_id` (null for facts about no one email),
 `stage` (who said it, stamped by the broker from the endpoint, never trusted from the
 sender) and `event`; the rest are the event's details. Each email ends with exactly one
@@ -8,15 +11,16 @@ line whose event is "outcome".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
 
-from airlock import files
+from airlock import files, tracefiles
 from airlock.terminal import json_line, shown
 
 _json = msgspec.json.Encoder()
@@ -66,13 +70,25 @@ class TraceWriter:
     flush that works; a partial write is cut back, so the file never holds half a line.
     While failing, a flush tries the disk at most once every RETRY_S, and what waits is
     bounded by UNWRITTEN_MAX_BYTES: past it lines are dropped and counted in `dropped`
-    (the broker then keeps every journal record, so a restart redoes those emails)."""
+    (the broker then keeps every journal record, so a restart redoes those emails).
+
+    With `segment_bytes`, the live file is closed into a segment (airlock.tracefiles) once it
+    holds that many bytes, at a flush that wrote (a turn's end: a turn's lines stay in one
+    file); `rotated` then says a checkpoint is due (broker.app takes it and clears it)."""
 
     RETRY_S = 1.0  # a full disk is tried again once a second, not on every loop turn
     UNWRITTEN_MAX_BYTES = 64 * 1024 * 1024  # lines kept in memory while the disk refuses them
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, segment_bytes: int = 0) -> None:
+        self._path, self._segment_bytes = path, segment_bytes
+        self.rotated = False
+        if segment_bytes and path.exists() and path.stat().st_size >= segment_bytes:
+            # Before any line of this broker: its `started` line is the new live file's first.
+            with contextlib.suppress(OSError):  # not renamed: it stays live, closed at a flush
+                tracefiles.close_segment(path)
+                self.rotated = True
         self._file = open_lines(path)
+        self._size = os.fstat(self._file.fileno()).st_size
         self._unwritten: list[bytes] = []
         self._unwritten_bytes = 0
         self._retry_at = 0.0
@@ -113,6 +129,8 @@ class TraceWriter:
             self.failing, self._retry_at = exc, time.monotonic() + self.RETRY_S
             return exc
         self._unwritten, self._unwritten_bytes, self._torn, self.failing = [], 0, False, None
+        self._size += len(data)
+        self._rotate_if_full()
         return None
 
     def sync(self) -> OSError | None:
@@ -134,6 +152,36 @@ class TraceWriter:
         self._file.close()
         return error
 
+    def _rotate_if_full(self) -> None:
+        if self._segment_bytes and self._size >= self._segment_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Close the live file into a segment and open a new one. The segment is synced
+        first: the checkpoint folded from it must never say more than it holds. Never
+        raises: on a failing disk the file stays live and the next flush tries again."""
+        if self.sync() is not None:
+            return
+        try:
+            old = os.fstat(self._file.fileno())
+            segment = tracefiles.close_segment(self._path)  # renamed under the open handle
+        except OSError:
+            return
+        try:
+            new = open_lines(self._path)
+        except OSError:  # no new file (a full disk): back to the old name, still appending there
+            with contextlib.suppress(OSError):
+                os.rename(segment, self._path)
+            return
+        self._file.close()
+        self._file, self._size, self.rotated = new, 0, True
+        # The old file's group and group bits: the compose lab's host user reads the trace
+        # through its group (airlock.lab_init). Without the right (a service not in that
+        # group) the new file stays 0600, as files.open_append made it, until the next `up`.
+        with contextlib.suppress(OSError):
+            os.fchown(new.fileno(), -1, old.st_gid)
+            os.fchmod(new.fileno(), (old.st_mode & 0o660) | 0o600)
+
 
 def _last_byte(path: Path) -> bytes:
     with open(path, "rb") as handle:
@@ -142,14 +190,10 @@ def _last_byte(path: Path) -> bytes:
 
 
 def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
-    """Yield trace records, optionally for one email; a torn last line is skipped."""
-    if not path.exists():
-        return
-    with open(path, "rb") as handle:
-        for raw in handle:
-            record = decode_line(raw)
-            if record is not None and (message_id is None or record.get("message_id") == message_id):
-                yield record
+    """Yield trace records, optionally for one email, from every segment then the live
+    file (airlock.tracefiles); a torn line is skipped. Also reads the call log and the
+    pending escalations, which have no segments."""
+    yield from _matching(tracefiles.lines(path), message_id)
 
 
 def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
@@ -158,9 +202,12 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
     deadline. The broker answers a client before it writes that turn's trace lines, so
     whoever reads the trace right after its results must wait for them here."""
     deadline = time.monotonic() + timeout_s
+    found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
+    history = tracefiles.History(path, whole_only=True)
+    raw_lines: Iterable[bytes] = history
     while True:
-        found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
-        for record in read(path):
+        # The first pass reads all there is; later ones only what was appended since.
+        for record in _matching(raw_lines, None):
             records = found.get(record.get("message_id"))  # type: ignore[arg-type]
             if records is not None:
                 records.append(record)
@@ -168,21 +215,14 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
         if ended >= finished or time.monotonic() > deadline:
             return found
         time.sleep(poll_s)
+        raw_lines, history.since = tracefiles.read_since(path, history.since)
 
 
 def states(path: Path) -> dict[str, str]:
-    """Each email's state in one pass over the trace: `open` (received, no outcome yet),
-    `escalated` (its last outcome waits for a person) or `final`."""
-    state: dict[str, str] = {}
-    for record in read(path):
-        message_id, event = record.get("message_id"), record.get("event")
-        if not isinstance(message_id, str) or record.get("stage") != "broker":
-            continue  # only the broker's own lines say where an email stands
-        if event == "received":
-            state[message_id] = "open"
-        elif event == "outcome":
-            state[message_id] = "escalated" if record.get("outcome") == "escalated" else "final"
-    return state
+    """Each email's state: `open` (received, no outcome yet), `escalated` (its last outcome
+    waits for a person) or `final`. Read from the checkpoint and the live segment only
+    (airlock.tracefiles), so a final email the journal no longer holds may be missing."""
+    return tracefiles.states(path)[0]
 
 
 def unfinished(path: Path) -> tuple[list[str], list[str]]:
@@ -193,22 +233,26 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
 
 
 def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
-    """Yield records as they are appended, like `tail -f`; never returns on its own."""
+    """Yield every record, then records as they are appended, like `tail -F`: when the
+    live file is closed into a segment, its rest is read, then any later segment, then the
+    new live file. Never returns on its own."""
     while not path.exists():
         time.sleep(poll_s)
-    with open(path, "rb") as handle:
-        pending = b""
-        while True:
-            chunk = handle.readline()
-            if not chunk:
-                time.sleep(poll_s)
-                continue
-            pending += chunk
-            if not pending.endswith(b"\n"):
-                continue  # a line still being written
-            record, pending = decode_line(pending), b""
-            if record is not None and (message_id is None or record.get("message_id") == message_id):
-                yield record
+    history = tracefiles.History(path, whole_only=True)
+    yield from _matching(history, message_id)
+    since = history.since
+    while True:
+        new, since = tracefiles.read_since(path, since)
+        if not new:
+            time.sleep(poll_s)
+        yield from _matching(new, message_id)
+
+
+def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[dict[str, Any]]:
+    for raw in raw_lines:
+        record = decode_line(raw)
+        if record is not None and (message_id is None or record.get("message_id") == message_id):
+            yield record
 
 
 def decode_line(raw: bytes) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import keys, locks, published, trace
+from airlock import keys, locks, published, trace, tracefiles
 from airlock.errors import ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.terminal import json_line
@@ -132,7 +132,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
 
     Only what fits under AIRLOCK_QUEUE_MAX_BYTES is read into memory; the rest waits on disk
     (the backlog returned, in journal order) and refill() reads it as readers make room, so
-    a restart holds no more than a running broker would."""
+    a restart holds no more than a running broker would. The states come from the trace's
+    checkpoint and live segment (airlock.tracefiles), never from all of history."""
     state = trace.states(settings.trace_path)
     backlog: collections.deque[Position] = collections.deque()
     unreadable: list[str] = []  # checked at open, unreadable now: damaged or EIO since
@@ -171,6 +172,21 @@ def recover(core: Router, settings: Settings, journal: Journal,
         effects.insert(0, trace.line("broker", "journal_damaged", None, {
             **damage_detail(journal), "emails_lost": abandoned}))
     return effects + core.tick(now), backlog
+
+
+def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) -> list[Send | bytes | Entry]:
+    """Once the trace closed a segment (or a crash left one unfolded): fold it into the
+    checkpoint, so the next restart reads the checkpoint and the live segment only. The
+    journal says which final emails must stay in it (airlock.tracefiles)."""
+    writer.rotated = False
+    try:
+        taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), settings.trace_keep_segments)
+    except OSError as exc:  # a full disk: the old checkpoint stands; the next restart reads more
+        return [trace.line("broker", "trace_checkpoint_failed", None, {"error": str(exc)})]
+    if taken is None:
+        return []
+    return [trace.line("broker", "trace_checkpoint", None, {"through_segment": taken.through,
+                                                              "emails": len(taken.states)})]
 
 
 def damage_reason(damage: list[journal_module.Damage]) -> str:
@@ -266,7 +282,7 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
         print(f"broker: cannot open {settings.data_dir / 'journal.bin'}: {exc}; exiting 75 (EX_TEMPFAIL) "
               "to be started again", file=sys.stderr, flush=True)
         raise SystemExit(EX_TEMPFAIL) from None
-    writer = trace.TraceWriter(settings.trace_path)
+    writer = trace.TraceWriter(settings.trace_path, settings.trace_segment_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
                   smtp_keys=keys.smtp_keys(settings.keys_folder) if server is not None else ())
@@ -361,7 +377,10 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
         "sender_proofs": ("kept from the SMTP intake's key only" if core.smtp_keys
                           else "none kept (no SMTP intake key): every sender is unverified"),
         **({} if server else {"insecure": True})})])
-    flush_trace()  # on disk before recovery reads the whole trace: a slow start shows how far it got
+    flush_trace()  # on disk before recovery reads the trace: a slow start shows how far it got
+    # A segment closed at start (an old single-file trace) or left unfolded by a crash is
+    # folded into the checkpoint first, so it is read once, and recovery reads the rest.
+    carry_out(checkpoint(settings, writer, journal))
     recovered, backlog = recover(core, settings, journal, time.monotonic())
     if journal.damage:  # on stderr too: the supervisor's log is where an operator looks first
         print(f"broker: journal damaged, skipped: {json_line(damage_detail(journal))}; "
@@ -396,6 +415,8 @@ def _serve(settings: Settings, task: object, stop: threading.Event) -> None:
             effects += core.tick(time.monotonic())
             carry_out(effects)
             flush_trace()
+            if writer.rotated:
+                carry_out(checkpoint(settings, writer, journal))
             # Offsets in the backlog point into this file: no rewrite until it is read. Nor
             # while a write fails: a copy of the journal needs space the disk has not got.
             if not backlog and not storage.failing and journal.worth_compacting(core.flights.keys(),

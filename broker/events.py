@@ -25,6 +25,7 @@ BROKER_EVENTS = frozenset({
     "auth_refused", "handshake_failed", "started", "stopped", "journal_compacted", "journal_compaction_failed",
     "journal_damaged", "storage_failed", "storage_recovered",
     "violation", "malformed_frame", "decision_refused",
+    "trace_checkpoint", "trace_checkpoint_failed",
 })
 # What a worker reports about frames the broker sent it (airlock.service): written, as any
 # worker event, as worker.violation / worker.malformed_frame, never as the broker's own.

@@ -27,7 +27,7 @@ from typing import Any
 
 import zmq
 
-from airlock import published
+from airlock import published, tracefiles
 from airlock.trace import decode_line as decode  # the trace module owns its line format
 from airlock.transport import use_curve
 
@@ -59,35 +59,46 @@ class Dedup:
 
 
 class FileTail:
-    """Complete lines appended to a file since the last call; starts again if it shrinks.
-    The first call reads at most the last `initial_bytes` of the file, from a line start."""
+    """Complete lines appended to the trace since the last call, across the broker closing
+    the live file into a segment (airlock.tracefiles); starts again if it shrinks. The first
+    call reads at most the last `initial_bytes` of the live file, from a line start."""
 
     def __init__(self, path: Path | None, initial_bytes: int = INITIAL_BYTES) -> None:
-        self.path, self.offset, self.initial_bytes = path, 0, initial_bytes
-        self._started = False
+        self.path, self.initial_bytes = path, initial_bytes
+        self.since: tracefiles.Mark | None = None
 
     def new_lines(self) -> list[bytes]:
         if self.path is None:
             return []
         try:
-            with open(self.path, "rb") as handle:
-                size = handle.seek(0, 2)
-                if size < self.offset:
-                    self.offset = 0  # the file was replaced or truncated
-                skip_partial = False
-                if not self._started and size - self.offset > self.initial_bytes:
-                    self.offset, skip_partial = size - self.initial_bytes, True
-                self._started = True
-                handle.seek(self.offset)
-                data = handle.read()
+            if self.since is None:
+                return self._first()
+            lines, self.since = tracefiles.read_since(self.path, self.since)
         except OSError:
             return []
-        if skip_partial:  # we started mid-line: drop up to the first newline
-            cut = data.find(b"\n") + 1
-            self.offset, data = self.offset + cut, data[cut:]
+        return [line.rstrip(b"\n") for line in lines]
+
+    def _first(self) -> list[bytes]:
+        """The last initial_bytes of the trace, from a line start: of the live file, and of
+        the newest closed segment too when the live file is shorter (just after a rotation)."""
+        assert self.path is not None
+        with open(self.path, "rb") as handle:
+            size = handle.seek(0, 2)
+            start = max(0, size - self.initial_bytes)
+            handle.seek(start)
+            data = handle.read()
+            live = tracefiles.identity(handle)
+            newest = tracefiles.older_than(self.path, handle)[-1:]  # not this file, renamed meanwhile
         end = data.rfind(b"\n") + 1  # a line still being written waits for its newline
-        self.offset += end
-        return data[:end].splitlines()
+        data, self.since, cut = data[:end], (live, start + end), start > 0
+        if size < self.initial_bytes and newest:
+            with open(newest[0], "rb") as older:
+                begin = max(0, older.seek(0, 2) - (self.initial_bytes - size))
+                older.seek(begin)
+                data, cut = older.read() + data, begin > 0
+        if cut:  # we started mid-line: drop up to the first newline
+            data = data[data.find(b"\n") + 1:]
+        return data.splitlines()
 
 
 class TraceFeed:
