@@ -59,6 +59,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     await_max_waiters: int  # ids one client may wait on at once
     journal_compact_bytes: int  # a journal this big is rewritten without final emails
     queue_full_wait_s: float  # a client resends what a full queue refused for this long, then gives up
+    no_worker_wait_s: float  # an email waiting this long for a stage with no worker connected ends failed; 0: never
     # The trace is closed into segments by size, so a restart reads a checkpoint and the
     # live segment, never all of history (airlock.tracefiles):
     trace_segment_bytes: int  # the live trace.jsonl is closed into a segment at this size
@@ -141,16 +142,6 @@ def positive(cast: Callable[[str], Any]) -> Callable[[str], Any]:
         value = cast(text)
         if value <= 0:
             raise ValueError("must be greater than 0")
-        return value
-
-    return parse
-
-
-def at_least_zero(cast: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        value = cast(text)
-        if value < 0:
-            raise ValueError("must be 0 or more")
         return value
 
     return parse
@@ -273,8 +264,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", positive(int), "100000"),
         "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", positive(int), str(64 * 1024 * 1024)),
         "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", positive(float), "30"),
+        # A stage with no worker connected (a killed actor no one restarts) would hold its
+        # emails with no deadline and no outcome: they end `failed` after this wait instead.
+        "no_worker_wait_s": read("AIRLOCK_NO_WORKER_WAIT_S", non_negative(float), "300"),
         "trace_segment_bytes": read("AIRLOCK_TRACE_SEGMENT_BYTES", positive(int), str(64 * 1024 * 1024)),
-        "trace_keep_segments": read("AIRLOCK_TRACE_KEEP_SEGMENTS", at_least_zero(int), "0"),
+        "trace_keep_segments": read("AIRLOCK_TRACE_KEEP_SEGMENTS", non_negative(int), "0"),
     }
     for key, value in overrides.items():
         if key not in values:
