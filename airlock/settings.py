@@ -262,7 +262,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "queue_max_bytes": read("AIRLOCK_QUEUE_MAX_BYTES", positive(int), str(64 * 1024 * 1024)),
         "await_max_ids": read("AIRLOCK_AWAIT_MAX_IDS", positive(int), "1000"),
         "await_max_waiters": read("AIRLOCK_AWAIT_MAX_WAITERS", positive(int), "100000"),
-        "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", positive(int), str(64 * 1024 * 1024)),
+        # 16 MiB: the broker keeps each journalled email's size in memory until a compaction
+        # drops the final ones, so this bounds that index (about 35,000 emails), and a
+        # compaction (a copy of what is live, a few records) costs tens of milliseconds.
+        "journal_compact_bytes": read("AIRLOCK_JOURNAL_COMPACT_BYTES", positive(int), str(16 * 1024 * 1024)),
         "queue_full_wait_s": read("AIRLOCK_QUEUE_FULL_WAIT_S", positive(float), "30"),
         # A stage with no worker connected (a killed actor no one restarts) would hold its
         # emails with no deadline and no outcome: they end `failed` after this wait instead.

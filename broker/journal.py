@@ -101,7 +101,7 @@ class WriteFailed:
 
 
 class Journal:
-    def __init__(self, path: Path, compact_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, path: Path, compact_bytes: int = 16 * 1024 * 1024) -> None:
         files.make_folder(path.parent)  # 0700: the journal holds every raw email
         self.path = path
         self.compact_bytes = compact_bytes
