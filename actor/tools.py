@@ -103,6 +103,7 @@ class CallLog:
                 except sqlite3.Error as exc:
                     self._index_lost(exc)
                     self._unsynced_pins.discard(key)  # its record was cut back out: it did not run
+                self._latch_untrusted()  # the record could not be cut back out: no more records here
                 raise
             return True
 
@@ -140,6 +141,7 @@ class CallLog:
             except LedgerWriteFailed:
                 self.keys.forget_batch()
                 self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
+                self._latch_untrusted()
                 raise
             self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
             self._unsynced_pins.clear()
@@ -176,13 +178,17 @@ class CallLog:
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
         cheap check (deleted, or renamed over), per group commit also a move and the lock."""
+        self._latch_untrusted(full)
+        if self.untrusted:
+            raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran")
+
+    def _latch_untrusted(self, full: bool = False) -> None:
+        """Set `untrusted` (once, and say so) if the log is no longer one to act on."""
         if not self.untrusted:
-            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost()))
+            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost())) or ""
             if self.untrusted:
                 print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
                       "reconciles the ledger with its key index", file=sys.stderr)
-        if self.untrusted:
-            raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran")
 
     def _reconcile(self) -> list[dict[str, Any]]:
         """Bring the key index up to the log as found at start; report a log that is not the

@@ -463,3 +463,29 @@ def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is
     restarted = CallLog(path)
     assert restarted.call("after", 1, "orders", "lookup", {"order_id": "A1"}), "a call that never ran was refused"
     restarted.close()
+
+
+def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path, monkeypatch) -> None:
+    """A short write whose cut-back fails (EIO on ftruncate) leaves a fragment in calls.jsonl.
+    The file is O_APPEND: a next record would share the fragment's line and be skipped by every
+    reader (a call that ran, missing from the log). So the ledger is no longer trusted: no call
+    runs until a restart, which ends the torn line first."""
+    path = tmp_path / "calls.jsonl"
+    log = CallLog(path, orders={})
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
+
+    def broken(descriptor: int, length: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "ftruncate", broken)
+    with pytest.raises(LedgerWriteFailed):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.undo()
+    with pytest.raises(LedgerUntrusted, match="could not be cut back"):
+        log.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    restarted = CallLog(path, orders={})  # open_lines ends the fragment's line
+    assert not restarted.untrusted
+    assert restarted.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
+    restarted.close()
+    assert _calls(path) == [("m2", 1)]
