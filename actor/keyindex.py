@@ -57,8 +57,9 @@ class KeyIndex:
         self._batch: list[str] = []  # claimed since the log's last sync
         self._durable: list[str] = []  # durable in the log, not yet committed here (one batch)
         self._covers: Indexed | None = None  # what the next commit records
-        self._in_transaction = False
-
+        # Whether a transaction is open is asked of SQLite (db.in_transaction), never kept in a
+        # flag here: on a full disk SQLite rolls the transaction back by itself, and a stale flag
+        # would let the next key be written at once (autocommit), before its record is durable.
 
     def indexed(self) -> Indexed | None:
         row = self._db.execute("SELECT device, inode, size FROM indexed").fetchone()
@@ -84,11 +85,16 @@ class KeyIndex:
         if key in self._batch:
             self._batch.remove(key)
 
+    def unsynced(self) -> list[str]:
+        """The keys claimed since the log's last sync (their records are in the log, not yet durable)."""
+        return list(self._batch)
+
     def forget_batch(self) -> None:
         """Give back every key claimed since the log's last sync (the sync failed)."""
         lost, self._batch = self._batch, []
         for key in lost:
-            self._db.execute("DELETE FROM keys WHERE key = ?", (key,))
+            if self._db.in_transaction:  # else SQLite's own rollback already took it away
+                self._db.execute("DELETE FROM keys WHERE key = ?", (key,))
             self._cache.pop(key, None)
 
     def synced(self, covers: Indexed) -> None:
@@ -113,23 +119,22 @@ class KeyIndex:
         """Commit what the log holds durably: its keys, and which bytes of which log they come
         from. Raises sqlite3.Error if the disk refuses; the caller then calls rollback()."""
         covers = covers or self._covers
-        if covers is None or not self._in_transaction:
-            return
+        if covers is None or not self._db.in_transaction:
+            return  # never the `indexed` row alone: it would claim keys this index does not hold
         self._db.execute("INSERT OR REPLACE INTO indexed (one, device, inode, size) VALUES (1, ?, ?, ?)", covers)
         self._db.execute("COMMIT")
-        self._in_transaction, self._covers = False, None
+        self._covers = None
         self._durable = []
 
     def rollback(self) -> list[str]:
         """Drop the open transaction; returns the keys in it that the log holds durably (the
         caller must go on honouring them), having forgotten the unsynced batch."""
-        self.forget_batch()
-        if self._in_transaction:
+        if self._db.in_transaction:
             try:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:  # SQLite already rolled it back itself (a full disk does that)
                 pass
-            self._in_transaction = False
+        self.forget_batch()  # after the rollback: it took the keys away, nothing to write
         self._cache.clear()  # it may name keys the rollback took away
         lost, self._durable, self._covers = self._durable, [], None
         return lost
@@ -145,9 +150,8 @@ class KeyIndex:
             self._db.close()
 
     def _begin(self) -> None:
-        if not self._in_transaction:
+        if not self._db.in_transaction:
             self._db.execute("BEGIN")
-            self._in_transaction = True
 
     def _remember(self, key: str) -> None:
         self._cache[key] = None

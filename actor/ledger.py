@@ -69,6 +69,7 @@ class AppendLog:
         self.identity = (stat.st_dev, stat.st_ino)
         self.size = stat.st_size  # where the next record starts
         self.synced = stat.st_size  # what an fsync has made durable (at open: whatever is there)
+        self.damaged = ""  # why the file may now end in a partial record ("" while it cannot)
 
     def append(self, line: bytes) -> None:
         """Write one record (ending in a newline) with a single os.write; on failure, cut the
@@ -101,7 +102,9 @@ class AppendLog:
 
     def unlinked(self) -> str:
         """The per-call check, one fstat: "" unless the file was deleted or renamed over
-        (either leaves it with no name), else what happened to it."""
+        (either leaves it with no name) or could not be cut back, else what happened to it."""
+        if self.damaged:
+            return self.damaged
         try:
             if os.fstat(self._fd).st_nlink > 0:
                 return ""
@@ -134,8 +137,14 @@ class AppendLog:
     def _cut(self, length: int) -> None:
         try:
             os.ftruncate(self._fd, length)
-        except OSError:  # cannot even truncate (EIO): the reader's torn-line rule is the last guard
-            pass
+        except OSError as exc:
+            # The file may end in a partial record, and it is O_APPEND: the next record would
+            # share that line and every reader would skip it (a call that ran, missing). So no
+            # more records here: the log says it is damaged, and the actor stops acting on it
+            # (LedgerUntrusted); a restart's open_lines ends the torn line first.
+            self.damaged = (f"{self.path.name} could not be cut back after a failed write ({exc.strerror}): "
+                            "it may end in a partial record")
+            return
         self.size = min(self.size, length)
         self.synced = min(self.synced, length)
 

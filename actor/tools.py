@@ -73,6 +73,9 @@ class CallLog:
         self._lock = threading.Lock()
         self.untrusted = ""  # why this actor stopped acting on its ledger ("" while it trusts it)
         self._pinned: set[str] = set()  # keys durable in the log that the index could not commit yet
+        # Keys whose records are in the log but not yet durable, which the index lost when it
+        # rolled back (a full disk): honoured until the sync, then pinned, or dropped with the batch.
+        self._unsynced_pins: set[str] = set()
         self.orders = load_orders() if orders is None else orders
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
@@ -84,7 +87,7 @@ class CallLog:
         key = call_key(message_id, step)
         with self._lock:
             self._check_trusted()
-            if key in self._pinned or not self.keys.claim(key):
+            if key in self._pinned or key in self._unsynced_pins or not self._claim(key):
                 return False
             record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
                       "args": args, "at": utc_now()}
@@ -95,15 +98,37 @@ class CallLog:
             try:
                 self._log.append(self._encode(record) + b"\n")
             except LedgerWriteFailed:
-                self.keys.release(key)
+                try:
+                    self.keys.release(key)
+                except sqlite3.Error as exc:
+                    self._index_lost(exc)
+                    self._unsynced_pins.discard(key)  # its record was cut back out: it did not run
+                self._latch_untrusted()  # the record could not be cut back out: no more records here
                 raise
             return True
+
+    def _claim(self, key: str) -> bool:
+        """KeyIndex.claim, or LedgerWriteFailed naming the disk if SQLite refuses the key."""
+        try:
+            return self.keys.claim(key)
+        except sqlite3.Error as exc:
+            self._index_lost(exc)
+            raise LedgerWriteFailed(f"the key index {self.keys.path.name} cannot take a key: {exc}; "
+                                    "nothing ran") from exc
+
+    def _index_lost(self, exc: sqlite3.Error) -> None:
+        """The index's transaction is gone (SQLite rolls it back itself on a full disk): hold every
+        key it had taken since its last commit here, so none of those calls runs again."""
+        self._unsynced_pins.update(self.keys.unsynced())
+        self._pinned.update(self.keys.rollback())
+        print(f"actor: the key index failed ({exc}); {len(self._pinned) + len(self._unsynced_pins)} key(s) "
+              "held in memory until it can commit", file=sys.stderr)
 
     def made(self, message_id: str, step: int) -> bool:
         """Whether the ledger holds this step's call (an escalated email's earlier steps must)."""
         key = call_key(message_id, step)
         with self._lock:
-            return key in self._pinned or key in self.keys
+            return key in self._pinned or key in self._unsynced_pins or key in self.keys
 
     def sync(self) -> None:
         """fsync what was logged since the last sync, then commit its keys to the index. The worker loop calls this before it sends
@@ -115,7 +140,11 @@ class CallLog:
                 self._log.sync()
             except LedgerWriteFailed:
                 self.keys.forget_batch()
+                self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
+                self._latch_untrusted()
                 raise
+            self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
+            self._unsynced_pins.clear()
             self._index_synced()  # even if the log turns out replaced: those calls did run
             try:
                 self._check_trusted(full=True)
@@ -127,6 +156,7 @@ class CallLog:
         with self._lock:
             self._log.rollback()
             self.keys.forget_batch()
+            self._unsynced_pins.clear()
 
     def _index_synced(self) -> None:
         covers = Indexed(*self._log.identity, self._log.synced)
@@ -136,7 +166,9 @@ class CallLog:
             self.keys.synced(covers)
         except sqlite3.Error as exc:
             # The records are durable in the log (the ground truth; a restart re-indexes it),
-            # so their answers may go; until the index takes them, they are held here.
+            # so their answers may go; until the index takes them, they are held here (the
+            # batch's too, if the index failed before synced() moved it to the durable keys).
+            self._pinned.update(self.keys.unsynced())
             self._pinned.update(self.keys.rollback())
             print(f"actor: the key index could not commit ({exc}); {len(self._pinned)} key(s) held in "
                   "memory until it can", file=sys.stderr)
@@ -146,13 +178,17 @@ class CallLog:
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
         cheap check (deleted, or renamed over), per group commit also a move and the lock."""
+        self._latch_untrusted(full)
+        if self.untrusted:
+            raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran")
+
+    def _latch_untrusted(self, full: bool = False) -> None:
+        """Set `untrusted` (once, and say so) if the log is no longer one to act on."""
         if not self.untrusted:
-            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost()))
+            self.untrusted = self._log.unlinked() or (full and (self._log.replaced() or self.lock.lost())) or ""
             if self.untrusted:
                 print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
                       "reconciles the ledger with its key index", file=sys.stderr)
-        if self.untrusted:
-            raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran")
 
     def _reconcile(self) -> list[dict[str, Any]]:
         """Bring the key index up to the log as found at start; report a log that is not the

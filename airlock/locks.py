@@ -42,6 +42,11 @@ UP_LOCK = Path("run") / "up.lock"
 BROKER_LOCK = Path("broker.lock")
 HINT_BYTES = 32
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# A lock found held is tried again a few times before it is refused: holder() probes with a
+# shared lock for a moment, and a broker starting at that instant must not exit 78 (LockHeld),
+# which the supervisor takes as a configuration refusal and stops the whole stack for.
+HOLD_TRIES = 5
+HOLD_RETRY_S = 0.05  # between tries: a probe is far shorter, a real holder far longer
 ORPHAN_POLL_S = 1.0  # where the kernel cannot signal a parent's death, how often a child looks
 
 
@@ -91,7 +96,7 @@ def hold(path: Path, what: str, advice: str = "stop it first", own_folder: bool 
     while True:
         fd = _open(path, own_folder)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_after_probes(fd)
         except BlockingIOError:
             holder = _hint(fd)
             os.close(fd)
@@ -105,6 +110,19 @@ def hold(path: Path, what: str, advice: str = "stop it first", own_folder: bool 
         held.release()  # locked a file deleted meanwhile: lock the one the path names now
     _write_hint(fd)
     return held
+
+
+def _flock_after_probes(fd: int) -> None:
+    """The exclusive lock without blocking, tried HOLD_TRIES times HOLD_RETRY_S apart so a
+    momentary probe (holder()) is waited out; BlockingIOError if it stays held."""
+    for attempt in range(HOLD_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == HOLD_TRIES - 1:
+                raise
+            time.sleep(HOLD_RETRY_S)
 
 
 @contextlib.contextmanager
@@ -124,7 +142,7 @@ def one_stack(data_dir: Path) -> Iterator[Held]:
 def holder(path: Path) -> int | None:
     """Whether `path` is held now: the holder's pid, 0 if held by a pid it does not name,
     None if free. A probe (`airlock up` asking whether a broker an earlier stack left still
-    runs): it holds a shared lock for a moment, which a starting broker may meet as held."""
+    runs): it holds a shared lock for a moment, which hold() waits out (HOLD_TRIES)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:

@@ -393,3 +393,99 @@ def test_a_damaged_key_index_is_moved_aside_and_rebuilt(tmp_path: Path, capsys) 
     again.close()
     assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
     assert "is damaged" in capsys.readouterr().err
+
+
+def _crash(log: CallLog) -> None:
+    """Stop a call log as a killed actor would: no commit, no sync, its lock dropped."""
+    log.keys._db.close()  # an open transaction is lost, as at a kill
+    log._log.close()
+    log.lock.close()
+
+
+def _fill_index_then_call(log: CallLog, keys_before: int) -> tuple[list[tuple[str, int]], Exception]:
+    """Shrink the key index's disk to what it holds now, then log calls (long ids fill pages
+    fast) until the index refuses one: the calls logged in that batch, and the error."""
+    log.keys._db.execute(f"PRAGMA max_page_count={log.keys._db.execute('PRAGMA page_count').fetchone()[0]}")
+    logged = []
+    for number in range(keys_before, keys_before + 2000):
+        message_id = f"m{number:04d}" + "x" * 400
+        try:
+            log.call(message_id, 1, "orders", "lookup", {"order_id": "A1"})
+        except Exception as exc:  # noqa: BLE001  (the type is what the tests check)
+            return logged, exc
+        logged.append((message_id, 1))
+    raise AssertionError("the key index never filled up")
+
+
+def test_a_full_key_index_is_a_typed_ledger_failure(tmp_path: Path) -> None:
+    """SQLite's own "database or disk is full" names the disk, as LedgerWriteFailed; it is
+    not left to the executor's catch-all (tool_error: OperationalError)."""
+    log = CallLog(tmp_path / "calls.jsonl")
+    _, error = _fill_index_then_call(log, 0)
+    assert isinstance(error, LedgerWriteFailed), repr(error)
+    assert "full" in str(error)
+    _crash(log)
+
+
+def test_a_full_key_index_mid_batch_never_lets_a_call_run_twice(tmp_path: Path) -> None:
+    """SQLite rolls its transaction back by itself on a full disk. Every key claimed earlier in
+    that batch must still be honoured: now, after the batch's sync, and after a restart."""
+    path = tmp_path / "calls.jsonl"
+    log = CallLog(path)
+    log.call("first", 1, "orders", "lookup", {"order_id": "A1"})
+    log.sync()
+    logged, _ = _fill_index_then_call(log, 0)
+    assert logged, "the index refused the batch's first key: nothing to check"
+    for message_id, step in logged:  # still in this batch, the index rolled back
+        assert not log.call(message_id, step, "orders", "lookup", {"order_id": "A1"})
+    log.sync()  # the log is durable; the index still full (its commit fails, or keys stay pinned)
+    for message_id, step in logged:
+        assert not log.call(message_id, step, "orders", "lookup", {"order_id": "A1"})
+    _crash(log)
+    restarted = CallLog(path)  # space is back (a fresh connection has no page limit)
+    for message_id, step in [("first", 1), *logged]:
+        assert not restarted.call(message_id, step, "orders", "lookup", {"order_id": "A1"}), message_id
+    assert _calls(path).count(logged[0]) == 1
+    restarted.close()
+
+
+def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is_durable(tmp_path: Path) -> None:
+    """After SQLite's own rollback, the next claim must open a transaction again, not write
+    its key at once (autocommit): a crash before the log's fsync would then answer `replayed`
+    for a call that never ran."""
+    path = tmp_path / "calls.jsonl"
+    log = CallLog(path)
+    logged, _ = _fill_index_then_call(log, 0)
+    log.keys._db.execute("PRAGMA max_page_count=1073741823")  # space is back
+    log.call("after", 1, "orders", "lookup", {"order_id": "A1"})
+    log._log.rollback()  # the crash before the fsync: the record never became durable
+    _crash(log)
+    restarted = CallLog(path)
+    assert restarted.call("after", 1, "orders", "lookup", {"order_id": "A1"}), "a call that never ran was refused"
+    restarted.close()
+
+
+def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path, monkeypatch) -> None:
+    """A short write whose cut-back fails (EIO on ftruncate) leaves a fragment in calls.jsonl.
+    The file is O_APPEND: a next record would share the fragment's line and be skipped by every
+    reader (a call that ran, missing from the log). So the ledger is no longer trusted: no call
+    runs until a restart, which ends the torn line first."""
+    path = tmp_path / "calls.jsonl"
+    log = CallLog(path, orders={})
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
+
+    def broken(descriptor: int, length: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "ftruncate", broken)
+    with pytest.raises(LedgerWriteFailed):
+        log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
+    monkeypatch.undo()
+    with pytest.raises(LedgerUntrusted, match="could not be cut back"):
+        log.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
+    log.close()
+    restarted = CallLog(path, orders={})  # open_lines ends the fragment's line
+    assert not restarted.untrusted
+    assert restarted.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
+    restarted.close()
+    assert _calls(path) == [("m2", 1)]

@@ -115,3 +115,29 @@ def test_a_lifeline_whose_parent_is_already_gone_never_runs_the_service(tmp_path
     done = subprocess.run([sys.executable, "-m", "airlock.lifeline", str(os.getpid()), "marker_service"],
                           env=env, capture_output=True, timeout=60)
     assert done.returncode == 0 and (tmp_path / "ran").exists(), done.stderr
+
+
+def test_a_momentary_probe_is_not_mistaken_for_a_holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`airlock up` probes a broker's lock with a shared lock held for a moment (holder()); a
+    broker starting at that instant must wait the probe out, not exit 78 (LockHeld), which the
+    supervisor takes as a configuration refusal. The probe here ends at hold()'s first pause
+    (no clock involved); a real holder, which never lets go, is still refused."""
+    import fcntl
+    path = tmp_path / "broker.lock"
+    locks.hold(path, "broker").release()  # the file a broker of an earlier stack left
+    probe = os.open(path, os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    real_sleep, pauses = locks.time.sleep, []
+
+    def probe_ends(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            os.close(probe)  # the probe's moment is over
+        real_sleep(0)
+    monkeypatch.setattr(locks.time, "sleep", probe_ends)
+    held = locks.hold(path, "broker")
+    assert pauses and sum(pauses) <= 0.5
+    with pytest.raises(LockHeld):  # a real holder: refused after the few short tries
+        locks.hold(path, "broker")
+    assert sum(pauses) <= 0.5
+    held.release()
