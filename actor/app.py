@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module, plugs
+from actor import catalog as catalog_module
+from actor import plugs
 from actor.executor import Executor, LiveCatalog
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed
 from actor.pending import PendingStore

@@ -20,12 +20,13 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module, schema
+from actor import catalog as catalog_module
+from actor import schema
 from actor.catalog import Catalog, Tool
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed
 from actor.pending import Escalation, PendingStore
-from actor.plugs import ActorPlug
 from actor.plan import BoundStep, structural_problem
+from actor.plugs import ActorPlug
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
 from actor.tools import CallLog, call_key
 from airlock import senders
