@@ -10,6 +10,7 @@ and the turn's trace lines in as few published frames as fit.
 from __future__ import annotations
 
 import collections
+import ctypes
 import errno
 import os
 import sys
@@ -174,6 +175,23 @@ def recover(core: Router, settings: Settings, journal: Journal,
     return effects + core.tick(now), backlog
 
 
+try:  # glibc's: hand the heap's free pages back to the kernel (absent on musl or macOS)
+    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):
+    _malloc_trim = None
+
+
+def give_back_memory() -> None:
+    """After a fold or a compaction. The broker's churn (100,000 finished outcomes replaced
+    one by one, a segment folded every ~20,000 emails, a journal index rebuilt) leaves freed
+    memory that glibc keeps. Measured with `airlock bench --soak 10 --rate 400`: the broker's
+    RSS rose 12.95 MiB per 100,000 emails over the later half without this, 9.57 with it
+    (a 7-minute run: 0.57), while its Python objects (tracemalloc) stayed flat; the rest of
+    that growth is not explained yet. A walk of the heap, a few ms, every ~20,000 emails."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
 def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) -> list[Send | bytes | Entry]:
     """Once the trace closed a segment (or a crash left one unfolded): fold it into the
     checkpoint, so the next restart reads the checkpoint and the live segment only. The
@@ -183,6 +201,7 @@ def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) 
         taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), settings.trace_keep_segments)
     except OSError as exc:  # a full disk: the old checkpoint stands; the next restart reads more
         return [trace.line("broker", "trace_checkpoint_failed", None, {"error": str(exc)})]
+    give_back_memory()
     if taken is None:
         return []
     return [trace.line("broker", "trace_checkpoint", None, {"through_segment": taken.through,
@@ -237,6 +256,7 @@ def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[S
         freed = journal.compact(core.flights.keys())
     except OSError as exc:  # a full disk: the old journal is whole; say so and carry on
         return [trace.line("broker", "journal_compaction_failed", None, {"error": str(exc), "bytes": size})]
+    give_back_memory()
     return [trace.line("broker", "journal_compacted", None, {
         "bytes_before": size, "bytes_after": journal.size, "freed": freed, "live": len(journal.sizes)})]
 

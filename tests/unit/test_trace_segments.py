@@ -365,3 +365,25 @@ def test_a_broker_killed_while_folding_an_old_trace_goes_on_from_where_it_was(se
     assert trace.states(settings.trace_path) == {"w-1": "open"}
     writer.close()
     journal.close()
+
+
+def test_a_fold_and_a_compaction_hand_freed_memory_back(settings, monkeypatch) -> None:
+    """The broker's heap keeps what its churn freed unless told (the soak's RSS rose 13 MiB per
+    100,000 emails with flat Python objects): each checkpoint fold and each journal compaction
+    asks glibc to give it back. The soak benchmark shows the effect; this shows the wiring."""
+    trims: list[int] = []
+    monkeypatch.setattr(app, "_malloc_trim", trims.append)
+    journal = Journal(settings.data_dir / "journal.bin", compact_bytes=1)
+    writer = trace.TraceWriter(settings.trace_path, SEGMENT)
+    for n in range(40):
+        for line in _email(f"m-{n}", "completed"):
+            writer.write(line)
+        writer.flush()
+    assert writer.rotated
+    app.checkpoint(settings, writer, journal)
+    assert trims == [0]
+    journal.append(Entry("m-1", b"Subject: a\n\nbody", "eml"))
+    app.compact(Router(settings, boot=1), journal, writer)
+    assert trims == [0, 0]
+    writer.close()
+    journal.close()
