@@ -9,9 +9,8 @@ import sys
 
 from actor.app import serve
 from actor.ledger import LedgerError
+from airlock.errors import EX_TEMPFAIL
 from airlock.service import main
-
-EX_TEMPFAIL = 75
 
 if __name__ == "__main__":
     try:

@@ -36,8 +36,18 @@ import msgspec
 from airlock import __version__, escalations, injected, sources, trace
 from airlock import settings as settings_module
 from airlock.errors import (
-    EX_ALREADY_RUNNING, EX_CONFIG, AirlockError, AlreadyRunning, ConfigError, DiskFull, KeysMissing, QueueFull,
-    RequestRefused, UsageError,
+    EX_ALREADY_RUNNING,
+    EX_CONFIG,
+    EX_IOERR,
+    EX_TEMPFAIL,
+    AirlockError,
+    AlreadyRunning,
+    ConfigError,
+    DiskFull,
+    KeysMissing,
+    QueueFull,
+    RequestRefused,
+    UsageError,
 )
 from airlock.terminal import json_line, shown
 
@@ -46,8 +56,6 @@ if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do no
     from airlock.wire import Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
-EX_IOERR = 74  # sysexits: the broker could not write the email down (its disk is full)
-EX_TEMPFAIL = 75  # sysexits: the broker's queue stayed full; try again later
 # The commands whose code is in the `lab` package, the tools no service runs, with the one
 # line `airlock --help` shows for each. `airlock NAME ...` becomes `python -m lab NAME ...`
 # (`airlock lab ...` becomes `python -m lab ...`), so the kernel the services import never

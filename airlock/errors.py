@@ -108,3 +108,8 @@ EX_CONFIG = 78
 # The exit code of `airlock up` refused because another stack holds its data dir (sysexits'
 # EX_CANTCREAT: the stack cannot be made there), distinct so a script can tell it apart.
 EX_ALREADY_RUNNING = 73
+# sysexits' EX_IOERR: the broker could not write an email down (its disk is full), and
+# EX_TEMPFAIL: a failure that may clear by itself (a full queue, a disk or a ledger that is
+# busy or refuses for now); the supervisor restarts a service that exits with it.
+EX_IOERR = 74
+EX_TEMPFAIL = 75

@@ -22,12 +22,22 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from airlock import keys, locks, published, trace, tracefiles
-from airlock.errors import ConfigError
+from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.terminal import json_line
 from airlock.transport import LINGER_MS, router, serve_curve
-from airlock.wire import ROLES, Accepted, Malformed, Refused, batch_limit, frames, grouped, inbound_decoder
-from broker import auth, journal as journal_module
+from airlock.wire import (
+    ROLES,
+    Accepted,
+    Malformed,
+    Refused,
+    batch_limit,
+    frames,
+    grouped,
+    inbound_decoder,
+)
+from broker import auth
+from broker import journal as journal_module
 from broker.journal import Entry, Journal, Position
 from broker.router import Router, Send
 from broker.stall import StallWatch
@@ -40,7 +50,6 @@ TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a tur
 # past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
 INTAKE_RCVHWM = 16
 IDLE_POLL_S = 0.1
-EX_TEMPFAIL = 75  # sysexits: a temporary failure (a journal the disk will not let it open); try again
 
 
 def _chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
