@@ -68,6 +68,15 @@ class LinkedDataFile(ConfigError):
     """A data file airlock appends to is a symbolic link: refused, never followed."""
 
 
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable: without this, a power cut may undo it."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def create_scratch(path: Path) -> int:
     """A new, empty 0600 file at `path` for a copy about to be renamed into place (a journal
     compaction, a probe): whatever stood there is removed first (a link, not its target), and

@@ -92,7 +92,7 @@ def close_segment(path: Path) -> Path:
     segment = segment_path(path, max(numbers) + 1)
     os.rename(path, segment)
     with contextlib.suppress(OSError):  # renamed either way; lost in a crash, the next start renames it
-        fsync_folder(path.parent)
+        files.fsync_folder(path.parent)
     return segment
 
 
@@ -294,15 +294,6 @@ def read_since(path: Path, since: Mark) -> tuple[list[bytes], Mark]:
             chunks.append(whole)
             last = (here, start + len(whole))
     return [line for chunk in chunks for line in chunk.splitlines(keepends=True)], last
-
-
-def fsync_folder(folder: Path) -> None:
-    """A rename is durable once its folder is synced."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def lines_of(path: Path) -> Iterator[bytes]:

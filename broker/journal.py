@@ -124,7 +124,7 @@ class Journal:
             os.ftruncate(self._fd, 0)
             _write_all(self._fd, MAGIC)
             os.fsync(self._fd)
-            _fsync_folder(path.parent)
+            files.fsync_folder(path.parent)
             length = len(MAGIC)
         elif tail is not None:
             length = tail.start  # new records follow whole ones
@@ -241,7 +241,7 @@ class Journal:
         self._next_check, self._next_check_at = self.size + self.compact_bytes // 4, 0.0
         self._cut_to, self._stale = None, True
         self._prepare()
-        _fsync_folder(self.path.parent)
+        files.fsync_folder(self.path.parent)
         return freed
 
     def positions(self) -> Iterator[Position]:
@@ -374,7 +374,7 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_folder(path.parent)
+    files.fsync_folder(path.parent)
     return [Damage(valid, length, torn_tail=True)] if valid < length else []
 
 
@@ -420,12 +420,3 @@ def _compacting(path: Path) -> Path:
 
 def _probe(path: Path) -> Path:
     return path.with_name(path.name + ".probe")
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in `folder` durable: without this, a power cut may undo it."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
