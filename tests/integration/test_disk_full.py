@@ -21,6 +21,7 @@ from airlock.transport import dealer
 from airlock.wire import Accepted, Refused, Submit, frames, outbound_decoder
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
+from tests.tmpfs import own_tmpfs
 
 pytestmark = pytest.mark.integration
 # Bigger than a page: on a tmpfs a record that fits in the journal's last page is written
@@ -31,18 +32,8 @@ EMAIL = b"Subject: order 7\n\nwhere is order 7?\n" + b"x" * 20_000
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs of this test's own, always unmounted after it."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with own_tmpfs(tmp_path, "size=2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
 def _fill(disk: Path) -> Path:

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from airlock import keys, preflight, settings as settings_module, supervisor
+from airlock import keys, preflight, supervisor
+from airlock import settings as settings_module
 from airlock.errors import AlreadyRunning
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import Stack, wait_until
+from tests.tmpfs import own_tmpfs
 
 pytestmark = pytest.mark.integration
 CHILDREN = ("broker", "validator", "actor", "reader-1")
@@ -244,19 +246,10 @@ def test_a_lifeline_child_left_running_is_named(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path):
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs of this test's own, unmounted after (root only: skipped otherwise)."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("a tmpfs needs root and mount(8)")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
-    try:
+    with own_tmpfs(tmp_path, "size=2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
 def test_the_supervisor_survives_a_real_full_disk(tmp_path: Path, tiny_disk: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from airlock import task as task_module
 from airlock import trace
 from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
+from tests.tmpfs import own_tmpfs
 
 
 def _calls(path: Path) -> list[tuple[str, int]]:
@@ -33,20 +33,8 @@ def _calls(path: Path) -> list[tuple[str, int]]:
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB tmpfs of this test's own, unmounted after it (a real full disk: ENOSPC
     comes from the kernel, through whatever buffering the code under test does)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)]).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=True)  # never left behind...
-            pytest.fail("the tmpfs was still in use: something the test opened was not closed")  # ...but said
+    with own_tmpfs(tmp_path, "size=512k,mode=0700", must_be_idle=True) as disk:
+        yield disk
 
 
 def _fill(folder: Path) -> Path:
