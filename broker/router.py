@@ -58,9 +58,10 @@ from airlock.wire import (
 )
 from broker import events
 from broker.journal import Entry
+from broker.recent import Recent
 
 MAX_QUEUED = 100_000  # emails waiting for a reader; past this, intake answers Refused
-MAX_REMEMBERED = 100_000  # finished outcomes kept to answer Await for recent emails
+MAX_REMEMBERED = 100_000  # at least this many finished outcomes kept to answer Await (broker.recent)
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
 PARSE_RULES = (".empty", ".length", ".syntax", ".pattern")  # text that is not even the right shape
 
@@ -113,7 +114,7 @@ class Router:
         self._prefix = f"{boot if boot is not None else time.time_ns() // 1_000_000:x}"
         self._counter = 0
         self.flights: dict[str, Flight] = {}
-        self.finished: collections.OrderedDict[str, tuple[Outcome, str]] = collections.OrderedDict()
+        self.finished: Recent[tuple[Outcome, str]] = Recent(MAX_REMEMBERED)
         self.workers: dict[str, dict[bytes, Worker]] = {"reader": {}, "validator": {}, "actor": {}}
         self._ready: dict[str, collections.deque[bytes]] = {r: collections.deque() for r in self.workers}
         self._pending: dict[str, collections.deque[Message]] = {r: collections.deque() for r in self.workers}
@@ -370,8 +371,8 @@ class Router:
                        f"(AIRLOCK_AWAIT_MAX_WAITERS): await fewer at a time")))
             return
         for message_id in ids:
-            if message_id in self.finished:
-                outcome, reason = self.finished[message_id]
+            if (remembered := self.finished.get(message_id)) is not None:
+                outcome, reason = remembered
                 self.out.append(Send(role, identity, Result(message_id=message_id, outcome=outcome, reason=reason)))
             elif message_id in self.flights and self.flights[message_id].stage == "escalated":
                 reason = self.flights[message_id].waiting_for or "waiting for a person's decision"
@@ -701,9 +702,7 @@ class Router:
     def _finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, **detail: Any) -> None:
         del self.flights[flight.message_id]
         self._hold(flight, 0)
-        self.finished[flight.message_id] = (outcome, reason)
-        if len(self.finished) > MAX_REMEMBERED:
-            self.finished.popitem(last=False)
+        self.finished.add(flight.message_id, (outcome, reason))
         self.counters[f"outcome.{outcome}"] += 1
         self._trace("broker", "outcome", flight.message_id, outcome=outcome, reason=reason,
                     ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3), **detail)
