@@ -2,7 +2,7 @@
 
 Data: messages to send (Send), trace lines (bytes, formatted by broker.tracing) and journal
 records (broker.journal.Entry), in the order they were decided.
-Readers: the loop (broker.app and broker.turn), which carries them out in an order that
+Readers: the loop (broker.app, broker.carry), which carries them out in an order that
 keeps the guarantees (the journal on disk before any Accepted leaves).
 Rationale: the Router and its parts (workers, lifecycle, dispatch, intake) never touch a
 socket or a file; each appends here, and the Router hands the list over at the end of a
