@@ -63,7 +63,8 @@ class Intake:
                        bytes=len(message.raw), sender=message.sender, sender_proof=proof)
         if proof != message.sender_proof:  # the claim itself is traced, under the email's id
             self.counters[f"violation.{role}"] += 1
-            who = "an unauthenticated client (authentication is off)" if not key else "a key other than the SMTP intake's"
+            who = ("an unauthenticated client (authentication is off)" if not key
+                   else "a key other than the SMTP intake's")
             self.out.trace("broker", "violation", message_id, endpoint=role, kind="sender_proof",
                            reason=f"{who} claimed sender_proof {message.sender_proof!r}; only the SMTP intake's key "
                                   "may vouch for a sender, so it is recorded as 'none'")

@@ -22,7 +22,8 @@ from broker.journal import Entry, Journal, Position
 from broker.outbox import Effect
 from broker.router import Router
 
-UNREADABLE = "accepted, but its journal record could not be read back (damaged or an I/O error since the broker started)"
+UNREADABLE = ("accepted, but its journal record could not be read back (damaged or an I/O error since the broker "
+              "started)")
 
 
 def recover(core: Router, settings: Settings, journal: Journal,

@@ -136,7 +136,8 @@ class Router:
                 self.intake.decide(role, identity, message, now, key)
             case Submit():
                 self.intake.submit(role, identity, message, now, key)
-            case Event(event=event) | Notice(event=event) if (refusal := events.refusal(event, role, isinstance(message, Event))):
+            case Event(event=event) | Notice(event=event) if (
+                    refusal := events.refusal(event, role, isinstance(message, Event))):
                 self.counters[f"violation.{role}"] += 1
                 self.out.trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
                                reason=refusal)

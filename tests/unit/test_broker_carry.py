@@ -79,7 +79,8 @@ def test_a_failed_fsync_refuses_the_email_and_ends_it_failed(settings, capsys) -
     (refused,) = outbound_decoder("intake").frame(reply)
     assert isinstance(refused, Refused) and refused.code == "disk_full"
     lines = [json.loads(line) for role, chunk in log if role == "trace" for line in chunk.splitlines()]
-    assert [(l["event"], l.get("outcome")) for l in lines][-2:] == [("storage_failed", None), ("outcome", "failed")]
+    ends = [(line["event"], line.get("outcome")) for line in lines][-2:]
+    assert ends == [("storage_failed", None), ("outcome", "failed")]
     assert router.flights == {} and router.disk_full.startswith("cannot write the journal")
     assert "cannot write the journal" in capsys.readouterr().err
 
@@ -91,7 +92,8 @@ def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> N
     assert lines[-2:] == ["worker_lost", "outcome"] and b"r1" not in router.workers["reader"]
 
 
-@pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"), Email(message_id="m", raw=b"", format="text")])
+@pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
+                                     Email(message_id="m", raw=b"", format="text")])
 def test_only_an_accepted_for_an_unkept_email_is_swapped(message) -> None:
     send = Send("intake", b"c", message)
     assert unkept(send, {"m-1"}, "full") is send

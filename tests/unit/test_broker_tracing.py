@@ -12,8 +12,8 @@ from broker.outbox import Outbox, Send
 
 def test_a_workers_notes_never_override_the_brokers_fields() -> None:
     """Untrusted notes are written, but the broker's own fields and the base keys win."""
-    line = json.loads(tracing.line("reader", "model_answer", "m-1", {"layer": "evil", "event": "outcome", "subject": "s"},
-                                   {"layer": "model_output"}))
+    notes = {"layer": "evil", "event": "outcome", "subject": "s"}
+    line = json.loads(tracing.line("reader", "model_answer", "m-1", notes, {"layer": "model_output"}))
     assert line["layer"] == "model_output" and line["event"] == "model_answer" and line["subject"] == "s"
 
 
@@ -43,7 +43,7 @@ def test_a_call_that_did_not_run_has_its_authorization_line_only() -> None:
              Call(step=1, server="shop", tool="refund", args={}, status="refused")]
     lines = [json.loads(b) for b in tracing.calls(Done(message_id="m", outcome="completed", calls=calls,
                                                        task="t", plan=[("shop", "lookup")]))]
-    assert [(l["event"], l["step"]) for l in lines] == [("authorization", 0), ("call", 0), ("observation", 0),
+    assert [(line["event"], line["step"]) for line in lines] == [("authorization", 0), ("call", 0), ("observation", 0),
                                                         ("authorization", 1)]
     assert lines[1]["plan"] == [["shop", "lookup"]] and "plan" not in lines[0]
 
