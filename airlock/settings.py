@@ -251,7 +251,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "heartbeat_interval_s": read("AIRLOCK_HEARTBEAT_INTERVAL_S", positive(float), "1.0"),
         "heartbeat_liveness": read("AIRLOCK_HEARTBEAT_LIVENESS", positive(int), "3"),
         "reconnect_backoff_max_s": read("AIRLOCK_RECONNECT_BACKOFF_MAX_S", positive(float), "8"),
-        # Each redelivery goes alone to a worker holding nothing (broker.router), so an email
+        # Each redelivery goes alone to a worker holding nothing (broker.dispatch), so an email
         # that kills or stalls every worker it reaches ends `failed` after this many.
         "max_attempts": read("AIRLOCK_MAX_ATTEMPTS", positive(int), "3"),
         "restart_backoff_max_s": read("AIRLOCK_RESTART_BACKOFF_MAX_S", positive(float), "10"),

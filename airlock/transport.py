@@ -1,7 +1,7 @@
 """How services talk: a tiny Channel interface, its ZeroMQ form and an in-memory double.
 
 A worker (reader, validator, actor) holds one Channel to the broker: send a message, receive
-a frame with a timeout. The broker side uses ROUTER sockets directly (see broker/app.py).
+a frame with a timeout. The broker side uses ROUTER sockets directly (see broker/endpoints.py).
 Socket options that matter for safety are set here, once, with the reason:
 
 - ROUTER_MANDATORY: a ROUTER silently drops a message to an unknown or full peer; with it
@@ -10,7 +10,7 @@ Socket options that matter for safety are set here, once, with the reason:
   frame is ever allocated in Python.
 - LINGER: bounded, so closing never hangs on a peer that went away.
 - High-water marks are set well above any credit window, so credit, not the HWM, limits
-  how much is queued (see broker/router.py).
+  how much is queued (see broker/workers.py).
 - A CURVE client that a broker refuses at the handshake never receives a frame: libzmq
   only says so on the socket's monitor. A channel that watches its handshake turns that
   into KeyRefused, so a client with the wrong keys hears why, not a timeout.

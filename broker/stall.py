@@ -1,7 +1,7 @@
 """Whether this whole process was just stopped: SIGSTOP, a paused container, a frozen VM.
 
 Data: the wake-ups of one thread that sleeps TICK_S at a time.
-Readers: the broker's handshake monitor (broker/app.py, _handshake_failures).
+Readers: the broker's handshake monitor (broker.handshakes).
 Rationale: while the broker is stopped, every peer mid-handshake gives up (the stack's own
 workers reconnect after 3 s of silence), and when it runs again libzmq reports each of
 those handshakes as failed with no detail, exactly as it reports a peer without CURVE that

@@ -11,7 +11,7 @@ a real run's: received, model_answer, verdict, authorizations, call, observation
 into DIR/trace.jsonl: with --segment-bytes through the broker's writer, turn by turn,
 taking a checkpoint at each rotation as the broker does (the time of each is reported);
 without, as one file. The last 100 emails are left open, escalated or journalled.
-`recover` times what a restarted broker does before it serves: broker.app.recover over
+`recover` times what a restarted broker does before it serves: broker.recovery.recover over
 DIR's trace and journal, and prints the seconds, files read and peak memory as JSON.
 `serve` starts a real broker (`python -m broker --insecure`, free loopback ports) on DIR
 and times how long it takes to answer a status request, then stops it: the restart time a
@@ -36,7 +36,7 @@ from airlock import settings as settings_module
 from airlock import trace
 from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
-from broker import app
+from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router
 
@@ -102,7 +102,7 @@ def generate(folder: Path, gigabytes: float, segment_bytes: int) -> dict[str, ob
         if writer.rotated:
             journal.sync()
             begun = time.monotonic()
-            app.checkpoint(settings, writer, journal)
+            housekeeping.checkpoint(settings, writer, journal)
             checkpoints.append(time.monotonic() - begun)
     writer.close()
     journal.close()
@@ -118,7 +118,7 @@ def recover(folder: Path) -> dict[str, object]:
     started = time.monotonic()
     journal = Journal(folder / "journal.bin")
     router = Router(settings)
-    effects, _backlog = app.recover(router, settings, journal, time.monotonic())
+    effects, _backlog = recovery.recover(router, settings, journal, time.monotonic())
     seconds = time.monotonic() - started
     journal.close()
     return {"trace_bytes": trace_bytes, "seconds": round(seconds, 3), "in_flight": len(router.flights),

@@ -254,11 +254,11 @@ def test_a_worker_emptied_for_a_suspect_takes_ordinary_work_again(settings) -> N
     other = next(i for i in router.workers["reader"] if i != holder)
     answered = sorted(router.workers["reader"][other].assigned)[0]
     router.handle("reader", other, Unreadable(message_id=answered, rule="r", reason="x"), 2.0)
-    assert router._draining["reader"] == other  # no reader is empty: the least busy empties
+    assert router.dispatch.draining["reader"] == other  # no reader is empty: the least busy empties
     for message_id in [m for m in ids if m in router.flights and router.flights[m].worker is None]:
-        router._finish(router.flights[message_id], "failed", "ended another way", 3.0)
+        router.lifecycle.finish(router.flights[message_id], "failed", "ended another way", 3.0)
     new, effects = submit(router, ref=99)
-    assert router._draining["reader"] is None
+    assert router.dispatch.draining["reader"] is None
     assert [s.identity for s in sends(effects, "reader") if s.message.message_id == new] == [other]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from airlock import trace
 from airlock.wire import Email, Hello, Reading
-from broker import app
+from broker import recovery
 from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
 from broker.router import Router
 from tests.conftest import ROOT
@@ -121,7 +121,7 @@ def test_broker_killed_mid_compaction_loses_and_repeats_nothing(tmp_path: Path, 
     kept = [p.message_id for p in positions(path)]
     assert len(kept) == len(set(kept)) and set(live) <= set(kept)
     router = Router(settings, boot=0xABC)
-    effects, backlog = app.recover(router, settings, journal, 0.0)
+    effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert not backlog
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
     emails = [e.message for e in effects if hasattr(e, "message") and isinstance(e.message, Email)]
@@ -138,7 +138,7 @@ def test_a_restart_replays_the_journal_within_the_byte_bound(tmp_path: Path, set
     ids = _fill(path, 10)  # 10 x 10 KB, none final
     journal = Journal(path)
     router = Router(settings, boot=0xABC)
-    effects, backlog = app.recover(router, settings, journal, 0.0)
+    effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert router.queued_bytes <= 35_000 and len(backlog) == 7 and set(router.flights) == set(ids)
     effects += router.handle("reader", b"r", Hello(credit=1), 0.0)
     sent: list[str] = []
@@ -151,7 +151,7 @@ def test_a_restart_replays_the_journal_within_the_byte_bound(tmp_path: Path, set
                 break
         else:
             effects = []
-        app.refill(router, journal, backlog, float(turn))
+        recovery.refill(router, journal, backlog, float(turn))
         effects += router.tick(float(turn))
         assert router.queued_bytes <= 35_000
         if len(sent) == len(ids):

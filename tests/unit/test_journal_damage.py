@@ -11,7 +11,7 @@ import pytest
 
 from airlock import trace
 from airlock.wire import Email, Hello, Reading
-from broker import app
+from broker import recovery
 from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
 from broker.router import Router
 
@@ -74,7 +74,7 @@ def test_recovery_skips_damage_recovers_the_rest_once_and_names_the_loss(setting
     lost = harm(path, at)
     journal = Journal(path)
     router = Router(settings, boot=0xABC)
-    effects, backlog = app.recover(router, settings, journal, 0.0)
+    effects, backlog = recovery.recover(router, settings, journal, 0.0)
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
     emails = [e.message for e in effects if isinstance(getattr(e, "message", None), Email)]
     lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
@@ -141,7 +141,7 @@ def test_an_intact_journal_keeps_the_genuine_reason(settings) -> None:
     with open(settings.trace_path, "ab") as handle:
         handle.write(trace.line("broker", "received", "b-11", {}))
     journal = Journal(path)
-    effects, _ = app.recover(Router(settings, boot=0xABC), settings, journal, 0.0)
+    effects, _ = recovery.recover(Router(settings, boot=0xABC), settings, journal, 0.0)
     lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
     assert [(line["message_id"], line["reason"]) for line in lines if line["event"] == "outcome"] == [
         ("b-11", NEVER_ACCEPTED)]
@@ -162,7 +162,7 @@ def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_m
     router = Router(settings, boot=0xABC)
     if queue_max_bytes > 10_000:
         _flip(path, at)
-    effects, backlog = app.recover(router, settings, journal, 0.0)
+    effects, backlog = recovery.recover(router, settings, journal, 0.0)
     if queue_max_bytes <= 10_000:
         assert "b-7" in [p.message_id for p in backlog]
         _flip(path, at)
@@ -181,7 +181,7 @@ def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_m
             sent.append(email.message_id)
             effects += router.handle("reader", b"r", Reading(message_id=email.message_id, answer="1",
                                                              source="model"), float(turn))
-        effects += app.refill(router, journal, backlog, float(turn)) + router.tick(float(turn))
+        effects += recovery.refill(router, journal, backlog, float(turn)) + router.tick(float(turn))
     assert sorted(sent) == sorted(set(IDS) - {"b-7"}) and "b-7" not in router.flights
     journal.close()
 

@@ -310,7 +310,7 @@ def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
     """The broker publishes a turn's trace lines in chunks: whole lines, in order, each chunk
     within the subscriber's frame cap (a single longer line goes alone)."""
     from airlock.wire import FRAME_OVERHEAD_BYTES
-    from broker.app import _chunks
+    from broker.carry import trace_chunks as _chunks
 
     lines = [f'{{"n":{n},"pad":"{"x" * (n % 7) * 40}"}}\n'.encode() for n in range(500)]
     cap = 2_000 + FRAME_OVERHEAD_BYTES

@@ -15,7 +15,7 @@ from airlock import settings as settings_module
 from airlock import supervisor, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello
-from broker import app
+from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router
 from dashboard.feed import FileTail
@@ -38,7 +38,7 @@ def _history(settings, journal: Journal, emails: list[tuple[str, str | None]]) -
             writer.write(line)
         writer.flush()
         if writer.rotated:
-            app.checkpoint(settings, writer, journal)
+            housekeeping.checkpoint(settings, writer, journal)
     return writer
 
 
@@ -97,7 +97,7 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     assert len(tracefiles.closed(settings.trace_path)) >= 20
     seen = _opened(monkeypatch)
     router = Router(settings, boot=0xABC)
-    effects, backlog = app.recover(router, settings, journal, 0.0)
+    effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert seen == [settings.trace_path]  # the checkpoint is read whole; no segment is opened
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
     dispatched = [e.message.message_id for e in effects if isinstance(getattr(e, "message", None), Email)]
@@ -131,7 +131,7 @@ def test_a_crash_between_rotation_and_checkpoint_loses_no_state(settings) -> Non
     state, read = tracefiles.states(settings.trace_path)
     assert (state["a"], state["b"], state["c"]) == ("final", "open", "escalated")
     assert len(read) == len(tracefiles.closed(settings.trace_path)) + 1
-    app.checkpoint(settings, writer, journal)
+    housekeeping.checkpoint(settings, writer, journal)
     state, read = tracefiles.states(settings.trace_path)
     assert read == [settings.trace_path] and (state["b"], state["c"]) == ("open", "escalated") and "a" not in state
     writer.close()
@@ -147,7 +147,7 @@ def test_old_single_file_trace_is_closed_into_a_segment_at_start(settings) -> No
     journal = Journal(settings.data_dir / "journal.bin")
     writer = trace.TraceWriter(settings.trace_path, SEGMENT)
     assert writer.rotated and settings.trace_path.stat().st_size == 0
-    app.checkpoint(settings, writer, journal)
+    housekeeping.checkpoint(settings, writer, journal)
     assert trace.states(settings.trace_path) == {"w-1": "open"}
     assert len(list(trace.read(settings.trace_path))) == 51 * 2 + 50
     writer.close()
@@ -372,7 +372,7 @@ def test_a_fold_and_a_compaction_hand_freed_memory_back(settings, monkeypatch) -
     100,000 emails with flat Python objects): each checkpoint fold and each journal compaction
     asks glibc to give it back. The soak benchmark shows the effect; this shows the wiring."""
     trims: list[int] = []
-    monkeypatch.setattr(app, "_malloc_trim", trims.append)
+    monkeypatch.setattr(housekeeping, "_malloc_trim", trims.append)
     journal = Journal(settings.data_dir / "journal.bin", compact_bytes=1)
     writer = trace.TraceWriter(settings.trace_path, SEGMENT)
     for n in range(40):
@@ -380,10 +380,10 @@ def test_a_fold_and_a_compaction_hand_freed_memory_back(settings, monkeypatch) -
             writer.write(line)
         writer.flush()
     assert writer.rotated
-    app.checkpoint(settings, writer, journal)
+    housekeeping.checkpoint(settings, writer, journal)
     assert trims == [0]
     journal.append(Entry("m-1", b"Subject: a\n\nbody", "eml"))
-    app.compact(Router(settings, boot=1), journal, writer)
+    housekeeping.compact(Router(settings, boot=1), journal, writer)
     assert trims == [0, 0]
     writer.close()
     journal.close()

@@ -1,0 +1,134 @@
+"""The broker's sockets: one ROUTER per role, the trace's PUB, and what a turn reads.
+
+Data: frames from every peer, each with the identity ZeroMQ gave its connection and, on
+the intake endpoint, the CURVE key the authenticator proved (the ZAP user id).
+Readers: the loop (broker.app) reads a turn's messages here; broker.carry sends on these
+sockets and publishes the trace.
+Rationale: a turn reads up to BATCH messages and TURN_BYTES per socket, so no endpoint
+starves the others and a turn's copies stay small; every frame is decoded by its
+endpoint's own decoder (wire.inbound_decoder), so what a role may send is fixed here,
+before the Router sees it. A port that cannot be bound is a configuration error naming
+the endpoint and the setting that moves it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from airlock.errors import ConfigError
+from airlock.keys import Pair
+from airlock.settings import PORT_IN_USE_HINT, Settings
+from airlock.transport import LINGER_MS, router, serve_curve
+from airlock.wire import ROLES, Malformed, inbound_decoder
+from broker import handshakes
+from broker.outbox import Effect
+from broker.router import Router
+from broker.stall import StallWatch
+
+BATCH = 1024  # messages read from one socket per turn, so no endpoint starves the others
+TURN_BYTES = 8 * 1024 * 1024  # frame bytes read from one socket per turn: a turn's copies stay small
+# Frames libzmq holds per intake connection before TCP pushes back on the client. Clients
+# may send hundreds of 256 KiB emails at once; unread they would sit in the broker's memory,
+# past AIRLOCK_QUEUE_MAX_BYTES, which counts only what the broker has taken.
+INTAKE_RCVHWM = 16
+
+
+def recv_routed(sock: zmq.Socket, signed: bool = False) -> tuple[bytes, bytes | None, str]:
+    """Read one routed message (identity, payload, key) without blocking.
+
+    Explicit frame calls are several times cheaper than recv_multipart. A message with other
+    than exactly one payload frame returns payload None, after draining its frames. With
+    `signed`, `key` is the sender's CURVE public key (z85) as the authenticator proved it
+    (the ZAP user id), "" without CURVE: what a decision is checked against.
+    """
+    identity = sock.recv(zmq.NOBLOCK)
+    if not sock.getsockopt(zmq.RCVMORE):
+        return identity, None, ""
+    frame = sock.recv(copy=not signed)
+    if sock.getsockopt(zmq.RCVMORE):
+        while sock.getsockopt(zmq.RCVMORE):
+            sock.recv()
+        return identity, None, ""
+    if not signed:
+        return identity, frame, ""
+    try:
+        key = frame.get("User-Id") or ""
+    except zmq.ZMQError:  # no ZAP handler: nobody was authenticated
+        key = ""
+    return identity, frame.bytes, key
+
+
+def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
+    """The one line a bind failure becomes: which endpoint, why, and which setting moves it."""
+    hint = PORT_IN_USE_HINT if exc.errno == zmq.EADDRINUSE else f"check AIRLOCK_{name.upper()}_BIND_HOST"
+    return ConfigError(f"cannot listen on {endpoint} ({name}, AIRLOCK_{name.upper()}_PORT): {exc.strerror}; {hint}")
+
+
+class Endpoints:
+    def __init__(self, ctx: zmq.Context, settings: Settings, server: Pair | None) -> None:
+        """Bind every endpoint; ConfigError (bind_error) if one cannot be. The caller then
+        destroys `ctx`, which closes every socket, the one whose bind failed included."""
+        self.server = server
+        self.sockets: dict[str, zmq.Socket] = {}
+        self.publisher = ctx.socket(zmq.PUB)
+        self.publisher.setsockopt(zmq.LINGER, 0)
+        serve_curve(self.publisher, server, "trace")  # only the dashboard's key may read the trace stream
+        try:
+            for name in (*ROLES, "trace"):
+                endpoint = settings.endpoint(name, bind=True)
+                if name == "trace":
+                    self.publisher.bind(endpoint)
+                else:
+                    self.sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name,
+                                                **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
+        except zmq.ZMQError as exc:
+            # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
+            raise bind_error(name, endpoint, exc) from None
+        self.roles = {sock: role for role, sock in self.sockets.items()}
+        self.decoders = {role: inbound_decoder(role) for role in ROLES}
+        self.poller = zmq.Poller()
+        self.monitors: dict[zmq.Socket, str] = {}  # handshake monitor -> role (see listen)
+
+    def listen(self) -> None:
+        """Poll every endpoint; with CURVE, watch each one's handshakes too: peers refused
+        there never send a frame, and the monitor is how the broker still counts them."""
+        for sock in self.sockets.values():
+            self.poller.register(sock, zmq.POLLIN)
+        self.monitors = {sock.get_monitor_socket(handshakes.FAILURES): role
+                         for role, sock in self.sockets.items()} if self.server is not None else {}
+        for monitor in self.monitors:
+            self.poller.register(monitor, zmq.POLLIN)
+
+    def read(self, core: Router, watch: StallWatch, wait_s: float) -> list[Effect]:
+        """Wait up to `wait_s` for frames; hand each message read to the Router, each failed
+        handshake to broker.handshakes; their effects, in the order they came."""
+        effects: list[Effect] = []
+        for sock, _ in self.poller.poll(int(wait_s * 1000)):
+            if sock in self.monitors:
+                effects += handshakes.failures(core.counters, sock, self.monitors[sock], watch)
+                continue
+            role = self.roles[sock]
+            decode = self.decoders[role]
+            taken = taken_bytes = 0
+            while taken < BATCH and taken_bytes < TURN_BYTES:
+                try:
+                    identity, payload, key = recv_routed(sock, signed=role == "intake")
+                except zmq.Again:
+                    break
+                taken_bytes += len(payload) if payload is not None else 0
+                messages = decode.frame(payload) if payload is not None else [Malformed(
+                    reason="expected exactly one frame", size=0)]
+                now = time.monotonic()
+                for message in messages:
+                    effects += core.handle(role, identity, message, now, key)
+                taken += len(messages)
+        return effects
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            if self.server is not None:
+                sock.disable_monitor()
+        for sock in (*self.monitors, *self.sockets.values(), self.publisher):
+            sock.close(linger=LINGER_MS)

@@ -1,0 +1,101 @@
+"""broker.carry alone (no sockets, no disk): a turn's effects leave in the order that keeps
+"accepted" meaning "on disk", and a failed sync turns each Accepted into Refused disk_full."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import msgspec
+import pytest
+import zmq
+
+from airlock.wire import Accepted, Email, Hello, Refused, Submit, outbound_decoder
+from broker.carry import CarryOut, unkept
+from broker.journal import Entry, WriteFailed
+from broker.outbox import Send
+from broker.router import Router
+from broker.storage import Storage
+
+
+class Socket:
+    def __init__(self, log: list, role: str, gone: bool = False) -> None:
+        self.log, self.role, self.gone = log, role, gone
+
+    def send(self, data: bytes, flags: int = 0) -> None:
+        if self.gone:
+            raise zmq.ZMQError(zmq.EHOSTUNREACH)
+        if not flags & zmq.SNDMORE:
+            self.log.append((self.role, data))
+
+
+class Endpoints:
+    def __init__(self, log: list, gone: tuple[str, ...] = ()) -> None:
+        self.sockets = {role: Socket(log, role, role in gone) for role in ("intake", "reader")}
+        self.publisher = Socket(log, "published")
+
+
+class Journal:
+    def __init__(self, log: list, fail: bool = False) -> None:
+        self.log, self.fail, self.held = log, fail, []
+
+    def append(self, entry: Entry) -> None:
+        self.held.append(entry.message_id)
+
+    def sync(self) -> WriteFailed | None:
+        self.log.append(("fsync", self.held))
+        held, self.held = tuple(self.held), []
+        return WriteFailed(OSError(errno.ENOSPC, "No space left on device"), held) if self.fail and held else None
+
+
+class Writer:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def write(self, chunk: bytes) -> None:
+        self.log.append(("trace", chunk))
+
+
+def turn(settings, fail: bool = False, gone: tuple[str, ...] = ()) -> tuple[list, Router]:
+    log: list = []
+    router = Router(settings, boot=0xABC)
+    router.handle("reader", b"r1", Hello(credit=1), 0.0)
+    effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Order 4411", format="text"), 0.0)
+    carry = CarryOut(settings, router, Endpoints(log, gone), Journal(log, fail), Writer(log), Storage(router.counters))
+    carry(effects)
+    return log, router
+
+
+def test_work_leaves_before_the_fsync_and_the_accepted_after_it(settings) -> None:
+    log, _ = turn(settings)
+    assert [entry[0] for entry in log] == ["reader", "fsync", "intake", "trace", "published"]
+    (_, held), (_, reply) = log[1], log[2]
+    assert held == ["abc-1"] and outbound_decoder("intake").frame(reply) == [Accepted(ref=1, message_id="abc-1")]
+
+
+def test_a_failed_fsync_refuses_the_email_and_ends_it_failed(settings, capsys) -> None:
+    log, router = turn(settings, fail=True)
+    (reply,) = [data for role, data in log if role == "intake"]
+    (refused,) = outbound_decoder("intake").frame(reply)
+    assert isinstance(refused, Refused) and refused.code == "disk_full"
+    lines = [json.loads(line) for role, chunk in log if role == "trace" for line in chunk.splitlines()]
+    ends = [(line["event"], line.get("outcome")) for line in lines][-2:]
+    assert ends == [("storage_failed", None), ("outcome", "failed")]
+    assert router.flights == {} and router.disk_full.startswith("cannot write the journal")
+    assert "cannot write the journal" in capsys.readouterr().err
+
+
+def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> None:
+    """What the socket refused comes back as the Router's effects, after this turn's lines."""
+    log, router = turn(msgspec.structs.replace(settings, max_attempts=1), gone=("reader",))
+    lines = [json.loads(line)["event"] for role, chunk in log if role == "trace" for line in chunk.splitlines()]
+    assert lines[-2:] == ["worker_lost", "outcome"] and b"r1" not in router.workers["reader"]
+
+
+@pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
+                                     Email(message_id="m", raw=b"", format="text")])
+def test_only_an_accepted_for_an_unkept_email_is_swapped(message) -> None:
+    send = Send("intake", b"c", message)
+    assert unkept(send, {"m-1"}, "full") is send
+    swapped = unkept(Send("intake", b"c", Accepted(ref=3, message_id="m-1")), {"m-1"}, "full").message
+    assert isinstance(swapped, Refused) and swapped.ref == 3 and swapped.code == "disk_full"

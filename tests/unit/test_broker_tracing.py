@@ -1,0 +1,57 @@
+"""broker.tracing and broker.outbox alone: what each worker result becomes in the trace."""
+
+from __future__ import annotations
+
+import json
+
+from airlock.wire import Call, Done, Email, Passed, Reading, Rejected, Unreadable
+from broker import tracing
+from broker.journal import Entry
+from broker.outbox import Outbox, Send
+
+
+def test_a_workers_notes_never_override_the_brokers_fields() -> None:
+    """Untrusted notes are written, but the broker's own fields and the base keys win."""
+    notes = {"layer": "evil", "event": "outcome", "subject": "s"}
+    line = json.loads(tracing.line("reader", "model_answer", "m-1", notes, {"layer": "model_output"}))
+    assert line["layer"] == "model_output" and line["event"] == "model_answer" and line["subject"] == "s"
+
+
+def test_a_model_answer_is_cut_and_its_length_kept() -> None:
+    answer = "x" * (tracing.TRACE_TEXT_LIMIT + 5)
+    line = json.loads(tracing.model_answer(Reading(message_id="m-1", answer=answer, source="model")))
+    assert len(line["answer"]) == tracing.TRACE_TEXT_LIMIT and line["answer_chars"] == len(answer)
+    assert line["stage"] == "reader" and line["layer"] == "model_output"
+
+
+def test_a_rejection_for_shape_is_the_parsers_and_student_only_when_set() -> None:
+    """Rules ending in a parse suffix are the parser layer; `student` appears only when a lab's code ran."""
+    shape = json.loads(tracing.rejected(Rejected(message_id="m", rule="order_id.pattern", reason="r")))
+    value = json.loads(tracing.rejected(Rejected(message_id="m", rule="order_id.range", reason="r", student="s.x")))
+    assert (shape["layer"], "student" in shape) == ("parser", False)
+    assert (value["layer"], value["student"]) == ("validator", "s.x")
+    passed = json.loads(tracing.passed(Passed(message_id="m", value=4411)))
+    assert passed["verdict"] == "passed" and "student" not in passed
+    unreadable = json.loads(tracing.unreadable(Unreadable(message_id="m", rule="mail.x", reason="r")))
+    assert (unreadable["layer"], unreadable["rule"]) == ("parser", "mail.x")
+
+
+def test_a_call_that_did_not_run_has_its_authorization_line_only() -> None:
+    """Refused and escalated steps write one authorization line; a run step adds call and
+    observation, each naming the plan it ran under."""
+    calls = [Call(step=0, server="shop", tool="lookup", args={"id": 1}, status="ok", key="k0"),
+             Call(step=1, server="shop", tool="refund", args={}, status="refused")]
+    lines = [json.loads(b) for b in tracing.calls(Done(message_id="m", outcome="completed", calls=calls,
+                                                       task="t", plan=[("shop", "lookup")]))]
+    assert [(line["event"], line["step"]) for line in lines] == [("authorization", 0), ("call", 0), ("observation", 0),
+                                                        ("authorization", 1)]
+    assert lines[1]["plan"] == [["shop", "lookup"]] and "plan" not in lines[0]
+
+
+def test_the_outbox_hands_over_everything_once_in_order() -> None:
+    out = Outbox()
+    out.trace("broker", "started", None)
+    out.journal(Entry("m-1", b"raw", "text"))
+    out.send("reader", b"r", Email(message_id="m-1", raw=b"raw", format="text"))
+    first = out.take()
+    assert [type(e) for e in first] == [bytes, Entry, Send] and out.take() == []
