@@ -8,9 +8,11 @@ For each plan step, in order:
                   declares (every tool, every call: actor/deadline.py); only once it answered
                   in time is the call logged, keyed by message id and step, so a timed-out
                   call leaves no line and a replayed message never repeats a side effect;
-  observation     the result, capped in size; facts it carries feed later preconditions.
+  observation     the result, capped in size; the facts the catalog declares the tool
+                  provides (Tool.provides) feed later preconditions.
 A failure at any point is a typed result in the trace, never an invented success. What a
-tool does is the mock tools' (actor/mocks.py); what ran, the call log's (actor/calllog.py).
+tool does is the mock tools' (actor/mocks.py); what ran, the call log's (actor/calllog.py);
+this module reads neither's settings to decide anything, only the catalog's declarations.
 """
 
 from __future__ import annotations
@@ -118,9 +120,9 @@ class Executor:
             calls.append(call)
             if call.status == "error":
                 return Done(message_id=message_id, outcome="failed", reason=f"{where}: {call.error}", calls=calls)
-            if tool.mock.returns == "order":
-                for name in ("customer", "status", "found"):
-                    facts[f"order.{name}"] = Fact(call.result.get(name), "order_store", where)
+            if tool.provides is not None:  # declared in the catalog, pinned with its policy
+                for name in tool.provides.fields:
+                    facts[f"{tool.provides.fact}.{name}"] = Fact(call.result.get(name), tool.provides.lineage, where)
         return Done(message_id=message_id, outcome="completed", calls=calls)
 
     def authorize(self, step: BoundStep, args: dict[str, Any], facts: dict[str, Fact],
