@@ -17,7 +17,7 @@ this module reads neither's settings to decide anything, only the catalog's decl
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,17 +152,15 @@ class Executor:
         return verdict, tool
 
     def execute(self, call: Call, tool: Tool, message_id: str, step: BoundStep, args: dict[str, Any]) -> Call:
-        cancelled = threading.Event()
         try:
-            answer = self._deadlines.call(lambda: self.tools.run(tool, args, cancelled), tool.timeout_s)
+            answer = self._deadlines.call(functools.partial(self.tools.run, tool, args), tool.timeout_s)
             # Logged only now, on this thread: a call that overran was never logged, and never will be.
             made = self.ledger.call(message_id, step.number, tool.server, tool.tool, args, self.student, answer.to)
         except LedgerUntrusted as exc:
             return msgspec.structs.replace(call, status="error", error=str(exc))
         except LedgerWriteFailed as exc:  # the record is the call: with no record, no call ran
             return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
-        except Overran as exc:
-            cancelled.set()  # a slow mock stops at once; a real tool would be asked to
+        except Overran as exc:  # Deadlines told the call (a slow mock stops at once)
             return msgspec.structs.replace(call, status="error", error=f"timeout: {exc}")
         except Exception as exc:  # the tool boundary: any failure is a typed failed call
             return msgspec.structs.replace(call, status="error", error=f"tool_error: {type(exc).__name__}: {exc}")
