@@ -119,8 +119,8 @@ def build(settings: Settings, task: Task) -> Actor:
     gate = Gate(task.preconditions, Principals.load(task.principals_path))
     ledger = CallLog(settings.calls_path)
     plug = plugs.build(settings.student_code, settings.student_timeout_s, [step.pair for step in plan])
-    executor = Executor(plan, LiveCatalog(catalog_path), ledger, gate, PendingStore(settings.data_dir / "pending.jsonl"),
-                        settings.max_result_bytes, task.name, plug)
+    pending = PendingStore(settings.data_dir / "pending.jsonl")
+    executor = Executor(plan, LiveCatalog(catalog_path), ledger, gate, pending, settings.max_result_bytes, task.name, plug)
     return Actor(executor, task.value_decoder(), ledger)
 
 
