@@ -1,7 +1,8 @@
 """`airlock pins [TASK] [--catalog FILE]`: the pin of each planned tool, to paste into the
 task's [[plan]] steps (`pin = "..."`). A pinned step refuses to run its tool once the
-tool's server, name, description, schema or policy (permission, class, timeout) changes. The pin itself is the actor's
-(actor/catalog.py), which checks it before every call; only this printing tool lives here."""
+tool's server, name, description, schema or policy (permission, class, timeout, the facts
+it provides) changes. The pin itself is the actor's (actor/catalog.py), which checks it
+before every call; only this printing tool lives here."""
 
 from __future__ import annotations
 

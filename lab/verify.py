@@ -80,8 +80,9 @@ import importlib.util, pathlib, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else "/app"
 sys.path.insert(0, root)
 others = [m for m in ("actor", "validator", "broker") if importlib.util.find_spec(m)]
-files = [str(p) for p in pathlib.Path(root).rglob("*") if p.name in ("catalog.toml", "tools.py")]
-defines = re.compile(r"^class (CallLog|Actor)\b", re.M)  # the actor's tool-running classes
+files = [str(p) for p in pathlib.Path(root).rglob("*")
+         if p.name in ("catalog.toml", "calllog.py", "mocks.py", "tools.py")]
+defines = re.compile(r"^class (CallLog|MockTools|Actor)\b", re.M)  # the actor's tool-running classes
 code = [str(p) for p in pathlib.Path(root).rglob("*.py") if defines.search(p.read_text(errors="ignore"))]
 print(" ".join(others + files + code) or "clean")
 """

@@ -29,12 +29,12 @@ from hypothesis.errors import HypothesisException, NoSuchExample
 
 from actor import catalog as catalog_module
 from actor import preconditions as actor_rules
+from actor.calllog import CallLog
 from actor.catalog import Tool
 from actor.executor import Executor
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
-from actor.tools import CallLog
 from airlock import sources, trace
 from airlock import task as task_module
 from airlock.task import Precondition

@@ -32,8 +32,8 @@ from typing import Annotated, Any
 import msgspec
 
 from actor.executor import STRUCTURAL_CHECKS
+from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
-from actor.tools import load_orders
 from airlock import sources
 from airlock import task as task_module
 from airlock.errors import AirlockError, ConfigError

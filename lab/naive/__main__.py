@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from actor import catalog as catalog_module
+from actor.calllog import CallLog
 from actor.ledger import LedgerError
-from actor.tools import CallLog
 from airlock import settings as settings_module, sources
 from airlock.errors import AirlockError
 from airlock.terminal import json_line

@@ -12,11 +12,12 @@ import pytest
 from aiosmtpd.smtp import Envelope, Session
 
 from actor import catalog as catalog_module
+from actor.calllog import CallLog
 from actor.executor import Executor
+from actor.mocks import load_orders
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Gate, Principals
-from actor.tools import CallLog, load_orders
 from airlock import task as task_module
 from airlock.errors import SettingsError
 from intake.app import Handler, load_smtp, verifier

@@ -112,7 +112,7 @@ def test_key_folders_are_0700_and_secrets_0600(tmp_path: Path, umask_022: None) 
 
 def _writers() -> list:
     from actor.pending import PendingStore
-    from actor.tools import CallLog
+    from actor.calllog import CallLog
     from broker.journal import Journal
 
     return [
