@@ -26,13 +26,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from airlock.errors import AirlockError, UsageError
+from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
 from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
 
 MAX_TIME_LIMIT_S = 3600.0
+STACK_FAILED = 3  # `airlock lab run`: the lab's own stack could not start (the docstring's table)
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
 
@@ -138,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if isinstance(exc, UsageError):
             raise
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
-        return 3
+        return STACK_FAILED
     return 0 if not report.problems else 1
 
 
@@ -393,12 +394,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except (UsageError, UnknownLab) as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return 2
+        return EX_USAGE
     except LabFormatError as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return 78
+        return EX_CONFIG
     except KeyboardInterrupt:
-        return 130
+        return EX_INTERRUPTED
     except BrokenPipeError:
         return 0
     except PermissionError as exc:  # most often the compose `lab` tool run without -u

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from actor import catalog as catalog_module
 from airlock import task as task_module
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, exit_code
 
 
 def run(task_path: str, catalog_path: Path | None = None) -> int:
@@ -20,7 +20,7 @@ def run(task_path: str, catalog_path: Path | None = None) -> int:
         catalog = catalog_module.load(catalog_path or catalog_module.DEFAULT_PATH)
     except AirlockError as exc:
         print(f"airlock pins: {exc}", file=sys.stderr)
-        return 78
+        return exit_code(exc)
     for step in task.plan:
         tool = catalog.get((step.server, step.tool))
         print(f'call = "{step.call}"  pin = "{tool.pin if tool else "(not in the catalog)"}"')

@@ -20,6 +20,7 @@ from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
 from airlock import task as task_module
 from airlock import trace
+from airlock.errors import EX_TEMPFAIL
 from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
 from tests.tmpfs import own_tmpfs
@@ -347,13 +348,14 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
 
 
 def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys) -> None:
-    """`airlock naive` on a data dir whose actor runs: one line and exit 2, no traceback."""
+    """`airlock naive` on a data dir whose actor runs: one line and exit 75 (busy for now, as
+    the actor itself exits: airlock.errors), no traceback."""
     from lab.naive.__main__ import run
     from tests.conftest import ROOT
 
     held = CallLog(tmp_path / "calls.jsonl")
     try:
-        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == 2
+        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == EX_TEMPFAIL
     finally:
         held.close()
     assert re.search(r"another actor \(pid \d+\) holds", capsys.readouterr().err)
