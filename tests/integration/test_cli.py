@@ -16,7 +16,6 @@ from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
-pytestmark = pytest.mark.integration
 COMMANDS = ["up", "inject", "trace", "status", "pending", "approve", "deny", "record", "verify", "attack", "naive",
             "model", "corpus", "keys", "bench", "lab", "pins"]
 

@@ -12,7 +12,6 @@ import pytest
 from tests.conftest import ROOT, closed_port_url
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
-pytestmark = pytest.mark.integration
 
 
 def one_outcome_each(stack, ids: list[str]) -> None:
