@@ -15,14 +15,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT, free_ports
 from tests.integration.conftest import Stack, wait_until
 
 skip_module_unless_browser()
-pytestmark = pytest.mark.browser
 
 SEED = "seed_4411_de.eml"
 SCREENSHOT = ROOT / "docs" / "dashboard.png"

@@ -16,8 +16,6 @@ import pytest
 
 from tests.containers.lab import Lab, engine_subnets, run_lab
 
-pytestmark = pytest.mark.containers
-
 
 def engine_answers() -> bool:
     # Knock on the socket first: the docker SDK leaks its socket when nothing answers,

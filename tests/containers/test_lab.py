@@ -19,7 +19,6 @@ from tests.containers.lab import BUILD_TIMEOUT_S, TRUSTED_AUTHSERV_ID
 
 SEED = "samples/seed_4411_de.eml"
 STUDENT_WHEN_ROOT = 4242  # tests run as root: `-u 0` would run the lab tool as root, so a student of our own
-pytestmark = pytest.mark.containers
 PLAN_4411 = [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
 

@@ -24,8 +24,9 @@ from airlock.wire import Email, Reading, Unreadable, encode, inbound_decoder
 from reader.app import Reader
 from reader.mail import MailProblem, ParsedEmail, parse
 from reader.model import ModelAnswer
+from tests.conftest import examples
 
-EXAMPLES = 1_500
+EXAMPLES = examples(1_500)  # emails per test under the deep profile; a quarter under quick
 # mail.too_complex: a "long" HTML body of a repeated "<a " or "<!--" passes airlock.mailbounds
 RULES = {"mail.charset", "mail.broken", "mail.empty_body", "mail.too_complex"}
 ROOT = Path(__file__).resolve().parents[2]

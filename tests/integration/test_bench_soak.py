@@ -8,11 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
 PROCESSES = {"supervisor", "broker", "reader-1", "validator", "actor"}
 
 

@@ -14,7 +14,6 @@ from airlock.client import IntakeClient, Submission
 from airlock.errors import QueueFull
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 QUEUE_MAX_BYTES = 16 * 1024 * 1024
 EMAIL = b"Subject: order\r\n\r\n" + b"Order 4411, where is it? " * (255 * 1024 // 25)
 

@@ -9,12 +9,10 @@ import time
 from collections import Counter
 
 import msgspec
-import pytest
 
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 CRASH_ENV = {"AIRLOCK_RESTART_BACKOFF_MAX_S": "1", "AIRLOCK_READ_DEADLINE_S": "5",
              "AIRLOCK_VALIDATE_DEADLINE_S": "5", "AIRLOCK_ACT_DEADLINE_S": "5"}

@@ -8,16 +8,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 from lab.hostile import HostileModel
 from lab.mail_signing import SigningKey, write_key_file
+
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_smtp_intake import intake as intake  # noqa: PLC0414  re-exported: a fixture used here
 from tests.integration.test_smtp_intake import queued_id, send
 
-pytestmark = pytest.mark.integration
 REFUND = str(ROOT / "tasks" / "refund_with_approval.toml")
 GUARDED = str(ROOT / "tasks" / "order_status_guarded.toml")
 REFUND_EMAIL = str(ROOT / "samples" / "refund_damaged.eml")

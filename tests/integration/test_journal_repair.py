@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from airlock import trace
 from broker.journal import Entry, Journal, positions
+
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_rest(tmp_path: Path) -> None:

@@ -8,15 +8,14 @@ import time
 from pathlib import Path
 
 import msgspec
-import pytest
 import zmq
 
 from airlock.wire import Done, Passed, Reading, encode
+
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
-pytestmark = pytest.mark.integration
 
 
 def alive(pid: int) -> bool:

@@ -22,7 +22,6 @@ from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import Stack, wait_until
 from tests.tmpfs import own_tmpfs
 
-pytestmark = pytest.mark.integration
 CHILDREN = ("broker", "validator", "actor", "reader-1")
 
 

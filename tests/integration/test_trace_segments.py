@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections import Counter
 
 import msgspec
-import pytest
 
 from airlock import trace, tracefiles
+
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_crash import CRASH_ENV, kill
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 
 

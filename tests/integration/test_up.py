@@ -21,7 +21,6 @@ from airlock.errors import EX_ALREADY_RUNNING, AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 PIDS = ("up", "broker", "validator", "actor", "reader-1")
 
