@@ -304,7 +304,8 @@ def test_the_old_writers_files_open_and_read_as_before(tmp_path: Path) -> None:
     for name in os.listdir(OLD):
         if not name.endswith(".md"):
             shutil.copy(OLD / name, tmp_path / name)
-    kept = {name: (tmp_path / name).read_bytes() for name in ("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin")}
+    kept = {name: (tmp_path / name).read_bytes()
+            for name in ("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin")}
     # the trace: an old torn line that the old writer ended with a newline is one skipped line
     writer = trace.TraceWriter(tmp_path / "trace.jsonl")
     assert writer.repaired is None
