@@ -346,8 +346,10 @@ class Log:
 
     def _write(self, data: bytes) -> Failed | None:
         try:
-            seal = self._prepare()
-            start = os.fstat(self._fd).st_size  # the file's end, whatever this log believed
+            seal = self._prepare() if self._stale or self._cut_to is not None else b""
+            # Where the file ends, whatever this log believed (a cheaper call than fstat):
+            # a failed write is cut back to exactly there.
+            start = os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:
             return Failed(exc, "writing", self.path)
         if seal:
@@ -390,7 +392,7 @@ class Log:
         `torn` says the file may end in a fragment."""
         self.size, self.synced = min(self.size, length), min(self.synced, length)
         try:
-            if os.fstat(self._fd).st_size > length:
+            if os.lseek(self._fd, 0, os.SEEK_END) > length:  # only ever shorter: never grown with zeros
                 os.ftruncate(self._fd, length)
         except OSError as exc:
             self._cut_to = length if self._cut_to is None else min(self._cut_to, length)
