@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from airlock import appendlog, locks, trace
+from airlock import appendlog, locks
 from airlock.errors import LockHeld
 
 
@@ -55,7 +55,7 @@ class AppendLog:
     def __init__(self, path: Path) -> None:
         self.path, self._path_text = path, os.fspath(path)
         try:
-            self._log = trace.open_lines(path)  # 0600, and a torn last line from a crash is cut off first
+            self._log = appendlog.Log(path, appendlog.LINES)  # 0600; a torn last line from a crash is cut off
         except PermissionError:
             raise  # a data folder this user cannot write: a configuration error (service.main says so)
         except OSError as exc:

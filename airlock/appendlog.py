@@ -130,6 +130,8 @@ class Lines:
 
     def whole_end(self, fd: int, start: int, end: int) -> int:
         """Just past the last newline: read back from the end, never the whole file."""
+        if end > start and os.pread(fd, 1, end - 1) == b"\n":  # the usual case: one byte read
+            return end
         position = end
         while position > start:
             chunk_start = max(start, position - _TAIL_CHUNK)

@@ -50,10 +50,10 @@ def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any])
 
 
 def open_lines(path: Path) -> appendlog.Log:
-    """A JSON-lines file (trace, call log, pending escalations) opened as an append-only log
-    (airlock.appendlog): a line a writer left half-written when it died is cut off first and
-    returned in the log's `repaired`, so the next line starts whole. Made 0600 in a 0700
-    folder (airlock.files): the lines hold what came from emails and customers' data."""
+    """The trace's live file opened as an append-only log of lines (airlock.appendlog): a line
+    a writer left half-written when it died is cut off first and returned in the log's
+    `repaired`, so the next line starts whole. Made 0600 in a 0700 folder (airlock.files):
+    the lines hold what came from emails and customers' data."""
     return appendlog.Log(path, appendlog.LINES)
 
 
