@@ -261,7 +261,7 @@ class Log:
             return Damage(0, size, torn_tail=True) if size else None
         if header and os.pread(self._fd, len(header), 0) != header:
             raise ForeignFile(f"{self.path} does not start with {header!r}: not a file this log writes")
-        end = self.framing.whole_end(self._fd, len(header), size) if whole_end is None else whole_end
+        end = self.framing.whole_end(self._fd, len(header), size) if whole_end is None else max(whole_end, len(header))
         if end >= size:
             return None
         os.ftruncate(self._fd, end)  # a partial last record: new records follow whole ones

@@ -112,16 +112,17 @@ class Journal:
                 leftover.unlink()
         self.damage: list[Damage] = _upgrade_v1(path)  # what a version 1 file lost at its tail
         self.sizes: dict[str, int] = {}  # every record's id -> bytes
-        tail: Damage | None = None
+        whole_end = len(MAGIC)  # where the whole records end: a torn tail starts there
         for item in _scan(path):
             if isinstance(item, Damage):
                 self.damage.append(item)
-                tail = item if item.torn_tail else None
+                whole_end = item.start if item.torn_tail else item.end
             else:
                 self.sizes[item[0].message_id] = item[0].size
-        # 0600 in a 0700 folder: it holds every raw email. The scan above found the torn tail,
-        # if any: the log cuts it off without reading the file again.
-        self._log = appendlog.Log(path, RECORDS, whole_end=None if tail is None else tail.start)
+                whole_end = item[0].offset + item[0].size
+        # 0600 in a 0700 folder: it holds every raw email. Told where the scan above found the
+        # whole records end, the log cuts a torn tail off without reading the file again.
+        self._log = appendlog.Log(path, RECORDS, whole_end=whole_end)
         self._next_check, self._next_check_at = compact_bytes, 0.0
         self._encode = msgspec.msgpack.Encoder().encode
         self._pending_ids: list[str] = []

@@ -340,3 +340,23 @@ def test_the_old_writers_files_open_and_read_as_before(tmp_path: Path) -> None:
         journal.close()
         assert [e.message_id for e in entries(tmp_path / name)] == ["j-1", "j-2", "j-3"]
         assert (tmp_path / name).read_bytes() == kept["journal.bin"]
+
+
+def test_the_journal_reads_its_file_once_at_open(tmp_path: Path, monkeypatch) -> None:
+    """The journal scans its records at open anyway: the log is told where they end and does
+    not walk the file a second time (a journal of GBs would cost a start twice as long)."""
+    path = tmp_path / "journal.bin"
+    journal = Journal(path)
+    for n in range(3):
+        journal.append(Entry(f"m-{n}", b"x" * 100, "text"))
+    journal.close()
+    with open(path, "ab") as handle:
+        handle.write(_framed(RECORDS, 3)[:-9])
+
+    def walked(*args: object) -> int:
+        raise AssertionError("the log walked the journal again")
+    monkeypatch.setattr(type(RECORDS), "whole_end", walked)
+    journal = Journal(path)
+    assert [d.torn_tail for d in journal.damage] == [True] and journal.size == path.stat().st_size
+    journal.close()
+    assert [e.message_id for e in entries(path)] == ["m-0", "m-1", "m-2"] and Journal(path).damage == []
