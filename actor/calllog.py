@@ -184,6 +184,12 @@ class CallLog:
         one the index last saw (the keys it holds stay: no call they name runs again)."""
         indexed, log = self.keys.indexed(), self._log
         notices: list[dict[str, Any]] = []
+        if log.repaired is not None:  # a crash mid-record: never acknowledged (a record is synced before its Done)
+            cut = log.repaired
+            notices.append({"event": "ledger_repaired", "detail": {
+                "path": str(log.path), "cut_from": cut.start, "bytes_cut": cut.end - cut.start}})
+            print(f"actor: {log.path} ended in a partial record (a crash mid-write): its last "
+                  f"{cut.end - cut.start} bytes were cut off at open", file=sys.stderr)
         if indexed is not None and (indexed.device, indexed.inode) == log.identity and indexed.size <= log.size:
             start = indexed.size  # the same log, grown: index what was added
         else:
