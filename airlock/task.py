@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -88,7 +88,7 @@ class Code(_Strict, tag="code", tag_field="type"):
         ]
 
 
-NarrowType = Union[Digits, IntegerRange, Choice, Code]
+NarrowType = Digits | IntegerRange | Choice | Code
 
 
 class Precondition(_Strict):
@@ -97,8 +97,8 @@ class Precondition(_Strict):
     refuses to start on a rule name it does not know."""
 
     rules: Annotated[list[str], msgspec.Meta(min_length=1)]
-    blast_radius: Union[Literal["internal", "third_party"], None] = None
-    reversibility: Union[Literal["reversible", "irreversible"], None] = None
+    blast_radius: Literal["internal", "third_party"] | None = None
+    reversibility: Literal["reversible", "irreversible"] | None = None
     evidence: list[str] = []  # fields that must be present and non-null
     provenance: dict[str, str] = {}  # field -> the lineage it must come from
     corroborate: list[str] = []  # fields that must agree...
@@ -123,10 +123,10 @@ class Step(_Strict):
     the sha256 pin of the tool's server, name, description, schema and policy fields."""
 
     call: str
-    value_into: Union[str, None] = None
-    args: dict[str, Union[str, int, bool]] = {}
+    value_into: str | None = None
+    args: dict[str, str | int | bool] = {}
     grant: Literal["read", "write"] = "read"
-    pin: Union[Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")], None] = None
+    pin: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")] | None = None
 
     @property
     def server(self) -> str:

@@ -19,18 +19,18 @@ Flow of an email:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from airlock.senders import SenderProof
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 # A decision record or tool result the actor builds itself: nested, but never from a peer
 # it does not trust, and msgspec refuses absurd nesting on decode.
 Record = dict[str, Any]
 # Trace details are flat on purpose: two levels at most, so no decoder ever recurses deep.
-Detail = dict[str, Union[Scalar, list[Scalar], dict[str, Scalar]]]
+Detail = dict[str, Scalar | list[Scalar] | dict[str, Scalar]]
 
 Outcome = Literal["completed", "rejected", "refused", "escalated", "failed"]
 ReadingSource = Literal["model", "recorded", "none"]
@@ -227,7 +227,7 @@ class Passed(Message, tag="passed"):
     """
 
     message_id: str
-    value: Union[int, str]
+    value: int | str
     sender: str = ""
     sender_proof: SenderProof = "none"
     student: str = ""
@@ -294,27 +294,27 @@ class Event(Message, tag="event"):
     """A free-form trace fact from a worker; the broker stamps stage and time itself."""
 
     event: str
-    message_id: Union[str, None] = None
+    message_id: str | None = None
     detail: Detail = {}
 
 
-FromIntake = Union[Submit, Await, Ping, Notice, Decide]
-ToIntake = Union[Accepted, Refused, Result, Status]
-FromReader = Union[Hello, Reading, Unreadable, Event]
-FromValidator = Union[Hello, Passed, Rejected, Event]
-FromActor = Union[Hello, Done, Event]
-AnyMessage = Union[
-    Submit, Await, Ping, Notice, Decide, Accepted, Refused, Result, Status,
-    Hello, Heartbeat, Email, Reading, Unreadable, Passed, Decision, Rejected, Done, Event,
-]
+FromIntake = Submit | Await | Ping | Notice | Decide
+ToIntake = Accepted | Refused | Result | Status
+FromReader = Hello | Reading | Unreadable | Event
+FromValidator = Hello | Passed | Rejected | Event
+FromActor = Hello | Done | Event
+AnyMessage = (
+    Submit | Await | Ping | Notice | Decide | Accepted | Refused | Result | Status
+    | Hello | Heartbeat | Email | Reading | Unreadable | Passed | Decision | Rejected | Done | Event
+)
 
 Role = Literal["intake", "reader", "validator", "actor"]
 ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
 
 # What each role's endpoint accepts from its peers, and what its peers accept from the broker.
 INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
-OUTBOUND = {"intake": ToIntake, "reader": Union[Email, Heartbeat], "validator": Union[Reading, Heartbeat],
-            "actor": Union[Passed, Decision, Heartbeat]}
+OUTBOUND = {"intake": ToIntake, "reader": Email | Heartbeat, "validator": Reading | Heartbeat,
+            "actor": Passed | Decision | Heartbeat}
 
 
 class Malformed(msgspec.Struct, frozen=True):
@@ -398,7 +398,7 @@ class RoleDecoder:
             return [self(frame)]
         try:
             parts = _batch_decoder.decode(frame)
-        except Exception as exc:  # including a length outside 1..MAX_BATCH
+        except Exception as exc:  # noqa: BLE001  including a length outside 1..MAX_BATCH
             return [Malformed(reason=f"not a batch of 1 to {MAX_BATCH} messages: {exc}", size=len(frame))]
         return [self(part) for part in parts]
 
@@ -407,12 +407,12 @@ class RoleDecoder:
             return self._decoder.decode(frame)
         except msgspec.DecodeError as exc:
             error = exc
-        except Exception as exc:  # msgspec can raise others on hostile input; none may escape
+        except Exception as exc:  # noqa: BLE001  msgspec can raise others on hostile input; none may escape
             return Malformed(reason=f"{type(exc).__name__}: {exc}", size=len(frame))
         # Slow path only: is it a real message of another role (a violation) or garbage?
         try:
             other = _any_decoder.decode(frame)
-        except Exception:
+        except Exception:  # noqa: BLE001  not any message either: garbage, named by the first error
             return Malformed(reason=str(error), size=len(frame))
         kind = type(other).__struct_config__.tag
         return Violation(kind=str(kind), reason=f"a {self.role} may not send '{kind}'")

@@ -94,6 +94,7 @@ student's functions.
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -393,7 +394,7 @@ def load_all(root: Path = LABS_ROOT) -> list[Lab]:
     """Every lab under root, in the course's order (lab.toml's `order`, unique)."""
     folders = sorted(p for p in root.iterdir() if (p / "lab.toml").is_file()) if root.is_dir() else []
     labs = sorted((load(folder) for folder in folders), key=lambda lab: lab.order)
-    for before, after in zip(labs, labs[1:]):
+    for before, after in itertools.pairwise(labs):
         if before.order == after.order:
             raise LabFormatError(f"{after.folder / 'lab.toml'}: order = {after.order} is also {before.id}'s; "
                                  "each lab has its own place in the course")

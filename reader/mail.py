@@ -50,7 +50,7 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         return too_complex(exc.exceeded)
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
-    except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
+    except Exception as exc:  # noqa: BLE001  the stdlib parser can raise many things on hostile MIME
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
 
 

@@ -69,7 +69,7 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
         if isinstance(exc.reason, (socket.timeout, TimeoutError)):
             return ModelFailure("timeout", f"no answer within {timeout_s} s")
         return ModelFailure("unreachable", str(exc.reason))
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return ModelFailure("timeout", f"no answer within {timeout_s} s")
     except (OSError, ValueError) as exc:  # resets, bad URLs, http.client protocol errors
         return ModelFailure("unreachable", f"{type(exc).__name__}: {exc}")
