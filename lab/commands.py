@@ -274,7 +274,7 @@ def cmd_wrong(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    records = [_progress_record(folder, progress) if isinstance(progress, Progress)
+    records: list[dict[str, Any]] = [_progress_record(folder, progress) if isinstance(progress, Progress)
                else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
     if args.json:
         print(json_line(records))
@@ -285,7 +285,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
         if "error" in record:
             print(shown(f"{record['dir']}  unreadable: {record['error']}"))
             continue
-        failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]  # type: ignore[index]
+        failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]
         print(shown(f"{record['dir']}  {record['lab']}  {record['passed']} / {record['total']}  "
                     f"{record['checked_at']}" + (f"  failing: {', '.join(failing)}" if failing else "")))
     return 0

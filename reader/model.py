@@ -85,7 +85,8 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
 
 def _read_within(response: object, deadline: float) -> bytes | None:
     """Read the body in chunks, stopping at the size cap; a slow drip still hits the deadline."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError

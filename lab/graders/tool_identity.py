@@ -44,7 +44,7 @@ def req(server: Any, tool: Any) -> dict[str, Any]:
     return {"server": server, "tool": tool}
 
 
-class DictSub(dict):  # type: ignore[type-arg]
+class DictSub(dict):
     """A dict that is not exactly a dict: the contract asks for exact builtins."""
 
 
