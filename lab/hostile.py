@@ -110,7 +110,7 @@ def answer(messages: list[dict[str, str]]) -> str:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # http.server's naming
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             text = answer(body["messages"])
@@ -125,7 +125,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # http.server's naming
         data = json.dumps({"object": "list", "data": [{"id": "hostile", "object": "model"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -85,7 +85,7 @@ class FakeModel:
         model = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
+            def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 model.requests.append(body)
                 time.sleep(model.delay_s)

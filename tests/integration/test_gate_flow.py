@@ -12,7 +12,7 @@ from lab.hostile import HostileModel
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
-from tests.integration.test_smtp_intake import intake as intake, queued_id, send
+from tests.integration.test_smtp_intake import intake as intake, queued_id, send  # intake: a fixture, used here
 
 REFUND = str(ROOT / "tasks" / "refund_with_approval.toml")
 GUARDED = str(ROOT / "tasks" / "order_status_guarded.toml")
