@@ -19,8 +19,7 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module
-from actor import plugs
+from actor import catalog as catalog_module, plugs
 from actor.calllog import CallLog
 from actor.executor import Executor, LiveCatalog
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed

@@ -24,8 +24,7 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module
-from actor import schema
+from actor import catalog as catalog_module, schema
 from actor.calllog import CallLog, call_key
 from actor.catalog import Catalog, Tool
 from actor.deadline import Deadlines, Overran
@@ -59,7 +58,7 @@ class LiveCatalog:
         if stamp != self._stamp:
             try:
                 self._catalog = catalog_module.load(self.path)
-            except Exception:
+            except Exception:  # noqa: BLE001  a catalog that does not load declares no tool: fail closed
                 self._catalog = {}
             self._stamp = stamp
         return self._catalog
@@ -162,7 +161,7 @@ class Executor:
             return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
         except Overran as exc:  # Deadlines told the call (a slow mock stops at once)
             return msgspec.structs.replace(call, status="error", error=f"timeout: {exc}")
-        except Exception as exc:  # the tool boundary: any failure is a typed failed call
+        except Exception as exc:  # noqa: BLE001  the tool boundary: any failure is a typed failed call
             return msgspec.structs.replace(call, status="error", error=f"tool_error: {type(exc).__name__}: {exc}")
         result = answer.result
         size = len(_json.encode(result))

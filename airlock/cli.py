@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, injected, sources, trace
-from airlock import settings as settings_module
+from airlock import __version__, escalations, injected, settings as settings_module, sources, trace
 from airlock.errors import (
     EX_CONFIG,
     EX_INTERRUPTED,

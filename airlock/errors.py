@@ -94,7 +94,7 @@ class LockHeld(AlreadyRunning):
 
     def __init__(self, path: object, what: str, holder: int | None, advice: str = "stop it first") -> None:
         self.path, self.what, self.holder = path, what, holder
-        super().__init__(f"another {what} (pid {holder if holder else 'unknown'}) holds {path}: one {what} "
+        super().__init__(f"another {what} (pid {holder or 'unknown'}) holds {path}: one {what} "
                          f"per data dir; {advice}")
 
 

@@ -43,8 +43,23 @@ import msgspec
 
 from airlock.settings import Settings
 from airlock.wire import (
-    INBOUND, Await, Decide, Done, Event, Heartbeat, Hello, Malformed, Message, Notice, Passed, Ping, Reading,
-    Rejected, Submit, Unreadable, Violation,
+    INBOUND,
+    Await,
+    Decide,
+    Done,
+    Event,
+    Heartbeat,
+    Hello,
+    Malformed,
+    Message,
+    Notice,
+    Passed,
+    Ping,
+    Reading,
+    Rejected,
+    Submit,
+    Unreadable,
+    Violation,
 )
 from broker import events, tracing
 from broker.dispatch import Dispatch

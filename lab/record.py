@@ -7,7 +7,7 @@ ever real answers from a real endpoint: an email the model fails on is not recor
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airlock import settings as settings_module, sources, task as task_module
 from airlock.errors import EX_CONFIG, AirlockError, exit_code
@@ -43,7 +43,7 @@ def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
         key = prompt.digest(messages)
         found[key] = recordings.Recording(
             digest=key, answer=answer.text, model=settings.model_name, origin=path.name,
-            recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            recorded_at=datetime.now(UTC).isoformat(timespec="seconds"))
         print(f"ok    {path}: {answer.text!r}")
     recordings.save(target, found)
     print(f"{len(found)} recordings in {target}")

@@ -157,7 +157,7 @@ class Lab:
             try:
                 client = docker.from_env(version="auto")
                 client.ping()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  the SDK raises its own and requests' errors: no engine
                 if client is not None:
                     client.close()
                 raise UsageError(f"no Docker engine answers: {exc}") from None
@@ -292,7 +292,7 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
         if service in lab.containers:
             planned.append((service, name, host, port, want))
 
-    broker = lambda network: lab.ip("broker", network)  # noqa: E731
+    broker = lambda network: lab.ip("broker", network)  # noqa: E731  a one-line helper read at its uses below
     model = lab.ip("model", "model")
     expect("reader", "reaches its broker endpoint", broker("readers"), PORTS["reader"], "connected")
     expect("reader", "reaches the model", model, PORTS["model"], "connected")

@@ -56,7 +56,7 @@ def examples(deep: int) -> int:
 
 def port_env(*names: str) -> dict[str, str]:
     """AIRLOCK_<NAME>_PORT for each name, each a free loopback port."""
-    return {f"AIRLOCK_{name.upper()}_PORT": str(port) for name, port in zip(names, free_ports(len(names)))}
+    return {f"AIRLOCK_{name.upper()}_PORT": str(port) for name, port in zip(names, free_ports(len(names)), strict=True)}
 
 
 def airlock_env(data_dir: Path, task: Path | None = None, **extra: str) -> dict[str, str]:
@@ -85,7 +85,7 @@ class FakeModel:
         model = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 model.requests.append(body)
                 time.sleep(model.delay_s)

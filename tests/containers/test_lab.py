@@ -153,7 +153,7 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
 
         code, checks = lab.verify()
         failed = [c for c in checks if not c["ok"]]
-        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.M))
+        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.MULTILINE))
         assert service in with_mounts
         assert code == 1 and {c["service"] for c in failed} == with_mounts, failed
         assert {c["check"] for c in failed} == {"mounts"}, failed  # the extra mounts, and nothing else

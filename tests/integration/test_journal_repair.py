@@ -9,10 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from airlock import trace
 from broker.journal import Entry, Journal, positions
-
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 

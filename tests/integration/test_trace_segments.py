@@ -8,7 +8,6 @@ from collections import Counter
 import msgspec
 
 from airlock import trace, tracefiles
-
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_crash import CRASH_ENV, kill

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import UsageError
-
 from lab.corpus import import_public
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +174,7 @@ def failing(names: Iterable[str], problem: Callable[[str], str]) -> dict[str, st
     for name in names:
         try:
             wrong = problem(name)
-        except Exception as error:  # one broken file must not hide the others
+        except Exception as error:  # noqa: BLE001  one broken file must not hide the others
             wrong = f"the check raised {type(error).__name__}: {error}"
         if wrong:
             found[name] = wrong
@@ -247,11 +246,11 @@ def uses_trick(category: str, message: EmailMessage, raw: bytes) -> bool:
     match category:
         case "role-tag":
             return re.search(r"<\|im_start\|>|\[SYSTEM\]|###\s*Assistant:|</email>|<<SYS>>|<\|system\|>|"
-                             r"<start_of_turn>|^Assistant:", text, re.M) is not None
+                             r"<start_of_turn>|^Assistant:", text, re.MULTILINE) is not None
         case "tool-json":
             return any(tool in json.dumps(found) for found in json_objects(text))
         case "marker":
-            return any(m.casefold() == tool for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.I))
+            return any(m.casefold() == tool for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.IGNORECASE))
         case "data-only":
             return goal.startswith("value:") and header(message, "Expect") != "none"
         case "invisible":

@@ -9,8 +9,22 @@ import pytest
 
 from airlock import errors
 from airlock.errors import (
-    EX_ALREADY_RUNNING, EX_CONFIG, EX_IOERR, EX_TEMPFAIL, EX_USAGE, AirlockError, AlreadyRunning, CatalogError,
-    DiskFull, KeyRefused, QueueFull, RequestRefused, SettingsError, TaskError, UsageError, exit_code,
+    EX_ALREADY_RUNNING,
+    EX_CONFIG,
+    EX_IOERR,
+    EX_TEMPFAIL,
+    EX_USAGE,
+    AirlockError,
+    AlreadyRunning,
+    CatalogError,
+    DiskFull,
+    KeyRefused,
+    QueueFull,
+    RequestRefused,
+    SettingsError,
+    TaskError,
+    UsageError,
+    exit_code,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -75,8 +75,8 @@ def test_write_needs_a_write_grant(make_actor, logged_calls) -> None:
 
 def test_bool_where_int_is_declared(make_actor, tmp_path: Path, logged_calls) -> None:
     """True is not an int: the schema check refuses it before any side effect."""
-    catalog = CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n' \
-                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n'
+    catalog = CATALOG + ('\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
+                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n')
     actor = make_actor(catalog_text=catalog)
     tool = actor.executor.catalog()[("shop", "restock")]
     step = BoundStep(1, ("shop", "restock"), None, {"count": True}, "write", None)

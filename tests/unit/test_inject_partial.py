@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, errors, injected
-from airlock import client as client_module
+from airlock import cli, client as client_module, errors, injected
 from airlock.errors import DiskFull
 from airlock.terminal import shown
 from airlock.wire import Accepted, Message, Refused, Submit, frames, outbound_decoder

@@ -18,8 +18,7 @@ from actor.calllog import CallLog
 from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
-from airlock import task as task_module
-from airlock import trace
+from airlock import task as task_module, trace
 from airlock.errors import EX_TEMPFAIL
 from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
@@ -445,7 +444,7 @@ def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is
     for a call that never ran."""
     path = tmp_path / "calls.jsonl"
     log = CallLog(path)
-    logged, _ = _fill_index_then_call(log, 0)
+    _logged, _ = _fill_index_then_call(log, 0)
     log.keys._db.execute("PRAGMA max_page_count=1073741823")  # space is back
     log.call("after", 1, "orders", "lookup", {"order_id": "A1"})
     log._log.rollback()  # the crash before the fsync: the record never became durable

@@ -99,7 +99,7 @@ BAD = [
     pytest.param(b"", "eml", "mail.empty_body", id="empty-eml"),
     pytest.param(b"Subject: hi\n\n   \n", "eml", "mail.empty_body", id="blank-body"),
     pytest.param(b"\xff\xfe\xfa not utf-8", "text", "mail.charset", id="text-not-utf8"),
-    pytest.param(_eml("Bestellung 4411".encode("utf-8"), charset="x-klingon"), "eml", "mail.charset", id="unknown-charset"),
+    pytest.param(_eml(b"Bestellung 4411", charset="x-klingon"), "eml", "mail.charset", id="unknown-charset"),
     pytest.param(b"Content-Type: multipart/mixed; boundary=zz\n\n--zz\nContent-Type: text/plain\n\n",
                  "eml", "mail.empty_body", id="broken-multipart"),
 ]

@@ -10,9 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock import files as files_module
-from airlock import settings as settings_module
-from airlock import supervisor, trace, tracefiles
+from airlock import files as files_module, settings as settings_module, supervisor, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello
 from broker import housekeeping, recovery

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from airlock.task import Choice, Code, Digits, IntegerRange
 from airlock.wire import Passed, Reading, Rejected
-from validator.app import Validator
 from tests.conftest import examples
+from validator.app import Validator
 from validator.narrow import Broken, Value, read_value
 
 DIGITS = Digits(max_length=6)
