@@ -40,13 +40,13 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Union
+from typing import Protocol
 
 from airlock import files
 
 PROBE_BYTES = 64 * 1024  # written then deleted by probe(): room for a typical email again
 _TAIL_CHUNK = 64 * 1024  # Lines reads back from the end this much at a time to find the last newline
-View = Union[bytes, mmap.mmap]
+View = bytes | mmap.mmap
 
 
 @dataclass(frozen=True)
@@ -407,7 +407,7 @@ def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Dama
     order. The file is mapped, not read: a scan over gigabytes holds one record at a time.
     A file that does not start with the framing's header is all damage."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115  opened apart from `with` so a missing file is no scan at all
     except FileNotFoundError:
         return
     with handle:
