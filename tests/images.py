@@ -44,7 +44,7 @@ def stages(text: str | None = None) -> dict[str, Stage]:
     found: dict[str, Stage] = {}
     current = None
     for line in instructions(DOCKERFILE.read_text() if text is None else text):
-        if m := re.fullmatch(r"FROM (\S+) AS (\S+)", line, flags=re.I):
+        if m := re.fullmatch(r"FROM (\S+) AS (\S+)", line, flags=re.IGNORECASE):
             current = found[m.group(2)] = Stage(m.group(2), m.group(1))
         elif line.startswith("FROM "):
             raise AssertionError(f"a stage without a name: {line}")
@@ -89,10 +89,10 @@ def compose_targets() -> dict[str, str]:
     """compose.yaml's service -> the Dockerfile target its `build:` names (every service has one)."""
     text = COMPOSE.read_text()
     services = text.split("\nservices:\n", 1)[1].split("\nnetworks:\n", 1)[0]
-    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", services, flags=re.M)
+    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", services, flags=re.MULTILINE)
     found = {}
-    for name, block in zip(parts[1::2], parts[2::2]):
-        build = re.search(r"^    build: \{(.*)\}$", block, flags=re.M)
+    for name, block in zip(parts[1::2], parts[2::2], strict=True):
+        build = re.search(r"^    build: \{(.*)\}$", block, flags=re.MULTILINE)
         assert build, f"compose.yaml's {name} has no one-line build: {{...}}"
         target = re.search(r"\btarget: ([a-z][a-z0-9-]*)", build.group(1))
         assert target, f"compose.yaml's {name} builds no target: {build.group(0)}"

@@ -50,7 +50,7 @@ def test_every_image_target_is_built_and_every_other_stage_is_a_step() -> None:
 def test_the_base_is_a_build_argument_defaulting_to_python_slim() -> None:
     """Every chain starts from AIRLOCK_BASE (python:3.12-slim unless the build says otherwise)."""
     text = images.DOCKERFILE.read_text()
-    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.M)
+    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.MULTILINE)
     assert {stage.parent for stage in STAGES.values()} - set(STAGES) == {"${AIRLOCK_BASE}"}
 
 
@@ -129,7 +129,7 @@ def lock_entries(role: str) -> list[tuple[Requirement, list[str]]]:
     """Each pinned requirement of locks/ROLE.txt with its hashes."""
     text = (ROOT / "locks" / f"{role}.txt").read_text()
     entries = []
-    for block in re.split(r"\n(?=\S)", re.sub(r"^#.*\n", "", text, flags=re.M)):
+    for block in re.split(r"\n(?=\S)", re.sub(r"^#.*\n", "", text, flags=re.MULTILINE)):
         if block.strip():
             head, *hashes = [part.strip() for part in block.split("\\")]
             entries.append((Requirement(head), [h.removeprefix("--hash=") for h in hashes]))
