@@ -37,7 +37,7 @@ from lab.runner import STATE_FOLDER
 
 STUDENT_MOUNT = PurePosixPath("/student")
 IMAGE_ROOT = PurePosixPath("/app")  # where each service image holds the checkout's files
-# The services whose image sets AIRLOCK_TASK (their Dockerfiles): each reads the task at start.
+# The services whose image sets AIRLOCK_TASK (their Dockerfile targets): each reads the task at start.
 TASK_READERS = ("broker", "reader", "validator", "actor", "dashboard")
 CATALOG_READER = "actor"
 HOST_DIR_ENV = "AIRLOCK_LAB_HOST_DIR"

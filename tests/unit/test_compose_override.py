@@ -16,6 +16,7 @@ from airlock.errors import UsageError
 from lab import commands, compose_override
 from lab.catalog import CHECKOUT, load_all
 from lab.compose_override import STUDENT_MOUNT, TASK_READERS, HostPaths
+from tests import images
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = shutil.which("docker-compose")
@@ -161,8 +162,10 @@ def test_in_the_lab_container_an_unknown_host_path_is_refused(tmp_path: Path, en
 
 
 def test_task_readers_are_the_images_that_set_a_task() -> None:
-    """TASK_READERS is every service image whose Dockerfile sets AIRLOCK_TASK, no more, no fewer."""
-    setting = {p.parent.name for p in ROOT.glob("*/Dockerfile") if "AIRLOCK_TASK=" in p.read_text()}
+    """TASK_READERS is every service whose image (its Dockerfile target) sets AIRLOCK_TASK, no more, no fewer."""
+    stages = images.stages()
+    setting = {service for service, target in images.compose_targets().items()
+               if "AIRLOCK_TASK=" in images.environment(target, stages)}
     assert setting == set(TASK_READERS)
 
 

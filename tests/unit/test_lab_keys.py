@@ -201,7 +201,7 @@ def test_service_owner_names_a_bad_setting(env: dict[str, str], error: str) -> N
 
 
 def test_service_owner_defaults_to_the_images_user() -> None:
-    """Unset, the services' user is 10001:10001, as in every Dockerfile."""
+    """Unset, the services' user is 10001:10001, as every target of the Dockerfile runs."""
     assert lab_init.service_owner({}) == lab_init.Owner(10001, 10001)
 
 

