@@ -192,7 +192,11 @@ def test_up_refuses_beside_services_a_killed_up_left_running(tmp_path: Path) -> 
         done = s.airlock("up", timeout=60)
     finally:
         left.terminate()
-        left.wait(20)
+        try:
+            left.wait(20)
+        except subprocess.TimeoutExpired:  # seen once at load 8 in CI: never leave it running
+            left.kill()
+            left.wait(20)
     assert done.returncode == EX_ALREADY_RUNNING, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1
     assert f"left broker (pid {left.pid}) running; stop them first: kill {left.pid}" in done.stderr
