@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from airlock import files
+from airlock import files, records
 
 DIGITS = 6  # trace.000001.jsonl: names sort as numbers up to a million segments, and beyond still parse
 CHECKPOINT_SUFFIX = ".checkpoint"
@@ -139,18 +139,6 @@ def older_than(path: Path, live: BinaryIO | None) -> list[Path]:
     return [segment for _, segment in closed(path) if _identity_of(segment) != live_id]
 
 
-class _StateLine(msgspec.Struct):
-    """The only fields of a line that fold reads: decoding into it skips the rest unbuilt."""
-
-    message_id: object = None
-    stage: object = None
-    event: object = None
-    outcome: object = None
-
-
-_decode_state_line = msgspec.json.Decoder(_StateLine).decode
-
-
 def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     """Update `state` with what the broker's own lines say: `received` opens an email, its
     `outcome` ends it (`escalated` keeps it waiting for a person). Other stages' lines are
@@ -158,17 +146,13 @@ def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
-        try:
-            record = _decode_state_line(raw)
-        except msgspec.DecodeError:
-            continue  # a torn line (a crash mid-write), or not an object: the readers skip it too
-        message_id = record.message_id
-        if record.stage != "broker" or not isinstance(message_id, str):
+        record = records.decode_state(raw)  # None for a torn line (a crash mid-write), or no object
+        if record is None or record.stage != "broker" or not isinstance(record.message_id, str):
             continue
         if record.event == "received":
-            state[message_id] = OPEN
+            state[record.message_id] = OPEN
         elif record.event == "outcome":
-            state[message_id] = ESCALATED if record.outcome == "escalated" else FINAL
+            state[record.message_id] = ESCALATED if record.outcome == "escalated" else FINAL
     return state
 
 

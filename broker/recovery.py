@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import collections
 
-from airlock import trace
+from airlock import records, trace
+from airlock.records import JournalDamaged, utc_now
 from airlock.settings import Settings
 from broker import journal as journal_module
 from broker.journal import Entry, Journal, Position
@@ -69,8 +70,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
     for message_id in unreadable:
         effects += core.abandon(message_id, UNREADABLE)
     if journal.damage:
-        effects.insert(0, trace.line("broker", "journal_damaged", None, {
-            **damage_detail(journal), "emails_lost": abandoned}))
+        effects.insert(0, records.encode(JournalDamaged(utc_now(), None, "broker", **damage_detail(journal),
+                                                        emails_lost=abandoned)))
     return effects + core.tick(now), backlog
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airlock import trace, tracefiles
+from airlock import records, trace, tracefiles
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.settings import Settings
@@ -253,18 +253,19 @@ def trace_facts(path: Path, ids: list[str], expected: int) -> dict[str, dict[str
     """Per id: outcome `ms`, the number of outcome lines, and the model answer's source and
     `model_ms`, once `expected` ids have an outcome line (see trace.settled)."""
     facts: dict[str, dict[str, Any]] = {}
-    for message_id, records in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
+    for message_id, kept in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
         found = facts[message_id] = {}
-        for record in records:
-            if record["event"] in STAGE_EVENTS:
-                found.setdefault(f"at.{record['event']}", record["at"])  # the first: a redelivery comes later
-            if record["event"] == "outcome":
+        for record in kept:
+            event = records.event_of(record)
+            if event in STAGE_EVENTS and isinstance(record, records.Record):
+                found.setdefault(f"at.{event}", record.at)  # the first: a redelivery comes later
+            if isinstance(record, records.OutcomeLine):
                 found["outcome_lines"] = found.get("outcome_lines", 0) + 1
-                found["ms"] = record.get("ms")
-            elif record["event"] == "model_answer":
-                found["source"] = record.get("source")
-                if isinstance(record.get("model_ms"), (int, float)):
-                    found["model_ms"] = record["model_ms"]
+                found["ms"] = record.ms
+            elif isinstance(record, records.ModelAnswer):
+                found["source"] = record.source
+                if isinstance(record.model_ms, (int, float)):
+                    found["model_ms"] = record.model_ms
     return facts
 
 

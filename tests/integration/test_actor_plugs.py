@@ -4,7 +4,6 @@ function can only refuse a step, never put a call outside the plan or a wrong ar
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import textwrap
@@ -15,7 +14,8 @@ import msgspec
 import pytest
 
 from actor.app import Actor, build
-from airlock import task as task_module, trace
+from airlock import records, trace
+from airlock import task as task_module
 from airlock.student import Plug
 from airlock.wire import Call, Done, Passed, Reading
 from broker.router import Router
@@ -287,7 +287,8 @@ def test_the_trace_marks_steps_that_ran_student_code(settings) -> None:
         effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
         marked = [line.get("student") for line in lines(effects) if line["event"] != "outcome"]
         assert marked == ([student] * 3 if student else [None] * 3)
-    rendered = trace.render(json.loads(trace.line("actor", "call", "m", {"student": "actor.select"})))
+    rendered = trace.render(records.Call(at="t", message_id="m", stage="actor", step=1, server="shop",
+                                         tool="lookup_order", args={}, student="actor.select"))
     assert "[student code: actor.select]" in rendered  # airlock trace shows the mark (trace.render)
 
 

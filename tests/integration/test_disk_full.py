@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from tests.lines import json_object
 from airlock import trace
 from airlock.transport import dealer
 from airlock.wire import Accepted, Refused, Submit, frames, outbound_decoder
@@ -107,7 +108,7 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
             broker.kill()
             broker.wait()
     raw_lines = (data / "trace.jsonl").read_bytes().splitlines()
-    records = [trace.decode_line(line) for line in raw_lines]
+    records = [json_object(line) for line in raw_lines]
     assert all(record is not None for record in records), "a half-written trace line"
     events = [r["event"] for r in records]
     assert "storage_failed" in events and "storage_recovered" in events
@@ -148,7 +149,7 @@ def test_a_trace_the_disk_refuses_pauses_intake_and_loses_no_line(tmp_path: Path
         stop.set()
         broker.join(20)
     assert not broker.is_alive()
-    records = [trace.decode_line(line) for line in settings.trace_path.read_bytes().splitlines()]
+    records = [json_object(line) for line in settings.trace_path.read_bytes().splitlines()]
     assert all(record is not None for record in records)
     events = [r["event"] for r in records]
     assert events[:2] == ["started", "storage_failed"] and "storage_recovered" in events and events[-1] == "stopped"

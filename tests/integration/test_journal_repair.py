@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lines import raw_line
 from airlock import trace
 from broker.journal import Entry, Journal, positions
 from tests.conftest import ROOT, airlock_env
@@ -29,7 +30,7 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
     for message_id in ids:
         journal.append(Entry(message_id, b"Subject: order 7\n\n" + message_id.encode() * 200, "text"))
     journal.close()
-    (data / "trace.jsonl").write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in ids))
+    (data / "trace.jsonl").write_bytes(b"".join(raw_line("broker", "received", i, {}) for i in ids))
     hit = next(p for p in positions(data / "journal.bin") if p.message_id == "a1-8")
     with open(data / "journal.bin", "r+b") as handle:
         handle.seek(hit.offset)

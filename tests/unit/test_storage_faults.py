@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tests.lines import raw_line
 from airlock import trace
 from airlock.wire import Accepted, Refused, Submit
 from broker.journal import Entry, Journal, WriteFailed, damage, entries
@@ -37,7 +38,7 @@ class Disk:
 
 
 def _lines(count: int, start: int = 0) -> list[bytes]:
-    return [trace.line("broker", "received", f"m-{n}", {"pad": "x" * 100}) for n in range(start, start + count)]
+    return [raw_line("broker", "received", f"m-{n}", {"pad": "x" * 100}) for n in range(start, start + count)]
 
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
