@@ -248,7 +248,8 @@ def render(record: TraceRecord) -> str:
     part is escaped: a peer chose the details, their keys, even an event's name (a Notice);
     a line that is no record says so, escaped like the rest."""
     if isinstance(record, Damaged):
-        return f"{'-':<12}  {'-':<16} {'-':<9} {'(damaged line)':<14} reason={_short(record.reason)} line={_short(record.text)}"
+        return (f"{'-':<12}  {'-':<16} {'-':<9} {'(damaged line)':<14} "
+                f"reason={_short(record.reason)} line={_short(record.text)}")
     fields = records.fields_of(record)
     at = shown(str(record.at or "")[11:23])
     details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in fields.items() if key != "student")

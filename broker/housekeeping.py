@@ -64,9 +64,9 @@ def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[E
     The trace goes to disk first: it is what says those emails are final."""
     error = writer.sync()
     if error is not None or writer.dropped:  # the outcomes that free those records are not on disk
-        return [records.encode(JournalCompactionFailed(
-            utc_now(), None, "broker", error=f"the trace is not on disk: {error or f'{writer.dropped} lines were dropped'}",
-            bytes=journal.size))]
+        why = error or f"{writer.dropped} lines were dropped"
+        return [records.encode(JournalCompactionFailed(utc_now(), None, "broker",
+                                                       error=f"the trace is not on disk: {why}", bytes=journal.size))]
     size = journal.size
     try:
         freed = journal.compact(core.flights.keys())

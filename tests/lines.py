@@ -10,6 +10,7 @@ import msgspec
 
 from airlock import records
 from airlock.records import utc_now
+from airlock.wire import Outcome
 
 _encode = msgspec.json.Encoder().encode
 
@@ -42,9 +43,9 @@ def model_answer(message_id: str, answer: str = "4411") -> bytes:
                                               answer_chars=len(answer), source="model", truncated=False))
 
 
-def outcome(message_id: str, outcome: str = "completed") -> bytes:
-    return records.encode(records.OutcomeLine(utc_now(), message_id, "broker", outcome=outcome,  # type: ignore[arg-type]
-                                              reason="", ended_at="actor", final=outcome != "escalated"))
+def outcome(message_id: str, outcome: Outcome = "completed") -> bytes:
+    return records.encode(records.OutcomeLine(utc_now(), message_id, "broker", outcome=outcome, reason="",
+                                              ended_at="actor", final=outcome != "escalated"))
 
 
 def decision(message_id: str, approve: bool = True) -> bytes:
