@@ -18,6 +18,7 @@ import zmq
 
 from tests.lines import json_object
 from airlock import trace
+from airlock.records import Started
 from airlock.transport import dealer
 from airlock.wire import Accepted, Refused, Submit, frames, outbound_decoder
 from tests.conftest import ROOT, airlock_env
@@ -86,7 +87,7 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
                                   stdout=subprocess.DEVNULL, stderr=stderr)
     intake = Intake(env["AIRLOCK_INTAKE_PORT"])
     try:
-        assert wait_until(lambda: any(r["event"] == "started" for r in trace.read(data / "trace.jsonl")))
+        assert wait_until(lambda: any(isinstance(r, Started) for r in trace.read(data / "trace.jsonl")))
         [before] = intake.submit()
         assert isinstance(before, Accepted)
         filler = _fill(small_disk)

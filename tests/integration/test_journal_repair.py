@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.lines import raw_line
-from airlock import trace
+from airlock import records, trace
 from broker.journal import Entry, Journal, positions
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
@@ -55,4 +55,6 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
 
 
 def _events(data: Path, event: str) -> list[dict]:
-    return [r for r in trace.read(data / "trace.jsonl") if r["event"] == event and r["stage"] == "broker"]
+    """The broker's `event` records, each as its line holds it."""
+    return [records.as_line(r) for r in trace.read(data / "trace.jsonl")
+            if isinstance(r, records.Record) and records.event_of(r) == event]
