@@ -521,8 +521,9 @@ def fields_of(record: TraceRecord) -> dict[str, Any]:
         return dict(record.fields)
     if isinstance(record, Damaged):
         return {"reason": record.reason, "line": record.text}
-    # As the line holds them: a field at its default is absent there, so it is here.
-    return {name: value for name, value in msgspec.to_builtins(record).items() if name not in BASE_FIELDS}
+    # As the line holds them, JSON values (a tuple is a list there): a field at its default
+    # is absent there, so it is here.
+    return {name: value for name, value in _decode_object(_encoder.encode(record)).items() if name not in BASE_FIELDS}
 
 
 def as_line(record: TraceRecord) -> dict[str, Any]:

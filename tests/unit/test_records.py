@@ -161,3 +161,12 @@ def test_every_typed_event_is_a_name_no_peer_may_take() -> None:
 
     assert events.BROKER_EVENTS == records.EVENT_NAMES
     assert set(REQUIRED_V1) == set(records.EVENT_NAMES)
+
+
+def test_as_line_gives_the_lines_own_json_values() -> None:
+    """What the page and --json get from a record is what the line holds: a plan's pairs are
+    lists there (a tuple would never equal a [server, tool] pair), defaults absent."""
+    (call,) = [r for r in map(records.decode, V1_TRACE) if isinstance(r, Call)][:1]
+    line = records.as_line(call)
+    assert line["plan"] and all(isinstance(pair, list) for pair in line["plan"])
+    assert line == json.loads(records.encode(call)) and "to" not in line
