@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, injected, records, sources, trace
+from airlock import __version__, escalations, injected, sources, trace
 from airlock import settings as settings_module
 from airlock.errors import (
     EX_ALREADY_RUNNING,
@@ -270,7 +270,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     found = False
     for record in lines:
         found = True
-        print(json_line(records.as_line(record)) if args.json else trace.render(record), flush=args.follow)
+        print(json_line(trace.as_line(record)) if args.json else trace.render(record), flush=args.follow)
     if args.id and not found:
         raise RequestRefused(f"no trace lines for {args.id} in {path}")
     return 0

@@ -22,7 +22,7 @@ def waiting(path: Path) -> list[dict[str, object]]:
     _, escalated = trace.unfinished(path)
     found: dict[str, dict[str, object]] = {message_id: {"id": message_id} for message_id in escalated}
     for record in trace.read(path):
-        entry = found.get(records.about(record) or "")
+        entry = found.get(trace.about(record) or "")
         if entry is None:
             continue
         match record:
@@ -64,4 +64,4 @@ def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str
 
 
 def _about(raw_lines: Iterable[bytes], message_id: str) -> list[records.TraceRecord]:
-    return [record for record in map(records.decode, raw_lines) if records.about(record) == message_id]
+    return [record for record in map(records.decode, raw_lines) if trace.about(record) == message_id]

@@ -468,29 +468,6 @@ def _damaged(raw: bytes, reason: str) -> Damaged:
     return Damaged(reason, raw[:DAMAGED_TEXT_LIMIT * 4].decode("utf-8", "replace")[:DAMAGED_TEXT_LIMIT].rstrip("\n"))
 
 
-class StateFacts(msgspec.Struct):
-    """What recovery reads of a line (airlock.tracefiles.fold): who said which event about
-    which email, and an outcome's kind. A view of Received and OutcomeLine that skips the
-    rest unbuilt (recovery folds GBs) and is lenient on purpose: an outcome line whose other
-    fields were damaged still ends its email, rather than have a restart do it again."""
-
-    message_id: object = None
-    stage: object = None
-    event: object = None
-    outcome: object = None
-
-
-_decode_state = msgspec.json.Decoder(StateFacts).decode
-
-
-def decode_state(raw: bytes) -> StateFacts | None:
-    """StateFacts of one line; None for a line that is not a JSON object."""
-    try:
-        return _decode_state(raw)
-    except msgspec.DecodeError:
-        return None
-
-
 class _CallKey(msgspec.Struct):
     message_id: object = None
     step: object = None
@@ -511,42 +488,3 @@ def call_key_of(raw: bytes) -> tuple[str, int] | None:
     if isinstance(key.message_id, str) and isinstance(key.step, int):
         return key.message_id, key.step
     return None
-
-
-def fields_of(record: TraceRecord) -> dict[str, Any]:
-    """A record's details (everything but the base fields), in order, for display."""
-    if isinstance(record, PeerFact):
-        return dict(record.detail)
-    if isinstance(record, Unrecognized):
-        return dict(record.fields)
-    if isinstance(record, Damaged):
-        return {"reason": record.reason, "line": record.text}
-    # As the line holds them, JSON values (a tuple is a list there): a field at its default
-    # is absent there, so it is here.
-    return {name: value for name, value in _decode_object(_encoder.encode(record)).items() if name not in BASE_FIELDS}
-
-
-def as_line(record: TraceRecord) -> dict[str, Any]:
-    """The record as its line holds it (a Damaged one as {"damaged": reason, "line": text}),
-    for `airlock trace --json`."""
-    if isinstance(record, Damaged):
-        return {"damaged": record.reason, "line": record.text}
-    base = {"at": record.at, "message_id": record.message_id, "stage": record.stage, "event": event_of(record)}
-    if isinstance(record, Unrecognized):
-        base["event"] = record.event
-    return {**base, **fields_of(record)}
-
-
-def event_of(record: TraceRecord) -> str:
-    """The record's event name ("" for a Damaged line, or an unrecognized non-text one)."""
-    if isinstance(record, Record):
-        return str(record.__struct_config__.tag)
-    if isinstance(record, Damaged):
-        return ""
-    return record.event if isinstance(record.event, str) else ""
-
-
-def about(record: TraceRecord) -> str | None:
-    """The email a record is about (None: none, or a line that names none as text)."""
-    message_id = None if isinstance(record, Damaged) else record.message_id
-    return message_id if isinstance(message_id, str) else None

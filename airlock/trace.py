@@ -18,12 +18,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
+
 from airlock import files, records, tracefiles
 from airlock.records import Call, Damaged, TraceRecord, utc_now
 from airlock.terminal import json_line, shown
 
-__all__ = ["TraceWriter", "follow", "open_lines", "read", "read_calls", "render", "settled", "states",
-           "unfinished", "utc_now"]
+__all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read", "read_calls",
+           "render", "settled", "states", "unfinished", "utc_now"]
+
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def open_lines(path: Path) -> BinaryIO:
@@ -195,7 +199,7 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
     while True:
         # The first pass reads all there is; later ones only what was appended since.
         for record in _matching(raw_lines, None):
-            kept = found.get(records.about(record))  # type: ignore[arg-type]  # None is no key
+            kept = found.get(about(record))  # type: ignore[arg-type]  # None is no key
             if kept is not None:
                 kept.append(record)
         ended = sum(any(isinstance(r, records.OutcomeLine) for r in kept) for kept in found.values())
@@ -239,7 +243,7 @@ def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[Tr
     for raw in raw_lines:
         if raw != b"\n":  # a blank line says nothing
             record = records.decode(raw)
-            if message_id is None or records.about(record) == message_id:
+            if message_id is None or about(record) == message_id:
                 yield record
 
 
@@ -250,11 +254,11 @@ def render(record: TraceRecord) -> str:
     if isinstance(record, Damaged):
         return (f"{'-':<12}  {'-':<16} {'-':<9} {'(damaged line)':<14} "
                 f"reason={_short(record.reason)} line={_short(record.text)}")
-    fields = records.fields_of(record)
+    fields = fields_of(record)
     at = shown(str(record.at or "")[11:23])
     details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in fields.items() if key != "student")
     message_id, stage = (shown(str(value or "")) for value in (record.message_id, record.stage))
-    event = shown(records.event_of(record) or str(getattr(record, "event", "")))
+    event = shown(event_of(record) or str(getattr(record, "event", "")))
     if isinstance(record, records.Unrecognized):
         event = f"{event} (unknown)"
     # A lab's step that ran the student's code says so first, where a student looks.
@@ -267,3 +271,46 @@ def _short(value: Any, limit: int = 120) -> str:
     """A detail as a terminal may show it: a string escaped, anything else as JSON."""
     text = shown(value) if isinstance(value, str) else json_line(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- a record as a reader shows it --------------------------------------------------------
+
+
+def fields_of(record: TraceRecord) -> dict[str, Any]:
+    """A record's details (everything but the base fields), in order, for display."""
+    if isinstance(record, records.PeerFact):
+        return dict(record.detail)
+    if isinstance(record, records.Unrecognized):
+        return dict(record.fields)
+    if isinstance(record, Damaged):
+        return {"reason": record.reason, "line": record.text}
+    # As the line holds them, JSON values (a tuple is a list there): a field at its default
+    # is absent there, so it is here.
+    line = _decode_object(records.encode(record))
+    return {name: value for name, value in line.items() if name not in records.BASE_FIELDS}
+
+
+def as_line(record: TraceRecord) -> dict[str, Any]:
+    """The record as its line holds it (a Damaged one as {"damaged": reason, "line": text}),
+    for `airlock trace --json`."""
+    if isinstance(record, Damaged):
+        return {"damaged": record.reason, "line": record.text}
+    base = {"at": record.at, "message_id": record.message_id, "stage": record.stage, "event": event_of(record)}
+    if isinstance(record, records.Unrecognized):
+        base["event"] = record.event
+    return {**base, **fields_of(record)}
+
+
+def event_of(record: TraceRecord) -> str:
+    """The record's event name ("" for a Damaged line, or an unrecognized non-text one)."""
+    if isinstance(record, records.Record):
+        return str(record.__struct_config__.tag)
+    if isinstance(record, Damaged):
+        return ""
+    return record.event if isinstance(record.event, str) else ""
+
+
+def about(record: TraceRecord) -> str | None:
+    """The email a record is about (None: none, or a line that names none as text)."""
+    message_id = None if isinstance(record, Damaged) else record.message_id
+    return message_id if isinstance(message_id, str) else None

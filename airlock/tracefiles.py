@@ -34,7 +34,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from airlock import files, records
+from airlock import files
 
 DIGITS = 6  # trace.000001.jsonl: names sort as numbers up to a million segments, and beyond still parse
 CHECKPOINT_SUFFIX = ".checkpoint"
@@ -139,6 +139,29 @@ def older_than(path: Path, live: BinaryIO | None) -> list[Path]:
     return [segment for _, segment in closed(path) if _identity_of(segment) != live_id]
 
 
+class StateFacts(msgspec.Struct):
+    """What recovery reads of a line (fold, below): who said which event about
+    which email, and an outcome's kind. A view of Received and OutcomeLine that skips the
+    rest unbuilt (recovery folds GBs) and is lenient on purpose: an outcome line whose other
+    fields were damaged still ends its email, rather than have a restart do it again."""
+
+    message_id: object = None
+    stage: object = None
+    event: object = None
+    outcome: object = None
+
+
+_decode_state_facts = msgspec.json.Decoder(StateFacts).decode
+
+
+def _decode_state(raw: bytes) -> StateFacts | None:
+    """StateFacts of one line; None for a line that is not a JSON object."""
+    try:
+        return _decode_state_facts(raw)
+    except msgspec.DecodeError:
+        return None
+
+
 def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     """Update `state` with what the broker's own lines say: `received` opens an email, its
     `outcome` ends it (`escalated` keeps it waiting for a person). Other stages' lines are
@@ -146,7 +169,7 @@ def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
-        record = records.decode_state(raw)  # None for a torn line (a crash mid-write), or no object
+        record = _decode_state(raw)  # None for a torn line (a crash mid-write), or no object
         if record is None or record.stage != "broker" or not isinstance(record.message_id, str):
             continue
         if record.event == "received":

@@ -27,7 +27,7 @@ from typing import Any
 
 import zmq
 
-from airlock import published, records, tracefiles
+from airlock import published, records, trace, tracefiles
 from airlock.transport import use_curve
 
 POLL_S = 0.2
@@ -45,7 +45,7 @@ def decode(line: bytes) -> dict[str, Any] | None:
     fields the line holds. None for a line that is no record (torn, damaged): the page
     shows records only; `airlock trace` shows the rest."""
     record = records.decode(line)
-    return None if isinstance(record, records.Damaged) else records.as_line(record)
+    return None if isinstance(record, records.Damaged) else trace.as_line(record)
 
 
 class Dedup:

@@ -61,7 +61,7 @@ class Stack:
         """Each email's trace records, in order (the stack has settled every one of them)."""
         events: dict[str, list[records.TraceRecord]] = {message_id: [] for message_id in message_ids}
         for record in trace.read(self.trace_path):
-            kept = events.get(records.about(record) or "")
+            kept = events.get(trace.about(record) or "")
             if kept is not None:
                 kept.append(record)
         return events

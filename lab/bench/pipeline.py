@@ -256,7 +256,7 @@ def trace_facts(path: Path, ids: list[str], expected: int) -> dict[str, dict[str
     for message_id, kept in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
         found = facts[message_id] = {}
         for record in kept:
-            event = records.event_of(record)
+            event = trace.event_of(record)
             if event in STAGE_EVENTS and isinstance(record, records.Record):
                 found.setdefault(f"at.{event}", record.at)  # the first: a redelivery comes later
             if isinstance(record, records.OutcomeLine):

@@ -166,7 +166,7 @@ class Lab:
         holds it; a line a killed process left half written is skipped."""
         if name == "calls.jsonl":
             return [msgspec.to_builtins(call) for call in trace.read_calls(self.data / name)]
-        return [records.as_line(r) for r in trace.read(self.data / name) if not isinstance(r, records.Damaged)]
+        return [trace.as_line(r) for r in trace.read(self.data / name) if not isinstance(r, records.Damaged)]
 
     def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
         import docker

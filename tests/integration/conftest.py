@@ -69,8 +69,8 @@ class Stack:
     def trace(self, message_id: str | None = None, event: str | None = None) -> list[dict]:
         """The trace's records (through the one decoder), each as its line holds it; a
         damaged line (none is expected) is left out, as the readers leave it."""
-        return [records.as_line(r) for r in trace.read(self.data / "trace.jsonl", message_id)
-                if not isinstance(r, records.Damaged) and (event is None or records.event_of(r) == event)]
+        return [trace.as_line(r) for r in trace.read(self.data / "trace.jsonl", message_id)
+                if not isinstance(r, records.Damaged) and (event is None or trace.event_of(r) == event)]
 
     def socket(self, role: str, key_role: str | None = None, curve: bool = True):
         """A DEALER to this stack's `role` endpoint, authenticated as `key_role` (default:

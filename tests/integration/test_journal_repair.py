@@ -56,5 +56,5 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
 
 def _events(data: Path, event: str) -> list[dict]:
     """The broker's `event` records, each as its line holds it."""
-    return [records.as_line(r) for r in trace.read(data / "trace.jsonl")
-            if isinstance(r, records.Record) and records.event_of(r) == event]
+    return [trace.as_line(r) for r in trace.read(data / "trace.jsonl")
+            if isinstance(r, records.Record) and trace.event_of(r) == event]

@@ -58,7 +58,7 @@ class Services:
         return self.status().get("workers", {})
 
     def outcomes(self) -> dict[str, dict]:
-        return {r.message_id: records.as_line(r) for r in trace.read(self.data / "trace.jsonl")
+        return {r.message_id: trace.as_line(r) for r in trace.read(self.data / "trace.jsonl")
                 if isinstance(r, records.OutcomeLine)}
 
     def stop(self) -> None:

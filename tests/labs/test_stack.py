@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airlock import records
+from airlock import records, trace
 from lab import campaign
 from lab.stack import lab_stack
 
@@ -20,7 +20,7 @@ def test_a_lab_stack_runs_emails_and_reads_back_what_ran(tmp_path: Path) -> None
     hostile, benign = run.results
     assert run.stragglers == []
     assert (hostile.outcome, hostile.calls) == ("rejected", [])
-    assert [records.event_of(event) for event in run.events[hostile.id]] == ["received", "model_answer", "verdict",
+    assert [trace.event_of(event) for event in run.events[hostile.id]] == ["received", "model_answer", "verdict",
                                                                              "outcome"]
     assert benign.outcome == "completed" and [c["tool"] for c in benign.calls] == ["lookup_order", "send_status"]
 

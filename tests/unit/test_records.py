@@ -60,7 +60,7 @@ def test_every_line_of_a_previous_version_trace_decodes_typed() -> None:
     """Every line v1 wrote is a typed record (or a peer's fact), none unknown or damaged."""
     decoded = [records.decode(line) for line in V1_TRACE]
     assert not [r for r in decoded if isinstance(r, (Damaged, Unrecognized))]
-    kinds = {records.event_of(r) for r in decoded if isinstance(r, Record)}
+    kinds = {trace.event_of(r) for r in decoded if isinstance(r, Record)}
     assert len(kinds) >= 20  # the fixture covers most events, not a handful
     assert {type(r) for r in decoded if isinstance(r, PeerFact)} and any(
         r.stage == records.SUPERVISOR for r in decoded if isinstance(r, PeerFact))
@@ -167,6 +167,6 @@ def test_as_line_gives_the_lines_own_json_values() -> None:
     """What the page and --json get from a record is what the line holds: a plan's pairs are
     lists there (a tuple would never equal a [server, tool] pair), defaults absent."""
     (call,) = [r for r in map(records.decode, V1_TRACE) if isinstance(r, Call)][:1]
-    line = records.as_line(call)
+    line = trace.as_line(call)
     assert line["plan"] and all(isinstance(pair, list) for pair in line["plan"])
     assert line == json.loads(records.encode(call)) and "to" not in line

@@ -28,7 +28,7 @@ def test_torn_last_line_is_ended_before_appending(tmp_path: Path) -> None:
     writer.write(trace_lines.outcome("m1", "failed"))
     writer.close()
     read = list(trace.read(path))
-    assert [records.event_of(r) for r in read] == ["received", "", "outcome"]  # the torn line stays damaged
+    assert [trace.event_of(r) for r in read] == ["received", "", "outcome"]  # the torn line stays damaged
     assert isinstance(read[1], records.Damaged) and read[1].text == '{"at": "torn'
 
 

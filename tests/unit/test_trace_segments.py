@@ -13,7 +13,7 @@ import pytest
 from tests import lines as trace_lines
 from airlock import files as files_module
 from airlock import settings as settings_module
-from airlock import records, supervisor, trace, tracefiles
+from airlock import supervisor, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello
 from broker import housekeeping, recovery
@@ -64,9 +64,9 @@ def test_writer_closes_the_live_file_into_segments_and_read_sees_all_in_order(tm
     assert len(segments) >= 5 and path.exists()
     assert [number for number, _ in segments] == list(range(1, len(segments) + 1))
     assert all(segment.stat().st_size >= SEGMENT for _, segment in segments)
-    events = [(records.about(r), records.event_of(r)) for r in trace.read(path)]
+    events = [(trace.about(r), trace.event_of(r)) for r in trace.read(path)]
     assert events == [(i, e) for i in ids for e in ("received", "model_answer", "outcome")]
-    assert [records.event_of(r) for r in trace.read(path, "m-3")] == ["received", "model_answer", "outcome"]
+    assert [trace.event_of(r) for r in trace.read(path, "m-3")] == ["received", "model_answer", "outcome"]
 
 
 def test_a_turn_is_never_split_across_segments(tmp_path: Path) -> None:
@@ -174,14 +174,14 @@ def test_follow_reads_on_across_a_rotation(tmp_path: Path) -> None:
     writer.write(trace_lines.started())
     writer.flush()
     followed = trace.follow(path, poll_s=0.001)
-    assert records.event_of(next(followed)) == "started"
+    assert trace.event_of(next(followed)) == "started"
     ids = [f"m-{n}" for n in range(30)]
     for message_id in ids:  # several rotations while the follower waits
         for line in _email(message_id, "completed"):
             writer.write(line)
         writer.flush()
     assert len(tracefiles.closed(path)) >= 3
-    got = [(records.about(r), records.event_of(r)) for r in itertools.islice(followed, len(ids) * 3)]
+    got = [(trace.about(r), trace.event_of(r)) for r in itertools.islice(followed, len(ids) * 3)]
     assert got == [(i, e) for i in ids for e in ("received", "model_answer", "outcome")]
     followed.close()
     writer.close()
@@ -245,7 +245,7 @@ def test_a_rotation_that_cannot_open_a_new_file_keeps_the_live_file(tmp_path: Pa
     writer.flush()
     writer.close()
     assert writer.rotated and len(tracefiles.closed(path)) == 1
-    assert [records.about(r) for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
+    assert [trace.about(r) for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
 
 
 def test_settled_waits_across_a_rotation_and_counts_each_line_once(tmp_path: Path, monkeypatch) -> None:
@@ -265,7 +265,7 @@ def test_settled_waits_across_a_rotation_and_counts_each_line_once(tmp_path: Pat
     monkeypatch.setattr(trace.time, "sleep", broker_turn)
     found = trace.settled(path, ["a", "b"], 2, timeout_s=60)
     assert polls == [1]
-    assert {i: [records.event_of(r) for r in kept] for i, kept in found.items()} == {
+    assert {i: [trace.event_of(r) for r in kept] for i, kept in found.items()} == {
         "a": ["received", "outcome"], "b": ["received", "outcome"]}
 
 
