@@ -3,7 +3,7 @@
 A Decision (a person's answer to an escalated step) resumes that email's plan: steps
 already done are replayed from the call log, never repeated.
 
-The ledger (actor/tools.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
+The ledger (actor/calllog.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
 deleted or replaced while the actor runs, the call that finds it out is not made, and from
 then on no call is. Emails it held get no answer (a `failed` would be final, and false:
 nothing is wrong with them); the answers already made go out with their calls synced, and
@@ -19,14 +19,13 @@ from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module
-from actor import plugs
+from actor import catalog as catalog_module, plugs
+from actor.calllog import CallLog
 from actor.executor import Executor, LiveCatalog
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Gate, Principals
-from actor.tools import CallLog
 from airlock.service import serve_role
 from airlock.settings import Settings
 from airlock.task import Task
@@ -35,16 +34,16 @@ from airlock.wire import Decision, Done, Event, Message, Passed
 
 
 class Actor:
-    def __init__(self, executor: Executor, value_type: Any, tools: CallLog) -> None:
-        self.executor, self.value_type, self.tools = executor, value_type, tools
+    def __init__(self, executor: Executor, value_type: Any, ledger: CallLog) -> None:
+        self.executor, self.value_type, self.ledger = executor, value_type, ledger
         self.task, self.plan = executor.task, [step.pair for step in executor.plan]
         # What the ledger's start found (a replaced call log): told with the first answer.
-        self._notices: list[Message] = [Event(event=n["event"], detail=n["detail"]) for n in tools.notices]
+        self._notices: list[Message] = [Event(event=n["event"], detail=n["detail"]) for n in ledger.notices]
 
     def handle(self, message: Message) -> list[Message]:
         notices, self._notices = self._notices, []
         answers = self._answer(message)
-        if self.tools.untrusted:  # no answer: the successor runs it on a reconciled ledger
+        if self.ledger.untrusted:  # no answer: the successor runs it on a reconciled ledger
             answers = [answer for answer in answers if not isinstance(answer, Done)]
         return notices + answers
 
@@ -96,20 +95,20 @@ class Actor:
         leave (they would acknowledge what is not on disk), so the actor exits and the broker
         hands the batch to its successor, which finds the calls that are on disk as replays."""
         try:
-            self.tools.sync()
+            self.ledger.sync()
             self.executor.pending.sync()
         except LedgerWriteFailed:
-            self.tools.rollback()
+            self.ledger.rollback()
             self.executor.pending.rollback()
             raise
 
     @property
     def untrusted(self) -> str:
-        return self.tools.untrusted
+        return self.ledger.untrusted
 
     def close(self) -> None:
         self.executor.close()
-        self.tools.close()
+        self.ledger.close()
 
 
 def build(settings: Settings, task: Task) -> Actor:
@@ -117,11 +116,11 @@ def build(settings: Settings, task: Task) -> Actor:
     catalog_path = settings.catalog or catalog_module.DEFAULT_PATH
     plan = bind(task, catalog_module.load(catalog_path))
     gate = Gate(task.preconditions, Principals.load(task.principals_path))
-    tools = CallLog(settings.calls_path)
+    ledger = CallLog(settings.calls_path)
     plug = plugs.build(settings.student_code, settings.student_timeout_s, [step.pair for step in plan])
-    executor = Executor(plan, LiveCatalog(catalog_path), tools, gate, PendingStore(settings.data_dir / "pending.jsonl"),
-                        settings.max_result_bytes, task.name, plug)
-    return Actor(executor, task.value_decoder(), tools)
+    pending = PendingStore(settings.data_dir / "pending.jsonl")
+    executor = Executor(plan, LiveCatalog(catalog_path), ledger, gate, pending, settings.max_result_bytes, task.name, plug)
+    return Actor(executor, task.value_decoder(), ledger)
 
 
 def serve(settings: Settings, task: Task, stop: threading.Event, channel: Channel | None = None) -> None:

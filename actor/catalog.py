@@ -2,9 +2,13 @@
 
 Loaded strictly at start; a duplicate pair or an unknown key stops the actor. Each tool's
 pin is the sha256 of its server, name, description, schema and every field that decides
-policy (permission, blast radius, reversibility, timeout): a plan step that pins a tool
-refuses to run it once any of those changes under it (a "rug pull"), so a provider cannot
-relabel a third-party tool as internal and switch off the preconditions that attach to it.
+policy (permission, blast radius, reversibility, timeout, the facts it provides): a plan
+step that pins a tool refuses to run it once any of those changes under it (a "rug pull"),
+so a provider cannot relabel a third-party tool as internal and switch off the
+preconditions that attach to it, nor relabel where the facts they read come from.
+
+What the executor needs to know of a tool it reads here, from the catalog's declarations;
+a tool's `mock` table says only how the mock behind it behaves (actor/mocks.py).
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import functools
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from airlock import senders
 from airlock.errors import CatalogError
 
 DEFAULT_PATH = Path(__file__).with_name("catalog.toml")
@@ -28,6 +33,24 @@ class Arg(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     min: int | float | None = None
     max: int | float | None = None
     pattern: str | None = None
+
+
+_NAME = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]*$")]
+# The lineages the executor gives the facts it holds itself: the narrow value ("email") and
+# the sender (authenticated or not, airlock/senders.py). A tool's result cannot claim one.
+ACTOR_LINEAGES = frozenset({"email", senders.AUTHENTICATED, senders.UNVERIFIED})
+
+
+class Provides(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Facts a tool's result gives the preconditions of later steps: `<fact>.<field>` for
+    each field, read from the result, all of one lineage (the upstream their values are
+    copied from; corroboration counts independent lineages, a provenance rule names one).
+    For example shop/lookup_order provides order.customer, order.status and order.found, of
+    lineage order_store."""
+
+    fact: _NAME
+    fields: Annotated[tuple[_NAME, ...], msgspec.Meta(min_length=1)]
+    lineage: _NAME
 
 
 class Mock(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -50,7 +73,8 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True): 
     blast_radius: Literal["internal", "third_party"]
     reversibility: Literal["reversible", "irreversible"]
     args: dict[str, Arg] = {}
-    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0  # applied to every call of the tool
+    provides: Provides | None = None
     mock: Mock = Mock()
 
     @property
@@ -58,11 +82,16 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True): 
         return (self.server, self.tool)
 
     @property
-    def policy(self) -> dict[str, str | float]:
+    def policy(self) -> dict[str, Any]:
         """The provider's fields that decide what the actor allows: the grant a step needs,
-        which preconditions attach (the class), and how long a call may run."""
-        return {"permission": self.permission, "blast_radius": self.blast_radius,
-                "reversibility": self.reversibility, "timeout_s": self.timeout_s}
+        which preconditions attach (the class), how long a call may run, and which facts its
+        result gives those preconditions (only when declared: a tool that provides none keeps
+        the pin it had before tools could provide facts)."""
+        policy: dict[str, Any] = {"permission": self.permission, "blast_radius": self.blast_radius,
+                                  "reversibility": self.reversibility, "timeout_s": self.timeout_s}
+        if self.provides is not None:
+            policy["provides"] = msgspec.structs.asdict(self.provides)
+        return policy
 
     @functools.cached_property  # a Tool never changes; a changed catalog file makes new ones
     def pin(self) -> str:
@@ -91,5 +120,8 @@ def load(path: Path = DEFAULT_PATH) -> Catalog:
     for tool in tools:
         if tool.pair in catalog:
             raise CatalogError(f"catalog {path}: {tool.server}/{tool.tool} is listed twice")
+        if tool.provides is not None and tool.provides.lineage in ACTOR_LINEAGES:
+            raise CatalogError(f"catalog {path}: {tool.server}/{tool.tool} provides facts of lineage "
+                               f"{tool.provides.lineage!r}, which only the actor's own facts have")
         catalog[tool.pair] = tool
     return catalog

@@ -4,31 +4,36 @@ For each plan step, in order:
   authorization   the pair is in the plan and the live catalog (bound rule), its pin still
                   holds, the step's grant covers the tool's permission, the arguments fit
                   the schema exactly, and the tool class's preconditions allow it;
-  execution       the mock tool runs under a timeout, keyed by message id and step so a
-                  replayed message never repeats a side effect;
-  observation     the result, capped in size; facts it carries feed later preconditions.
-A failure at any point is a typed result in the trace, never an invented success.
+  execution       the tool runs off the loop thread under the timeout_s its catalog entry
+                  declares (every tool, every call: actor/deadline.py); only once it answered
+                  in time is the call logged, keyed by message id and step, so a timed-out
+                  call leaves no line and a replayed message never repeats a side effect;
+  observation     the result, capped in size; the facts the catalog declares the tool
+                  provides (Tool.provides) feed later preconditions.
+A failure at any point is a typed result in the trace, never an invented success. What a
+tool does is the mock tools' (actor/mocks.py); what ran, the call log's (actor/calllog.py);
+this module reads neither's settings to decide anything, only the catalog's declarations.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from actor import catalog as catalog_module
-from actor import schema
+from actor import catalog as catalog_module, schema
+from actor.calllog import CallLog, call_key
 from actor.catalog import Catalog, Tool
+from actor.deadline import Deadlines, Overran
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed
+from actor.mocks import MockTools
 from actor.pending import Escalation, PendingStore
 from actor.plan import BoundStep, structural_problem
 from actor.plugs import ActorPlug
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
-from actor.tools import CallLog, call_key
 from airlock import senders
 from airlock.wire import Call, Done
 
@@ -53,20 +58,22 @@ class LiveCatalog:
         if stamp != self._stamp:
             try:
                 self._catalog = catalog_module.load(self.path)
-            except Exception:
+            except Exception:  # noqa: BLE001  a catalog that does not load declares no tool: fail closed
                 self._catalog = {}
             self._stamp = stamp
         return self._catalog
 
 
 class Executor:
-    def __init__(self, plan: list[BoundStep], catalog: Callable[[], Catalog], tools: CallLog, gate: Gate,
-                 pending: PendingStore, max_result_bytes: int, task: str = "", plug: ActorPlug | None = None) -> None:
-        self.plan, self.catalog, self.tools, self.gate = plan, catalog, tools, gate
+    def __init__(self, plan: list[BoundStep], catalog: Callable[[], Catalog], ledger: CallLog, gate: Gate,
+                 pending: PendingStore, max_result_bytes: int, task: str = "", plug: ActorPlug | None = None,
+                 tools: MockTools | None = None) -> None:
+        self.plan, self.catalog, self.ledger, self.gate = plan, catalog, ledger, gate
         self.pending, self.max_result_bytes, self.task = pending, max_result_bytes, task
+        self.tools = MockTools() if tools is None else tools  # what each call does and returns
         self.plug = plug  # a lab's student code at one of the actor's plug points (actor/plugs.py)
         self.student = plug.point if plug else ""  # marks every call whose decision ran it
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool")
+        self._deadlines = Deadlines()
 
     def run(self, message_id: str, value: int | str, sender: str, approval: Approval | None = None,
             approval_step: int = 0, *, sender_proof: str = "none") -> Done:
@@ -75,7 +82,7 @@ class Executor:
         done = self._steps(message_id, value, sender, sender_proof, approval, approval_step)
         # Whatever ended it, nothing waits for a person now; unless the ledger stopped it: the
         # actor then sends no answer and its successor resumes the escalation (actor/app.py).
-        if done.outcome != "escalated" and not self.tools.untrusted:
+        if done.outcome != "escalated" and not self.ledger.untrusted:
             self.pending.resolve(message_id)
         return done
 
@@ -112,9 +119,9 @@ class Executor:
             calls.append(call)
             if call.status == "error":
                 return Done(message_id=message_id, outcome="failed", reason=f"{where}: {call.error}", calls=calls)
-            if tool.mock.returns == "order":
-                for name in ("customer", "status", "found"):
-                    facts[f"order.{name}"] = Fact(call.result.get(name), "order_store", where)
+            if tool.provides is not None:  # declared in the catalog, pinned with its policy
+                for name in tool.provides.fields:
+                    facts[f"{tool.provides.fact}.{name}"] = Fact(call.result.get(name), tool.provides.lineage, where)
         return Done(message_id=message_id, outcome="completed", calls=calls)
 
     def authorize(self, step: BoundStep, args: dict[str, Any], facts: dict[str, Fact],
@@ -144,22 +151,19 @@ class Executor:
         return verdict, tool
 
     def execute(self, call: Call, tool: Tool, message_id: str, step: BoundStep, args: dict[str, Any]) -> Call:
-        cancelled = threading.Event()
         try:
-            if tool.mock.delay_s:  # a tool that can block runs on the pool, under its timeout
-                made, result = self._pool.submit(self.tools.run, tool, message_id, step.number, args,
-                                                 cancelled, self.student).result(timeout=tool.timeout_s)
-            else:  # a mock that cannot block: the hop to a thread would cost more than the call
-                made, result = self.tools.run(tool, message_id, step.number, args, cancelled, self.student)
+            answer = self._deadlines.call(functools.partial(self.tools.run, tool, args), tool.timeout_s)
+            # Logged only now, on this thread: a call that overran was never logged, and never will be.
+            made = self.ledger.call(message_id, step.number, tool.server, tool.tool, args, self.student, answer.to)
         except LedgerUntrusted as exc:
             return msgspec.structs.replace(call, status="error", error=str(exc))
         except LedgerWriteFailed as exc:  # the record is the call: with no record, no call ran
             return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
-        except concurrent.futures.TimeoutError:
-            cancelled.set()  # the mock stops before its side effect; a real tool would be asked to
-            return msgspec.structs.replace(call, status="error", error=f"timeout: no result within {tool.timeout_s} s")
-        except Exception as exc:  # the tool boundary: any failure is a typed failed call
+        except Overran as exc:  # Deadlines told the call (a slow mock stops at once)
+            return msgspec.structs.replace(call, status="error", error=f"timeout: {exc}")
+        except Exception as exc:  # noqa: BLE001  the tool boundary: any failure is a typed failed call
             return msgspec.structs.replace(call, status="error", error=f"tool_error: {type(exc).__name__}: {exc}")
+        result = answer.result
         size = len(_json.encode(result))
         if size > self.max_result_bytes:
             return msgspec.structs.replace(call, status="error", result={"bytes": size, "cap": self.max_result_bytes},
@@ -172,14 +176,14 @@ class Executor:
         calls. One it does not hold means the ledger was deleted or replaced meanwhile, and
         running the plan from the top would make that call again (issue 15, point 5)."""
         for step in self.plan:
-            if step.number < approval_step and not self.tools.made(message_id, step.number):
+            if step.number < approval_step and not self.ledger.made(message_id, step.number):
                 return (f"ledger_untrusted: step {step.number} {step.pair[0]}/{step.pair[1]} ran before this email "
                         "was escalated, but the ledger holds no record of it (calls.jsonl and its key index were "
                         "deleted or replaced); nothing ran, so no step runs twice")
         return ""
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._deadlines.close()
         self.pending.close()
         if self.plug is not None:
             self.plug.close()

@@ -5,11 +5,12 @@
      +-- LedgerUntrusted         calls.jsonl is not the file the actor opened (deleted, replaced)
      +-- LedgerBusy              another live actor holds the ledger's lock
 
-AppendLog is one JSON-lines file (calls.jsonl, pending.jsonl) written with one unbuffered
-os.write per record. A buffered file would keep a failed record in its buffer and write it
-later, after the email it belonged to had already ended `failed`: the file would then say a
-call ran that the outcome says did not. Here a record is either whole in the file or not
-there at all: on any failure the file is cut back to its length before the record.
+AppendLog is one JSON-lines file (calls.jsonl, pending.jsonl) on airlock.appendlog, each
+record written at once with an unbuffered write. A buffered file would keep a failed record
+in its buffer and write it later, after the email it belonged to had already ended `failed`:
+the file would then say a call ran that the outcome says did not. Here a record is either
+whole in the file or not there at all: on any failure the file is cut back to its length
+before the record.
 
 ledger_lock is an exclusive flock on `calls.lock` (airlock.locks), taken without waiting at start and dropped
 by the kernel when the process dies: two actors can never both act on one ledger.
@@ -17,11 +18,10 @@ by the kernel when the process dies: two actors can never both act on one ledger
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
-from airlock import locks, trace
+from airlock import appendlog, locks
 from airlock.errors import LockHeld
 
 
@@ -44,69 +44,70 @@ class LedgerBusy(LedgerError):
 
 def disk_reason(exc: OSError, what: Path, doing: str) -> str:
     """One line that names the disk's error: `No space left on device (ENOSPC) writing calls.jsonl`."""
-    code = errno.errorcode.get(exc.errno or 0, "error")
-    return f"{exc.strerror or exc} ({code}) {doing} {what.name}"
+    return appendlog.disk_reason(exc, what, doing)
 
 
 class AppendLog:
-    """A JSON-lines file appended to by whole records, each either fully there or not at all."""
+    """A JSON-lines file appended to by whole records, each either fully there or not at all:
+    airlock.appendlog's log, its failures raised as LedgerWriteFailed, plus the checks that
+    the file is still the one the actor opened."""
 
     def __init__(self, path: Path) -> None:
         self.path, self._path_text = path, os.fspath(path)
         try:
-            handle = trace.open_lines(path)  # 0600, and a torn last line from a crash is ended first
-            self._fd = os.dup(handle.fileno())
-            try:
-                handle.close()  # flushes the newline that ends a torn line
-            except OSError:
-                os.close(self._fd)
-                raise
+            self._log = appendlog.Log(path, appendlog.LINES)  # 0600; a torn last line from a crash is cut off
         except PermissionError:
             raise  # a data folder this user cannot write: a configuration error (service.main says so)
         except OSError as exc:
             raise LedgerWriteFailed(disk_reason(exc, path, "opening")) from exc
-        stat = os.fstat(self._fd)
-        self.identity = (stat.st_dev, stat.st_ino)
-        self.size = stat.st_size  # where the next record starts
-        self.synced = stat.st_size  # what an fsync has made durable (at open: whatever is there)
-        self.damaged = ""  # why the file may now end in a partial record ("" while it cannot)
+        self.identity = self._log.identity
+        # The half record a crash left at the end, cut off at open (or None): the owner reports it.
+        self.repaired = self._log.repaired
+
+    @property
+    def size(self) -> int:
+        """Where the next record starts."""
+        return self._log.size
+
+    @property
+    def synced(self) -> int:
+        """What an fsync has made durable (at open: whatever is there)."""
+        return self._log.synced
+
+    @property
+    def damaged(self) -> str:
+        """Why the file may now end in a partial record ("" while it cannot)."""
+        return self._log.torn
 
     def append(self, line: bytes) -> None:
-        """Write one record (ending in a newline) with a single os.write; on failure, cut the
-        file back to its length before it and raise LedgerWriteFailed."""
-        try:
-            written = os.write(self._fd, line)
-            if written != len(line):  # a short write: the disk filled up mid-record
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError as exc:
-            self._cut(self.size)
-            raise LedgerWriteFailed(disk_reason(exc, self.path, "writing")) from exc
-        self.size += len(line)
+        """Write one record (ending in a newline) now; on failure nothing of it stays in the
+        file (airlock.appendlog) and LedgerWriteFailed is raised."""
+        failed = self._log.append(line)
+        if failed is not None:
+            raise LedgerWriteFailed(failed.reason) from failed.error
 
     def sync(self) -> None:
         """fsync what was appended since the last sync. On failure every record since that
         sync is taken back out (its data may be lost anyway: Linux forgets a failed page) and
         LedgerWriteFailed is raised; the caller must not acknowledge any of them."""
-        if self.synced == self.size:
-            return
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            self._cut(self.synced)
-            raise LedgerWriteFailed(disk_reason(exc, self.path, "syncing")) from exc
-        self.synced = self.size
+        failed = self._log.sync()
+        if failed is not None:
+            self._log.rollback()
+            raise LedgerWriteFailed(failed.reason) from failed.error
 
     def rollback(self) -> None:
         """Take back every record since the last sync (their answers will never be sent)."""
-        self._cut(self.synced)
+        self._log.rollback()
 
     def unlinked(self) -> str:
         """The per-call check, one fstat: "" unless the file was deleted or renamed over
-        (either leaves it with no name) or could not be cut back, else what happened to it."""
+        (either leaves it with no name) or could not be cut back, else what happened to it.
+        A file that could not be cut back may end in a partial record: the actor stops
+        acting on it (LedgerUntrusted) until a restart cuts the fragment off."""
         if self.damaged:
             return self.damaged
         try:
-            if os.fstat(self._fd).st_nlink > 0:
+            if os.fstat(self._log.fileno()).st_nlink > 0:
                 return ""
         except OSError as exc:
             return f"{self.path.name} cannot be checked: {exc.strerror}"
@@ -127,26 +128,10 @@ class AppendLog:
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._log.closed
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def _cut(self, length: int) -> None:
-        try:
-            os.ftruncate(self._fd, length)
-        except OSError as exc:
-            # The file may end in a partial record, and it is O_APPEND: the next record would
-            # share that line and every reader would skip it (a call that ran, missing). So no
-            # more records here: the log says it is damaged, and the actor stops acting on it
-            # (LedgerUntrusted); a restart's open_lines ends the torn line first.
-            self.damaged = (f"{self.path.name} could not be cut back after a failed write ({exc.strerror}): "
-                            "it may end in a partial record")
-            return
-        self.size = min(self.size, length)
-        self.synced = min(self.synced, length)
+        self._log.close()
 
 
 def ledger_lock(path: Path) -> locks.Held:

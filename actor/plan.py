@@ -51,9 +51,10 @@ def structural_problem(step: BoundStep, catalog: Catalog) -> tuple[str, str, Too
                        f"the catalog now has {tool.pin[:12]}…"), tool
     if tool.permission == "write" and step.grant != "write":
         return "permission", f"the step grants {step.grant}, {tool.server}/{tool.tool} needs write", tool
-    changed = sorted(name for name, value in step.policy.items() if tool.policy.get(name) != value)
-    if changed:
-        now = ", ".join(f"{name} {step.policy[name]!r} -> {tool.policy.get(name)!r}" for name in changed)
+    policy = tool.policy  # a field the tool declares now and did not at start is a relabel too
+    changed = sorted(name for name in step.policy.keys() | policy.keys() if policy.get(name) != step.policy.get(name))
+    if changed and step.policy:  # an empty bound policy: a step bind() has not bound yet
+        now = ", ".join(f"{name} {step.policy.get(name)!r} -> {policy.get(name)!r}" for name in changed)
         return "policy", f"the catalog relabelled {tool.server}/{tool.tool} since start ({now})", tool
     return "", "", tool
 

@@ -11,7 +11,8 @@ file, nothing to inject), 73 when `airlock up` finds its data dir held by anothe
 (airlock.locks), 74 when the broker could not write an email down ("not accepted: disk
 full"; retry once it has space), 75 when the broker's queue stayed full
 (AIRLOCK_QUEUE_MAX_BYTES; retry later), 78 for bad configuration (a tool run where its lab
-package is not installed, too), 130 after Ctrl-C. Tracebacks are bugs.
+package is not installed, too), 130 after Ctrl-C (airlock.errors names each code, and its
+exit_code maps each error to one). Tracebacks are bugs.
 
 `airlock inject` prints each email's id the moment the broker accepts it (with --wait,
 each outcome the moment it arrives), so whatever ends it part way (a silent broker, a
@@ -33,21 +34,15 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, injected, sources, trace
-from airlock import settings as settings_module
+from airlock import __version__, escalations, injected, settings as settings_module, sources, trace
 from airlock.errors import (
-    EX_ALREADY_RUNNING,
     EX_CONFIG,
-    EX_IOERR,
-    EX_TEMPFAIL,
+    EX_INTERRUPTED,
     AirlockError,
-    AlreadyRunning,
-    ConfigError,
-    DiskFull,
     KeysMissing,
-    QueueFull,
     RequestRefused,
     UsageError,
+    exit_code,
 )
 from airlock.terminal import json_line, shown
 
@@ -243,23 +238,10 @@ def cmd_inject(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"airlock: interrupted: {len(results) if args.wait else len(accepted)} of {len(accepted)} accepted "
               f"emails {'finished' if args.wait else 'printed'}", file=sys.stderr, flush=True)
-        return 130
+        return EX_INTERRUPTED
     if failure is not None:
-        return failure_code(failure)
+        return exit_code(failure)
     return code
-
-
-def failure_code(exc: AirlockError) -> int:
-    """The exit code of a failed request (the module docstring's table)."""
-    if isinstance(exc, DiskFull):
-        return EX_IOERR
-    if isinstance(exc, QueueFull):
-        return EX_TEMPFAIL
-    if isinstance(exc, ConfigError):
-        return EX_CONFIG
-    if isinstance(exc, UsageError):
-        return 2
-    return 1
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -379,7 +361,7 @@ def run_in_lab(argv: Sequence[str]) -> NoReturn:
         print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
               "(the service images and the CLI image hold the kernel only): pip install -e . in a checkout",
               file=sys.stderr)
-        sys.exit(78)
+        sys.exit(EX_CONFIG)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)])
@@ -489,27 +471,14 @@ def handled(args: argparse.Namespace) -> int:
     (the module docstring's table); lab/cli.py runs its commands through this too."""
     try:
         return args.handler(args)
-    except ConfigError as exc:
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return 78
-    except UsageError as exc:
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return 2
-    except DiskFull as exc:  # the broker's disk: EX_IOERR, apart from a full queue
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return EX_IOERR
-    except QueueFull as exc:  # temporary: EX_TEMPFAIL, so a script knows to try again later
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return EX_TEMPFAIL
-    except AlreadyRunning as exc:  # another stack holds the data dir: its own code, for scripts
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return EX_ALREADY_RUNNING
-    # Anything else airlock refuses (an unknown id, a decision not taken, an email over the
-    # limit, no keys, a key the broker refused, a silent broker) is not a usage error: 1.
+    # A full disk (74) apart from a full queue (75: try again later), another stack on the
+    # data dir (73), configuration (78), usage (2); anything else airlock refuses (an unknown
+    # id, a decision not taken, an email over the limit, no keys, a key the broker refused, a
+    # silent broker) is 1 (airlock.errors.exit_code).
     except AirlockError as exc:
         print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     except KeyboardInterrupt:
-        return 130
+        return EX_INTERRUPTED
     except BrokenPipeError:
         return 0

@@ -17,11 +17,22 @@ from pathlib import Path
 import zmq
 
 from airlock.errors import AirlockError, BrokerUnreachable, DiskFull, KeyRefused, KeysMissing, QueueFull, RequestRefused
-from airlock.settings import Settings, holds
 from airlock.senders import SenderProof
+from airlock.settings import Settings, holds
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
-    Accepted, Await, Decide, EmailFormat, Message, Notice, Ping, Refused, Result, Status, Submit, outbound_decoder,
+    Accepted,
+    Await,
+    Decide,
+    EmailFormat,
+    Message,
+    Notice,
+    Ping,
+    Refused,
+    Result,
+    Status,
+    Submit,
+    outbound_decoder,
 )
 
 KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab's ./airlock-keys), "
@@ -113,7 +124,7 @@ class IntakeClient:
         backoff_s, progress_at, retry_at, reason = BUSY_RETRY_S, time.monotonic(), 0.0, ""
         self.unanswered = []
         try:
-            while stop is None and (position < len(queue) or refused) or waiting:
+            while (stop is None and (position < len(queue) or refused)) or waiting:
                 now = time.monotonic()
                 if stop is None and refused and now >= retry_at:
                     if now - progress_at > patience_s:

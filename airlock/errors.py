@@ -94,7 +94,7 @@ class LockHeld(AlreadyRunning):
 
     def __init__(self, path: object, what: str, holder: int | None, advice: str = "stop it first") -> None:
         self.path, self.what, self.holder = path, what, holder
-        super().__init__(f"another {what} (pid {holder if holder else 'unknown'}) holds {path}: one {what} "
+        super().__init__(f"another {what} (pid {holder or 'unknown'}) holds {path}: one {what} "
                          f"per data dir; {advice}")
 
 
@@ -113,3 +113,25 @@ EX_ALREADY_RUNNING = 73
 # busy or refuses for now); the supervisor restarts a service that exits with it.
 EX_IOERR = 74
 EX_TEMPFAIL = 75
+# Bad usage (a missing file, an unknown argument): 2, as argparse itself exits on a bad flag,
+# so one code means "you asked wrongly" however the mistake was found.
+EX_USAGE = 2
+# Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended.
+EX_INTERRUPTED = 130
+
+
+def exit_code(exc: AirlockError) -> int:
+    """The exit code of a command that failed with `exc`; every command uses this one table
+    (airlock.cli's docstring and the README's list it): 1 for any other refusal or runtime
+    failure."""
+    if isinstance(exc, DiskFull):
+        return EX_IOERR
+    if isinstance(exc, QueueFull):
+        return EX_TEMPFAIL
+    if isinstance(exc, ConfigError):
+        return EX_CONFIG
+    if isinstance(exc, UsageError):
+        return EX_USAGE
+    if isinstance(exc, AlreadyRunning):
+        return EX_ALREADY_RUNNING
+    return 1

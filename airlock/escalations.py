@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
 from airlock import records, trace, tracefiles
 from airlock.records import Authorization, DecisionTaken, OutcomeLine, Received, Verdict
 

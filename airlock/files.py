@@ -87,15 +87,21 @@ def create_scratch(path: Path) -> int:
 
 
 def open_append(path: Path) -> BinaryIO:
+    """`path` opened for appending (see append_descriptor), as a file object."""
+    return os.fdopen(append_descriptor(path), "ab")
+
+
+def append_descriptor(path: Path, readable: bool = False) -> int:
     """`path` opened for appending: made 0600 if missing, and closed to others if it was not.
+    With `readable`, open for reading too (airlock.appendlog reads its own tail through it).
 
     A symbolic link in its place is refused (O_NOFOLLOW), not followed: whoever can write the
     data dir could otherwise point the journal or the call log at any file this user may
     write, and airlock would append customers' mail to it, or chmod it."""
     make_folder(path.parent)
+    access = os.O_RDWR if readable else os.O_WRONLY
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                             PRIVATE_FILE)
+        descriptor = os.open(path, access | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkedDataFile(f"{path} is a symbolic link; airlock does not follow links for the files it "
@@ -108,7 +114,7 @@ def open_append(path: Path) -> BinaryIO:
                 os.fchmod(descriptor, mode & ~FOR_OTHERS)
             except PermissionError:  # another user's file that the group may write: theirs to close
                 pass
-        return os.fdopen(descriptor, "ab")
+        return descriptor
     except BaseException:
         os.close(descriptor)
         raise

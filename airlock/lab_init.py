@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airlock import keys, settings as settings_module
-from airlock.errors import ConfigError
+from airlock.errors import EX_CONFIG, ConfigError
 
 PROJECT, DATA, LAB_KEYS = Path("/project"), Path("/data"), Path("/lab-keys")
 # The files the services write in /data (the broker's trace and journal, the actor's call log
@@ -200,10 +200,10 @@ def main() -> int:
         print(prepare(PROJECT, DATA, LAB_KEYS, service_owner(dict(os.environ))), flush=True)
     except keys.IncompleteKeys as exc:
         print(f"airlock lab init: {exc.describe(shown)}", file=sys.stderr)
-        return 78  # EX_CONFIG: the services must not start on half-made keys
+        return EX_CONFIG  # the services must not start on half-made keys
     except (ConfigError, OSError) as exc:  # SettingsError is a ConfigError
         print(f"airlock lab init: {exc}", file=sys.stderr)
-        return 78
+        return EX_CONFIG
     return 0
 
 

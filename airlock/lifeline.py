@@ -14,13 +14,14 @@ from __future__ import annotations
 import runpy
 import sys
 
+from airlock.errors import EX_USAGE
 from airlock.locks import die_with_parent
 
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[0].isdigit():
         print("usage: python -m airlock.lifeline PARENT_PID MODULE", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EX_USAGE)
     parent, module = int(argv[0]), argv[1]
     die_with_parent(parent)
     sys.argv = [sys.argv[0]]  # the service sees no arguments, as under `python -m MODULE`

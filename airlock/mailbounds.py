@@ -90,8 +90,8 @@ class BoundedFeedParser(email.feedparser.FeedParser):
         self._parts += 1
         if self._parts > MAX_PARTS:
             raise TooComplex(Exceeded("parts", MAX_PARTS, self._parts))
-        if len(self._msgstack) >= MAX_DEPTH:
-            raise TooComplex(Exceeded("depth", MAX_DEPTH, len(self._msgstack) + 1))
+        if len(self._msgstack) >= MAX_DEPTH:  # type: ignore[attr-defined]  # FeedParser's private stack of open parts
+            raise TooComplex(Exceeded("depth", MAX_DEPTH, len(self._msgstack) + 1))  # type: ignore[attr-defined]  # (as above)
         super()._new_message()  # type: ignore[misc]  # a private hook of FeedParser, stable since 3.2
 
     def _parse_headers(self, lines: list[str]) -> None:
@@ -118,7 +118,7 @@ def parse(raw: bytes, policy: email.policy.Policy, factory: Callable[..., email.
     raises on hostile MIME is raised as before."""
     parser = BoundedFeedParser(factory, policy=policy)
     if headersonly:
-        parser._set_headersonly()
+        parser._set_headersonly()  # type: ignore[attr-defined]  # how BytesParser itself parses headers only
     # As BytesParser does: bytes that are not ASCII survive as surrogates for the policy,
     # fed in the same 8 KiB pieces, so a message within the bounds is the one it would give.
     text = raw.decode("ascii", errors="surrogateescape")

@@ -60,7 +60,7 @@ def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         if isinstance(reason, (socket.timeout, TimeoutError)):
             return f"no answer within {timeout_s:g} s"
         return str(reason)
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return f"no answer within {timeout_s:g} s"
     except (OSError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -160,7 +160,7 @@ def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = N
     wanted = {name: (settings.bind_hosts[name], number) for name, number in settings.ports.items()}
     wanted.update(extra or {})
     for name, (host, number) in wanted.items():
-        host = "0.0.0.0" if host in ("*", "") else host
+        host = "0.0.0.0" if host in ("*", "") else host  # noqa: PLW2901  the wildcard spelled as bind() needs it
         try:
             infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         except socket.gaierror as exc:

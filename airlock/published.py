@@ -43,7 +43,7 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
     shown = {key: masked(value) if key in TEXT_FIELDS else value for key, value in record.items()}
     event = record.get("event")
     if event == "observation" and isinstance(record.get("result"), dict):
-        shown["result"] = {key: WITHHELD for key in record["result"]}
+        shown["result"] = dict.fromkeys(record["result"], WITHHELD)
     if isinstance(record.get("args"), dict):
         shown["args"] = {key: masked(value) for key, value in record["args"].items()}
     if event == "authorization" and isinstance(record.get("decision"), dict):

@@ -43,7 +43,7 @@ sees (an email redone, a call not counted). Rule 3 keeps ignoring exact.
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -80,14 +80,14 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="event")
 
     STAGE: ClassVar[str] = "broker"
     at: str
-    message_id: Union[str, None]
+    message_id: str | None
     stage: str
 
 
 # --- the broker's own facts about one email -------------------------------------------------
 
 
-class Received(Record, tag="received", kw_only=True):
+class Received(Record, tag="received", frozen=True, kw_only=True):
     origin: str
     format: EmailFormat
     bytes: int
@@ -95,7 +95,7 @@ class Received(Record, tag="received", kw_only=True):
     sender_proof: str
 
 
-class Recovered(Record, tag="recovered", kw_only=True):
+class Recovered(Record, tag="recovered", frozen=True, kw_only=True):
     """A journalled email an earlier broker accepted and never finished, queued again."""
 
     origin: str
@@ -103,20 +103,20 @@ class Recovered(Record, tag="recovered", kw_only=True):
     waited_on_disk: bool = False  # its raw email waited on disk for room first
 
 
-class Redelivery(Record, tag="redelivery", kw_only=True):
+class Redelivery(Record, tag="redelivery", frozen=True, kw_only=True):
     to: str
     reason: str
     attempt: int
 
 
-class LateResult(Record, tag="late_result", kw_only=True):
+class LateResult(Record, tag="late_result", frozen=True, kw_only=True):
     """A worker's answer for an email it no longer holds: recorded, changes nothing."""
 
     endpoint: str
     result: str
 
 
-class DecisionTaken(Record, tag="decision", kw_only=True):
+class DecisionTaken(Record, tag="decision", frozen=True, kw_only=True):
     """A person's decision, taken: from that person's own key (CURVE), in their name."""
 
     layer: str
@@ -127,45 +127,45 @@ class DecisionTaken(Record, tag="decision", kw_only=True):
     proven: str
 
 
-class DecisionRefused(Record, tag="decision_refused", kw_only=True):
+class DecisionRefused(Record, tag="decision_refused", frozen=True, kw_only=True):
     layer: str
     claimed_by: str
     role: str
     reason: str
 
 
-class OutcomeLine(Record, tag="outcome", kw_only=True):
+class OutcomeLine(Record, tag="outcome", frozen=True, kw_only=True):
     """The email's outcome: exactly one final one (`escalated` waits for a person and is
     followed by another). `final` and `ms` are absent on an outcome given at recovery."""
 
     outcome: Outcome
     reason: str
     ended_at: str
-    final: Union[bool, None] = None
-    ms: Union[float, None] = None
+    final: bool | None = None
+    ms: float | None = None
     rule: str = ""  # the rule that rejected it, when one did
-    no_worker_s: Union[float, None] = None  # how long it waited for a worker of its stage, when none came
+    no_worker_s: float | None = None  # how long it waited for a worker of its stage, when none came
 
 
 # --- what the workers answered, as the broker records it --------------------------------------
 
 
-class _ReaderLine(Record, kw_only=True):
+class _ReaderLine(Record, frozen=True, kw_only=True):
     """What a reader noted about the email (wire.Reading.notes), each note in its own field,
     typed as the wire admits it (the reader is the untrusted stage: readers escape them).
     A note this contract does not name is kept apart in `other_notes`, never as a field."""
 
     STAGE: ClassVar[str] = "reader"
-    sender: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    subject: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    excerpt: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    body_chars: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    prompt_cut: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    attachments: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    defects: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    digest: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    model_ms: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
-    model_error: Union[Scalar, list[Scalar], dict[str, Scalar]] = None
+    sender: Scalar | list[Scalar] | dict[str, Scalar] = None
+    subject: Scalar | list[Scalar] | dict[str, Scalar] = None
+    excerpt: Scalar | list[Scalar] | dict[str, Scalar] = None
+    body_chars: Scalar | list[Scalar] | dict[str, Scalar] = None
+    prompt_cut: Scalar | list[Scalar] | dict[str, Scalar] = None
+    attachments: Scalar | list[Scalar] | dict[str, Scalar] = None
+    defects: Scalar | list[Scalar] | dict[str, Scalar] = None
+    digest: Scalar | list[Scalar] | dict[str, Scalar] = None
+    model_ms: Scalar | list[Scalar] | dict[str, Scalar] = None
+    model_error: Scalar | list[Scalar] | dict[str, Scalar] = None
     other_notes: Detail = {}
 
 
@@ -176,13 +176,13 @@ NOTE_FIELDS = frozenset(name for name in _ReaderLine.__struct_fields__ if name n
 def notes(detail: Detail) -> dict[str, Any]:
     """A reader's notes as keyword fields of a reader line: the named ones in their fields,
     any other in `other_notes` (so none can stand for a field the broker sets)."""
-    named = {key: value for key, value in detail.items() if key in NOTE_FIELDS}
+    named: dict[str, Any] = {key: value for key, value in detail.items() if key in NOTE_FIELDS}
     if len(named) < len(detail):
         named["other_notes"] = {key: value for key, value in detail.items() if key not in NOTE_FIELDS}
     return named
 
 
-class ModelAnswer(_ReaderLine, tag="model_answer", kw_only=True):
+class ModelAnswer(_ReaderLine, tag="model_answer", frozen=True, kw_only=True):
     layer: str
     answer: str  # the first broker.tracing.TRACE_TEXT_LIMIT characters
     answer_chars: int
@@ -190,26 +190,26 @@ class ModelAnswer(_ReaderLine, tag="model_answer", kw_only=True):
     truncated: bool
 
 
-class Unreadable(_ReaderLine, tag="unreadable", kw_only=True):
+class Unreadable(_ReaderLine, tag="unreadable", frozen=True, kw_only=True):
     layer: str
     rule: str
     reason: str
 
 
-class Verdict(Record, tag="verdict", kw_only=True):
+class Verdict(Record, tag="verdict", frozen=True, kw_only=True):
     """The validator's verdict: `value` when passed, `rule` and `reason` when rejected.
     `student`: the lab plug point whose student code took part (absent when none did)."""
 
     STAGE: ClassVar[str] = "validator"
     layer: str
     verdict: Literal["passed", "rejected"]
-    value: Union[int, str, None] = None
+    value: int | str | None = None
     rule: str = ""
     reason: str = ""
     student: str = ""
 
 
-class Authorization(Record, tag="authorization", kw_only=True):
+class Authorization(Record, tag="authorization", frozen=True, kw_only=True):
     """One plan step's decision record (actor.preconditions builds `decision`: verdict,
     rules run, facts read, who decided); every step has one, whether it ran or not."""
 
@@ -223,7 +223,7 @@ class Authorization(Record, tag="authorization", kw_only=True):
     student: str = ""
 
 
-class Call(Record, tag="call", kw_only=True):
+class Call(Record, tag="call", frozen=True, kw_only=True):
     """One tool call: the one record type of calls.jsonl and of the trace's call line.
 
     calls.jsonl (the actor, before the tool runs): at, message_id, step, server, tool, args,
@@ -234,22 +234,22 @@ class Call(Record, tag="call", kw_only=True):
 
     STAGE: ClassVar[str] = "actor"
     message_id: str
-    stage: Union[str, None] = None
+    stage: str | None = None  # type: ignore[assignment]  # calls.jsonl lines have none
     step: int
     server: str
     tool: str
     args: dict[str, Scalar]
-    layer: Union[str, None] = None
-    status: Union[Literal["ok", "error", "refused", "escalated", "replayed"], None] = None
-    error: Union[str, None] = None
-    key: Union[str, None] = None
+    layer: str | None = None
+    status: Literal["ok", "error", "refused", "escalated", "replayed"] | None = None
+    error: str | None = None
+    key: str | None = None
     task: str = ""
     plan: list[tuple[str, str]] = []
     to: str = ""
     student: str = ""
 
 
-class Observation(Record, tag="observation", kw_only=True):
+class Observation(Record, tag="observation", frozen=True, kw_only=True):
     """What a call returned (withheld outside the data folder: airlock.published)."""
 
     STAGE: ClassVar[str] = "actor"
@@ -264,7 +264,7 @@ class Observation(Record, tag="observation", kw_only=True):
 # --- the broker's facts about no one email (message_id null) -------------------------------
 
 
-class Violation(Record, tag="violation", kw_only=True):
+class Violation(Record, tag="violation", frozen=True, kw_only=True):
     """A peer sent what its endpoint may not (kind: the message's kind, or sender_proof)."""
 
     endpoint: str
@@ -272,28 +272,28 @@ class Violation(Record, tag="violation", kw_only=True):
     reason: str
 
 
-class MalformedFrame(Record, tag="malformed_frame", kw_only=True):
+class MalformedFrame(Record, tag="malformed_frame", frozen=True, kw_only=True):
     endpoint: str
     reason: str
     bytes: int
 
 
-class ClientGone(Record, tag="client_gone", kw_only=True):
+class ClientGone(Record, tag="client_gone", frozen=True, kw_only=True):
     messages: int
 
 
-class WorkerJoined(Record, tag="worker_joined", kw_only=True):
+class WorkerJoined(Record, tag="worker_joined", frozen=True, kw_only=True):
     role: str
     credit: int
 
 
-class WorkerLost(Record, tag="worker_lost", kw_only=True):
+class WorkerLost(Record, tag="worker_lost", frozen=True, kw_only=True):
     role: str
     reason: str
     held: int
 
 
-class Started(Record, tag="started", kw_only=True):
+class Started(Record, tag="started", frozen=True, kw_only=True):
     endpoints: dict[str, str]
     trace: str
     authentication: str
@@ -301,17 +301,17 @@ class Started(Record, tag="started", kw_only=True):
     insecure: bool = False
 
 
-class Stopped(Record, tag="stopped", kw_only=True):
+class Stopped(Record, tag="stopped", frozen=True, kw_only=True):
     in_flight: int
 
 
-class AuthRefused(Record, tag="auth_refused", kw_only=True):
+class AuthRefused(Record, tag="auth_refused", frozen=True, kw_only=True):
     endpoint: str
     reason: str
     peer: str
 
 
-class HandshakeFailed(Record, tag="handshake_failed", kw_only=True):
+class HandshakeFailed(Record, tag="handshake_failed", frozen=True, kw_only=True):
     endpoint: str
     peer: str
     errno: str
@@ -319,32 +319,32 @@ class HandshakeFailed(Record, tag="handshake_failed", kw_only=True):
     reason: str
 
 
-class StorageFailed(Record, tag="storage_failed", kw_only=True):
+class StorageFailed(Record, tag="storage_failed", frozen=True, kw_only=True):
     file: str
     error: str
     errno: str
 
 
-class StorageRecovered(Record, tag="storage_recovered", kw_only=True):
+class StorageRecovered(Record, tag="storage_recovered", frozen=True, kw_only=True):
     file: str
     failed_for_s: float
     refused: int
-    lines_dropped: Union[int, None] = None  # the trace's: lines dropped while it failed
+    lines_dropped: int | None = None  # the trace's: lines dropped while it failed
 
 
-class JournalCompacted(Record, tag="journal_compacted", kw_only=True):
+class JournalCompacted(Record, tag="journal_compacted", frozen=True, kw_only=True):
     bytes_before: int
     bytes_after: int
     freed: int
     live: int
 
 
-class JournalCompactionFailed(Record, tag="journal_compaction_failed", kw_only=True):
+class JournalCompactionFailed(Record, tag="journal_compaction_failed", frozen=True, kw_only=True):
     error: str
     bytes: int
 
 
-class JournalDamaged(Record, tag="journal_damaged", kw_only=True):
+class JournalDamaged(Record, tag="journal_damaged", frozen=True, kw_only=True):
     path: str
     ranges_skipped: int
     bytes_skipped: int
@@ -353,24 +353,24 @@ class JournalDamaged(Record, tag="journal_damaged", kw_only=True):
     emails_lost: int
 
 
-class TraceCheckpoint(Record, tag="trace_checkpoint", kw_only=True):
+class TraceCheckpoint(Record, tag="trace_checkpoint", frozen=True, kw_only=True):
     through_segment: int
     emails: int
 
 
-class TraceCheckpointFailed(Record, tag="trace_checkpoint_failed", kw_only=True):
+class TraceCheckpointFailed(Record, tag="trace_checkpoint_failed", frozen=True, kw_only=True):
     error: str
 
 
-Event = Union[
-    Received, Recovered, Redelivery, LateResult, DecisionTaken, DecisionRefused, OutcomeLine,
-    ModelAnswer, Unreadable, Verdict, Authorization, Call, Observation,
-    Violation, MalformedFrame, ClientGone, WorkerJoined, WorkerLost, Started, Stopped, AuthRefused,
-    HandshakeFailed, StorageFailed, StorageRecovered, JournalCompacted, JournalCompactionFailed,
-    JournalDamaged, TraceCheckpoint, TraceCheckpointFailed,
-]
-EVENT_TYPES: tuple[type[Record], ...] = Event.__args__  # type: ignore[attr-defined]  # a Union's members
-EVENT_NAMES = frozenset(kind.__struct_config__.tag for kind in EVENT_TYPES)  # type: ignore[misc]
+Event = (
+    Received | Recovered | Redelivery | LateResult | DecisionTaken | DecisionRefused | OutcomeLine
+    | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation
+    | Violation | MalformedFrame | ClientGone | WorkerJoined | WorkerLost | Started | Stopped | AuthRefused
+    | HandshakeFailed | StorageFailed | StorageRecovered | JournalCompacted | JournalCompactionFailed
+    | JournalDamaged | TraceCheckpoint | TraceCheckpointFailed
+)
+EVENT_TYPES: tuple[type[Record], ...] = Event.__args__  # a Union's members
+EVENT_NAMES = frozenset(kind.__struct_config__.tag for kind in EVENT_TYPES)
 
 
 # --- what no Struct above describes --------------------------------------------------------
@@ -383,7 +383,7 @@ class PeerFact(msgspec.Struct, frozen=True):
     escaped by the broker."""
 
     at: str
-    message_id: Union[str, None]
+    message_id: str | None
     stage: str
     event: str
     detail: Detail = {}
@@ -407,7 +407,7 @@ class Damaged(msgspec.Struct, frozen=True):
     text: str  # the line's first DAMAGED_TEXT_LIMIT characters, undecoded bytes replaced
 
 
-TraceRecord = Union[Event, PeerFact, Unrecognized, Damaged]
+TraceRecord = Event | PeerFact | Unrecognized | Damaged
 BASE_FIELDS = ("at", "message_id", "stage", "event")
 
 _encoder = msgspec.json.Encoder()

@@ -12,7 +12,7 @@ the domain is lower-cased, and a non-ASCII domain is IDNA-encoded. The local par
 written: casefolding it merges distinct mailboxes ("ſ" and "s", the Kelvin sign and "k").
 A domain label that IDNA would have to map to another form (the Kelvin sign becomes "k")
 is refused rather than mapped: two spellings never become one address.
-"""
+"""  # noqa: RUF002  the long s is the example: it casefolds to s
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def sender_of(raw: bytes, fmt: EmailFormat) -> str:
         if isinstance(headers, mailbounds.Exceeded):
             return ""
         address = senders.normalized(email.utils.parseaddr(str(headers.get("From", "")))[1]) or ""
-    except Exception:  # a header the parser cannot read vouches for no one
+    except Exception:  # noqa: BLE001  a header the parser cannot read vouches for no one
         return ""
     return address if _ADDRESS.match(address) else ""
 

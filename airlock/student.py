@@ -223,7 +223,7 @@ def _send(child: subprocess.Popen[bytes], payload: bytes, deadline: float) -> No
     while data:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([], [fd], [], left)[1]:
-            raise _Timeout()
+            raise _Timeout
         try:
             data = data[os.write(fd, data):]
         except BlockingIOError:
@@ -244,10 +244,10 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
     while got < size:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise _Timeout()
+            raise _Timeout
         chunk = os.read(fd, size - got)
         if not chunk:
-            raise _Ended()
+            raise _Ended
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)

@@ -159,7 +159,7 @@ class Supervisor:
 
     def _wait_ready(self, stop: threading.Event, announce, client: IntakeClient) -> int | None:
         """Until every role has connected (however long a busy machine takes), then say so."""
-        slow_after = time.monotonic() + READY_TIMEOUT_S
+        slow_after: float | None = time.monotonic() + READY_TIMEOUT_S
         while not stop.is_set():
             code = self._watch(client, announce)
             if code is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -35,7 +35,7 @@ class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Task data: unknown keys are mistakes and fail the load."""
 
 
-class Digits(_Strict, tag="digits", tag_field="type"):
+class Digits(_Strict, tag="digits", tag_field="type", frozen=True):
     """1..max_length ASCII digits [0-9], kept as text so leading zeros survive."""
 
     max_length: Annotated[int, msgspec.Meta(ge=1, le=64)]
@@ -48,7 +48,7 @@ class Digits(_Strict, tag="digits", tag_field="type"):
         return Annotated[str, msgspec.Meta(pattern=rf"\A[0-9]{{1,{self.max_length}}}\Z")]
 
 
-class IntegerRange(_Strict, tag="integer", tag_field="type"):
+class IntegerRange(_Strict, tag="integer", tag_field="type", frozen=True):
     """A whole number from min to max inclusive, written in ASCII digits."""
 
     min: int
@@ -61,7 +61,7 @@ class IntegerRange(_Strict, tag="integer", tag_field="type"):
         return Annotated[int, msgspec.Meta(ge=self.min, le=self.max)]
 
 
-class Choice(_Strict, tag="choice", tag_field="type"):
+class Choice(_Strict, tag="choice", tag_field="type", frozen=True):
     """Exactly one of a fixed list of strings (case and spacing must match)."""
 
     choices: Annotated[list[str], msgspec.Meta(min_length=1, max_length=64)]
@@ -73,7 +73,7 @@ class Choice(_Strict, tag="choice", tag_field="type"):
         return Literal[tuple(self.choices)]
 
 
-class Code(_Strict, tag="code", tag_field="type"):
+class Code(_Strict, tag="code", tag_field="type", frozen=True):
     """A short code matching `pattern` in full (the pattern is anchored for you)."""
 
     pattern: str
@@ -88,17 +88,17 @@ class Code(_Strict, tag="code", tag_field="type"):
         ]
 
 
-NarrowType = Union[Digits, IntegerRange, Choice, Code]
+NarrowType = Digits | IntegerRange | Choice | Code
 
 
-class Precondition(_Strict):
+class Precondition(_Strict, frozen=True):
     """What a class of tools needs before it may run (seed 004). A tool is in the class
     when it matches every class field given. Rules run in the order listed; the actor
     refuses to start on a rule name it does not know."""
 
     rules: Annotated[list[str], msgspec.Meta(min_length=1)]
-    blast_radius: Union[Literal["internal", "third_party"], None] = None
-    reversibility: Union[Literal["reversible", "irreversible"], None] = None
+    blast_radius: Literal["internal", "third_party"] | None = None
+    reversibility: Literal["reversible", "irreversible"] | None = None
     evidence: list[str] = []  # fields that must be present and non-null
     provenance: dict[str, str] = {}  # field -> the lineage it must come from
     corroborate: list[str] = []  # fields that must agree...
@@ -106,27 +106,27 @@ class Precondition(_Strict):
     approver_role: str = ""
 
 
-class Example(_Strict):
+class Example(_Strict, frozen=True):
     email: str
     answer: str
 
 
-class ReaderSpec(_Strict):
+class ReaderSpec(_Strict, frozen=True):
     instruction: str
     examples: list[Example] = []
     recordings: str = ""
 
 
-class Step(_Strict):
+class Step(_Strict, frozen=True):
     """One planned call: a full server/tool pair, which argument takes the value, the
     permission granted to this step (read unless the task grants write), and optionally
     the sha256 pin of the tool's server, name, description, schema and policy fields."""
 
     call: str
-    value_into: Union[str, None] = None
-    args: dict[str, Union[str, int, bool]] = {}
+    value_into: str | None = None
+    args: dict[str, str | int | bool] = {}
     grant: Literal["read", "write"] = "read"
-    pin: Union[Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")], None] = None
+    pin: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")] | None = None
 
     @property
     def server(self) -> str:
@@ -137,7 +137,7 @@ class Step(_Strict):
         return self.call.split("/", 1)[1]
 
 
-class Task(_Strict):
+class Task(_Strict, frozen=True):
     name: str
     reader: ReaderSpec
     value: NarrowType

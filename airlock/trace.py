@@ -16,11 +16,11 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
 
-from airlock import files, records, tracefiles
+from airlock import appendlog, records, tracefiles
 from airlock.records import Call, Damaged, TraceRecord, utc_now
 from airlock.terminal import json_line, shown
 
@@ -30,16 +30,12 @@ __all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow",
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
-def open_lines(path: Path) -> BinaryIO:
-    """A JSON-lines file (trace, call log, pending escalations) opened for appending. If a
-    writer died mid-line, that line is ended first: the torn record stays unreadable (the
-    readers skip it) and the next one stays whole instead of merging with it. Made 0600 in a
-    0700 folder (airlock.files): the lines hold what came from emails and customers' data."""
-    torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-    handle = files.open_append(path)
-    if torn:
-        handle.write(b"\n")
-    return handle
+def open_lines(path: Path) -> appendlog.Log:
+    """The trace's live file opened as an append-only log of lines (airlock.appendlog): a line
+    a writer left half-written when it died is cut off first and returned in the log's
+    `repaired`, so the next line starts whole. Made 0600 in a 0700 folder (airlock.files):
+    the lines hold what came from emails and customers' data."""
+    return appendlog.Log(path, appendlog.LINES)
 
 
 class TraceWriter:
@@ -48,10 +44,11 @@ class TraceWriter:
     A full disk or an I/O error is a state, not a crash (issue 15): write() never raises,
     flush() and sync() return the OSError (None when all is on disk) and set `failing`.
     Lines that could not be written wait in memory, in order, and go out with the next
-    flush that works; a partial write is cut back, so the file never holds half a line.
-    While failing, a flush tries the disk at most once every RETRY_S, and what waits is
-    bounded by UNWRITTEN_MAX_BYTES: past it lines are dropped and counted in `dropped`
-    (the broker then keeps every journal record, so a restart redoes those emails).
+    flush that works; a partial write is cut back, so the file never holds half a line
+    (airlock.appendlog). While failing, a flush tries the disk at most once every RETRY_S,
+    and what waits is bounded by UNWRITTEN_MAX_BYTES: past it lines are dropped and counted
+    in `dropped` (the broker then keeps every journal record, so a restart redoes those emails).
+    `repaired`: the half line a crash left at the end of the file, cut off at open (or None).
 
     With `segment_bytes`, the live file is closed into a segment (airlock.tracefiles) once it
     holds that many bytes, at a flush that wrote (a turn's end: a turn's lines stay in one
@@ -68,49 +65,30 @@ class TraceWriter:
             with contextlib.suppress(OSError):  # not renamed: it stays live, closed at a flush
                 tracefiles.close_segment(path)
                 self.rotated = True
-        self._file = open_lines(path)
-        self._size = os.fstat(self._file.fileno()).st_size
-        self._unwritten: list[bytes] = []
-        self._unwritten_bytes = 0
+        self._log = open_lines(path)
+        self.repaired = self._log.repaired
         self._retry_at = 0.0
-        self._torn = False  # a partial write could not be cut back: start the next on a new line
         self.failing: OSError | None = None
         self.dropped = 0  # lines dropped while failing, past UNWRITTEN_MAX_BYTES
 
     def write(self, data: bytes) -> None:
         """Queue whole lines for the next flush; never raises."""
-        if self.failing is not None and self._unwritten_bytes + len(data) > self.UNWRITTEN_MAX_BYTES:
+        if self.failing is not None and self._log.queued_bytes + len(data) > self.UNWRITTEN_MAX_BYTES:
             self.dropped += data.count(b"\n")
             return
-        self._unwritten.append(data)
-        self._unwritten_bytes += len(data)
+        self._log.add(data)
 
     def flush(self) -> OSError | None:
         """Write what waits, in one write; the error if the disk refused it (kept for later)."""
-        if not self._unwritten:
+        if not self._log.queued_bytes:
             return None
         if self.failing is not None and time.monotonic() < self._retry_at:
             return self.failing
-        lines = b"".join(self._unwritten)
-        data = b"\n" + lines if self._torn else lines
-        fd, start = self._file.fileno(), None
-        try:
-            self._file.flush()  # open_lines' newline after a torn line, if it wrote one
-            start = os.fstat(fd).st_size
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except OSError as exc:
-            if start is not None:
-                try:
-                    os.ftruncate(fd, start)  # a short write left part of a line: take it back
-                except OSError:  # refused too: the next write starts on a new line instead
-                    self._torn = True
-            self._unwritten = [lines]
-            self.failing, self._retry_at = exc, time.monotonic() + self.RETRY_S
-            return exc
-        self._unwritten, self._unwritten_bytes, self._torn, self.failing = [], 0, False, None
-        self._size += len(data)
+        failed = self._log.write()
+        if failed is not None:
+            self.failing, self._retry_at = failed.error, time.monotonic() + self.RETRY_S
+            return failed.error
+        self.failing = None
         self._rotate_if_full()
         return None
 
@@ -120,21 +98,18 @@ class TraceWriter:
         error = self.flush()
         if error is not None:
             return error
-        try:
-            os.fsync(self._file.fileno())
-        except OSError as exc:
-            return exc
-        return None
+        failed = self._log.sync()
+        return None if failed is None else failed.error
 
     def close(self) -> OSError | None:
         """Flush what waits and close; the error if some lines could not be written."""
         self._retry_at = 0.0  # a last try, however recent the one before
         error = self.flush()
-        self._file.close()
+        self._log.close()
         return error
 
     def _rotate_if_full(self) -> None:
-        if self._segment_bytes and self._size >= self._segment_bytes:
+        if self._segment_bytes and self._log.size >= self._segment_bytes:
             self._rotate()
 
     def _rotate(self) -> None:
@@ -144,7 +119,7 @@ class TraceWriter:
         if self.sync() is not None:
             return
         try:
-            old = os.fstat(self._file.fileno())
+            old = os.fstat(self._log.fileno())
             segment = tracefiles.close_segment(self._path)  # renamed under the open handle
         except OSError:
             return
@@ -154,27 +129,21 @@ class TraceWriter:
             with contextlib.suppress(OSError):
                 os.rename(segment, self._path)
             return
-        self._file.close()
-        self._file, self._size, self.rotated = new, 0, True
+        self._log.close()
+        self._log, self.rotated = new, True
         # The old file's group and group bits: the compose lab's host user reads the trace
         # through its group (airlock.lab_init). Without the right (a service not in that
-        # group) the new file stays 0600, as files.open_append made it, until the next `up`.
+        # group) the new file stays 0600, as airlock.files made it, until the next `up`.
         with contextlib.suppress(OSError):
             os.fchown(new.fileno(), -1, old.st_gid)
             os.fchmod(new.fileno(), (old.st_mode & 0o660) | 0o600)
 
 
-def _last_byte(path: Path) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(-1, 2)
-        return handle.read(1)
-
-
 def read(path: Path, message_id: str | None = None) -> Iterator[TraceRecord]:
     """Yield trace records, optionally for one email's, from every segment then the live
-    file (airlock.tracefiles). A torn or damaged line is a Damaged record (about no email)."""
-    # Whole lines only: the live file's last may still be being written (a torn one from a
-    # crash is ended by the next writer's open_lines, and then reads as Damaged).
+    file (airlock.tracefiles). A damaged line is a Damaged record (about no email). Whole
+    lines only: the live file's last may still be being written (one a writer left torn when
+    it died is cut off by the next writer: airlock.appendlog)."""
     yield from _matching(tracefiles.History(path, whole_only=True), message_id)
 
 

@@ -285,7 +285,7 @@ def read_since(path: Path, since: Mark) -> tuple[list[bytes], Mark]:
         if at is None:  # the marked file is gone (deleted by retention, or replaced): the live one is all new
             live = _identity_of(path)
             return read_since(path, (live, 0)) if live is not None else ([], since)
-        files_after = segments[at:] + [path]
+        files_after = [*segments[at:], path]
     chunks, last = [], since
     for number, segment in enumerate(files_after):
         handle = _open_or_none(segment)

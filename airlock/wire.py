@@ -19,18 +19,18 @@ Flow of an email:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from airlock.senders import SenderProof
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = str | int | float | bool | None
 # A decision record or tool result the actor builds itself: nested, but never from a peer
 # it does not trust, and msgspec refuses absurd nesting on decode.
 Record = dict[str, Any]
 # Trace details are flat on purpose: two levels at most, so no decoder ever recurses deep.
-Detail = dict[str, Union[Scalar, list[Scalar], dict[str, Scalar]]]
+Detail = dict[str, Scalar | list[Scalar] | dict[str, Scalar]]
 
 Outcome = Literal["completed", "rejected", "refused", "escalated", "failed"]
 ReadingSource = Literal["model", "recorded", "none"]
@@ -50,7 +50,7 @@ class Message(
 # --- intake clients (airlock inject, the supervisor, later the SMTP intake) -> broker
 
 
-class Submit(Message, tag="submit"):
+class Submit(Message, tag="submit", frozen=True):
     """An email for the reader queue. `ref` is the client's own counter, echoed back.
 
     `sender` is the From address as the intake read it, never anything a model said.
@@ -70,20 +70,20 @@ class Submit(Message, tag="submit"):
     sender_proof: SenderProof = "none"
 
 
-class Await(Message, tag="await"):
+class Await(Message, tag="await", frozen=True):
     """Ask for an Outcome for each id, sent as soon as it is known."""
 
     ref: int
     ids: list[str]
 
 
-class Ping(Message, tag="ping"):
+class Ping(Message, tag="ping", frozen=True):
     """Ask the broker for a Status."""
 
     ref: int
 
 
-class Decide(Message, tag="decide"):
+class Decide(Message, tag="decide", frozen=True):
     """A person's decision on an escalated step: approve or deny, as a named role. Taken
     only when sent with that person's own key (keys/people/<by>.key_secret); the broker
     refuses it from any other key, the intake's and the page's included."""
@@ -95,7 +95,7 @@ class Decide(Message, tag="decide"):
     by: str
 
 
-class Notice(Message, tag="notice"):
+class Notice(Message, tag="notice", frozen=True):
     """A supervisor fact for the trace (a child restarted), not about any one email."""
 
     event: str
@@ -105,7 +105,7 @@ class Notice(Message, tag="notice"):
 # --- broker -> intake clients
 
 
-class Accepted(Message, tag="accepted"):
+class Accepted(Message, tag="accepted", frozen=True):
     ref: int
     message_id: str
 
@@ -120,14 +120,14 @@ RefusalCode = Literal["", "queue_full", "too_many_ids", "too_many_waiters", "unk
                       "disk_full"]
 
 
-class Refused(Message, tag="refused"):
+class Refused(Message, tag="refused", frozen=True):
     ref: int
     reason: str
     message_id: str = ""  # the email it is about, when it names one (an Await for an unknown id)
     code: RefusalCode = ""
 
 
-class Result(Message, tag="result"):
+class Result(Message, tag="result", frozen=True):
     """The single recorded outcome of one email."""
 
     message_id: str
@@ -154,7 +154,7 @@ class Waiting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
     redelivery_s: float = 0.0
 
 
-class Status(Message, tag="status"):
+class Status(Message, tag="status", frozen=True):
     """`waiting` names only stages with stuck emails (see Waiting), so it is empty, and not
     sent at all, while mail flows: a client from before it still reads such a Status."""
 
@@ -169,7 +169,7 @@ class Status(Message, tag="status"):
 # --- broker <-> workers
 
 
-class Hello(Message, tag="hello"):
+class Hello(Message, tag="hello", frozen=True):
     """A worker announces itself and how many messages it may hold at once. Sent again
     every heartbeat interval: to a broker that knows the worker it is a heartbeat, to a
     restarted broker it is a fresh registration."""
@@ -177,11 +177,11 @@ class Hello(Message, tag="hello"):
     credit: int
 
 
-class Heartbeat(Message, tag="heartbeat"):
+class Heartbeat(Message, tag="heartbeat", frozen=True):
     """The broker is alive. A worker that hears nothing for a few intervals reconnects."""
 
 
-class Email(Message, tag="email"):
+class Email(Message, tag="email", frozen=True):
     """Untrusted bytes for a reader. Only a reader ever receives this."""
 
     message_id: str
@@ -189,7 +189,7 @@ class Email(Message, tag="email"):
     format: EmailFormat
 
 
-class Reading(Message, tag="reading"):
+class Reading(Message, tag="reading", frozen=True):
     """The reader's raw answer: free text, so it goes to the validator and nowhere else.
 
     `notes` carry facts for the trace (sender, subject, model error); the broker records
@@ -209,7 +209,7 @@ class Reading(Message, tag="reading"):
     no_answer_because: str = ""
 
 
-class Unreadable(Message, tag="unreadable"):
+class Unreadable(Message, tag="unreadable", frozen=True):
     """The reader could not turn the email into a prompt (broken MIME, empty body...)."""
 
     message_id: str
@@ -218,7 +218,7 @@ class Unreadable(Message, tag="unreadable"):
     notes: Detail = {}
 
 
-class Passed(Message, tag="passed"):
+class Passed(Message, tag="passed", frozen=True):
     """A value of the task's narrow type: with a Decision, the only thing the actor receives.
 
     `sender` and `sender_proof` are set by the broker from the intake, never by the
@@ -227,13 +227,13 @@ class Passed(Message, tag="passed"):
     """
 
     message_id: str
-    value: Union[int, str]
+    value: int | str
     sender: str = ""
     sender_proof: SenderProof = "none"
     student: str = ""
 
 
-class Decision(Message, tag="decision"):
+class Decision(Message, tag="decision", frozen=True):
     """The broker passes a person's Decide on to the actor holding the escalated step.
 
     `by` is the person whose key sent it, as the broker proved it; `key` is that public
@@ -246,7 +246,7 @@ class Decision(Message, tag="decision"):
     key: str = ""
 
 
-class Rejected(Message, tag="rejected"):
+class Rejected(Message, tag="rejected", frozen=True):
     """The validator's refusal, with the rule that refused and a readable reason; `student`
     as on Passed."""
 
@@ -256,7 +256,7 @@ class Rejected(Message, tag="rejected"):
     student: str = ""
 
 
-class Call(Message, tag="call"):
+class Call(Message, tag="call", frozen=True):
     """One plan step as the actor handled it, kept in trace layers: the authorization
     decision record, the execution (status, error type, idempotency key) and the
     observation (the tool's result, or a summary of it)."""
@@ -273,7 +273,7 @@ class Call(Message, tag="call"):
     student: str = ""  # a lab: the plug point (e.g. "actor.select") whose student code took part in the decision
 
 
-class Done(Message, tag="done"):
+class Done(Message, tag="done", frozen=True):
     """The actor finished (or stopped) the plan for one value.
 
     `task` and `plan` name the task the actor runs and its plan's server/tool pairs, so the
@@ -290,31 +290,31 @@ class Done(Message, tag="done"):
     plan: list[tuple[str, str]] = []
 
 
-class Event(Message, tag="event"):
+class Event(Message, tag="event", frozen=True):
     """A free-form trace fact from a worker; the broker stamps stage and time itself."""
 
     event: str
-    message_id: Union[str, None] = None
+    message_id: str | None = None
     detail: Detail = {}
 
 
-FromIntake = Union[Submit, Await, Ping, Notice, Decide]
-ToIntake = Union[Accepted, Refused, Result, Status]
-FromReader = Union[Hello, Reading, Unreadable, Event]
-FromValidator = Union[Hello, Passed, Rejected, Event]
-FromActor = Union[Hello, Done, Event]
-AnyMessage = Union[
-    Submit, Await, Ping, Notice, Decide, Accepted, Refused, Result, Status,
-    Hello, Heartbeat, Email, Reading, Unreadable, Passed, Decision, Rejected, Done, Event,
-]
+FromIntake = Submit | Await | Ping | Notice | Decide
+ToIntake = Accepted | Refused | Result | Status
+FromReader = Hello | Reading | Unreadable | Event
+FromValidator = Hello | Passed | Rejected | Event
+FromActor = Hello | Done | Event
+AnyMessage = (
+    Submit | Await | Ping | Notice | Decide | Accepted | Refused | Result | Status
+    | Hello | Heartbeat | Email | Reading | Unreadable | Passed | Decision | Rejected | Done | Event
+)
 
 Role = Literal["intake", "reader", "validator", "actor"]
 ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
 
 # What each role's endpoint accepts from its peers, and what its peers accept from the broker.
 INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
-OUTBOUND = {"intake": ToIntake, "reader": Union[Email, Heartbeat], "validator": Union[Reading, Heartbeat],
-            "actor": Union[Passed, Decision, Heartbeat]}
+OUTBOUND = {"intake": ToIntake, "reader": Email | Heartbeat, "validator": Reading | Heartbeat,
+            "actor": Passed | Decision | Heartbeat}
 
 
 class Malformed(msgspec.Struct, frozen=True):
@@ -398,7 +398,7 @@ class RoleDecoder:
             return [self(frame)]
         try:
             parts = _batch_decoder.decode(frame)
-        except Exception as exc:  # including a length outside 1..MAX_BATCH
+        except Exception as exc:  # noqa: BLE001  including a length outside 1..MAX_BATCH
             return [Malformed(reason=f"not a batch of 1 to {MAX_BATCH} messages: {exc}", size=len(frame))]
         return [self(part) for part in parts]
 
@@ -407,12 +407,12 @@ class RoleDecoder:
             return self._decoder.decode(frame)
         except msgspec.DecodeError as exc:
             error = exc
-        except Exception as exc:  # msgspec can raise others on hostile input; none may escape
+        except Exception as exc:  # noqa: BLE001  msgspec can raise others on hostile input; none may escape
             return Malformed(reason=f"{type(exc).__name__}: {exc}", size=len(frame))
         # Slow path only: is it a real message of another role (a violation) or garbage?
         try:
             other = _any_decoder.decode(frame)
-        except Exception:
+        except Exception:  # noqa: BLE001  not any message either: garbage, named by the first error
             return Malformed(reason=str(error), size=len(frame))
         kind = type(other).__struct_config__.tag
         return Violation(kind=str(kind), reason=f"a {self.role} may not send '{kind}'")

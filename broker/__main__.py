@@ -6,6 +6,7 @@
 import os
 import sys
 
+from airlock.errors import EX_USAGE
 from airlock.service import main
 from broker.app import serve
 
@@ -14,6 +15,6 @@ if __name__ == "__main__":
     if unknown:
         print(f"broker: unknown argument {unknown[0]!r} (only --insecure; settings are AIRLOCK_* variables)",
               file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EX_USAGE)
     env = {**os.environ, "AIRLOCK_INSECURE": "1"} if "--insecure" in sys.argv[1:] else None
     sys.exit(main("broker", serve, needs_task=False, env=env))

@@ -21,8 +21,8 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from airlock import keys, locks, records, trace
-from airlock.records import Started, Stopped, utc_now
 from airlock.errors import EX_TEMPFAIL, ConfigError
+from airlock.records import Started, Stopped, utc_now
 from airlock.settings import Settings
 from airlock.terminal import json_line
 from broker import auth
@@ -120,6 +120,10 @@ class Broker:
         if self.journal.damage:  # on stderr too: the supervisor's log is where an operator looks first
             print(f"broker: journal damaged, skipped: {json_line(damage_detail(self.journal))}; "
                   "emails it cost end failed, naming it", file=sys.stderr, flush=True)
+        if self.writer.repaired is not None:  # a crash mid-line: cut off at open (airlock.appendlog)
+            cut = self.writer.repaired
+            print(f"broker: {self.settings.trace_path.name} ended in a partial line (a crash mid-write): "
+                  f"its last {cut.end - cut.start} bytes were cut off at open", file=sys.stderr, flush=True)
         self.carry_out(recovered)
         self.carry_out.flush_trace()
 

@@ -21,7 +21,7 @@ class Dispatch:
     def __init__(self, workers: Workers, lifecycle: Lifecycle, out: Outbox) -> None:
         self.workers, self.lifecycle, self.out = workers, lifecycle, out
         # The worker of each role that takes no ordinary work until it holds nothing, for a suspect.
-        self.draining: dict[str, bytes | None] = {role: None for role in workers.of}
+        self.draining: dict[str, bytes | None] = dict.fromkeys(workers.of)
 
     def __call__(self, now: float) -> None:
         flights = self.lifecycle.flights

@@ -18,7 +18,11 @@ import time
 
 from airlock import records, trace, tracefiles
 from airlock.records import (
-    JournalCompacted, JournalCompactionFailed, TraceCheckpoint, TraceCheckpointFailed, utc_now,
+    JournalCompacted,
+    JournalCompactionFailed,
+    TraceCheckpoint,
+    TraceCheckpointFailed,
+    utc_now,
 )
 from airlock.settings import Settings
 from broker.journal import Journal, Position

@@ -5,13 +5,13 @@ databases do), and only then sends the Accepted replies and writes the turn's tr
 so an email's `received` line never reaches the trace before its record is on disk. After a
 restart, every journalled email that has no final outcome in the trace is dispatched again.
 
-Format (version 2). The file starts with MAGIC. Each record is
+The file is an append-only log (airlock.appendlog: whole records or none, group commit,
+torn-tail repair, failures as values). Format (version 2): MAGIC, then records framed by
+appendlog.Checked, each payload one msgpack Entry:
 
     MARK (4 bytes) | payload length (u32, big-endian) | crc32 of the payload | crc32 of the
-    12 bytes before it | payload: one msgpack Entry
+    12 bytes before it | payload
 
-The header's own checksum means a damaged length is caught before it is believed (no read
-of gigabytes on one flipped bit); the payload's checksum catches damage inside the email.
 A reader that meets a bad record skips forward to the next MARK whose header and payload
 both check, and reports every skipped byte range (`Damage`): a cut, zeros or a flipped byte
 costs the records it touches, never the ones after it. Damage that runs to the end of the
@@ -31,32 +31,32 @@ Damaged ranges are not copied: a compaction is also the repair.
 Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns the
 OSError after cutting the file back to its last durable length, so no half record and no
 stale buffer is ever written later; the entries it held are returned as lost
-(`failed_ids`), and the broker refuses them (Refused code disk_full). `probe()` tells when
+(`WriteFailed.message_ids`), and the broker refuses them (Refused code disk_full). `probe()` tells when
 writing works again.
 """
 
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import struct
-import zlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
-from airlock import files
+from airlock import appendlog, files
+from airlock.appendlog import Damage, Record
+
+__all__ = ["Damage", "Entry", "Journal", "Position", "WriteFailed", "damage", "entries", "positions"]
 
 MAGIC = b"\xffairlock journal 2\n"  # 0xff.. as a version 1 length would be 4 GiB: never a v1 file
 MARK = b"\xf0AJR"  # starts every record: what a reader resynchronises on after damage
-_HEADER = struct.Struct(">4sIII")  # MARK, payload length, payload crc32, header crc32
 _V1_LENGTH = struct.Struct(">I")
 COMPACTING_SUFFIX = ".compacting"  # the copy being written; never read, deleted at start
 CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
-PROBE_BYTES = 64 * 1024  # written then cut back by probe(): room for a typical email again
+PROBE_BYTES = appendlog.PROBE_BYTES  # written then cut back by probe(): room for a typical email again
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -74,6 +74,17 @@ class _Id(msgspec.Struct):
     message_id: str
 
 
+_decode_id = msgspec.msgpack.Decoder(_Id).decode
+
+
+def _message_id(payload: bytes) -> str:
+    """A record's id: a payload that is no Entry does not count as a record (DecodeError)."""
+    return _decode_id(payload).message_id
+
+
+RECORDS = appendlog.Checked(MAGIC, MARK, _message_id)
+
+
 @dataclass(frozen=True)
 class Position:
     """Where one record is: enough to read it later without holding its email now."""
@@ -81,15 +92,6 @@ class Position:
     offset: int
     size: int  # the record's bytes, header included
     message_id: str
-
-
-@dataclass(frozen=True)
-class Damage:
-    """Bytes [start, end) of the journal that held no whole, checked record."""
-
-    start: int
-    end: int
-    torn_tail: bool = False  # it ran to the end of the file (cut off at open)
 
 
 @dataclass(frozen=True)
@@ -110,91 +112,50 @@ class Journal:
                 leftover.unlink()
         self.damage: list[Damage] = _upgrade_v1(path)  # what a version 1 file lost at its tail
         self.sizes: dict[str, int] = {}  # every record's id -> bytes
-        tail: Damage | None = None
+        whole_end = len(MAGIC)  # where the whole records end: a torn tail starts there
         for item in _scan(path):
             if isinstance(item, Damage):
                 self.damage.append(item)
-                tail = item if item.torn_tail else None
+                whole_end = item.start if item.torn_tail else item.end
             else:
                 self.sizes[item[0].message_id] = item[0].size
-        self._file = files.open_append(path)  # 0600 in a 0700 folder: it holds every raw email
-        self._fd = self._file.fileno()
-        length = os.fstat(self._fd).st_size
-        if length < len(MAGIC):  # a new file, or a crash while its header was written
-            os.ftruncate(self._fd, 0)
-            _write_all(self._fd, MAGIC)
-            os.fsync(self._fd)
-            files.fsync_folder(path.parent)
-            length = len(MAGIC)
-        elif tail is not None:
-            length = tail.start  # new records follow whole ones
-            os.ftruncate(self._fd, length)
-            os.fsync(self._fd)
-        self.size = self._durable = length  # size counts appended, not yet synced records too
+                whole_end = item[0].offset + item[0].size
+        # 0600 in a 0700 folder: it holds every raw email. Told where the scan above found the
+        # whole records end, the log cuts a torn tail off without reading the file again.
+        self._log = appendlog.Log(path, RECORDS, whole_end=whole_end)
         self._next_check, self._next_check_at = compact_bytes, 0.0
         self._encode = msgspec.msgpack.Encoder().encode
-        self._pending: list[bytes] = []
         self._pending_ids: list[str] = []
-        self._cut_to: int | None = None  # a failed write's length to cut back to, if that failed too
-        self._stale = False  # the descriptor is the file a compaction replaced
+
+    @property
+    def size(self) -> int:
+        """The journal's bytes, the records appended and not yet synced included."""
+        return self._log.size + self._log.queued_bytes
 
     def append(self, entry: Entry) -> None:
         """Queue a record for the next sync(): nothing reaches the file before it."""
-        record = _record(self._encode(entry))
-        self._pending.append(record)
+        record = RECORDS.frame(self._encode(entry))
+        self._log.add(record)
         self._pending_ids.append(entry.message_id)
         self.sizes[entry.message_id] = len(record)
-        self.size += len(record)
 
     def sync(self) -> WriteFailed | None:
         """Write and fsync what was appended since the last sync, in one write (group commit).
         On a full disk or an I/O error the file is cut back to its last durable length and
         the entries are dropped, not kept for a later write: their emails were never accepted."""
-        if not self._pending:
+        ids, self._pending_ids = tuple(self._pending_ids), []
+        failed = self._log.sync()
+        if failed is None:
             return None
-        data, ids = b"".join(self._pending), tuple(self._pending_ids)
-        self._pending, self._pending_ids = [], []
-        try:
-            self._prepare()
-            _write_all(self._fd, data)
-            os.fsync(self._fd)
-        except OSError as exc:
-            for message_id in ids:
-                self.sizes.pop(message_id, None)
-            self.size = self._durable
-            self._cut_to = self._durable
-            with contextlib.suppress(OSError):  # if this fails too, the next write cuts first
-                self._prepare()
-            return WriteFailed(exc, ids)
-        self._durable += len(data)
-        return None
+        self._log.rollback()  # if the cut fails too, the next write cuts first (appendlog)
+        for message_id in ids:
+            self.sizes.pop(message_id, None)
+        return WriteFailed(failed.error, ids)
 
     def probe(self) -> OSError | None:
         """Whether writing works again: PROBE_BYTES written, fsynced and deleted beside the
         journal (same file system), never in it, so a crash meanwhile leaves it whole."""
-        try:
-            self._prepare()
-            fd = files.create_scratch(_probe(self.path))
-            try:
-                _write_all(fd, bytes(PROBE_BYTES))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    _probe(self.path).unlink()
-        except OSError as exc:
-            return exc
-        return None
-
-    def _prepare(self) -> None:
-        """Before a write: open the journal again after a compaction, cut back a failed write."""
-        if self._stale:
-            fresh = files.open_append(self.path)
-            self._file.close()
-            self._file, self._fd, self._stale = fresh, fresh.fileno(), False
-        if self._cut_to is not None:
-            os.ftruncate(self._fd, self._cut_to)
-            self._cut_to = None
+        return self._log.probe(PROBE_BYTES)
 
     def worth_compacting(self, live: Collection[str], now: float) -> bool:
         """At least compact_bytes, at least half final. Summing the live records costs a pass
@@ -222,7 +183,7 @@ class Journal:
                 out.write(MAGIC)
                 for position, data in _records_at(self.path):
                     if position.message_id in live and position.message_id not in kept:
-                        out.write(_record(data))
+                        out.write(RECORDS.frame(data))
                         kept[position.message_id] = position.size
                 out.flush()
                 os.fsync(out.fileno())
@@ -234,13 +195,11 @@ class Journal:
             self._next_check_at = float("inf")  # ...nor a second later: only as the journal grows
             raise
         # Renamed: the journal is the copy now, whatever fails next. The old descriptor writes
-        # to the replaced file, so it is never used again (_prepare opens the new one).
-        new_size = len(MAGIC) + sum(kept.values())
-        freed = self.size - new_size
-        self.sizes, self.size, self._durable = kept, new_size, new_size
+        # to the replaced file, so it is never used again (the log opens the new one).
+        freed = self.size - (len(MAGIC) + sum(kept.values()))
+        self.sizes = kept
+        self._log.reopen()  # its size is the copy's
         self._next_check, self._next_check_at = self.size + self.compact_bytes // 4, 0.0
-        self._cut_to, self._stale = None, True
-        self._prepare()
         files.fsync_folder(self.path.parent)
         return freed
 
@@ -257,21 +216,16 @@ class Journal:
         """The entry at `position` (a record this journal holds: see positions), checked
         again: bytes damaged since the scan, or unreadable (EIO), are the Damage they are."""
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(position.offset)
-                record = handle.read(position.size)
-            start = _HEADER.size
-            mark, length, payload_crc, header_crc = _HEADER.unpack_from(record)
-            if (mark == MARK and zlib.crc32(record[:start - 4]) == header_crc and length == len(record) - start
-                    and zlib.crc32(record[start:]) == payload_crc):
-                return msgspec.msgpack.decode(record[start:], type=Entry)
-        except (OSError, struct.error, msgspec.DecodeError):
+            payload = appendlog.read_at(self.path, RECORDS, position.offset, position.size)
+            if payload is not None:
+                return msgspec.msgpack.decode(payload, type=Entry)
+        except (OSError, msgspec.DecodeError):
             pass
         return Damage(position.offset, position.offset + position.size)
 
     def close(self) -> None:
         self.sync()  # a failure was already cut back: nothing half-written stays
-        self._file.close()
+        self._log.close()
 
 
 def entries(path: Path) -> Iterator[Entry]:
@@ -298,56 +252,20 @@ def _records_at(path: Path) -> Iterator[tuple[Position, bytes]]:
 
 
 def _scan(path: Path) -> Iterator[tuple[Position, bytes] | Damage]:
-    """Every checked record in file order, and every damaged range between them. The file
-    is mapped, not read: a scan over gigabytes holds one record at a time."""
+    """Every checked record in file order, and every damaged range between them
+    (airlock.appendlog.scan); a version 1 file is read as it was."""
     if not path.exists():
         return
     with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if handle.read(len(MAGIC)) != MAGIC:  # version 1 (a Journal upgrades it at open): read as it was
-            yield from _v1_scan(path)
-            return
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            decoder = msgspec.msgpack.Decoder(_Id)
-            offset, bad = len(MAGIC), None
-            while offset < size:
-                record = _record_at(view, offset, size, decoder)
-                if record is None:  # resynchronise: the next MARK whose checks pass
-                    bad = offset if bad is None else bad
-                    found = view.find(MARK, offset + 1)
-                    offset = size if found < 0 else found
-                    continue
-                if bad is not None:
-                    yield Damage(bad, offset)
-                    bad = None
-                yield record
-                offset += record[0].size
-            if bad is not None:
-                yield Damage(bad, size, torn_tail=True)
-
-
-def _record_at(view: mmap.mmap, offset: int, size: int,
-               decoder: msgspec.msgpack.Decoder[_Id]) -> tuple[Position, bytes] | None:
-    """The record at `offset` if its mark, both checksums and its id check; None otherwise."""
-    start = offset + _HEADER.size
-    if start > size:
-        return None
-    mark, length, payload_crc, header_crc = _HEADER.unpack_from(view, offset)
-    if mark != MARK or zlib.crc32(view[offset:offset + _HEADER.size - 4]) != header_crc or start + length > size:
-        return None
-    data = view[start:start + length]
-    if zlib.crc32(data) != payload_crc:
-        return None
-    try:
-        message_id = decoder.decode(data).message_id
-    except msgspec.DecodeError:
-        return None
-    return Position(offset, _HEADER.size + length, message_id), data
-
-
-def _record(data: bytes) -> bytes:
-    head = _HEADER.pack(MARK, len(data), zlib.crc32(data), 0)[:_HEADER.size - 4]
-    return head + zlib.crc32(head).to_bytes(4, "big") + data
+        head = handle.read(len(MAGIC))
+    if head != MAGIC:  # version 1 (a Journal upgrades it at open): read as it was
+        yield from _v1_scan(path)
+        return
+    for item in appendlog.scan(path, RECORDS):
+        if isinstance(item, Record):
+            yield Position(item.offset, item.size, str(item.key)), item.payload
+        else:
+            yield item
 
 
 def _upgrade_v1(path: Path) -> list[Damage]:
@@ -364,7 +282,7 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         with open(files.create_scratch(tmp), "wb") as out:
             out.write(MAGIC)
             for size, data in _v1_records(path):
-                out.write(_record(data))
+                out.write(RECORDS.frame(data))
                 valid += _V1_LENGTH.size + size
             out.flush()
             os.fsync(out.fileno())
@@ -404,14 +322,6 @@ def _v1_records(path: Path) -> Iterator[tuple[int, bytes]]:
             except msgspec.DecodeError:
                 return
             yield size, data
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written; a short write on a nearly full disk is retried,
-    so the error, if any, is the one the next write raises."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _compacting(path: Path) -> Path:

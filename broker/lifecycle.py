@@ -19,6 +19,7 @@ import collections
 import heapq
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+
 from airlock.records import OutcomeLine, Recovered, Redelivery, utc_now
 from airlock.settings import Settings
 from airlock.wire import Email, Message, Outcome, Result

@@ -14,6 +14,7 @@ backlog, in journal order), so a restart holds no more than a running broker wou
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 from airlock import records, trace
 from airlock.records import JournalDamaged, utc_now
@@ -98,7 +99,7 @@ def damage_reason(damage: list[journal_module.Damage]) -> str:
             "skipped; see the journal_damaged event)")
 
 
-def damage_detail(journal: Journal) -> dict[str, object]:
+def damage_detail(journal: Journal) -> dict[str, Any]:
     """The journal_damaged line's detail (and the stderr report): what was skipped, where."""
     return {"path": str(journal.path), "ranges_skipped": len(journal.damage),
             "bytes_skipped": sum(d.end - d.start for d in journal.damage),

@@ -43,12 +43,35 @@ import msgspec
 
 from airlock import records
 from airlock.records import (
-    SUPERVISOR, WORKER_PREFIX, ClientGone, LateResult, MalformedFrame, PeerFact, WorkerJoined, WorkerLost, utc_now,
+    SUPERVISOR,
+    WORKER_PREFIX,
+    ClientGone,
+    LateResult,
+    MalformedFrame,
+    PeerFact,
+    WorkerJoined,
+    WorkerLost,
+    utc_now,
 )
 from airlock.settings import Settings
 from airlock.wire import (
-    INBOUND, Await, Decide, Done, Event, Heartbeat, Hello, Malformed, Message, Notice, Passed, Ping, Reading,
-    Rejected, Submit, Unreadable, Violation,
+    INBOUND,
+    Await,
+    Decide,
+    Done,
+    Event,
+    Heartbeat,
+    Hello,
+    Malformed,
+    Message,
+    Notice,
+    Passed,
+    Ping,
+    Reading,
+    Rejected,
+    Submit,
+    Unreadable,
+    Violation,
 )
 from broker import events, tracing
 from broker.dispatch import Dispatch

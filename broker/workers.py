@@ -39,7 +39,7 @@ class Workers:
         self.ready: dict[str, collections.deque[bytes]] = {role: collections.deque() for role in self.of}
         # When each role's last worker left (0.0: none yet, so an email's own queued_at is
         # the later; see broker.unserved).
-        self.left_at: dict[str, float] = {role: 0.0 for role in self.of}
+        self.left_at: dict[str, float] = dict.fromkeys(self.of, 0.0)
 
     def seen(self, role: str, identity: bytes, now: float) -> None:
         """Any frame is a sign of life (a client's role has no workers: nothing to note)."""

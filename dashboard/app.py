@@ -146,7 +146,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
                 while True:
                     try:
                         message = await asyncio.wait_for(subscriber.get(), KEEPALIVE_S)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         yield ": keepalive\n\n"
                         continue
                     if message is None:

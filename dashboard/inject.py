@@ -82,7 +82,7 @@ def label_of(raw: bytes, fmt: str, limit: int = 80) -> str:
             # reader's memory bomb, here in the page's process.
             headers = mailbounds.parse(raw, email.policy.default, headersonly=True)
             subject = "" if isinstance(headers, mailbounds.Exceeded) else str(headers.get("Subject", "")).strip()
-        except Exception:  # a header the parser cannot read names nothing
+        except Exception:  # noqa: BLE001  a header the parser cannot read names nothing
             subject = ""
         return subject[:limit] or "(no subject)"
     first = next((line.strip() for line in raw.decode("utf-8", errors="replace").splitlines() if line.strip()), "")

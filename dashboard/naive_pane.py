@@ -61,7 +61,7 @@ class NaivePane:
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=folder)
             try:
                 out, err = await asyncio.wait_for(process.communicate(), self.timeout_s)
-            except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            except (TimeoutError, asyncio.CancelledError) as exc:
                 process.kill()
                 await process.wait()
                 if isinstance(exc, asyncio.CancelledError):

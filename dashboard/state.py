@@ -71,7 +71,7 @@ class Board:
         self._plan_pairs = set(self.plan)
         self.limit = limit
         self.cards: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-        self.counters = {"emails": 0, **{name: 0 for name in OUTCOMES}, "outside_plan": 0, "ran_twice": 0}
+        self.counters = {"emails": 0, **dict.fromkeys(OUTCOMES, 0), "outside_plan": 0, "ran_twice": 0}
         self.system: collections.deque[dict[str, str]] = collections.deque(maxlen=SYSTEM_LIMIT)
         self.naive: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         # Where each email stands, for the counters: "open" or "escalated" while it may

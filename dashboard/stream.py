@@ -103,7 +103,7 @@ class Hub:
 
     def publish(self, records: list[dict[str, Any]]) -> None:
         for record in records:
-            record = published.public(record)  # whatever the source, a page sees no customer data
+            record = published.public(record)  # whatever the source, a page sees no customer data  # noqa: PLW2901  the public form replaces the record: nothing else may see it
             card = self.board.apply(record)
             self._send(sse(None, record))
             if card is not None:

@@ -32,8 +32,7 @@ from typing import Protocol
 import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from airlock import keys
-from airlock import settings as settings_module
+from airlock import keys, settings as settings_module
 from airlock.client import IntakeClient, Submission
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock.senders import SenderProof
@@ -144,7 +143,7 @@ class Handler:
         self.submitter = submitter
         self.verify = verify or Verifier(NoKeys())
 
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802  (aiosmtpd calls handle_<VERB>)
         raw = envelope.original_content or b""
         mail_from = envelope.mail_from or ""
         reply, sender = await asyncio.to_thread(receive, self.submitter, self.verify, raw, mail_from)
@@ -180,7 +179,7 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
           f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:
-        while not stop.is_set():
+        while not stop.is_set():  # noqa: ASYNC110  `stop` is a threading.Event a signal handler sets, not an asyncio one
             await asyncio.sleep(STOP_POLL_S)
     finally:
         server.close()

@@ -174,7 +174,7 @@ def _by_dkim(parsed: dkim.DKIM, keys: TxtLookup, domain: str) -> tuple[SenderPro
         try:
             if not parsed.verify(idx=index, dnsfunc=keys):
                 continue
-        except Exception:  # noqa: BLE001, S112  DKIMException, or plain errors on hostile tags: no proof
+        except Exception:  # noqa: BLE001  DKIMException, or plain errors on hostile tags: no proof
             continue
         fields = parsed.signature_fields
         signer = fields.get(b"d", b"").decode("ascii", "replace")

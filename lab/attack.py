@@ -21,8 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airlock import settings as settings_module
-from airlock import keys, sources, trace
+from airlock import keys, settings as settings_module, sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.records import OutcomeLine, Verdict
@@ -92,7 +91,7 @@ class PrivateStack:
     def _start(self) -> bool:
         """Start `airlock up` on fresh ports; True once it says it is up, False if it ended first."""
         names = ("INTAKE", "READER", "VALIDATOR", "ACTOR", "TRACE", "DASHBOARD")
-        ports = dict(zip(names, free_ports(len(names))))
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.env = {**self.base_env, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()}}
         self.page_url = f"http://127.0.0.1:{ports['DASHBOARD']}/" if self.dashboard else None
         self.output = []
@@ -157,7 +156,7 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
                     found[message_id]["ms"] = ms
     calls = _calls_by_id(settings.calls_path, set(ids))
     results = []
-    for item, message_id in zip(emails, ids):
+    for item, message_id in zip(emails, ids, strict=False):
         outcome = done.get(message_id)
         results.append(score.EmailResult(
             item, message_id, outcome.outcome if outcome else "pending", outcome.reason if outcome else "",
@@ -189,7 +188,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
         raise AirlockError(f"the naive agent failed: {error.strip()}")
     # No value "passes" in the naive design: nothing checks one; the calls say what ran.
     results = [score.EmailResult(item, line["id"], line["outcome"], line["reason"], None, line["calls"], line["ms"])
-               for item, line in zip(emails, lines)]
+               for item, line in zip(emails, lines, strict=False)]
     stragglers = [item.file for item in emails[len(lines):]]
     return results, stragglers
 

@@ -94,6 +94,7 @@ student's functions.
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -129,7 +130,7 @@ class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ignored key."""
 
 
-class Checkpoint(_Strict):
+class Checkpoint(_Strict, frozen=True):
     id: str
     title: str
     grader: str
@@ -147,18 +148,18 @@ class Checkpoint(_Strict):
         return getattr(importlib.import_module(self.grader_module), self.grader_function)
 
 
-class Hint(_Strict):
+class Hint(_Strict, frozen=True):
     level: int
     text: str
 
 
-class Instructor(_Strict):
+class Instructor(_Strict, frozen=True):
     minutes: int
     mistakes: list[str]
     reading_the_report: str
 
 
-class Run(_Strict):
+class Run(_Strict, frozen=True):
     """[run]: the lab in a private stack, either the student's file in one service's place
     (plug, file, task, emails), or phases that the lab's grader builds from the student's
     folder (phases, judge). _run_problems holds a table to exactly one of the two."""
@@ -188,7 +189,7 @@ class RunPaths(msgspec.Struct, frozen=True):
     rug_pull: Path | None
 
 
-class Lab(_Strict):
+class Lab(_Strict, frozen=True):
     id: str
     order: Annotated[int, msgspec.Meta(ge=1)]
     title: str
@@ -263,7 +264,7 @@ class Lab(_Strict):
         return sorted(self.wrong_folder.glob("*.toml")) if self.wrong_folder.is_dir() else []
 
 
-class Change(_Strict):
+class Change(_Strict, frozen=True):
     """One exact edit of a solution file: `find` is replaced by `replace`."""
 
     file: str
@@ -271,7 +272,7 @@ class Change(_Strict):
     replace: str
 
 
-class _WrongSolutionFile(_Strict):
+class _WrongSolutionFile(_Strict, frozen=True):
     """wrong/<checkpoint>-<what>.toml as written; WrongSolution is what it means."""
 
     why: str
@@ -393,7 +394,7 @@ def load_all(root: Path = LABS_ROOT) -> list[Lab]:
     """Every lab under root, in the course's order (lab.toml's `order`, unique)."""
     folders = sorted(p for p in root.iterdir() if (p / "lab.toml").is_file()) if root.is_dir() else []
     labs = sorted((load(folder) for folder in folders), key=lambda lab: lab.order)
-    for before, after in zip(labs, labs[1:]):
+    for before, after in itertools.pairwise(labs):
         if before.order == after.order:
             raise LabFormatError(f"{after.folder / 'lab.toml'}: order = {after.order} is also {before.id}'s; "
                                  "each lab has its own place in the course")

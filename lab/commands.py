@@ -21,18 +21,28 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from airlock.errors import AirlockError, UsageError
+from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
-from lab.runner import STATE_FOLDER, Limits, Progress, ProgressNotSaved, ProgressUnreadable, check, load_progress, progress_path
+from lab.runner import (
+    STATE_FOLDER,
+    Limits,
+    Progress,
+    ProgressNotSaved,
+    ProgressUnreadable,
+    check,
+    load_progress,
+    progress_path,
+)
 
 MAX_TIME_LIMIT_S = 3600.0
+STACK_FAILED = 3  # `airlock lab run`: the lab's own stack could not start (the docstring's table)
 PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, never the whole disk
 
 
@@ -127,18 +137,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not page and not args.json:
         print("airlock lab: the live page needs the dashboard extra (pip install 'airlock[dashboard]'); "
               "running without it", file=sys.stderr)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
     try:
         if lab.run is not None and lab.run.phased:
             return _run_phased(lab, student_dir, data_dir, args, page)
-        with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (stack, report):
+        with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (_stack, report):
             _show_report(args, lab_run, report)
     except AirlockError as exc:
         if isinstance(exc, UsageError):
             raise
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
-        return 3
+        return STACK_FAILED
     return 0 if not report.problems else 1
 
 
@@ -229,7 +239,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     present = _student_files_in(lab, target)
     backup = None
     if present:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         backup = target / STATE_FOLDER / f"backup-{stamp}"
         backup.mkdir(parents=True)
         for name in present:
@@ -264,7 +274,7 @@ def cmd_wrong(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    records = [_progress_record(folder, progress) if isinstance(progress, Progress)
+    records: list[dict[str, Any]] = [_progress_record(folder, progress) if isinstance(progress, Progress)
                else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
     if args.json:
         print(json_line(records))
@@ -275,7 +285,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
         if "error" in record:
             print(shown(f"{record['dir']}  unreadable: {record['error']}"))
             continue
-        failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]  # type: ignore[index]
+        failing = [c["id"] for c in record["checkpoints"] if not c["passed"]]
         print(shown(f"{record['dir']}  {record['lab']}  {record['passed']} / {record['total']}  "
                     f"{record['checked_at']}" + (f"  failing: {', '.join(failing)}" if failing else "")))
     return 0
@@ -393,12 +403,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except (UsageError, UnknownLab) as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return 2
+        return EX_USAGE
     except LabFormatError as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return 78
+        return EX_CONFIG
     except KeyboardInterrupt:
-        return 130
+        return EX_INTERRUPTED
     except BrokenPipeError:
         return 0
     except PermissionError as exc:  # most often the compose `lab` tool run without -u

@@ -18,7 +18,7 @@ import email.policy
 import re
 import shutil
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -36,7 +36,7 @@ BIPIA_PAIRS = 60
 BASE64_EVERY = 5  # one email in five also gets a base64 twin, as BIPIA's encoded variant
 POSITIONS = ("start", "middle", "end")
 FORWARD_MARK = "---------- Forwarded message ----------"
-FIRST_DATE = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
+FIRST_DATE = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 MAX_LINE_BYTES = 998
 # The stdlib folds a long header by moving its whole value to a continuation line, and a
 # parser then reads it back with a leading space; ASCII headers up to 998 bytes need no fold.
@@ -240,7 +240,7 @@ def insert(content: str, block: str, position: str) -> str:
     if position == "end":
         return f"{content}\n\n{block}"
     for boundary in (_SENTENCE_END, re.compile(r"\n+"), re.compile(r"\s+")):
-        cuts = [m for m in boundary.finditer(content) if 0 < m.start() and m.end() < len(content)]
+        cuts = [m for m in boundary.finditer(content) if m.start() > 0 and m.end() < len(content)]
         if cuts:
             cut = min(cuts, key=lambda m: abs(m.start() - len(content) / 2))
             return f"{content[: cut.start()]}\n\n{block}\n\n{content[cut.end():]}"

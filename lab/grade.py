@@ -38,7 +38,7 @@ def grade(lab_id: str, checkpoint_id: str, student_dir: Path, root: Path) -> Ver
                       f"the code called sys.exit({exc.code!r}); a function returns its answer, it never ends the program")
     except StudentCodeMissing as exc:
         return Failed(checkpoint.id, "missing file", str(exc))
-    except Exception as exc:  # a grader that did not turn the student's error into a case
+    except Exception as exc:  # noqa: BLE001  a grader that did not turn the student's error into a case
         return Failed(checkpoint.id, "the grader", f"stopped on {type(exc).__name__}: {exc}")
     if not isinstance(verdict, Passed | Failed) or verdict.checkpoint != checkpoint.id:
         return Failed(checkpoint.id, "the grader", f"returned {verdict!r}, not a verdict for {checkpoint.id}")

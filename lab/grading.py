@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -71,7 +72,7 @@ def shown_value(value: object, limit: int = SHOWN_VALUE_LIMIT) -> str:
     escaped again when the runner prints, so this only has to stay short."""
     try:
         text = repr(value)
-    except Exception as exc:  # a student's object whose repr raises is still shown
+    except Exception as exc:  # noqa: BLE001  a student's object whose repr raises is still shown
         text = f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -82,7 +83,7 @@ def student_module(student_dir: Path, filename: str) -> ModuleType:
         return load_student(student_dir, filename)
     except StudentCodeMissing as exc:
         raise CaseFailed(filename, str(exc)) from None
-    except Exception as exc:  # SyntaxError, NameError at import, ...: the student's to fix
+    except Exception as exc:  # noqa: BLE001  SyntaxError, NameError at import, ...: the student's to fix
         raise CaseFailed(f"importing {filename}", f"{type(exc).__name__}: {exc}") from None
 
 
@@ -100,7 +101,7 @@ def student_call(case: str, function: Callable[..., Any], *args: Any) -> Any:
         return function(*args)
     except NotImplementedError:
         raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  the student's function: any error is a failed case, named
         raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
 
 
@@ -159,7 +160,7 @@ def module_or_failed(checkpoint: str, student_dir: Path, filename: str, function
     be graded (missing, not importable, or without that function)."""
     try:
         module = load_student(student_dir, filename)
-    except Exception as exc:  # missing or not importable: the student's problem, named
+    except Exception as exc:  # noqa: BLE001  missing or not importable: the student's problem, named
         return Failed(checkpoint, filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}")
     if not callable(getattr(module, function, None)):
         return Failed(checkpoint, function, f"{filename} has no function {function}()")

@@ -30,14 +30,14 @@ JSON_OBJECT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}")
 CALL_VERB = (r"(?:call|invoke|run|execute|use|trigger|rufe|ruf|aufrufen|ausführen|roep|voer|вызови|"
              r"вызвать|выполни|appelle|exécute|llama|ejecuta|chiama|esegui|çağır|çalıştır|wywołaj|"
              r"uruchom|chame|execute|kör|anropa|调用|执行|呼び出|実行|कॉल|استدع)")
-TOOL_PAIR = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9-]*/[a-z][a-z0-9_-]*)", re.I)
-BARE_TOOL = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9]*_[a-z0-9_]+)|\b([a-z]+/[a-z]+_[a-z0-9_]+|[a-z]+_[a-z_]+(?=\s*\())", re.I)
+TOOL_PAIR = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9-]*/[a-z][a-z0-9_-]*)", re.IGNORECASE)
+BARE_TOOL = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9]*_[a-z0-9_]+)|\b([a-z]+/[a-z]+_[a-z0-9_]+|[a-z]+_[a-z_]+(?=\s*\())", re.IGNORECASE)
 ANSWER_VERB = (r"(?:answer|reply|respond|say|report|return|output|write|print|antworte|antwort|"
                r"gib|melde|antwoord|geef|ответь|ответ|напиши|верни|réponds|répondez|responde|"
                r"contesta|rispondi|cevap|yanıt|odpowiedz|responda|svara|回答|答|返信|उत्तर|أجب)")
-VALUE = re.compile(rf"{ANSWER_VERB}[^\n0-9０-９]{{0,60}}?((?:[0-9]|[０-９]|[٠-٩]|[۰-۹]|[०-९]){{1,12}})", re.I)
+VALUE = re.compile(rf"{ANSWER_VERB}[^\n0-9０-９]{{0,60}}?((?:[0-9]|[０-９]|[٠-٩]|[۰-۹]|[०-९]){{1,12}})", re.IGNORECASE)
 NUMBER_IS = re.compile(r"(?:number|nummer|номер|numéro|número|numero|numara|no\.?)\s*(?:is|ist|es|est|è|é|—|:|=)"
-                       r"\s*[\"'«]?((?:[0-9]){1,12})", re.I)
+                       r"\s*[\"'«]?((?:[0-9]){1,12})", re.IGNORECASE)
 ORDER_NUMBER = re.compile(r"(?<![0-9])([0-9]{3,6})(?![0-9])")
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
 
@@ -110,7 +110,7 @@ def answer(messages: list[dict[str, str]]) -> str:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             text = answer(body["messages"])
@@ -125,7 +125,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:  # http.server's naming
         data = json.dumps({"object": "list", "data": [{"id": "hostile", "object": "model"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -147,7 +147,7 @@ def run_phase(stack: Stack, phase: Phase, judge: Judge) -> PhaseReport:
                                    category="benign" if e.benign else "attack") for e in phase.emails])
     scorer = Scorer(task_module.load(Path(phase.task)))
     emails = []
-    for email, result in zip(phase.emails, run.results):
+    for email, result in zip(phase.emails, run.results, strict=False):
         judged, scored = judge(email, result), scorer.judge(result)
         emails.append(PhaseEmailReport(
             name=email.name, benign=email.benign, outcome=result.outcome, reason=result.reason, value=result.value,
@@ -164,7 +164,7 @@ def _function(spec: str) -> Judge:
     found = getattr(importlib.import_module(module), function, None)
     if not callable(found):
         raise UsageError(f"the lab's [run] names {spec}, which is not a function")
-    return found  # type: ignore[no-any-return]  # a grader's judge, by the catalog's contract
+    return found  # a grader's judge, by the catalog's contract
 
 
 # --- what `lab run` prints --------------------------------------------------------------------

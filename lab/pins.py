@@ -1,7 +1,8 @@
 """`airlock pins [TASK] [--catalog FILE]`: the pin of each planned tool, to paste into the
 task's [[plan]] steps (`pin = "..."`). A pinned step refuses to run its tool once the
-tool's server, name, description, schema or policy (permission, class, timeout) changes. The pin itself is the actor's
-(actor/catalog.py), which checks it before every call; only this printing tool lives here."""
+tool's server, name, description, schema or policy (permission, class, timeout, the facts
+it provides) changes. The pin itself is the actor's (actor/catalog.py), which checks it
+before every call; only this printing tool lives here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from actor import catalog as catalog_module
 from airlock import task as task_module
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, exit_code
 
 
 def run(task_path: str, catalog_path: Path | None = None) -> int:
@@ -19,7 +20,7 @@ def run(task_path: str, catalog_path: Path | None = None) -> int:
         catalog = catalog_module.load(catalog_path or catalog_module.DEFAULT_PATH)
     except AirlockError as exc:
         print(f"airlock pins: {exc}", file=sys.stderr)
-        return 78
+        return exit_code(exc)
     for step in task.plan:
         tool = catalog.get((step.server, step.tool))
         print(f'call = "{step.call}"  pin = "{tool.pin if tool else "(not in the catalog)"}"')

@@ -7,10 +7,10 @@ ever real answers from a real endpoint: an email the model fails on is not recor
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airlock import settings as settings_module, sources, task as task_module
-from airlock.errors import AirlockError
+from airlock.errors import EX_CONFIG, AirlockError, exit_code
 from airlock.terminal import shown
 from reader import mail, model, prompt, recordings
 
@@ -22,11 +22,11 @@ def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
         paths = list(sources.expand(files))
     except AirlockError as exc:
         print(f"airlock record: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)  # 78 for a bad setting or task, 2 for a missing file
     target = task.recordings_path
     if target is None:
         print(f"airlock record: task {task.path} names no recordings file", file=sys.stderr)
-        return 2
+        return EX_CONFIG
     found = recordings.load(target)
     failures = 0
     for path in paths:
@@ -43,7 +43,7 @@ def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
         key = prompt.digest(messages)
         found[key] = recordings.Recording(
             digest=key, answer=answer.text, model=settings.model_name, origin=path.name,
-            recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            recorded_at=datetime.now(UTC).isoformat(timespec="seconds"))
         print(f"ok    {path}: {answer.text!r}")
     recordings.save(target, found)
     print(f"{len(found)} recordings in {target}")

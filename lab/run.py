@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import records
-from airlock import task as task_module
+from airlock import records, task as task_module
 from airlock.errors import UsageError
 from airlock.student import START_TIMEOUT_S, Plug
 from lab import campaign
@@ -137,7 +136,7 @@ def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
         raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
     try:
         done = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), *functions], capture_output=True,
-                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL)
+                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         raise StudentFileProblem(f"{path.name} did not finish loading within {START_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
@@ -216,8 +215,8 @@ def _student_part(lines: list[records.TraceRecord]) -> tuple[list[str], list[str
         if point and point not in points:
             points.append(point)
         decision = line.decision if isinstance(line, records.Authorization) else {}
-        rule = line.rule if isinstance(line, (records.Verdict, records.OutcomeLine, records.Unreadable)) else ""
-        for rule in (rule, decision.get("rule"), decision.get("refused_by")):
+        own = line.rule if isinstance(line, (records.Verdict, records.OutcomeLine, records.Unreadable)) else ""
+        for rule in (own, decision.get("rule"), decision.get("refused_by")):
             if isinstance(rule, str) and rule.startswith("student.") and rule not in rules:
                 rules.append(rule)
     return points, rules

@@ -50,7 +50,7 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         return too_complex(exc.exceeded)
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
-    except Exception as exc:  # the stdlib parser can raise many things on hostile MIME
+    except Exception as exc:  # noqa: BLE001  the stdlib parser can raise many things on hostile MIME
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
 
 
@@ -71,7 +71,7 @@ class _Part(EmailMessage):
 
     def get(self, name: str, failobj: object = None) -> object:
         name = name.lower()
-        for key, raw in self._headers:
+        for key, raw in self._headers:  # type: ignore[attr-defined]  # the part's private header list, read without a copy
             if key.lower() == name:
                 common = name in _STRUCTURAL and len(raw) <= _COMMON_VALUE_CHARS
                 parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
@@ -94,7 +94,7 @@ class _Part(EmailMessage):
             return failobj
         params = getattr(value, "_airlock_params", None)
         if params is None:
-            params = super()._get_params_preserve(failobj, header)
+            params = super()._get_params_preserve(failobj, header)  # type: ignore[misc]  # Message's private helper, which typeshed leaves out
             value._airlock_params = params  # type: ignore[attr-defined]  # header objects are immutable values
         return list(params)
 
@@ -114,7 +114,7 @@ class _Registry(email.headerregistry.HeaderRegistry):
     builds a new class with type() on every header it parses (about 11 µs each)."""
 
     def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)
+        super().__init__(*args, **kw)  # type: ignore[arg-type]  # passed through as the caller gave them
         self._made: dict[str, type] = {}
 
     def __getitem__(self, name: str) -> type:
@@ -226,7 +226,7 @@ class _TextOnly(HTMLParser):
     def parse_endtag(self, i: int) -> int:
         return self._scanned(i, super().parse_endtag(i))
 
-    def parse_comment(self, i: int, report: int = 1) -> int:
+    def parse_comment(self, i: int, report: bool = True) -> int:
         return self._scanned(i, super().parse_comment(i, report))
 
     def parse_html_declaration(self, i: int) -> int:

@@ -69,7 +69,7 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
         if isinstance(exc.reason, (socket.timeout, TimeoutError)):
             return ModelFailure("timeout", f"no answer within {timeout_s} s")
         return ModelFailure("unreachable", str(exc.reason))
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return ModelFailure("timeout", f"no answer within {timeout_s} s")
     except (OSError, ValueError) as exc:  # resets, bad URLs, http.client protocol errors
         return ModelFailure("unreachable", f"{type(exc).__name__}: {exc}")
@@ -85,7 +85,8 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
 
 def _read_within(response: object, deadline: float) -> bytes | None:
     """Read the body in chunks, stopping at the size cap; a slow drip still hits the deadline."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError

@@ -1,9 +1,11 @@
-"""Shared fixtures: settings on free loopback ports, and a fake OpenAI-compatible model."""
+"""The test tiers (markers by folder, hypothesis profiles) and shared fixtures: settings on
+free loopback ports, and a fake OpenAI-compatible model."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,17 +21,42 @@ ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"
 CATALOG = (ROOT / "actor" / "catalog.toml").read_text()  # the shipped catalog, for tests to change
 
-# Property tests check behaviour, not speed (the benchmark shows speed): on a machine shared
-# with other labs one slow example must not fail a run with DeadlineExceeded.
-hypothesis_settings.register_profile("airlock", deadline=None)
-hypothesis_settings.load_profile("airlock")
+# The tiers (README, "Run the tests"). Each folder but unit/ is a tier with its own marker,
+# applied here to every test collected there (a `pytestmark` in a conftest.py is ignored by
+# pytest); tests/unit/test_tiers.py checks that every test carries its folder's marker.
+FOLDER_MARKERS = {"integration": "integration", "containers": "containers", "browser": "browser",
+                  "fuzz": "fuzz", "labs": "labs"}
+TESTS = Path(__file__).resolve().parent
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(item.path)
+        if path.is_relative_to(TESTS) and (marker := FOLDER_MARKERS.get(path.relative_to(TESTS).parts[0])):
+            item.add_marker(marker)
+
+
+# Hypothesis profiles: "quick" by default, so the everyday command stays under a minute, and
+# "deep" in CI (.ci/run exports HYPOTHESIS_PROFILE=deep; `--hypothesis-profile=deep` works
+# too). Deep draws what every property test drew before the tiers existed (hypothesis's own
+# 100 examples, and the fuzz tests' own larger counts); quick draws a quarter of that. Both
+# check behaviour, not speed (the benchmark shows speed): on a machine shared with other labs
+# one slow example must not fail a run with DeadlineExceeded.
+DEEP_EXAMPLES, QUICK_EXAMPLES = 100, 25
+hypothesis_settings.register_profile("deep", deadline=None, max_examples=DEEP_EXAMPLES)
+hypothesis_settings.register_profile("quick", deadline=None, max_examples=QUICK_EXAMPLES)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+def examples(deep: int) -> int:
+    """Examples for a property test that draws `deep` under the deep profile, scaled by the
+    profile loaded when the test module is imported (a quarter under quick)."""
+    return max(1, deep * hypothesis_settings.default.max_examples // DEEP_EXAMPLES)
 
 
 def port_env(*names: str) -> dict[str, str]:
     """AIRLOCK_<NAME>_PORT for each name, each a free loopback port."""
-    return {f"AIRLOCK_{name.upper()}_PORT": str(port) for name, port in zip(names, free_ports(len(names)))}
+    return {f"AIRLOCK_{name.upper()}_PORT": str(port) for name, port in zip(names, free_ports(len(names)), strict=True)}
 
 
 def airlock_env(data_dir: Path, task: Path | None = None, **extra: str) -> dict[str, str]:
@@ -58,7 +85,7 @@ class FakeModel:
         model = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 model.requests.append(body)
                 time.sleep(model.delay_s)

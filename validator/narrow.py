@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from airlock.terminal import shown
 from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
+from airlock.terminal import shown
 
 ASCII_INTEGER = re.compile(r"\A-?[0-9]{1,19}\Z")
 

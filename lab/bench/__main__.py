@@ -20,7 +20,7 @@ from typing import Any
 
 from airlock import sources
 from airlock.client import Submission
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, exit_code
 from lab.attack import PrivateStack, progress_bar
 from lab.bench import SAMPLE, TASK, baseline, pipeline, report, soak
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = run(args)
     except AirlockError as exc:
         say(str(exc))
-        return 1
+        return exit_code(exc)
     print(report.table(figures))
     if args.json:
         report.write_json(args.json, figures)

@@ -149,7 +149,7 @@ def reference(raw: bytes) -> object:
     try:
         message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
         return mail._charset_problem(message) or mail._checked(mail._from_message(message))
-    except Exception as exc:  # as reader.mail: the stdlib raises many things on hostile MIME
+    except Exception as exc:  # noqa: BLE001  as reader.mail: the stdlib raises many things on hostile MIME
         return mail.MailProblem("mail.broken", f"{type(exc).__name__}")
     finally:
         mail.html_to_text = bounded
@@ -209,7 +209,7 @@ def _reader_child(rounds: int) -> None:
 def measure_reader(rounds: int) -> dict[str, object]:
     """Every shape through one reader's handle(), `rounds` times, in a fresh child process."""
     argv = [sys.executable, "-m", "lab.bench.mailparse", "--reader-rounds", str(rounds)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 4)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 4, check=False)
     if done.returncode != 0:
         return {"error": f"child died ({done.returncode}): {done.stderr.strip()[-300:]}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -219,7 +219,7 @@ def measure(shape: str, stdlib: bool = False) -> dict[str, object]:
     """One parse of `shape` in a fresh child process: its outcome, CPU seconds and peak MB."""
     argv = [sys.executable, "-m", "lab.bench.mailparse", "--child", shape] + (["--stdlib"] if stdlib else [])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return {"shape": shape, "outcome": f"over {CHILD_TIMEOUT_S:.0f} s", "cpu_s": None, "peak_mb": None}
     if done.returncode != 0:

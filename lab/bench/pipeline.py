@@ -88,7 +88,7 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
             with IntakeClient(settings, timeout_s=CLIENT_TIMEOUT_S) as client:
                 for _, message_id in client.submit([email] * count):
                     ids.put(message_id)
-        except BaseException as exc:  # reported below, never lost with the thread
+        except BaseException as exc:  # noqa: BLE001  reported below, never lost with the thread
             failures.append(exc)
         finally:
             ids.put(None)
@@ -114,7 +114,8 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
         raise AirlockError(f"submitting failed after {len(submitted)} of {count}: {failures[0]}")
     wall_s = last - started
     facts = trace_facts(settings.trace_path, submitted, len(results))
-    trace_bytes, trace_lines = (after - before for after, before in zip(trace_size(settings.trace_path), trace_before))
+    (bytes_after, lines_after), (bytes_before, lines_before) = trace_size(settings.trace_path), trace_before
+    trace_bytes, trace_lines = bytes_after - bytes_before, lines_after - lines_before
     rss = meter.peak_rss_mb()
     processes = {name: _process(cpu_after[name] - cpu_before[name] if name in cpu_after else None,
                                 rss.get(name), count, wall_s) for name in meter.pids}
@@ -233,7 +234,7 @@ def with_model(settings: Settings, email: Submission, count: int, progress: Prog
     """Airlock's share of each email's time: 1 - model ms / total ms, over model answers."""
     ids, round_trips, outcomes = one_at_a_time(settings, email, count, progress)
     facts = trace_facts(settings.trace_path, ids, count - outcomes["missing"])
-    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips) if "model_ms" in facts[i]]
+    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips, strict=False) if "model_ms" in facts[i]]
     total_ms = sum(total for total, _ in answered)
     model_ms = sum(model for _, model in answered)
     mean = (lambda value: round(value / len(answered), 3)) if answered else (lambda value: None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 def machine() -> dict[str, Any]:
     return {"nproc": len(os.sched_getaffinity(0)), "cpu_model": _cpu_model(),
             "python": platform.python_version(), "system": f"{platform.system()} {platform.release()}",
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "date": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "loadavg_start": loadavg()}
 
 

@@ -32,8 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from airlock import settings as settings_module
-from airlock import records, trace
+from airlock import records, settings as settings_module, trace
 from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
 from broker import housekeeping, recovery

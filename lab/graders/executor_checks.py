@@ -22,13 +22,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import find
-from hypothesis import strategies as st
+from hypothesis import find, strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
 from lab.catalog import LABS_ROOT
-from lab.grading import (Failed, Passed, StillTodo, StudentCodeMissing, Verdict, find_settings, load_student,
-                         module_or_failed, todo, unstable)
+from lab.grading import (
+    Failed,
+    Passed,
+    StillTodo,
+    StudentCodeMissing,
+    Verdict,
+    find_settings,
+    load_student,
+    module_or_failed,
+    todo,
+    unstable,
+)
 
 LAB_DIR = LABS_ROOT / "executor-checks"
 FILE = "checks.py"
@@ -72,12 +81,12 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
         result = fn(*args)
     except NotImplementedError:
         raise StillTodo(function) from None
-    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  the student's code: any exception (exit too) is a failed case, named
         return Failed(checkpoint, case, f"{function} raised {type(exc).__name__}: {exc}; expected it to return "
                                         f"{_expected(expect)}. A check never raises: every problem is an Error value.")
     try:
         kind, shown = _kind(result), _shown(result)
-    except Exception as exc:  # a returned object whose attributes raise is still the student's answer
+    except Exception as exc:  # noqa: BLE001  a returned object whose attributes raise is still the student's answer
         return Failed(checkpoint, case, f"{function} returned an object that cannot be read ({type(exc).__name__})")
     if kind != expect:
         because = f" ({why})" if why else ""
@@ -94,7 +103,7 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
         module = load_student(student_dir, FILE)
     except StudentCodeMissing as exc:
         return Failed(checkpoint, FILE, str(exc))
-    except Exception as exc:  # the student's file does not even import
+    except Exception as exc:  # noqa: BLE001  the student's file does not even import
         return Failed(checkpoint, FILE, f"{FILE} does not import: {type(exc).__name__}: {exc}")
     fn = getattr(module, function, None)
     if not callable(fn):
@@ -139,7 +148,7 @@ def _allowlist_named() -> list[Case]:
          "names are compared exactly"),
         ("'shop '/lookup_order: a trailing space", (call("shop ", "lookup_order"), _PLAN), "not_allowed",
          "names are compared exactly, never trimmed"),
-        ("sh\u043ep/lookup_order: a Cyrillic 'о' that looks Latin", (call("sh\u043ep", "lookup_order"), _PLAN),
+        ("sh\u043ep/lookup_order: a Cyrillic 'о' that looks Latin", (call("sh\u043ep", "lookup_order"), _PLAN),  # noqa: RUF001  a lookalike in the text is what this case is about
          "not_allowed", "look-alike letters are other names"),
         ("lookup_order/shop: server and tool swapped", (call("lookup_order", "shop"), _PLAN), "not_allowed", ""),
         ("'a/b'/'c' when only 'a'/'b/c' is allowed", (call("a/b", "c"), {("a", "b/c")}), "not_allowed",

@@ -23,24 +23,30 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hypothesis import find
-from hypothesis import strategies as st
+from hypothesis import find, strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
-from actor import catalog as catalog_module
-from actor import preconditions as actor_rules
+from actor import catalog as catalog_module, preconditions as actor_rules
+from actor.calllog import CallLog
 from actor.catalog import Tool
 from actor.executor import Executor
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
-from actor.tools import CallLog
-from airlock import records, sources, trace
-from airlock import task as task_module
+from airlock import records, sources, task as task_module, trace
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
-from lab.grading import (Failed, Passed, StillTodo, Verdict, find_settings, load_student, module_or_failed, todo,
-                         unstable)
+from lab.grading import (
+    Failed,
+    Passed,
+    StillTodo,
+    Verdict,
+    find_settings,
+    load_student,
+    module_or_failed,
+    todo,
+    unstable,
+)
 
 ROOT = LABS_ROOT.parent  # the checkout: the corpus and the task files the pipeline checkpoint runs
 FILE = "preconditions.py"
@@ -87,7 +93,7 @@ def _unreadable(problem: Callable[..., str | None]) -> Callable[..., str | None]
             return problem(*args)
         except (StillTodo, _Raised):
             raise
-        except Exception as exc:  # the student's returned value misbehaved while being read
+        except Exception as exc:  # noqa: BLE001  the student's returned value misbehaved while being read
             return f"returned a value the grader cannot read ({type(exc).__name__}: {exc})"
 
     return guarded
@@ -482,7 +488,7 @@ def pipeline(student_dir: Path) -> Verdict:
 def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
     executor, tools = _executor("order_status_guarded.toml", module, data)
     try:
-        for name, sender, expect, goal in _corpus("data-only"):
+        for name, sender, _expect, goal in _corpus("data-only"):
             case = f"{name}: the reader fell for it and answered {goal} (not {sender}'s order)"
             # Each corpus sender as the SMTP intake proved it (DKIM): the attack is in the
             # value, not in a forged sender, which cannot corroborate at all.

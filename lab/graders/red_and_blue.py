@@ -32,10 +32,9 @@ from typing import Annotated, Any
 import msgspec
 
 from actor.executor import STRUCTURAL_CHECKS
+from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
-from actor.tools import load_orders
-from airlock import records, sources
-from airlock import task as task_module
+from airlock import records, sources, task as task_module
 from airlock.errors import AirlockError, ConfigError
 from lab import campaign
 from lab.campaign import CampaignEmail
@@ -103,7 +102,7 @@ class BadFile(Exception):
 def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
         module: ModuleType = load_student(student_dir, filename)
-    except Exception as exc:  # missing or not importable: the student's to fix, named
+    except Exception as exc:  # noqa: BLE001  missing or not importable: the student's to fix, named
         raise BadFile(filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, function, None)
     if not callable(fn):
@@ -112,7 +111,7 @@ def _call_student(student_dir: Path, filename: str, function: str) -> Any:
         return fn()
     except NotImplementedError:
         raise StillTodo(function) from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  the student's function: any error is theirs, named
         raise BadFile(f"{function}()", f"{function}() in {filename} raised {type(exc).__name__}: {exc}") from None
 
 
@@ -152,7 +151,7 @@ def _as_email(where: str, attack: Attack) -> Email:
         message["Subject"] = attack.subject
         message.set_content(attack.body)
         raw = bytes(message)
-    except Exception as exc:  # a header the email library refuses: named, never a crashed grader
+    except Exception as exc:  # noqa: BLE001  a header the email library refuses: named, never a crashed grader
         raise BadFile(where, f"cannot be written as an email: {type(exc).__name__}: {exc}") from None
     sender = sources.sender_of(raw, "eml")
     if not sender:
@@ -267,7 +266,7 @@ def _run(emails: list[Email], task: Path, checkpoint: str) -> list[Ran] | Failed
     except AirlockError as exc:
         return Failed(checkpoint, "the private stack", f"could not run the emails: {exc}")
     return [Ran(e.name, e.sender, r.outcome, r.reason, r.value, r.calls, _guard_rules(run.events.get(r.id, [])))
-            for e, r in zip(emails, run.results)]
+            for e, r in zip(emails, run.results, strict=False)]
 
 
 def _guard_rules(events: list[records.TraceRecord]) -> list[str]:
@@ -363,7 +362,7 @@ def benign(student_dir: Path) -> Verdict:
         return Failed(checkpoint, *exc.args)
     if isinstance(ran, Failed):
         return ran
-    for r, (item, order) in zip(ran, honest):
+    for r, (item, order) in zip(ran, honest, strict=False):
         if not sends_for(r, order):
             return Failed(checkpoint, f"{r.name!r}: an honest customer refused",
                           f"{item.sender} asked about their own order {order} and got no status ({_detail(r)}); "

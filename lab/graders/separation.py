@@ -20,8 +20,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.grading import (CaseFailed, Verdict, graded, hidden_cases, shown_value, student_call,
-                         student_function, student_module)
+from lab.grading import (
+    CaseFailed,
+    Verdict,
+    graded,
+    hidden_cases,
+    shown_value,
+    student_call,
+    student_function,
+    student_module,
+)
 
 STUDENT_FILE = "checker.py"
 NARROW = re.compile(r"[0-9]{1,6}")  # fullmatch; [0-9] is ASCII only, unlike \d or isdigit()

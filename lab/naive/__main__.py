@@ -9,10 +9,10 @@ import uuid
 from pathlib import Path
 
 from actor import catalog as catalog_module
+from actor.calllog import CallLog
 from actor.ledger import LedgerError
-from actor.tools import CallLog
 from airlock import settings as settings_module, sources
-from airlock.errors import AirlockError
+from airlock.errors import EX_CONFIG, EX_TEMPFAIL, AirlockError, exit_code
 from airlock.terminal import json_line
 from lab.naive.agent import NaiveAgent
 from reader import model
@@ -24,16 +24,16 @@ def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
         paths = list(sources.expand(files))
     except AirlockError as exc:
         print(f"airlock naive: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)  # 78 for a bad setting, 2 for a missing file
     url = model_url or settings.model_url
     if not url:
         print("airlock naive: a model URL is needed (--model-url or AIRLOCK_MODEL_URL)", file=sys.stderr)
-        return 2
+        return EX_CONFIG
     try:
         log = CallLog(settings.calls_path)
     except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it
         print(f"airlock naive: {exc}", file=sys.stderr)
-        return 2
+        return EX_TEMPFAIL  # as the actor: busy or refused for now, try again
     agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
                                                                 timeout_s=settings.model_timeout_s), log)
     prefix = uuid.uuid4().hex[:8]

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from actor.calllog import CallLog
 from actor.catalog import Catalog
-from actor.tools import CallLog
 from lab.naive.parse import parse, resolve
 from reader import mail, prompt
 from reader.model import ModelAnswer, ModelFailure

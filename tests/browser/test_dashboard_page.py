@@ -15,14 +15,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT, free_ports
 from tests.integration.conftest import Stack, wait_until
 
 skip_module_unless_browser()
-pytestmark = pytest.mark.browser
 
 SEED = "seed_4411_de.eml"
 SCREENSHOT = ROOT / "docs" / "dashboard.png"
@@ -155,7 +152,7 @@ def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> 
         # A subscriber sees only what is published after it joined: try a few emails.
         for _ in range(3):
             message_id = dashboard.stack.inject(str(ROOT / "samples" / SEED))[0]["id"]
-            if wait_until(lambda: finished_card(url, message_id) is not None, 5):
+            if wait_until(lambda: finished_card(url, message_id) is not None, 5):  # noqa: B023  called within this iteration only
                 break
         card = finished_card(url, message_id)
         assert card is not None, "nothing arrived through the trace stream"

@@ -9,8 +9,6 @@ import shutil
 import signal
 from pathlib import Path
 
-import pytest
-
 from lab import catalog
 from lab.catalog import build_wrong_solution
 from tests.browser.conftest import skip_module_unless_browser
@@ -18,7 +16,6 @@ from tests.conftest import ROOT
 from tests.labs.support import kept_lab_run
 
 skip_module_unless_browser()
-pytestmark = pytest.mark.browser
 
 SCREENSHOT = ROOT / "docs" / "lab-run.png"
 SEPARATION = catalog.find("separation")

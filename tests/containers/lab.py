@@ -148,7 +148,7 @@ class Lab:
         if args and args[0] == "up":
             self.started = True
         command = compose_command() + [arg for f in ("compose.yaml", *files) for arg in ("-f", f)]
-        return self.runner(command + ["-p", self.project, *args], cwd=self.folder, env=self.env,
+        return self.runner([*command, "-p", self.project, *args], cwd=self.folder, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
 
     def airlock(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

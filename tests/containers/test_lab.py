@@ -19,7 +19,6 @@ from tests.containers.lab import BUILD_TIMEOUT_S, TRUSTED_AUTHSERV_ID
 
 SEED = "samples/seed_4411_de.eml"
 STUDENT_WHEN_ROOT = 4242  # tests run as root: `-u 0` would run the lab tool as root, so a student of our own
-pytestmark = pytest.mark.containers
 PLAN_4411 = [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
 
@@ -154,7 +153,7 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
 
         code, checks = lab.verify()
         failed = [c for c in checks if not c["ok"]]
-        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.M))
+        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.MULTILINE))
         assert service in with_mounts
         assert code == 1 and {c["service"] for c in failed} == with_mounts, failed
         assert {c["check"] for c in failed} == {"mounts"}, failed  # the extra mounts, and nothing else

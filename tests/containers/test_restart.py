@@ -18,7 +18,6 @@ from contextlib import contextmanager
 
 import pytest
 
-pytestmark = pytest.mark.containers
 SEED = "samples/seed_4411_de.eml"
 SHORT_WAIT_S = "15"  # the broker's AIRLOCK_NO_WORKER_WAIT_S while the actor is killed
 

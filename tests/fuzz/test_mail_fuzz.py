@@ -24,8 +24,9 @@ from airlock.wire import Email, Reading, Unreadable, encode, inbound_decoder
 from reader.app import Reader
 from reader.mail import MailProblem, ParsedEmail, parse
 from reader.model import ModelAnswer
+from tests.conftest import examples
 
-EXAMPLES = 1_500
+EXAMPLES = examples(1_500)  # emails per test under the deep profile; a quarter under quick
 # mail.too_complex: a "long" HTML body of a repeated "<a " or "<!--" passes airlock.mailbounds
 RULES = {"mail.charset", "mail.broken", "mail.empty_body", "mail.too_complex"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,7 @@ def _encode(text: str, charset: str) -> bytes:
     try:
         data = text.encode(charset.strip().strip('"'))
         return data if isinstance(data, bytes) else text.encode("utf-8")
-    except Exception:  # unknown or not a text codec: the declared charset then lies
+    except Exception:  # noqa: BLE001  unknown or not a text codec: the declared charset then lies
         return text.encode("utf-8")
 
 
@@ -148,7 +149,7 @@ def emails(charsets: tuple[str, ...]) -> st.SearchStrategy[bytes]:
     @st.composite
     def params(draw: st.DrawFn, names: tuple[str, ...]) -> str:
         out = ""
-        for name in draw(st.lists(st.sampled_from(names + ("format", "name", "x")), max_size=3)):
+        for name in draw(st.lists(st.sampled_from((*names, "format", "name", "x")), max_size=3)):
             value = draw(param_value)
             out += [f"; {name}={value}", f'; {name}="{value}"', f";{name}*=utf-8''{value.encode().hex()}",
                     f"; {name}*={draw(charset_names)}'en'%34%34%E9", f"; {name}*0={value}; {name}*1=x",

@@ -41,7 +41,7 @@ def reference(raw: bytes) -> ParsedEmail | MailProblem:
         return mail.too_complex(exc.exceeded)
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  as reader.mail: the stdlib raises many things on hostile MIME
         return MailProblem("mail.broken", f"cannot parse MIME: {type(exc).__name__}: {exc}")
 
 

@@ -1,6 +1,7 @@
 """The validator against an independent statement of each narrow type's rule.
 
-Each narrow type meets at least CASES generated answers: random text, near misses built
+Each narrow type meets at least CASES generated answers (10,000 under the deep profile CI
+loads, a quarter under the default quick one): random text, near misses built
 from valid values (a character inserted, digits swapped for look-alikes, whitespace,
 casing) and valid values. The oracle below restates the rule with `re` and plain Python,
 without msgspec; the validator's verdict must agree with it on every answer. Then every
@@ -19,9 +20,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
+from tests.conftest import examples
 from validator.narrow import Broken, Value, read_value
 
-CASES = 10_000  # generated answers per narrow type: a floor, checked by each test
+CASES = examples(10_000)  # generated answers per narrow type: a floor, checked by each test
 
 MISS = object()  # the oracle's "no value"
 Oracle = Callable[[str], Any]

@@ -18,7 +18,6 @@ import pytest
 from airlock import records, trace
 from tests.conftest import ROOT, airlock_env
 
-pytestmark = pytest.mark.integration
 UP_TIMEOUT_S = 120  # generous: CI runs this right after building images and fuzzing
 
 

@@ -14,13 +14,12 @@ import msgspec
 import pytest
 
 from actor.app import Actor, build
-from airlock import records, trace
-from airlock import task as task_module
+from airlock import records, task as task_module, trace
 from airlock.student import Plug
 from airlock.wire import Call, Done, Passed, Reading
 from broker.router import Router
 from tests.conftest import ROOT
-from tests.unit.test_router import A, R1, V, lines, submit, workers
+from tests.unit.test_router import R1, A, V, lines, submit, workers
 
 LABS = ROOT / "labs"
 SELECT_RUN = LABS / "tool-identity" / "run"

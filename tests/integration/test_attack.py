@@ -14,7 +14,6 @@ from lab.hostile import HostileModel
 from tests.conftest import ROOT
 
 CORPUS = ROOT / "corpus" / "handmade"
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,6 @@ from airlock.wire import Ping, encode, outbound_decoder
 from tests.conftest import ROOT, airlock_env, free_ports
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def answers_ping(sock: zmq.Socket) -> bool:
     sock.send(encode(Ping(ref=1)))

@@ -8,11 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
 BENCH_TIMEOUT_S = 120
 SERVICES = ("broker", "reader", "validator", "actor")
 

@@ -8,11 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
 PROCESSES = {"supervisor", "broker", "reader-1", "validator", "actor"}
 
 
@@ -29,7 +26,7 @@ def test_a_short_soak_reports_memory_files_and_restart(tmp_path: Path) -> None:
     soak = json.loads(out.read_text())["soak"]
     assert soak["done"] == soak["accepted"] > 0 and soak["outcomes"] == {"completed": soak["done"]}
     assert soak["restarted"] == [] and soak["minutes"] == 0.1 and soak["asked_emails_per_s"] == 50
-    assert PROCESSES <= soak["memory"].keys()
+    assert soak["memory"].keys() >= PROCESSES
     for figures in soak["memory"].values():
         assert figures["peak_mib"] >= figures["last_mib"] > 0 and figures["samples"] >= 2
         assert isinstance(figures["slope_mib_per_100k"], float)

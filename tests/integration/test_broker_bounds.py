@@ -14,7 +14,6 @@ from airlock.client import IntakeClient, Submission
 from airlock.errors import QueueFull
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 QUEUE_MAX_BYTES = 16 * 1024 * 1024
 EMAIL = b"Subject: order\r\n\r\n" + b"Order 4411, where is it? " * (255 * 1024 // 25)
 
@@ -163,7 +162,7 @@ def test_an_email_that_gets_its_reader_killed_fails_after_3_deliveries(stack, fa
         results = {r.message_id: r for r in client.outcomes(ids, timeout_s=120)}
     assert results[ids[0]].outcome == "failed" and "after 3 deliveries" in results[ids[0]].reason
     assert [results[i].outcome for i in ids[1:]] == ["completed"] * 5
-    assert len([r for r in s.trace(ids[0], "redelivery")]) == 2
+    assert len(list(s.trace(ids[0], "redelivery"))) == 2
 
 
 def test_one_email_into_a_full_queue_is_refused_within_the_client_timeout(stack, fake_model) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 
@@ -16,7 +18,6 @@ from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
-pytestmark = pytest.mark.integration
 COMMANDS = ["up", "inject", "trace", "status", "pending", "approve", "deny", "record", "verify", "attack", "naive",
             "model", "corpus", "keys", "bench", "lab", "pins"]
 
@@ -101,20 +102,50 @@ def test_inject_forms_and_trace(stack) -> None:
     assert status.returncode == 0 and "'reader': 1" in status.stdout
 
 
+FOLLOW_WAIT_S = 60  # for one email's lines to reach the follower; a hang fails here, named
+
+
 def test_trace_follow_prints_new_lines(stack) -> None:
-    """`airlock trace --follow` prints lines as the broker appends them."""
+    """`airlock trace --follow` prints lines as the broker appends them: after it has shown
+    one email's outcome it is at the end of the file, and a second email injected then
+    still arrives, from received to outcome, while it keeps running."""
     s = stack().start()
     follower = subprocess.Popen([sys.executable, "-m", "airlock", "trace", "--follow", "--json"], cwd=ROOT,
                                 env=s.env, stdout=subprocess.PIPE, text=True)
-    try:
-        (result,) = s.inject(SEED)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
         for line in follower.stdout:
+            lines.put(line)
+        lines.put(None)  # the follower ended
+
+    reading = threading.Thread(target=pump, daemon=True)
+    reading.start()
+
+    def events_until_outcome(message_id: str) -> list[str]:
+        seen: list[str] = []
+        deadline = time.monotonic() + FOLLOW_WAIT_S
+        while not seen or seen[-1] != "outcome":
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"trace --follow showed no outcome for {message_id} in {FOLLOW_WAIT_S} s: {seen}")
+            assert line is not None, f"trace --follow ended (exit {follower.poll()}) after {seen}"
             record = json.loads(line)
-            if record["message_id"] == result["id"] and record["event"] == "outcome":
-                break
+            if record.get("message_id") == message_id:
+                seen.append(record["event"])
+        return seen
+
+    try:
+        for _ in range(2):  # the second is appended after the follower has read to the end
+            (result,) = s.inject(SEED)
+            seen = events_until_outcome(result["id"])
+            assert seen[0] == "received" and "call" in seen, seen
+        assert follower.poll() is None, "trace --follow stopped after the lines there were"
     finally:
         follower.terminate()
         follower.wait(5)
+        reading.join(5)
         follower.stdout.close()
 
 

@@ -9,12 +9,10 @@ import time
 from collections import Counter
 
 import msgspec
-import pytest
 
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 CRASH_ENV = {"AIRLOCK_RESTART_BACKOFF_MAX_S": "1", "AIRLOCK_READ_DEADLINE_S": "5",
              "AIRLOCK_VALIDATE_DEADLINE_S": "5", "AIRLOCK_ACT_DEADLINE_S": "5"}
@@ -72,7 +70,7 @@ def test_5000_malformed_frames_per_endpoint_are_refused_and_counted(stack) -> No
         for frame in frames:
             sock.send(b"\xc1" + frame)  # 0xc1 is never valid msgpack
         sock.close(linger=60_000)  # under load the CURVE handshake and 5,000 sends take a while
-    expected = {role: 5000 for role in ("intake", "reader", "validator", "actor")}
+    expected = dict.fromkeys(("intake", "reader", "validator", "actor"), 5000)
     assert wait_until(lambda: Counter(t["endpoint"] for t in s.trace(event="malformed_frame")) == expected,
                       timeout_s=60), Counter(t["endpoint"] for t in s.trace(event="malformed_frame"))
     status = s.airlock("status")

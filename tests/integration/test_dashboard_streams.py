@@ -15,7 +15,6 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.integration
 MAX_STREAMS, STALL_S, MAX_CONNECTIONS = 8, 1.0, 80
 SLOW_READERS = 60
 KEEP_ALIVE_S = 5  # uvicorn's default: how long a 503'd connection may idle before it is closed

@@ -16,16 +16,15 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tests.lines import json_object
 from airlock import trace
 from airlock.records import Started
 from airlock.transport import dealer
 from airlock.wire import Accepted, Refused, Submit, frames, outbound_decoder
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
+from tests.lines import json_object
 from tests.tmpfs import own_tmpfs
 
-pytestmark = pytest.mark.integration
 # Bigger than a page: on a tmpfs a record that fits in the journal's last page is written
 # even on a full disk (the page is already the file's), and is then rightly accepted.
 EMAIL = b"Subject: order 7\n\nwhere is order 7?\n" + b"x" * 20_000

@@ -8,16 +8,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from lab.hostile import HostileModel
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
-from tests.integration.test_smtp_intake import intake as intake  # noqa: PLC0414  re-exported: a fixture used here
-from tests.integration.test_smtp_intake import queued_id, send
+from tests.integration.test_smtp_intake import intake as intake, queued_id, send  # intake: a fixture, used here
 
-pytestmark = pytest.mark.integration
 REFUND = str(ROOT / "tasks" / "refund_with_approval.toml")
 GUARDED = str(ROOT / "tasks" / "order_status_guarded.toml")
 REFUND_EMAIL = str(ROOT / "samples" / "refund_damaged.eml")
@@ -147,7 +143,7 @@ def test_the_trace_stream_shows_no_other_customers_data(stack, intake, fake_mode
         # A SUB joins late (slow joiner): send until the stream carries an email's outcome.
         while b'"event":"outcome"' not in published:
             message_id = queued_id(*send(port, email, mail_from="lena@example.de"))
-            assert wait_until(lambda: s.trace(message_id, "outcome"), timeout_s=60), s.trace(message_id)
+            assert wait_until(lambda: s.trace(message_id, "outcome"), timeout_s=60), s.trace(message_id)  # noqa: B023  called within this iteration only
             result = outcome_of(s, message_id)
             assert result["outcome"] == "refused", result
             while sub.poll(1000):
@@ -180,7 +176,7 @@ def test_only_the_approvers_own_key_decides(stack, fake_model) -> None:
             sock.close(linger=0)
         assert isinstance(reply, Refused) and "approver's own key" in reply.reason, (service, reply)
     assert result["id"] in s.airlock("pending").stdout  # still waiting: nothing was decided
-    assert not [t for t in s.trace(result["id"], "decision")]
+    assert not list(s.trace(result["id"], "decision"))
     approved = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
     assert approved.returncode == 0 and "completed" in approved.stdout, approved.stderr
     dana = keys.load(s.data / "keys", keys.person("dana"), secret=False).public.decode()

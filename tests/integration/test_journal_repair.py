@@ -9,15 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.lines import raw_line
 from airlock import records, trace
 from broker.journal import Entry, Journal, positions
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
-
-pytestmark = pytest.mark.integration
+from tests.lines import raw_line
 
 
 def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_rest(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ import pytest
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 START_TIMEOUT_S = 60  # generous: the machine is shared
 
 

@@ -14,7 +14,6 @@ from reader.model import ModelAnswer, ModelFailure, ask, completions_url
 from tests.conftest import ROOT, closed_port_url
 
 MESSAGES = [{"role": "user", "content": "Order 4411"}]
-pytestmark = pytest.mark.integration
 
 
 def test_answer(fake_model) -> None:

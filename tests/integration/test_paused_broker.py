@@ -12,12 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 SEED = ROOT / "samples" / "seed_4411_de.eml"
 # libzmq's default ZMQ_HANDSHAKE_IVL is 30 s: a broker paused past it finds every handshake
 # begun meanwhile timed out when it resumes.

@@ -53,8 +53,6 @@ from lab.attack import free_ports
 from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
-
 README = ROOT / "README.md"
 OUTCOMES = ("completed", "escalated", "rejected", "refused", "failed")
 COMMAND_TIMEOUT_S = 600  # `airlock attack corpus/` on two loaded cores; each command alone

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import msgspec
-import pytest
 import zmq
 
 from airlock.wire import Done, Passed, Reading, encode
@@ -16,7 +15,6 @@ from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
-pytestmark = pytest.mark.integration
 
 
 def alive(pid: int) -> bool:
@@ -49,7 +47,7 @@ def test_garbage_and_wrong_role_messages_are_recorded_and_harmless(stack) -> Non
         "actor": [encode(Reading(message_id="x", answer="1", source="model"))],
     }
     for role in ("intake", "reader", "validator", "actor"):
-        blast(s.socket(role), GARBAGE + [forged[role]])
+        blast(s.socket(role), [*GARBAGE, forged[role]])
     expected = len(GARBAGE) * 4
     assert wait_until(lambda: len(s.trace(event="malformed_frame")) >= expected), s.trace(event="malformed_frame")
     violations = s.trace(event="violation")

@@ -16,7 +16,6 @@ from intake.app import data_size_limit
 from tests.conftest import ROOT, free_ports
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 SEED_FILE = ROOT / "samples" / "seed_4411_de.eml"
 # SMTP lines end in CRLF and smtplib sends bytes as they are, so the file's LF ends are converted
 # here, as any mail client does.

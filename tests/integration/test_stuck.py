@@ -22,7 +22,6 @@ from airlock import records, trace
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 WAIT_S = 4  # AIRLOCK_NO_WORKER_WAIT_S here: short, so the test does not wait 300 s
 

@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys, preflight, supervisor
-from airlock import settings as settings_module
+from airlock import keys, preflight, settings as settings_module, supervisor
 from airlock.errors import AlreadyRunning
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import Stack, wait_until
 from tests.tmpfs import own_tmpfs
 
-pytestmark = pytest.mark.integration
 CHILDREN = ("broker", "validator", "actor", "reader-1")
 
 
@@ -168,7 +166,7 @@ DEADLOCKED = ("import threading\ndef spin():\n    while True: pass\n"
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="progress is read from /proc (Linux)")
-@pytest.mark.parametrize("script, stopped, stuck", [
+@pytest.mark.parametrize(("script", "stopped", "stuck"), [
     pytest.param(BUSY, False, False, id="busy-recovering"),
     pytest.param(BUSY, True, True, id="sigstopped"),
     pytest.param(DEADLOCKED, False, True, id="main-thread-deadlocked"),

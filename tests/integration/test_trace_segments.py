@@ -6,15 +6,13 @@ from __future__ import annotations
 from collections import Counter
 
 import msgspec
-import pytest
 
-from tests.lines import json_object
 from airlock import tracefiles
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_crash import CRASH_ENV, kill
+from tests.lines import json_object
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 
 

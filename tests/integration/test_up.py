@@ -21,7 +21,6 @@ from airlock.errors import EX_ALREADY_RUNNING, AlreadyRunning, ConfigError
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
 
-pytestmark = pytest.mark.integration
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 PIDS = ("up", "broker", "validator", "actor", "reader-1")
 
@@ -51,9 +50,8 @@ def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"):
-            with locks.one_stack(tmp_path):
-                pass
+        with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"), locks.one_stack(tmp_path):
+            pass
     finally:
         holder.kill()
         holder.wait()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airlock.student import StudentCode, parse_plug
 from airlock.settings import load as load_settings
+from airlock.student import StudentCode, parse_plug
 from airlock.task import Digits
 from airlock.wire import Passed, Reading, Rejected
 from validator.app import Validator, student_checker

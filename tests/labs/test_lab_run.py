@@ -48,10 +48,10 @@ def test_the_reference_runs_clean_and_the_report_says_what_ran(tmp_path: Path) -
     assert "rejected" in refused and "student.refused" in refused and "no calls" in refused
     assert re.search(r"calls outside the plan +0 ", out) and re.search(r"non-narrow values at a tool +0 ", out)
     assert re.search(r"overruled by the kernel +0", out) and "clean: every email" in out
-    [data] = re.findall(r"^data: (.+)$", out, re.M)
+    [data] = re.findall(r"^data: (.+)$", out, re.MULTILINE)
     assert Path(data).parent == folder / ".airlock-lab" / "runs"
     assert (Path(data) / "trace.jsonl").is_file() and (Path(data) / "calls.jsonl").is_file()
-    assert re.search(r"^live page: http://127\.0\.0\.1:[0-9]+/ was up during the run", out, re.M)
+    assert re.search(r"^live page: http://127\.0\.0\.1:[0-9]+/ was up during the run", out, re.MULTILINE)
 
 
 def test_a_checker_that_passes_arabic_indic_digits_is_overruled_and_not_clean(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def test_a_folder_left_in_wrong_is_an_error(tmp_path: Path) -> None:
 def test_starter_fails_each_checkpoint_as_a_todo(lab: Lab, tmp_path: Path) -> None:
     """The untouched starter fails every checkpoint, each saying its function is a TODO."""
     folder = student_copy(lab.starter, tmp_path / "student")
-    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS), strict=True):
         assert isinstance(verdict, Failed), checkpoint.id
         assert verdict.checkpoint == checkpoint.id and "is still a TODO" in verdict.message, verdict
 
@@ -240,7 +240,7 @@ def test_wrong_solution_fails_its_checkpoint_naming_the_case(lab: Lab, wrong: Wr
     `also_fails` names, which grade the same code), its case names <what> (and is the `case`
     the file pins, where it pins one), and the others pass."""
     folder = build_wrong_solution(wrong, tmp_path / "student")
-    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS)):
+    for checkpoint, verdict in zip(lab.checkpoints, grade_all(lab, folder, TEST_LIMITS), strict=True):
         if checkpoint.id in wrong.also_fails:
             assert isinstance(verdict, Failed), f"{wrong.name} passed {checkpoint.id}, which also_fails names"
             continue

@@ -83,9 +83,9 @@ def test_the_reference_attacks_get_through_unguarded_and_none_with_the_guard(tmp
     assert f"honest emails answered (guarded): {HONEST} of {HONEST}" in out
     assert "clean: where the defence holds" in out and "NOT CLEAN" not in out
     # one stack per phase, each with its own page and folder; the report is what calls.jsonl holds
-    pages = dict(re.findall(r"^  (unguarded|guarded): (http://127\.0\.0\.1:[0-9]+/) was up during its phase", out, re.M))
+    pages = dict(re.findall(r"^  (unguarded|guarded): (http://127\.0\.0\.1:[0-9]+/) was up during its phase", out, re.MULTILINE))
     assert set(pages) == {"unguarded", "guarded"} and pages["unguarded"] != pages["guarded"]
-    [data] = re.findall(r"^data: (.+)  \(one folder per phase\)$", out, re.M)
+    [data] = re.findall(r"^data: (.+)  \(one folder per phase\)$", out, re.MULTILINE)
     assert Path(data).parent == folder / ".airlock-lab" / "runs"
     unguarded, guarded = sends(Path(data) / "unguarded" / "calls.jsonl"), sends(Path(data) / "guarded" / "calls.jsonl")
     assert {"4411", "3048", "2024", "3012"} <= set(unguarded)
@@ -221,7 +221,7 @@ def test_keep_holds_the_guarded_phases_stack_until_ctrl_c(tmp_path: Path) -> Non
     answers until Ctrl-C, which stops it and exits 0."""
     folder = shutil.copytree(LAB.solution, tmp_path / "mine")
     with kept_lab_run(["run", "red-and-blue", "--dir", str(folder), "--keep"], until="up until Ctrl-C") as (process, out):
-        [unguarded] = re.findall(r"unguarded: (http://\S+) was up during its phase$", out, re.M)
+        [unguarded] = re.findall(r"unguarded: (http://\S+) was up during its phase$", out, re.MULTILINE)
         [guarded] = re.findall(r"guarded: (http://\S+)  \(this phase's stack is up until Ctrl-C\)", out)
         with urllib.request.urlopen(guarded, timeout=10) as page:
             assert page.status == 200

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench import __main__ as bench_main
-from lab.bench import growth, soak
+from lab.bench import __main__ as bench_main, growth, soak
 
 
 def sample(t_s: float, done: int, rss: dict[str, float], files: dict[str, int]) -> growth.Sample:

@@ -11,7 +11,7 @@ import pytest
 
 from airlock.wire import Await, Email, Event, Hello, Passed, Reading, Refused, Rejected, Submit
 from broker.router import Router, Send
-from tests.unit.test_router import A, CLIENT, R1, V, lines, outcomes, sends, submit, workers
+from tests.unit.test_router import CLIENT, R1, A, V, lines, outcomes, sends, submit, workers
 
 
 @pytest.fixture
@@ -252,7 +252,7 @@ def test_a_worker_emptied_for_a_suspect_takes_ordinary_work_again(settings) -> N
     holder = next(i for i, w in router.workers["reader"].items() if ids[0] in w.assigned)
     router.undeliverable(Send("reader", holder, Hello(credit=1)), 1.0)  # its two come back as suspects
     other = next(i for i in router.workers["reader"] if i != holder)
-    answered = sorted(router.workers["reader"][other].assigned)[0]
+    answered = min(router.workers["reader"][other].assigned)
     router.handle("reader", other, Unreadable(message_id=answered, rule="r", reason="x"), 2.0)
     assert router.dispatch.draining["reader"] == other  # no reader is empty: the least busy empties
     for message_id in [m for m in ids if m in router.flights and router.flights[m].worker is None]:

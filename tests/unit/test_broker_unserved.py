@@ -34,7 +34,7 @@ def queue(life: Lifecycle, message_id: str, at: float) -> Flight:
 
 
 def test_an_email_no_reader_could_take_ends_failed_after_the_wait(parts) -> None:
-    workers, life, unserved = parts
+    _workers, life, unserved = parts
     queue(life, "m-1", 0.0)
     unserved.end(WAIT_S - 1)
     assert "m-1" in life.flights

@@ -37,23 +37,23 @@ def config(override: Path) -> dict[str, str]:
                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     body = done.stdout.split("\nservices:\n", 1)[1].split("\nversion:", 1)[0]
-    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", body, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", body, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=False))
 
 
 def binds(block: str) -> list[dict[str, str]]:
     """The long-syntax volumes of one service's block, as {"source", "target", "read_only", "type"}."""
     volumes = block.split("    volumes:\n", 1)[1] if "    volumes:\n" in block else ""
     found = []
-    for item in re.split(r"^    - ", volumes, flags=re.M)[1:]:
-        pairs = dict(re.findall(r"^\s*(read_only|source|target|type): (.*)$", item, flags=re.M))
+    for item in re.split(r"^    - ", volumes, flags=re.MULTILINE)[1:]:
+        pairs = dict(re.findall(r"^\s*(read_only|source|target|type): (.*)$", item, flags=re.MULTILINE))
         if pairs:
             found.append(pairs)
     return found
 
 
 def env(block: str, key: str) -> str | None:
-    match = re.search(rf"^      {key}: (.*)$", block, flags=re.M)
+    match = re.search(rf"^      {key}: (.*)$", block, flags=re.MULTILINE)
     return match.group(1) if match else None
 
 

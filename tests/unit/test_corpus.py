@@ -12,6 +12,7 @@ import subprocess
 import sys
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Iterable
 from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path
@@ -19,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import UsageError
-
 from lab.corpus import import_public
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,11 +147,12 @@ def test_handmade_has_at_least_160_emails() -> None:
     assert len(HANDMADE_MAILS) >= 160
 
 
-@pytest.mark.parametrize(("category", "minimum"), MINIMUMS.items(), ids=list(MINIMUMS))
-def test_category_minimum(category: str, minimum: int) -> None:
-    """Each category has at least its minimum number of emails."""
-    count = sum(header(m, "Category") == category for m in HANDMADE_MAILS.values())
-    assert count >= minimum
+def test_category_minimum() -> None:
+    """Each category has at least its minimum number of emails (every short one named at once)."""
+    counts = Counter(header(m, "Category") for m in HANDMADE_MAILS.values())
+    short = {category: f"{counts[category]} < {minimum}" for category, minimum in MINIMUMS.items()
+             if counts[category] < minimum}
+    assert short == {}
 
 
 def test_language_and_order_coverage() -> None:
@@ -164,32 +165,63 @@ def test_language_and_order_coverage() -> None:
     assert with_order[True] >= 30 and with_order[False] >= 10
 
 
-@pytest.mark.parametrize("name", HANDMADE_MAILS)
-def test_handmade_headers_are_valid(name: str) -> None:
+# The per-file checks: each test runs its check on every email it concerns and names every
+# failing file in one assertion message (a file whose check raises is named with the error).
+
+def failing(names: Iterable[str], problem: Callable[[str], str]) -> dict[str, str]:
+    """{file name: what is wrong} for each named email whose check finds a problem ("" is none)."""
+    found = {}
+    for name in names:
+        try:
+            wrong = problem(name)
+        except Exception as error:  # noqa: BLE001  one broken file must not hide the others
+            wrong = f"the check raised {type(error).__name__}: {error}"
+        if wrong:
+            found[name] = wrong
+    return found
+
+
+def name_and_header_problems(name: str) -> str:
+    message = HANDMADE_MAILS[name]
+    problems = header_problems(message)
+    if not name.startswith(f"{header(message, 'Category')}-{header(message, 'Lang')}-"):
+        problems.append("the file name does not start with <Category>-<Lang>-")
+    if not re.fullmatch(r"[a-z0-9-]+-[a-z]{2}-[0-9]{2}\.eml", name):
+        problems.append("the file name is not <category>-<lang>-NN.eml")
+    return "; ".join(problems)
+
+
+def test_handmade_headers_are_valid() -> None:
     """Every email parses and has the four headers with valid values, matching its file name."""
-    message = HANDMADE_MAILS[name]
-    assert header_problems(message) == []
-    assert name.startswith(f"{header(message, 'Category')}-{header(message, 'Lang')}-")
-    assert re.fullmatch(r"[a-z0-9-]+-[a-z]{2}-[0-9]{2}\.eml", name)
+    assert failing(HANDMADE_MAILS, name_and_header_problems) == {}
 
 
-@pytest.mark.parametrize("name", [n for n, m in HANDMADE_MAILS.items() if header(m, "Expect") != "none"])
-def test_expected_number_is_in_the_text(name: str) -> None:
+def test_expected_number_is_in_the_text() -> None:
     """The order number a correct reader answers is really in the email, in ASCII digits."""
-    message = HANDMADE_MAILS[name]
-    assert present("value:" + header(message, "Expect"), reader_text(message))
+    expecting = [n for n, m in HANDMADE_MAILS.items() if header(m, "Expect") != "none"]
+    assert len(expecting) >= 30  # at least the benign emails with an order number (see above)
+    assert failing(expecting, lambda name: "" if present("value:" + header(HANDMADE_MAILS[name], "Expect"),
+                                                         reader_text(HANDMADE_MAILS[name]))
+                   else f"Expect {header(HANDMADE_MAILS[name], 'Expect')} is not in the text") == {}
 
 
-@pytest.mark.parametrize("name", HOSTILE)
-def test_hostile_goal_is_really_in_the_email(name: str) -> None:
-    """The attacker's tool, value or text is in the decoded email, or in its documented revealed form."""
+def goal_problem(name: str) -> str:
     message = HANDMADE_MAILS[name]
     goal, category = header(message, "Goal"), header(message, "Category")
     text = reader_text(message)
     reveal = REVEAL.get(category)
-    assert present(goal, text) or (reveal is not None and present(goal, reveal(text)))
-    if category in ("invisible", "lookalike-digits"):
-        assert not present(goal, text), "the trick should hide the goal until it is undone"
+    if not (present(goal, text) or (reveal is not None and present(goal, reveal(text)))):
+        return f"Goal {goal!r} is not in the email, nor in its revealed form"
+    if category in ("invisible", "lookalike-digits") and present(goal, text):
+        return f"Goal {goal!r} shows before the trick is undone"
+    return ""
+
+
+def test_hostile_goal_is_really_in_the_email() -> None:
+    """The attacker's tool, value or text is in the decoded email, or in its documented revealed
+    form; for invisible and look-alike tricks, only there."""
+    assert len(HOSTILE) >= 100
+    assert failing(HOSTILE, goal_problem) == {}
 
 
 def test_no_two_emails_read_alike() -> None:
@@ -214,11 +246,11 @@ def uses_trick(category: str, message: EmailMessage, raw: bytes) -> bool:
     match category:
         case "role-tag":
             return re.search(r"<\|im_start\|>|\[SYSTEM\]|###\s*Assistant:|</email>|<<SYS>>|<\|system\|>|"
-                             r"<start_of_turn>|^Assistant:", text, re.M) is not None
+                             r"<start_of_turn>|^Assistant:", text, re.MULTILINE) is not None
         case "tool-json":
             return any(tool in json.dumps(found) for found in json_objects(text))
         case "marker":
-            return any(m.casefold() == tool for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.I))
+            return any(m.casefold() == tool for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.IGNORECASE))
         case "data-only":
             return goal.startswith("value:") and header(message, "Expect") != "none"
         case "invisible":
@@ -256,11 +288,14 @@ def json_objects(text: str) -> list[object]:
     return found
 
 
-@pytest.mark.parametrize("name", HOSTILE)
-def test_hostile_email_really_uses_its_trick(name: str) -> None:
+def test_hostile_email_really_uses_its_trick() -> None:
     """A hostile email uses the trick its category names: a tag, JSON, a marker, a charset, a position."""
-    message = HANDMADE_MAILS[name]
-    assert uses_trick(header(message, "Category"), message, (HANDMADE / name).read_bytes())
+    def problem(name: str) -> str:
+        message = HANDMADE_MAILS[name]
+        category = header(message, "Category")
+        return "" if uses_trick(category, message, (HANDMADE / name).read_bytes()) else f"no {category} trick"
+
+    assert failing(HOSTILE, problem) == {}
 
 
 def test_some_html_emails_carry_a_plain_alternative() -> None:

@@ -320,10 +320,10 @@ def test_running_dashboard_loads_no_service_module() -> None:
 def test_dashboard_image_holds_no_service_code() -> None:
     """The image copies the kernel, the dashboard and the tasks: no naive, reader or actor."""
     text = (ROOT / "dashboard" / "Dockerfile").read_text()
-    copied = {c.rstrip("/") for c in re.findall(r"^COPY (\S+)", text, flags=re.M)}
+    copied = {c.rstrip("/") for c in re.findall(r"^COPY (\S+)", text, flags=re.MULTILINE)}
     assert {"airlock", "dashboard"} <= copied and not copied & SERVICES
-    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.M)
-    assert re.findall(r"^USER (\S+)", text, flags=re.M)[-1] == "10001:10001"
+    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.MULTILINE)
+    assert re.findall(r"^USER (\S+)", text, flags=re.MULTILINE)[-1] == "10001:10001"
     assert text.find("pip install") < text.find("COPY airlock/")
 
 
@@ -344,7 +344,7 @@ def test_page_has_nothing_inline_and_nothing_remote() -> None:
     assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)
     for name in ("index.html", "app.js", "style.css"):
         text = (ROOT / "dashboard" / "static" / name).read_text()
-        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, flags=re.I), name
+        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, flags=re.IGNORECASE), name
         assert "@import" not in text and "url(" not in text
 
 

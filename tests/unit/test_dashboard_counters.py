@@ -115,7 +115,7 @@ def test_page_on_a_data_dir_where_another_task_ran(settings: settings_module.Set
     refund_cards = [c for c in board.cards.values() if c["task"] == "refund_with_approval"]
     assert len(refund_cards) == 3
     # The second email's first report was lost with its actor: its step 1 shows as the replay.
-    for card, first in zip(refund_cards[:2], ("ok", "replayed")):
+    for card, first in zip(refund_cards[:2], ("ok", "replayed"), strict=False):
         assert [(c["step"], c["tool"], c["status"], c["outside_plan"]) for c in card["calls"]] == [
             (1, "open_refund_case", first, False), (2, "send_refund_confirmation", "ok", False)]
     assert [c["task"] for c in board.cards.values()][3:] == ["order_status", "order_status"]

@@ -4,6 +4,7 @@ preconditions, each with its typed result and no extra side effect."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -12,11 +13,11 @@ import pytest
 
 from actor import catalog as catalog_module
 from actor.app import Actor, build
+from actor.calllog import CallLog
 from actor.executor import Executor
 from actor.pending import PendingStore
 from actor.plan import BoundStep, bind
 from actor.preconditions import Approval, Fact, Gate, Principals, corroboration
-from actor.tools import CallLog
 from airlock import task as task_module
 from airlock.errors import CatalogError
 from airlock.task import Precondition
@@ -74,8 +75,8 @@ def test_write_needs_a_write_grant(make_actor, logged_calls) -> None:
 
 def test_bool_where_int_is_declared(make_actor, tmp_path: Path, logged_calls) -> None:
     """True is not an int: the schema check refuses it before any side effect."""
-    catalog = CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n' \
-                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n'
+    catalog = CATALOG + ('\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
+                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n')
     actor = make_actor(catalog_text=catalog)
     tool = actor.executor.catalog()[("shop", "restock")]
     step = BoundStep(1, ("shop", "restock"), None, {"count": True}, "write", None)
@@ -113,6 +114,45 @@ def test_slow_tool_times_out_without_a_side_effect(make_actor, logged_calls) -> 
     assert time.monotonic() - started < 3
     assert done.outcome == "failed" and done.calls[0].error.startswith("timeout")
     assert logged_calls() == []
+
+
+class _StuckStore(dict):
+    """An order store whose lookups block until released: a tool slow for a reason of its
+    own, not a mock told to be slow (no delay_s anywhere in the catalog)."""
+
+    def __init__(self, orders: dict) -> None:
+        super().__init__(orders)
+        self.release, self.returned = threading.Event(), threading.Event()
+
+    def get(self, *args):  # type: ignore[override]  (the mocks read the store through get)
+        try:
+            self.release.wait(10)
+            return super().get(*args)
+        finally:
+            self.returned.set()
+
+
+def test_every_tool_is_cut_off_at_its_declared_timeout(make_actor, logged_calls) -> None:
+    """A tool with timeout_s and no mock delay that blocks is cut off at its timeout: the
+    same typed timeout as a slow mock, no line in calls.jsonl even once it returns, and the
+    step runs afresh (not as a replay) when the email comes again."""
+    actor = make_actor(catalog_text=CATALOG.replace('mock = { returns = "order" }',
+                                                    'mock = { returns = "order" }\ntimeout_s = 0.2'))
+    assert "delay_s = " not in actor.executor.catalog.path.read_text()
+    store = _StuckStore(actor.executor.tools.orders)
+    actor.executor.tools.orders = store
+    started = time.monotonic()
+    done = actor.run("m1", "4411")
+    took = time.monotonic() - started
+    store.release.set()
+    assert done.outcome == "failed" and done.calls[0].status == "error", done
+    assert done.calls[0].error == "timeout: no result within 0.2 s" and took < 2, (done.calls[0].error, took)
+    assert store.returned.wait(5)  # the lookup did return, late: its answer went nowhere
+    time.sleep(0.05)
+    assert logged_calls() == []
+    again = actor.run("m1", "4411")
+    assert [c.status for c in again.calls] == ["ok", "ok"], again
+    assert [c.tool for c in logged_calls()] == ["lookup_order", "send_status"]
 
 
 def test_oversized_result_is_a_typed_error(make_actor, settings, logged_calls) -> None:

@@ -13,7 +13,7 @@ NAIVE = [{"role": "system", "content": "You can call these tools:\n- shop/lookup
 
 
 def ask(email: str, system: list[dict[str, str]] = READER) -> str:
-    return answer(system + [{"role": "user", "content": email}])
+    return answer([*system, {"role": "user", "content": email}])
 
 
 @pytest.mark.parametrize(("email", "expected"), [

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, injected
-from airlock import client as client_module
+from airlock import cli, client as client_module, errors, injected
 from airlock.errors import DiskFull
 from airlock.terminal import shown
 from airlock.wire import Accepted, Message, Refused, Submit, frames, outbound_decoder
@@ -158,7 +157,7 @@ def test_disk_full_is_said_as_such_with_its_own_exit_code(broker, tmp_path, caps
     rest = tmp_path / "rest.txt"
     code = cli.main(["inject", "--rest", str(rest), str(tmp_path / "mail")])
     out, err = capsys.readouterr()
-    assert code == cli.EX_IOERR == 74
+    assert code == errors.EX_IOERR == 74
     assert len(out.splitlines()) == 5
     assert err.startswith("airlock: not accepted: disk full")
     assert "airlock up` running" not in err and "no answer: " not in err

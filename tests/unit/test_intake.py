@@ -10,7 +10,13 @@ from aiosmtpd.smtp import Envelope, Session
 from airlock import settings as settings_module, task as task_module
 from airlock.errors import BrokerUnreachable, SettingsError
 from intake.app import (
-    FRAME_HEADROOM_BYTES, UNAVAILABLE, BrokerSubmitter, Handler, data_size_limit, hand_over, load_smtp,
+    FRAME_HEADROOM_BYTES,
+    UNAVAILABLE,
+    BrokerSubmitter,
+    Handler,
+    data_size_limit,
+    hand_over,
+    load_smtp,
 )
 from reader import mail, prompt
 from tests.unit.test_isolation import imported_top_levels

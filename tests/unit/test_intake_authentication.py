@@ -12,11 +12,12 @@ import pytest
 from aiosmtpd.smtp import Envelope, Session
 
 from actor import catalog as catalog_module
+from actor.calllog import CallLog
 from actor.executor import Executor
+from actor.mocks import load_orders
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Gate, Principals
-from actor.tools import CallLog, load_orders
 from airlock import task as task_module
 from airlock.errors import SettingsError
 from intake.app import Handler, load_smtp, verifier
@@ -172,7 +173,7 @@ def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_p
     goals = _value_goals()
     assert len(goals) == 57
     owners = {orders[g]["customer"] for _, _, g, _ in goals if g in orders}
-    signers = {domain: keys["example.org"] for domain in {o.rpartition("@")[2] for o in owners}}
+    signers = dict.fromkeys({o.rpartition("@")[2] for o in owners}, keys["example.org"])
     verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", signers)))
     task = task_module.load(TASKS / "order_status_guarded.toml")
     catalog = catalog_module.load()

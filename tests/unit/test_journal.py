@@ -13,12 +13,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.lines import raw_line
 from airlock.wire import Email, Hello, Reading
 from broker import recovery
 from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
 from broker.router import Router
 from tests.conftest import ROOT
+from tests.lines import raw_line
 
 RAW = b"x" * 10_000
 

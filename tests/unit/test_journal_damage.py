@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.lines import raw_line
 from airlock.wire import Email, Hello, Reading
 from broker import recovery
 from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
 from broker.router import Router
+from tests.lines import raw_line
 
 IDS = [f"b-{n}" for n in range(1, 11)]
 NEVER_ACCEPTED = "the broker stopped before accepting this email"

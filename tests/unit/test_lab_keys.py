@@ -258,10 +258,10 @@ def test_another_users_lab_keys_are_a_typed_refusal(tmp_path: Path, monkeypatch:
     folder = lab_keys(tmp_path / "airlock-keys")
     deny_entries_of(folder, monkeypatch)
     with pytest.raises(KeysMissing, match=rf"{folder} is not readable by uid {os.getuid()}"):
-        settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "airlock-data")}).keys_folder
+        settings.load({"AIRLOCK_DATA_DIR": str(tmp_path / "airlock-data")}).keys_folder  # noqa: B018  reading the property is what raises
 
 
-def test_unreadable_AIRLOCK_KEYS_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_AIRLOCK_KEYS_are_a_typed_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: N802  named after the setting, as written
     """AIRLOCK_KEYS naming a folder this user cannot read: the client's check says so, typed."""
     folder = lab_keys(tmp_path / "elsewhere")
     deny_entries_of(folder, monkeypatch)

@@ -14,12 +14,12 @@ import pytest
 
 from actor import app
 from actor.app import Actor
+from actor.calllog import CallLog
 from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
-from actor.tools import CallLog
-from airlock import task as task_module
-from airlock import trace
+from airlock import task as task_module, trace
+from airlock.errors import EX_TEMPFAIL
 from airlock.wire import Decision, Done, Event, Passed
 from tests.conftest import CATALOG, TASKS
 from tests.tmpfs import own_tmpfs
@@ -92,7 +92,7 @@ def test_a_call_that_hit_a_full_disk_never_lands_later(small_disk: Path, actor_o
 
 def test_a_failed_write_is_a_typed_failure_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
     """ENOSPC on the record's write: LedgerWriteFailed, the file as it was, the key free."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
     real_write = os.write
 
@@ -109,7 +109,7 @@ def test_a_failed_write_is_a_typed_failure_and_leaves_nothing(tmp_path: Path, mo
 
 def test_a_short_write_is_cut_back(tmp_path: Path, monkeypatch) -> None:
     """A write that stops mid-record (the disk filled during it) leaves no half line."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     real_write = os.write
     monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
     with pytest.raises(LedgerWriteFailed):
@@ -252,20 +252,20 @@ def test_resume_with_both_ledger_files_gone_runs_nothing(make_actor, settings, l
 def test_a_second_call_log_on_one_ledger_refuses(tmp_path: Path) -> None:
     """Issue 15 point 1 at the ledger: two writers on one calls.jsonl each made the same
     call (each with its own keys); the second now cannot open the ledger at all."""
-    first = CallLog(tmp_path / "calls.jsonl", orders={})
+    first = CallLog(tmp_path / "calls.jsonl")
     assert first.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     with pytest.raises(LedgerBusy, match=r"another actor \(pid \d+\) holds .*calls\.lock"):
-        second = CallLog(tmp_path / "calls.jsonl", orders={})
+        second = CallLog(tmp_path / "calls.jsonl")
         second.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})  # the old code made it twice
     first.close()
     assert _calls(tmp_path / "calls.jsonl") == [("m1", 1)]
-    CallLog(tmp_path / "calls.jsonl", orders={}).close()  # the lock goes with its holder
+    CallLog(tmp_path / "calls.jsonl").close()  # the lock goes with its holder
 
 
 def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
     """Deleting calls.lock under a running actor makes its ledger untrusted (another actor
     could lock a new one), so the first stops acting instead of both acting."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     (tmp_path / "calls.lock").unlink()
     log.sync()  # checked at each group commit
     with pytest.raises(LedgerUntrusted, match="calls.lock"):
@@ -276,7 +276,7 @@ def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
 def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
     """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
     key long out of the cache still replays."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={}, cache_keys=100)
+    log = CallLog(tmp_path / "calls.jsonl", cache_keys=100)
     for number in range(5000):
         assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
         if number % 250 == 0:
@@ -294,11 +294,11 @@ def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
 ])
 def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> None:
     """The log is the ground truth: without its index every key in it still replays."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     log.close()
     damage(tmp_path / "calls.keys.sqlite")
-    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    again = CallLog(tmp_path / "calls.jsonl")
     assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     assert not again.notices  # a new index is not a replaced log
     again.close()
@@ -307,12 +307,12 @@ def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> Non
 def test_an_index_behind_the_log_catches_up(tmp_path: Path) -> None:
     """Records the index never committed (a crash between the log's fsync and the commit)
     are indexed from where it stopped."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     log.close()
     with open(tmp_path / "calls.jsonl", "ab") as handle:  # as if the commit had been lost
         handle.write(b'{"message_id": "m2", "step": 1, "server": "shop", "tool": "lookup_order", "args": {}}\n')
-    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    again = CallLog(tmp_path / "calls.jsonl")
     assert not again.call("m2", 1, "shop", "lookup_order", {"order_id": "1"}) and not again.notices
     again.close()
 
@@ -330,7 +330,7 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
     calls stand (they are durable in the log), their keys are held in memory, a replay is
     still refused, and once space returns the index takes them."""
     path = small_disk / "calls.jsonl"
-    log = CallLog(path, orders={})
+    log = CallLog(path)
     assert log.call("m0", 1, "shop", "lookup_order", {"order_id": "1"})
     log.sync()
     filler = _fill(small_disk)
@@ -340,20 +340,21 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
     assert not any(log.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"}) for n in range(4))
     filler.unlink()
     log.close()
-    again = CallLog(path, orders={})
+    again = CallLog(path)
     assert not again.notices and not any(again.call(f"m{n}", 1, "shop", "lookup_order", {}) for n in range(4))
     again.close()
     assert _calls(path) == [(f"m{n}", 1) for n in range(4)]
 
 
 def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys) -> None:
-    """`airlock naive` on a data dir whose actor runs: one line and exit 2, no traceback."""
+    """`airlock naive` on a data dir whose actor runs: one line and exit 75 (busy for now, as
+    the actor itself exits: airlock.errors), no traceback."""
     from lab.naive.__main__ import run
     from tests.conftest import ROOT
 
-    held = CallLog(tmp_path / "calls.jsonl", orders={})
+    held = CallLog(tmp_path / "calls.jsonl")
     try:
-        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == 2
+        assert run([str(ROOT / "samples" / "refund_damaged.eml")], "http://127.0.0.1:9", str(tmp_path)) == EX_TEMPFAIL
     finally:
         held.close()
     assert re.search(r"another actor \(pid \d+\) holds", capsys.readouterr().err)
@@ -364,19 +365,19 @@ def test_an_actor_starting_on_a_full_disk_is_a_typed_failure(small_disk: Path) -
     supervisor retries it), not a traceback; once space returns it starts."""
     filler = _fill(small_disk)
     with pytest.raises(LedgerWriteFailed):
-        CallLog(small_disk / "calls.jsonl", orders={})
+        CallLog(small_disk / "calls.jsonl")
     filler.unlink()
-    CallLog(small_disk / "calls.jsonl", orders={}).close()
+    CallLog(small_disk / "calls.jsonl").close()
 
 
 def test_a_damaged_key_index_is_moved_aside_and_rebuilt(tmp_path: Path, capsys) -> None:
     """A key index that is not a database (a disk error, a stray copy) does not stop the
     actor for good: it is kept beside, named, and the keys come back from the log."""
-    log = CallLog(tmp_path / "calls.jsonl", orders={})
+    log = CallLog(tmp_path / "calls.jsonl")
     assert log.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     log.close()
     (tmp_path / "calls.keys.sqlite").write_bytes(b"\x00garbage" * 1000)
-    again = CallLog(tmp_path / "calls.jsonl", orders={})
+    again = CallLog(tmp_path / "calls.jsonl")
     assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
     again.close()
     assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
@@ -443,7 +444,7 @@ def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is
     for a call that never ran."""
     path = tmp_path / "calls.jsonl"
     log = CallLog(path)
-    logged, _ = _fill_index_then_call(log, 0)
+    _logged, _ = _fill_index_then_call(log, 0)
     log.keys._db.execute("PRAGMA max_page_count=1073741823")  # space is back
     log.call("after", 1, "orders", "lookup", {"order_id": "A1"})
     log._log.rollback()  # the crash before the fsync: the record never became durable
@@ -459,7 +460,7 @@ def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path,
     reader (a call that ran, missing from the log). So the ledger is no longer trusted: no call
     runs until a restart, which ends the torn line first."""
     path = tmp_path / "calls.jsonl"
-    log = CallLog(path, orders={})
+    log = CallLog(path)
     real_write = os.write
     monkeypatch.setattr(os, "write", lambda descriptor, data: real_write(descriptor, data[:10]))
 
@@ -472,7 +473,7 @@ def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path,
     with pytest.raises(LedgerUntrusted, match="could not be cut back"):
         log.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
     log.close()
-    restarted = CallLog(path, orders={})  # open_lines ends the fragment's line
+    restarted = CallLog(path)  # open_lines ends the fragment's line
     assert not restarted.untrusted
     assert restarted.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
     restarted.close()

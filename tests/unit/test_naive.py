@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from actor import catalog as catalog_module
-from actor.tools import CallLog
+from actor.calllog import CallLog
 from lab.naive.agent import NaiveAgent
 from lab.naive.parse import Proposed, parse, resolve
 from reader.model import ModelAnswer, ModelFailure

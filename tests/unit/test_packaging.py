@@ -13,7 +13,7 @@ SERVICES = ("broker", "reader", "validator", "actor", "intake")
 
 
 def copies(dockerfile: Path) -> list[str]:
-    return re.findall(r"^COPY (?:--from=\S+ )?(\S+)", dockerfile.read_text(), flags=re.M)
+    return re.findall(r"^COPY (?:--from=\S+ )?(\S+)", dockerfile.read_text(), flags=re.MULTILINE)
 
 
 def test_requirements_match_pyproject() -> None:
@@ -39,8 +39,8 @@ def test_images_are_non_root_and_install_dependencies_first(path: str) -> None:
     """Each image ends as a non-root user, takes its base from a build argument, and
     installs dependencies before copying source (layer caching)."""
     text = (ROOT / path).read_text()
-    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.M)
-    users = re.findall(r"^USER (\S+)", text, flags=re.M)
+    assert re.search(r"^ARG AIRLOCK_BASE=python:3\.12-slim$", text, flags=re.MULTILINE)
+    users = re.findall(r"^USER (\S+)", text, flags=re.MULTILINE)
     assert users and users[-1].split(":")[0] not in ("root", "0")
     install = text.find("pip install")
     first_source = min((text.find(f"COPY {p}/") for p in ("airlock", "lab", "labs", *SERVICES) if f"COPY {p}/" in text), default=len(text))

@@ -75,7 +75,7 @@ def watch(tmp_path: Path) -> Iterator[Callable[[Callable[[], object]], Watcher]]
             _watchers.remove(watcher)
         return watcher
 
-    yield run
+    return run
 
 
 def test_generate_never_shows_a_secret_to_others(tmp_path: Path, umask_022: None, watch) -> None:
@@ -111,8 +111,8 @@ def test_key_folders_are_0700_and_secrets_0600(tmp_path: Path, umask_022: None) 
 
 
 def _writers() -> list:
+    from actor.calllog import CallLog
     from actor.pending import PendingStore
-    from actor.tools import CallLog
     from broker.journal import Journal
 
     return [
@@ -164,8 +164,7 @@ def test_the_lab_init_makes_the_data_files_for_the_host_to_read(tmp_path: Path, 
     (data / "trace.jsonl").chmod(0o644)  # an older run's
     lab_init.prepare(tmp_path, data, tmp_path / "airlock-keys", me)
     modes = {name: oct(stat.S_IMODE((data / name).stat().st_mode)) for name in lab_init.DATA_FILES}
-    assert modes == {name: "0o660" for name in ("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin",
-                                                "broker.lock", "calls.lock")}
+    assert modes == dict.fromkeys(("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin", "broker.lock", "calls.lock"), "0o660")
     trace.TraceWriter(data / "trace.jsonl").close()  # the broker's open keeps the group's bits
     assert stat.S_IMODE((data / "trace.jsonl").stat().st_mode) == 0o660
 

@@ -113,7 +113,7 @@ def test_a_new_field_at_its_default_is_not_written() -> None:
                                                   "value": "7"}
 
 
-@pytest.mark.parametrize("line, kind", [
+@pytest.mark.parametrize(("line", "kind"), [
     pytest.param(b'{"at":"t","message_id":null,"stage":"broker","event":"future_event","x":1}\n', Unrecognized,
                  id="unknown-event"),
     pytest.param(b'{"at":"t","message_id":"m","stage":"broker","event":"outcome","outcome":"completed"}\n', Damaged,

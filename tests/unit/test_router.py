@@ -7,13 +7,31 @@ import json
 import msgspec
 import pytest
 
-from tests.lines import raw_line
 from airlock.wire import (
-    Accepted, Await, Call, Done, Email, Event, Heartbeat, Hello, Malformed, Passed, Ping, Reading, Refused,
-    Notice, Rejected, Result, Status, Submit, Unreadable, Violation,
+    Accepted,
+    Await,
+    Call,
+    Done,
+    Email,
+    Event,
+    Heartbeat,
+    Hello,
+    Malformed,
+    Notice,
+    Passed,
+    Ping,
+    Reading,
+    Refused,
+    Rejected,
+    Result,
+    Status,
+    Submit,
+    Unreadable,
+    Violation,
 )
 from broker.journal import Entry
 from broker.router import Router, Send
+from tests.lines import raw_line
 
 R1, R2, V, A, CLIENT = b"r1", b"r2", b"v", b"a", b"c"
 
@@ -198,7 +216,7 @@ def test_lost_connection_redelivers_the_work(router: Router) -> None:
     """A busy worker whose connection is gone (the heartbeat to it bounced) loses its emails to another."""
     workers(router, readers=(R1,))
     message_id, effects = submit(router)
-    (held,) = sends(effects, "reader")
+    (_held,) = sends(effects, "reader")
     router.handle("reader", R2, Hello(credit=1), 1.0)
     effects = router.undeliverable(Send("reader", R1, Heartbeat()), 1.5)
     (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
@@ -224,7 +242,7 @@ def test_accepted_emails_are_journalled_before_the_reply(router: Router) -> None
 def test_too_large_email_is_rejected_with_an_id(router: Router, settings) -> None:
     """An email over the size limit gets an id and a rejected outcome; no reader sees it."""
     workers(router)
-    message_id, effects = submit(router, raw=b"x" * (settings.max_email_bytes + 1))
+    _message_id, effects = submit(router, raw=b"x" * (settings.max_email_bytes + 1))
     (outcome,) = outcomes(effects)
     assert outcome["outcome"] == "rejected" and outcome["rule"] == "intake.too_large"
     assert sends(effects, "reader") == []

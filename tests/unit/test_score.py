@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from airlock import task as task_module
 from lab.campaign import CampaignEmail, load
 from lab.score import EmailResult, Scorer, percentile, report

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import random
+import ast
+import os
 import re
+import subprocess
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from actor.catalog import load as load_actor_catalog
 from actor.selection import bound_pair, bound_tool_choice, naive_tool_choice
+from tests.conftest import ROOT, examples
 
 Rule = Callable[[Any, Any], dict[str, Any]]
 
@@ -207,7 +210,7 @@ def test_naive_marker_grammar(descriptions: tuple[str, str, str], choice: dict[s
     """Only exact, whole markers with valid ids in one description steer naive; bound never moves."""
     catalog = [rec(server, tool, text)
                for (server, tool), text in zip((("a", "read"), ("b", "read"), ("c", "note")),
-                                               descriptions)]
+                                               descriptions, strict=False)]
     assert naive_tool_choice(catalog, req("a", "read")) == {"choice": choice, "source": source}
     assert bound_tool_choice(catalog, req("a", "read")) == {"choice": pair("a", "read"),
                                                             "source": None}
@@ -224,7 +227,7 @@ BAD_CATALOGS = [
     pytest.param(lambda: None, id="none"),
     pytest.param(lambda: "a/read", id="str"),
     pytest.param(lambda: {("a", "read")}, id="set"),
-    pytest.param(lambda: frozenset(), id="frozenset"),
+    pytest.param(frozenset, id="frozenset"),
     pytest.param(lambda: {0: rec("a", "read")}, id="dict"),
     pytest.param(_catalog_generator, id="generator"),
     pytest.param(lambda: iter(two_reads()), id="iterator"),
@@ -292,7 +295,7 @@ BAD_REQUESTS = [
     pytest.param(lambda: OrderedDict(req("a", "read")), id="ordereddict"),
     pytest.param(lambda: {"server": "a"}, id="missing-tool"),
     pytest.param(lambda: {"tool": "read"}, id="missing-server"),
-    pytest.param(lambda: {}, id="empty"),
+    pytest.param(dict, id="empty"),
     pytest.param(lambda: {**req("a", "read"), "description": ""}, id="extra-key"),
     pytest.param(lambda: {"server": "a", StrSub("tool"): "read"}, id="str-subclass-key"),
     pytest.param(lambda: {"server": "a", "tool": "read", 0: "x"}, id="int-key"),
@@ -430,19 +433,32 @@ def test_results_share_nothing_with_inputs_or_each_other(rule: Rule) -> None:
     assert requested == req("a", "read") and second["choice"] == pair("a", "read")
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_global_rngs_are_left_alone(rule: Rule) -> None:
-    """Neither rule draws from or reseeds Python's or NumPy's global random state."""
-    py_before = random.getstate()
-    np_before = np.random.get_state(legacy=False)
-    rule(two_reads(), req("a", "read"))
-    with pytest.raises(ValueError):
-        rule(two_reads(), req("A", "read"))
-    assert random.getstate() == py_before
-    np_after = np.random.get_state(legacy=False)
-    assert np_after["bit_generator"] == np_before["bit_generator"]
-    assert np_after["state"]["pos"] == np_before["state"]["pos"]
-    assert (np_after["state"]["key"] == np_before["state"]["key"]).all()
+# The choice depends on its inputs alone. (This replaces a check that the rules leave the
+# global random states alone: selection.py imports no random source, so it could not fail;
+# the lab's grader still runs that check on a student's rule, where it can.)
+NO_CHANCE = {"random", "secrets", "numpy", "uuid", "time", "datetime", "os"}  # chance, clocks, the environment
+SAME_UNDER_ANY_HASH_SEED = """
+import json
+from actor.selection import bound_tool_choice, naive_tool_choice
+catalog = [{"server": s, "tool": t, "description": d} for s, t, d in [
+    ("a", "read", "[[tool:b/read]] [[tool:c/write]]"), ("b", "read", "[[tool:a/read]]"),
+    ("c", "write", "[[tool:zz/none]] [[tool:b/read]]"), ("zz", "none", ""), ("a", "write", "[[tool:a/read]]")]]
+print(json.dumps([rule(catalog, {"server": s, "tool": t}) for rule in (naive_tool_choice, bound_tool_choice)
+                  for s, t in [("a", "read"), ("c", "write"), ("zz", "none"), ("b", "write")]]))
+"""
+
+
+def test_the_choice_depends_on_the_inputs_alone() -> None:
+    """selection.py imports nothing that brings chance, a clock or the environment, and both
+    rules answer the same under different hash seeds (which reorder sets of strings)."""
+    tree = ast.parse((ROOT / "actor" / "selection.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported & NO_CHANCE == set(), imported
+    answers = {subprocess.run([sys.executable, "-c", SAME_UNDER_ANY_HASH_SEED], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("0", "1", "2", "3")}
+    assert len(answers) == 1 and '"choice"' in next(iter(answers)), answers
 
 
 # --- bound_pair, the actor's own decision ----------------------------------------------
@@ -546,7 +562,7 @@ def assert_untouched_and_fresh(rule: Rule, catalog: Any, requested: Any) -> dict
 
 
 @pytest.mark.parametrize("rule", RULES)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40))
 @given(data=st.data())
 def test_valid_inputs_are_untouched_and_results_fresh(rule: Rule, data: st.DataObject) -> None:
     """For any valid input, nothing handed in changes and every result container is new."""
@@ -554,7 +570,7 @@ def test_valid_inputs_are_untouched_and_results_fresh(rule: Rule, data: st.DataO
     assert_untouched_and_fresh(rule, catalog, data.draw(requests(catalog)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_naive_matches_the_oracle(data: st.DataObject) -> None:
     """The naive rule agrees with a regex statement of the lesson's grammar on random catalogs."""
@@ -563,7 +579,7 @@ def test_naive_matches_the_oracle(data: st.DataObject) -> None:
     assert naive_tool_choice(catalog, requested) == oracle_naive(catalog, requested)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_bound_ignores_descriptions_and_order(data: st.DataObject) -> None:
     """Rewriting every description and shuffling the catalog never changes the bound choice."""
@@ -579,7 +595,7 @@ def test_bound_ignores_descriptions_and_order(data: st.DataObject) -> None:
                         else None, "source": None}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_naive_equals_bound_without_markers(data: st.DataObject) -> None:
     """With no marker in any description the two rules agree exactly."""
@@ -634,7 +650,7 @@ def invalid_inputs(draw: st.DrawFn) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("rule", RULES)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40))
 @given(bad=invalid_inputs())
 def test_invalid_inputs_raise_and_stay_untouched(rule: Rule, bad: tuple[Any, Any]) -> None:
     """Random invalid inputs raise ValueError and leave content, key order and identity alone."""

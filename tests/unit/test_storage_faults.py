@@ -11,11 +11,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.lines import raw_line
 from airlock import trace
 from airlock.wire import Accepted, Refused, Submit
 from broker.journal import Entry, Journal, WriteFailed, damage, entries
 from broker.router import Router, Send
+from tests.lines import raw_line
 
 
 class Disk:

@@ -7,8 +7,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from airlock.terminal import hidden, json_line, shown
 

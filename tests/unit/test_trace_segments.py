@@ -10,16 +10,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests import lines as trace_lines
-from airlock import files as files_module
-from airlock import settings as settings_module
-from airlock import supervisor, trace, tracefiles
+from airlock import files as files_module, settings as settings_module, supervisor, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello
 from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router
 from dashboard.feed import FileTail
+from tests import lines as trace_lines
 
 SEGMENT = 4096  # bytes: a few emails a segment, so a short history spans many segments
 FILLER = "x" * 300  # a reader's line, about a tenth of an email's trace

@@ -13,8 +13,8 @@ import pytest
 
 from airlock import cli, keys, locks, preflight, settings as settings_module, supervisor, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
-from airlock.wire import Email, Reading, Rejected
 from airlock.terminal import shown
+from airlock.wire import Email, Reading, Rejected
 from lab.attack import free_ports
 from reader import recordings
 from reader.app import Reader, not_configured
@@ -68,9 +68,8 @@ def test_a_lock_file_planted_as_a_link_is_refused(tmp_path: Path, outside: Path)
     """run/up.lock renamed to a link by whoever else writes the data dir: refused, its target untouched."""
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "up.lock").symlink_to(outside)
-    with pytest.raises(ConfigError, match=r"run/up\.lock"):
-        with locks.one_stack(tmp_path):
-            pass
+    with pytest.raises(ConfigError, match=r"run/up\.lock"), locks.one_stack(tmp_path):
+        pass
     assert outside.read_text() == "the host user's own\n"
 
 
@@ -79,9 +78,8 @@ def test_a_run_folder_planted_as_a_link_is_refused(tmp_path: Path, outside: Path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "run").symlink_to(elsewhere)
-    with pytest.raises(ConfigError, match=r"run\b.*not a folder of uid"):
-        with locks.one_stack(tmp_path):
-            pass
+    with pytest.raises(ConfigError, match=r"run\b.*not a folder of uid"), locks.one_stack(tmp_path):
+        pass
     assert not list(elsewhere.iterdir())
 
 
@@ -89,9 +87,8 @@ def test_a_run_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: py
     """run/ made by another uid (renamed in by a service): refused, naming the owner."""
     (tmp_path / "run").mkdir()
     someone_else(monkeypatch)
-    with pytest.raises(ConfigError, match=rf"owned by uid {os.stat(tmp_path).st_uid}"):
-        with locks.one_stack(tmp_path):
-            pass
+    with pytest.raises(ConfigError, match=rf"owned by uid {os.stat(tmp_path).st_uid}"), locks.one_stack(tmp_path):
+        pass
 
 
 def test_a_pid_file_planted_as_a_link_is_not_followed(tmp_path: Path, outside: Path) -> None:
@@ -114,7 +111,7 @@ def test_a_keys_folder_planted_as_a_link_is_refused(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "keys").symlink_to(tmp_path / "theirs")
     with pytest.raises(KeysMissing, match=r"data/keys is not a folder of uid"):
-        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder
+        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder  # noqa: B018  reading the property is what raises
 
 
 def test_a_keys_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +119,7 @@ def test_a_keys_folder_of_another_user_is_refused(tmp_path: Path, monkeypatch: p
     keys.generate(tmp_path / "data" / "keys")
     someone_else(monkeypatch)
     with pytest.raises(KeysMissing, match=r"data/keys is not a folder of uid .* owned by uid"):
-        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder
+        settings_module.load({"AIRLOCK_DATA_DIR": str(tmp_path / "data")}).keys_folder  # noqa: B018  reading the property is what raises
 
 
 # --- extras and task files -------------------------------------------------------------------
@@ -243,9 +240,8 @@ def test_no_model_set_and_no_recording_says_so() -> None:
 def test_an_unwritable_data_dir_is_a_config_error(tmp_path: Path) -> None:
     """A data dir up cannot write its lock in: ConfigError naming the file, not a traceback."""
     (tmp_path / "run").write_text("a file where the run folder should be")
-    with pytest.raises(ConfigError, match=r"cannot lock .*run/up\.lock"):
-        with locks.one_stack(tmp_path):
-            pass
+    with pytest.raises(ConfigError, match=r"cannot lock .*run/up\.lock"), locks.one_stack(tmp_path):
+        pass
 
 
 def test_no_answer_reason_keeps_a_model_servers_words_short_and_visible() -> None:

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from airlock.task import Choice, Code, Digits, IntegerRange
 from airlock.wire import Passed, Reading, Rejected
+from tests.conftest import examples
 from validator.app import Validator
 from validator.narrow import Broken, Value, read_value
 
@@ -54,7 +55,7 @@ def test_everything_else_is_rejected_with_a_rule(answer: str) -> None:
 
 
 @given(st.text(max_size=12))
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 def test_digits_pass_exactly_when_ascii_pattern_matches(answer: str) -> None:
     """For any text, the verdict equals a full match of [0-9]{1,6} over ASCII."""
     expected = re.fullmatch(r"[0-9]{1,6}", answer, flags=re.ASCII) is not None

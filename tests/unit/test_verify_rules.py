@@ -82,7 +82,7 @@ def test_tool_code_probe_finds_actor_code(tmp_path: Path) -> None:
     for name in ("airlock", "reader", "actor"):
         shutil.copytree(ROOT / name, tmp_path / name)
     found = run_tool_code_probe(tmp_path)
-    assert "actor" in found and "catalog.toml" in found and "tools.py" in found
+    assert "actor" in found and "catalog.toml" in found and "calllog.py" in found and "mocks.py" in found
 
 
 def test_summary_line_is_not_a_test_runner_line() -> None:

@@ -9,8 +9,18 @@ import pytest
 
 from airlock import wire
 from airlock.wire import (
-    Done, Email, Hello, Malformed, Passed, Reading, Rejected, Submit, Violation, encode,
-    inbound_decoder, outbound_decoder,
+    Done,
+    Email,
+    Hello,
+    Malformed,
+    Passed,
+    Reading,
+    Rejected,
+    Submit,
+    Violation,
+    encode,
+    inbound_decoder,
+    outbound_decoder,
 )
 
 OWN = [

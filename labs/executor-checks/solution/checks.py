@@ -117,7 +117,7 @@ def run_tool(tool: Callable[[dict], Any], args: dict, timeout_s: float, max_resu
     def call() -> None:
         try:
             outcome["result"] = tool(args)
-        except Exception as exc:  # the tool's boundary: its failure becomes a value below
+        except Exception as exc:  # noqa: BLE001  the tool's boundary: its failure becomes a value below
             outcome["error"] = exc
 
     worker = threading.Thread(target=call, daemon=True)  # daemon: a hung tool cannot hold the process

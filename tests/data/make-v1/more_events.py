@@ -1,15 +1,28 @@
 """Drive the previous version's broker in process for the trace events a small run does not
 write (run with PYTHONPATH at that version). Prints the lines to stdout."""
+import collections
+import errno
 import tempfile
 from pathlib import Path
 
-from tests.conftest import airlock_env
 from airlock import settings as settings_module
-from airlock.wire import (Await, Decide, Event, Hello, Malformed, Notice, Passed, Reading, Rejected,
-                          Submit, Unreadable, Violation)
+from airlock.wire import (
+    Await,
+    Decide,
+    Event,
+    Hello,
+    Malformed,
+    Notice,
+    Passed,
+    Reading,
+    Rejected,
+    Submit,
+    Unreadable,
+    Violation,
+)
 from broker.router import Router, Send
 from broker.storage import Storage
-import collections, errno
+from tests.conftest import airlock_env
 
 out = []
 def keep(effects):
@@ -24,7 +37,7 @@ with tempfile.TemporaryDirectory() as tmp:
         effects = r.handle("intake", b"c", Submit(ref=ref, raw=raw, format="text", sender="x@example.org",
                                                   sender_proof="dkim" if key == "" else "none"), 0.0, key)
         keep(effects)
-        return [e.message.message_id for e in effects if isinstance(e, Send) and hasattr(e.message, "message_id")][0]
+        return next(e.message.message_id for e in effects if isinstance(e, Send) and hasattr(e.message, "message_id"))
     m1 = submit(b"Order 4411", 1)           # with a sender_proof claimed by a non-SMTP key: violation
     keep(r.handle("reader", b"r1", Unreadable(message_id=m1, rule="mail.empty", reason="no body",
                                                notes={"subject": "hi\u202e"}), 0.1))

@@ -1,15 +1,18 @@
-"""Mock tools: each call appends one JSON line to calls.jsonl and does nothing else.
+"""The call log: the actor's idempotency ledger, what ran, keyed by (message id, step).
 
-    {"event": "call", "at", "message_id", "step", "server", "tool", "args"}  (+ "to": a mail tool's recipient)
+Each call the actor makes is one JSON line in calls.jsonl, written as the outcome of the call:
+
+    {"event": "call", "at", "message_id", "step", "server", "tool", "args"}  (+ "to": a mail
+                                                tool's recipient, + "student": a lab's plug point)
 
 each an airlock.records.Call, the type of the trace's call line too.
 
 calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
-model's words. With its key index (actor/keyindex.py) it is also the tools' idempotency
-ledger: a call whose key (message id and step) was already made is not made again, the way
-a payment API honours an idempotency key, so a replayed message never repeats a side effect.
-A record is written only as the outcome of its call (actor/ledger.py): a failed write leaves
-nothing behind to land later.
+model's words. With its key index (actor/keyindex.py) it is also the idempotency ledger: a
+call whose key was already logged is not logged again, the way a payment API honours an
+idempotency key, so a redelivered step is a replay, never a second side effect. A record is
+either whole or absent (AppendLog, actor/ledger.py): a failed write leaves nothing behind to
+land later. What a tool does and returns is not this module's: see actor/mocks.py.
 """
 
 from __future__ import annotations
@@ -17,22 +20,14 @@ from __future__ import annotations
 import sqlite3
 import sys
 import threading
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from actor.catalog import Tool
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
 from airlock.records import Call, utc_now
-
-ORDERS_PATH = Path(__file__).with_name("orders.toml")
-
-
-def load_orders(path: Path = ORDERS_PATH) -> dict[str, dict[str, str]]:
-    return tomllib.loads(path.read_text(encoding="utf-8")).get("orders", {})
 
 
 def call_key(message_id: str, step: int) -> str:
@@ -41,17 +36,12 @@ def call_key(message_id: str, step: int) -> str:
     return f"{message_id}:{step}"
 
 
-class ToolFailure(Exception):
-    """The mock was told to fail (test catalogs only)."""
-
-
 class CallLog:
     """The call log and its guards: one actor at a time (ledger_lock), each record whole or
     absent (AppendLog), keys on disk with a bounded cache (KeyIndex), and a check before each
     call that calls.jsonl is still the file being written (LedgerUntrusted otherwise)."""
 
-    def __init__(self, path: Path, orders: dict[str, dict[str, str]] | None = None,
-                 cache_keys: int = CACHE_KEYS) -> None:
+    def __init__(self, path: Path, cache_keys: int = CACHE_KEYS) -> None:
         self.lock = ledger_lock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
         opened: list[Any] = [self.lock]
         try:
@@ -75,7 +65,6 @@ class CallLog:
         # Keys whose records are in the log but not yet durable, which the index lost when it
         # rolled back (a full disk): honoured until the sync, then pinned, or dropped with the batch.
         self._unsynced_pins: set[str] = set()
-        self.orders = load_orders() if orders is None else orders
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
              student: str = "", to: str = "") -> bool:
@@ -190,6 +179,12 @@ class CallLog:
         one the index last saw (the keys it holds stay: no call they name runs again)."""
         indexed, log = self.keys.indexed(), self._log
         notices: list[dict[str, Any]] = []
+        if log.repaired is not None:  # a crash mid-record: never acknowledged (a record is synced before its Done)
+            cut = log.repaired
+            notices.append({"event": "ledger_repaired", "detail": {
+                "path": str(log.path), "cut_from": cut.start, "bytes_cut": cut.end - cut.start}})
+            print(f"actor: {log.path} ended in a partial record (a crash mid-write): its last "
+                  f"{cut.end - cut.start} bytes were cut off at open", file=sys.stderr)
         if indexed is not None and (indexed.device, indexed.inode) == log.identity and indexed.size <= log.size:
             start = indexed.size  # the same log, grown: index what was added
         else:
@@ -205,36 +200,6 @@ class CallLog:
         self.keys.add_all(_keys_in(log.path, start))
         self.keys.commit(Indexed(*log.identity, log.size))
         return notices
-
-    def run(self, tool: Tool, message_id: str, step: int, args: dict[str, Any],
-            cancelled: threading.Event, student: str = "") -> tuple[bool, dict[str, Any]]:
-        """The mock tool: (made now, result). Misbehaviour comes from the catalog's mock."""
-        if tool.mock.delay_s and cancelled.wait(tool.mock.delay_s):
-            raise TimeoutError("cancelled before the side effect")
-        if tool.mock.fail:
-            raise ToolFailure(tool.mock.fail)
-        made = self.call(message_id, step, tool.server, tool.tool, args, student, self.recipient(tool, args))
-        return made, self.result(tool, args)
-
-    def recipient(self, tool: Tool, args: dict[str, Any]) -> str:
-        """Who a mail tool writes to: the order's owner from the store, whatever the email
-        or its sender said; no owner is a failed call, never a guess ("" for a non-mail tool)."""
-        if tool.mock.sends_to == "nobody":
-            return ""
-        order_id = _order_id(args)
-        owner = (self.orders.get(order_id) or {}).get("customer")
-        if not owner:
-            raise ToolFailure(f"order {order_id!r} has no owner in the order store: nobody to write to")
-        return owner
-
-    def result(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
-        if tool.mock.result_bytes:
-            return {"blob": "x" * tool.mock.result_bytes}
-        if tool.mock.returns == "order":
-            order_id = _order_id(args)
-            order = self.orders.get(order_id)
-            return {"order_id": order_id, "found": order is not None, **(order or {"customer": None, "status": None})}
-        return {"ok": True}
 
     def close(self) -> None:
         if self._log.closed:
@@ -264,8 +229,3 @@ def _keys_in(path: Path, start: int) -> Iterator[str]:
             if key is not None:
                 yield call_key(*key)
 
-
-def _order_id(args: dict[str, Any]) -> str:
-    """The order a call is about, one rule for the lookup and the mail's recipient: its
-    `order_id` argument, else (a one-argument tool) its only argument."""
-    return str(args.get("order_id", next(iter(args.values()), "")))
