@@ -2,8 +2,10 @@
 
 Each call the actor makes is one JSON line in calls.jsonl, written as the outcome of the call:
 
-    {"message_id", "step", "server", "tool", "args", "at"}  (+ "to": a mail tool's recipient,
-                                                              + "student": a lab's plug point)
+    {"event": "call", "at", "message_id", "step", "server", "tool", "args"}  (+ "to": a mail
+                                                tool's recipient, + "student": a lab's plug point)
+
+each an airlock.records.Call, the type of the trace's call line too.
 
 calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
 model's words. With its key index (actor/keyindex.py) it is also the idempotency ledger: a
@@ -22,12 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
-from airlock import trace
-from airlock.trace import utc_now
+from airlock import records
+from airlock.records import Call, utc_now
 
 
 def call_key(message_id: str, step: int) -> str:
@@ -59,7 +59,6 @@ class CallLog:
             if isinstance(exc, OSError) and not isinstance(exc, PermissionError):  # PermissionError: 78
                 raise LedgerWriteFailed(f"the ledger beside {path} cannot be opened: {exc}") from exc
             raise
-        self._encode = msgspec.json.Encoder().encode
         self._lock = threading.Lock()
         self.untrusted = ""  # why this actor stopped acting on its ledger ("" while it trusts it)
         self._pinned: set[str] = set()  # keys durable in the log that the index could not commit yet
@@ -78,14 +77,10 @@ class CallLog:
             self._check_trusted()
             if key in self._pinned or key in self._unsynced_pins or not self._claim(key):
                 return False
-            record = {"message_id": message_id, "step": step, "server": server, "tool": tool,
-                      "args": args, "at": utc_now()}
-            if to:
-                record["to"] = to
-            if student:
-                record["student"] = student
+            record = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
+                          to=to, student=student)
             try:
-                self._log.append(self._encode(record) + b"\n")
+                self._log.append(records.encode(record))
             except LedgerWriteFailed:
                 try:
                     self.keys.release(key)
@@ -230,7 +225,7 @@ def _keys_in(path: Path, start: int) -> Iterator[str]:
     with open(path, "rb") as handle:
         handle.seek(start)
         for raw in handle:
-            call = trace.decode_line(raw)
-            if call is not None and isinstance(call.get("message_id"), str) and isinstance(call.get("step"), int):
-                yield call_key(call["message_id"], call["step"])
+            key = records.call_key_of(raw)  # lenient: a damaged record still says its call ran
+            if key is not None:
+                yield call_key(*key)
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from actor.ledger import AppendLog, LedgerWriteFailed
-from airlock import trace
+from airlock import tracefiles
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ REQUIRED_FIELDS = {f.name for f in fields(Escalation) if f.default is MISSING}
 class PendingStore:
     def __init__(self, path: Path) -> None:
         self.open: dict[str, Escalation] = {}
-        for entry in trace.read(path):  # a torn last line (a crash mid-write) is skipped
+        for entry in _entries(path):  # a torn last line (a crash mid-write) is skipped
             if entry.pop("resolved", False):
                 self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
             elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
@@ -80,3 +84,15 @@ class PendingStore:
         finally:
             self._log.close()
 
+
+
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def _entries(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's JSON objects; a torn line (a crash mid-write) is skipped."""
+    for raw in tracefiles.lines_of(path):
+        try:
+            yield _decode(raw)
+        except msgspec.DecodeError:
+            continue

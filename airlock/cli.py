@@ -248,11 +248,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     path = _settings(args).trace_path
     if not path.exists() and not args.follow:
         raise RequestRefused(f"no trace yet at {path}" + (f", so nothing for {args.id}" if args.id else ""))
-    records = trace.follow(path, args.id) if args.follow else trace.read(path, args.id)
+    lines = trace.follow(path, args.id) if args.follow else trace.read(path, args.id)
     found = False
-    for record in records:
+    for record in lines:
         found = True
-        print(json_line(record) if args.json else trace.render(record), flush=args.follow)
+        print(json_line(trace.as_line(record)) if args.json else trace.render(record), flush=args.follow)
     if args.id and not found:
         raise RequestRefused(f"no trace lines for {args.id} in {path}")
     return 0

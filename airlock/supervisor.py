@@ -32,7 +32,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock import trace, tracefiles
+from airlock import records, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
 from airlock.preflight import own_file, own_folder
@@ -274,11 +274,8 @@ def _broker_started_since(trace_path: Path, since: tracefiles.Mark) -> bool:
         new = tracefiles.lines_since(trace_path, since)
     except OSError:  # unreadable (EIO): no sign of a start
         return False
-    for line in new:
-        record = trace.decode_line(line)  # None for a line still being written
-        if record and record.get("stage") == "broker" and record.get("event") == "started":
-            return True
-    return False
+    # A broker's Started record (records.decode checks its stage); lines_since gives whole lines only.
+    return any(isinstance(records.decode(line), records.Started) for line in new)
 
 
 def progress_mark(pid: int) -> tuple[int, ...] | None:

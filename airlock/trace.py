@@ -3,10 +3,10 @@
 Segments: the broker's writer closes the live file by size into trace.000001.jsonl, ...
 (airlock.tracefiles); every reader here reads them all, in order, then the live file.
 
-Every line has `at` (UTC, ISO 8601), `message_id` (null for facts about no one email),
-`stage` (who said it, stamped by the broker from the endpoint, never trusted from the
-sender) and `event`; the rest are the event's details. Each email ends with exactly one
-line whose event is "outcome".
+What a line holds is airlock.records (the second contract: every event a typed record, one
+encoder, one decoder); this module writes the lines and reads them back as those records.
+A line that is no record (torn, damaged, a newer writer's event) reads as a typed value
+too, which `render` shows escaped; the other readers act on records only.
 """
 
 from __future__ import annotations
@@ -20,33 +20,14 @@ from typing import Any
 
 import msgspec
 
-from airlock import appendlog, tracefiles
+from airlock import appendlog, records, tracefiles
+from airlock.records import Call, Damaged, TraceRecord, utc_now
 from airlock.terminal import json_line, shown
 
-_json = msgspec.json.Encoder()
-BASE_KEYS = ("at", "message_id", "stage", "event")
+__all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read", "read_calls",
+           "render", "settled", "states", "unfinished", "utc_now"]
 
-
-_second: tuple[int, str] = (-1, "")  # the last whole second stamped, and its text
-
-
-def utc_now() -> str:
-    """Now as 2026-11-30T04:48:01.123456Z. The date and time of day are formatted once a
-    second: the broker stamps ten lines an email, and datetime's isoformat each time was a
-    tenth of its work."""
-    global _second
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-    stamp = _second  # one read: another thread may replace it, never half of it
-    if stamp[0] != seconds:
-        stamp = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    return f"{stamp[1]}.{nanos // 1000:06d}Z"
-
-
-def line(stage: str, event: str, message_id: str | None, detail: dict[str, Any]) -> bytes:
-    """One trace line; base keys win over any detail key of the same name."""
-    base = {"at": utc_now(), "message_id": message_id, "stage": stage, "event": event}
-    # Base keys first, then the details in their order; the second **base wins any clash.
-    return _json.encode({**base, **detail, **base}) + b"\n"
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def open_lines(path: Path) -> appendlog.Log:
@@ -158,29 +139,39 @@ class TraceWriter:
             os.fchmod(new.fileno(), (old.st_mode & 0o660) | 0o600)
 
 
-def read(path: Path, message_id: str | None = None) -> Iterator[dict[str, Any]]:
-    """Yield trace records, optionally for one email, from every segment then the live
-    file (airlock.tracefiles); a torn line is skipped. Also reads the call log and the
-    pending escalations, which have no segments."""
-    yield from _matching(tracefiles.lines(path), message_id)
+def read(path: Path, message_id: str | None = None) -> Iterator[TraceRecord]:
+    """Yield trace records, optionally for one email's, from every segment then the live
+    file (airlock.tracefiles). A damaged line is a Damaged record (about no email). Whole
+    lines only: the live file's last may still be being written (one a writer left torn when
+    it died is cut off by the next writer: airlock.appendlog)."""
+    yield from _matching(tracefiles.History(path, whole_only=True), message_id)
+
+
+def read_calls(path: Path) -> Iterator[Call]:
+    """calls.jsonl's records, in order; a torn line (an actor killed mid-write) is skipped,
+    as it never ran: the actor writes a record before its call."""
+    for raw in tracefiles.lines_of(path):
+        call = records.decode_call(raw)
+        if isinstance(call, Call):
+            yield call
 
 
 def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
-            poll_s: float = 0.1) -> dict[str, list[dict[str, Any]]]:
+            poll_s: float = 0.1) -> dict[str, list[TraceRecord]]:
     """Each id's records, read once `finished` of the ids have an outcome line, or at the
     deadline. The broker answers a client before it writes that turn's trace lines, so
     whoever reads the trace right after its results must wait for them here."""
     deadline = time.monotonic() + timeout_s
-    found: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in ids}
+    found: dict[str, list[TraceRecord]] = {message_id: [] for message_id in ids}
     history = tracefiles.History(path, whole_only=True)
     raw_lines: Iterable[bytes] = history
     while True:
         # The first pass reads all there is; later ones only what was appended since.
         for record in _matching(raw_lines, None):
-            records = found.get(record.get("message_id"))  # type: ignore[arg-type]
-            if records is not None:
-                records.append(record)
-        ended = sum(any(r.get("event") == "outcome" for r in records) for records in found.values())
+            kept = found.get(about(record))  # type: ignore[arg-type]  # None is no key
+            if kept is not None:
+                kept.append(record)
+        ended = sum(any(isinstance(r, records.OutcomeLine) for r in kept) for kept in found.values())
         if ended >= finished or time.monotonic() > deadline:
             return found
         time.sleep(poll_s)
@@ -201,7 +192,7 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
     return ([i for i, s in state.items() if s == "open"], [i for i, s in state.items() if s == "escalated"])
 
 
-def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[dict[str, Any]]:
+def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[TraceRecord]:
     """Yield every record, then records as they are appended, like `tail -F`: when the
     live file is closed into a segment, its rest is read, then any later segment, then the
     new live file. Never returns on its own."""
@@ -217,35 +208,78 @@ def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> It
         yield from _matching(new, message_id)
 
 
-def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[dict[str, Any]]:
+def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[TraceRecord]:
     for raw in raw_lines:
-        record = decode_line(raw)
-        if record is not None and (message_id is None or record.get("message_id") == message_id):
-            yield record
+        if raw != b"\n":  # a blank line says nothing
+            record = records.decode(raw)
+            if message_id is None or about(record) == message_id:
+                yield record
 
 
-def decode_line(raw: bytes) -> dict[str, Any] | None:
-    """One trace line as a dict, or None for a torn or foreign line."""
-    try:
-        record = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def render(record: dict[str, Any]) -> str:
+def render(record: TraceRecord) -> str:
     """A readable one-line form: time, id, stage, event, then key=value details. Every
-    part is escaped: a peer chose the details, their keys, even an event's name (a Notice)."""
-    at = shown(str(record.get("at", ""))[11:23])
-    details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in record.items()
-                       if key not in BASE_KEYS and key != "student")
-    message_id, stage, event = (shown(str(record.get(key) or "")) for key in ("message_id", "stage", "event"))
+    part is escaped: a peer chose the details, their keys, even an event's name (a Notice);
+    a line that is no record says so, escaped like the rest."""
+    if isinstance(record, Damaged):
+        return (f"{'-':<12}  {'-':<16} {'-':<9} {'(damaged line)':<14} "
+                f"reason={_short(record.reason)} line={_short(record.text)}")
+    fields = fields_of(record)
+    at = shown(str(record.at or "")[11:23])
+    details = " ".join(f"{shown(str(key))}={_short(value)}" for key, value in fields.items() if key != "student")
+    message_id, stage = (shown(str(value or "")) for value in (record.message_id, record.stage))
+    event = shown(event_of(record) or str(getattr(record, "event", "")))
+    if isinstance(record, records.Unrecognized):
+        event = f"{event} (unknown)"
     # A lab's step that ran the student's code says so first, where a student looks.
-    student = f"[student code: {_short(record['student'])}] " if record.get("student") else ""
-    return f"{at}  {message_id or '-':<16} {stage:<9} {event:<14} {student}{details}"
+    student = fields.get("student")
+    marked = f"[student code: {_short(student)}] " if student else ""
+    return f"{at}  {message_id or '-':<16} {stage:<9} {event:<14} {marked}{details}"
 
 
 def _short(value: Any, limit: int = 120) -> str:
     """A detail as a terminal may show it: a string escaped, anything else as JSON."""
     text = shown(value) if isinstance(value, str) else json_line(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- a record as a reader shows it --------------------------------------------------------
+
+
+def fields_of(record: TraceRecord) -> dict[str, Any]:
+    """A record's details (everything but the base fields), in order, for display."""
+    if isinstance(record, records.PeerFact):
+        return dict(record.detail)
+    if isinstance(record, records.Unrecognized):
+        return dict(record.fields)
+    if isinstance(record, Damaged):
+        return {"reason": record.reason, "line": record.text}
+    # As the line holds them, JSON values (a tuple is a list there): a field at its default
+    # is absent there, so it is here.
+    line = _decode_object(records.encode(record))
+    return {name: value for name, value in line.items() if name not in records.BASE_FIELDS}
+
+
+def as_line(record: TraceRecord) -> dict[str, Any]:
+    """The record as its line holds it (a Damaged one as {"damaged": reason, "line": text}),
+    for `airlock trace --json`."""
+    if isinstance(record, Damaged):
+        return {"damaged": record.reason, "line": record.text}
+    base = {"at": record.at, "message_id": record.message_id, "stage": record.stage, "event": event_of(record)}
+    if isinstance(record, records.Unrecognized):
+        base["event"] = record.event
+    return {**base, **fields_of(record)}
+
+
+def event_of(record: TraceRecord) -> str:
+    """The record's event name ("" for a Damaged line, or an unrecognized non-text one)."""
+    if isinstance(record, records.Record):
+        return str(record.__struct_config__.tag)
+    if isinstance(record, Damaged):
+        return ""
+    return record.event if isinstance(record.event, str) else ""
+
+
+def about(record: TraceRecord) -> str | None:
+    """The email a record is about (None: none, or a line that names none as text)."""
+    message_id = None if isinstance(record, Damaged) else record.message_id
+    return message_id if isinstance(message_id, str) else None

@@ -139,8 +139,11 @@ def older_than(path: Path, live: BinaryIO | None) -> list[Path]:
     return [segment for _, segment in closed(path) if _identity_of(segment) != live_id]
 
 
-class _StateLine(msgspec.Struct):
-    """The only fields of a line that fold reads: decoding into it skips the rest unbuilt."""
+class StateFacts(msgspec.Struct):
+    """What recovery reads of a line (fold, below): who said which event about
+    which email, and an outcome's kind. A view of Received and OutcomeLine that skips the
+    rest unbuilt (recovery folds GBs) and is lenient on purpose: an outcome line whose other
+    fields were damaged still ends its email, rather than have a restart do it again."""
 
     message_id: object = None
     stage: object = None
@@ -148,7 +151,15 @@ class _StateLine(msgspec.Struct):
     outcome: object = None
 
 
-_decode_state_line = msgspec.json.Decoder(_StateLine).decode
+_decode_state_facts = msgspec.json.Decoder(StateFacts).decode
+
+
+def _decode_state(raw: bytes) -> StateFacts | None:
+    """StateFacts of one line; None for a line that is not a JSON object."""
+    try:
+        return _decode_state_facts(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
@@ -158,17 +169,13 @@ def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
-        try:
-            record = _decode_state_line(raw)
-        except msgspec.DecodeError:
-            continue  # a torn line (a crash mid-write), or not an object: the readers skip it too
-        message_id = record.message_id
-        if record.stage != "broker" or not isinstance(message_id, str):
+        record = _decode_state(raw)  # None for a torn line (a crash mid-write), or no object
+        if record is None or record.stage != "broker" or not isinstance(record.message_id, str):
             continue
         if record.event == "received":
-            state[message_id] = OPEN
+            state[record.message_id] = OPEN
         elif record.event == "outcome":
-            state[message_id] = ESCALATED if record.outcome == "escalated" else FINAL
+            state[record.message_id] = ESCALATED if record.outcome == "escalated" else FINAL
     return state
 
 

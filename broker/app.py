@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from airlock import keys, locks, trace
+from airlock import keys, locks, records, trace
 from airlock.errors import EX_TEMPFAIL, ConfigError
+from airlock.records import Started, Stopped, utc_now
 from airlock.settings import Settings
 from airlock.terminal import json_line
 from broker import auth
@@ -147,7 +148,7 @@ class Broker:
             self.carry_out.flush_trace()
 
     def stop(self) -> None:
-        self.carry_out([trace.line("broker", "stopped", None, {"in_flight": len(self.core.flights)})])
+        self.carry_out([records.encode(Stopped(utc_now(), None, "broker", in_flight=len(self.core.flights)))])
         if self.writer.close() is not None:  # the journal keeps their emails: the next start redoes them
             print(f"broker: stopped with trace lines unwritten ({self.writer.failing}); the journal keeps "
                   "every email they were about", file=sys.stderr, flush=True)
@@ -156,10 +157,10 @@ class Broker:
 
     def _started_line(self, secure: bool) -> bytes:
         settings = self.settings
-        return trace.line("broker", "started", None, {
-            "endpoints": {name: settings.endpoint(name, bind=True) for name in settings.ports},
-            "trace": str(settings.trace_path),
-            "authentication": "CURVE, one key per role, ZAP allow lists" if secure else auth.OFF,
-            "sender_proofs": ("kept from the SMTP intake's key only" if self.core.smtp_keys
-                              else "none kept (no SMTP intake key): every sender is unverified"),
-            **({} if secure else {"insecure": True})})
+        return records.encode(Started(
+            utc_now(), None, "broker", endpoints={name: settings.endpoint(name, bind=True) for name in settings.ports},
+            trace=str(settings.trace_path),
+            authentication="CURVE, one key per role, ZAP allow lists" if secure else auth.OFF,
+            sender_proofs=("kept from the SMTP intake's key only" if self.core.smtp_keys
+                           else "none kept (no SMTP intake key): every sender is unverified"),
+            insecure=not secure))

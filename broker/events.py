@@ -15,23 +15,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from airlock import records
 from airlock.terminal import shown
 
-# The events the broker writes from what it checked itself. A client's Notice (stage
-# "supervisor", not namespaced: the page reads service_restarted) may not take these names.
-BROKER_EVENTS = frozenset({
-    "received", "model_answer", "unreadable", "verdict", "authorization", "call", "observation", "outcome",
-    "decision", "recovered", "redelivery", "late_result", "client_gone", "worker_joined", "worker_lost",
-    "auth_refused", "handshake_failed", "started", "stopped", "journal_compacted", "journal_compaction_failed",
-    "journal_damaged", "storage_failed", "storage_recovered",
-    "violation", "malformed_frame", "decision_refused",
-    "trace_checkpoint", "trace_checkpoint_failed",
-})
+# The events the broker writes from what it checked itself: every typed record's name
+# (airlock.records). A client's Notice (stage "supervisor", not namespaced: the page reads
+# service_restarted) may not take these names.
+BROKER_EVENTS = records.EVENT_NAMES
 # What a worker reports about frames the broker sent it (airlock.service): written, as any
 # worker event, as worker.violation / worker.malformed_frame, never as the broker's own.
 WORKER_REPORTS = frozenset({"violation", "malformed_frame"})
 EVENT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")  # no control characters, no case tricks, short
-WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note`
 
 
 def refusal(event: str, role: str, namespaced: bool) -> str:

@@ -21,7 +21,8 @@ from collections import Counter
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from airlock import trace
+from airlock import records
+from airlock.records import AuthRefused, HandshakeFailed, utc_now
 from broker.stall import StallWatch
 
 FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -44,12 +45,13 @@ def failures(counters: Counter[str], monitor: zmq.Socket, role: str, watch: Stal
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and stalled_s:
             value = event["value"]
             counters[f"handshake_failed.{role}"] += 1
-            lines.append(trace.line("broker", "handshake_failed", None, {
-                "endpoint": role, "peer": peer, "errno": errno.errorcode.get(value, str(value)),
-                "stalled_s": round(stalled_s, 1),
-                "reason": f"the handshake ended with no verdict ({os.strerror(value)}) as the broker was stopped "
-                          f"for {stalled_s:.0f} s: its peers gave up waiting; not a refusal"}))
+            lines.append(records.encode(HandshakeFailed(
+                utc_now(), None, "broker", endpoint=role, peer=peer, errno=errno.errorcode.get(value, str(value)),
+                stalled_s=round(stalled_s, 1),
+                reason=f"the handshake ended with no verdict ({os.strerror(value)}) as the broker was stopped "
+                       f"for {stalled_s:.0f} s: its peers gave up waiting; not a refusal")))
             continue
         counters[f"auth_refused.{role}"] += 1
-        lines.append(trace.line("broker", "auth_refused", None, {
-            "endpoint": role, "reason": _EVENT_NAMES.get(event["event"], str(event["event"])), "peer": peer}))
+        lines.append(records.encode(AuthRefused(utc_now(), None, "broker", endpoint=role,
+                                                reason=_EVENT_NAMES.get(event["event"], str(event["event"])),
+                                                peer=peer)))

@@ -16,7 +16,14 @@ import collections
 import ctypes
 import time
 
-from airlock import trace, tracefiles
+from airlock import records, trace, tracefiles
+from airlock.records import (
+    JournalCompacted,
+    JournalCompactionFailed,
+    TraceCheckpoint,
+    TraceCheckpointFailed,
+    utc_now,
+)
 from airlock.settings import Settings
 from broker.journal import Journal, Position
 from broker.outbox import Effect
@@ -48,12 +55,12 @@ def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) 
     try:
         taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), settings.trace_keep_segments)
     except OSError as exc:  # a full disk: the old checkpoint stands; the next restart reads more
-        return [trace.line("broker", "trace_checkpoint_failed", None, {"error": str(exc)})]
+        return [records.encode(TraceCheckpointFailed(utc_now(), None, "broker", error=str(exc)))]
     give_back_memory()
     if taken is None:
         return []
-    return [trace.line("broker", "trace_checkpoint", None, {"through_segment": taken.through,
-                                                              "emails": len(taken.states)})]
+    return [records.encode(TraceCheckpoint(utc_now(), None, "broker", through_segment=taken.through,
+                                           emails=len(taken.states)))]
 
 
 def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[Effect]:
@@ -61,17 +68,17 @@ def compact(core: Router, journal: Journal, writer: trace.TraceWriter) -> list[E
     The trace goes to disk first: it is what says those emails are final."""
     error = writer.sync()
     if error is not None or writer.dropped:  # the outcomes that free those records are not on disk
-        return [trace.line("broker", "journal_compaction_failed", None, {
-            "error": f"the trace is not on disk: {error or f'{writer.dropped} lines were dropped'}",
-            "bytes": journal.size})]
+        why = error or f"{writer.dropped} lines were dropped"
+        return [records.encode(JournalCompactionFailed(utc_now(), None, "broker",
+                                                       error=f"the trace is not on disk: {why}", bytes=journal.size))]
     size = journal.size
     try:
         freed = journal.compact(core.flights.keys())
     except OSError as exc:  # a full disk: the old journal is whole; say so and carry on
-        return [trace.line("broker", "journal_compaction_failed", None, {"error": str(exc), "bytes": size})]
+        return [records.encode(JournalCompactionFailed(utc_now(), None, "broker", error=str(exc), bytes=size))]
     give_back_memory()
-    return [trace.line("broker", "journal_compacted", None, {
-        "bytes_before": size, "bytes_after": journal.size, "freed": freed, "live": len(journal.sizes)})]
+    return [records.encode(JournalCompacted(utc_now(), None, "broker", bytes_before=size, bytes_after=journal.size,
+                                            freed=freed, live=len(journal.sizes)))]
 
 
 def compaction_due(core: Router, journal: Journal, storage: Storage, backlog: collections.deque[Position]) -> bool:

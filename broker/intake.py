@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Collection
 
+from airlock.records import DecisionRefused, DecisionTaken, Received, Violation, utc_now
 from airlock.settings import Settings
 from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
 from broker.journal import Entry
@@ -59,15 +60,16 @@ class Intake:
         proof = message.sender_proof if self._vouches(key, message) else "none"
         flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=proof, queued_at=now)
         lifecycle.flights[message_id] = flight
-        self.out.trace("broker", "received", message_id, origin=message.origin, format=message.format,
-                       bytes=len(message.raw), sender=message.sender, sender_proof=proof)
+        self.out.trace(Received(utc_now(), message_id, "broker", origin=message.origin, format=message.format,
+                                bytes=len(message.raw), sender=message.sender, sender_proof=proof))
         if proof != message.sender_proof:  # the claim itself is traced, under the email's id
             self.counters[f"violation.{role}"] += 1
             who = ("an unauthenticated client (authentication is off)" if not key
                    else "a key other than the SMTP intake's")
-            self.out.trace("broker", "violation", message_id, endpoint=role, kind="sender_proof",
-                           reason=f"{who} claimed sender_proof {message.sender_proof!r}; only the SMTP intake's key "
-                                  "may vouch for a sender, so it is recorded as 'none'")
+            self.out.trace(Violation(
+                utc_now(), message_id, "broker", endpoint=role, kind="sender_proof",
+                reason=f"{who} claimed sender_proof {message.sender_proof!r}; only the SMTP intake's key "
+                       "may vouch for a sender, so it is recorded as 'none'"))
         if len(message.raw) > settings.max_email_bytes:
             reason = f"email is {len(message.raw)} bytes, over the {settings.max_email_bytes}-byte limit"
             self.out.send(role, identity, Accepted(ref=message.ref, message_id=message_id))
@@ -138,8 +140,8 @@ class Intake:
                       "a decision must be sent with the approver's own key (airlock keys --person NAME); "
                       "a service's key cannot decide")
             self.counters["decision_refused"] += 1
-            self.out.trace("broker", "decision_refused", message.message_id, layer="authorization",
-                           claimed_by=message.by, role=message.role, reason=reason)
+            self.out.trace(DecisionRefused(utc_now(), message.message_id, "broker", layer="authorization",
+                                           claimed_by=message.by, role=message.role, reason=reason))
             self.out.send(role, identity, Refused(ref=message.ref, reason=reason))
             return
         flight = self.lifecycle.flights.get(message.message_id)
@@ -147,8 +149,9 @@ class Intake:
             self.out.send(role, identity, Refused(ref=message.ref, code="not_escalated",
                                                   reason=f"{message.message_id} is not waiting for a decision"))
             return
-        self.out.trace("broker", "decision", message.message_id, layer="authorization", approve=message.approve,
-                       role=message.role, by=person, key=key, proven="CURVE key")
+        self.out.trace(DecisionTaken(utc_now(), message.message_id, "broker", layer="authorization",
+                                     approve=message.approve, role=message.role, by=person, key=key,
+                                     proven="CURVE key"))
         self.out.send(role, identity, Accepted(ref=message.ref, message_id=message.message_id))
         self.lifecycle.hand_off(flight, "actor", Decision(message_id=message.message_id, approve=message.approve,
                                                           role=message.role, by=person, key=key), now)

@@ -19,8 +19,8 @@ import collections
 import heapq
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from airlock.records import OutcomeLine, Recovered, Redelivery, utc_now
 from airlock.settings import Settings
 from airlock.wire import Email, Message, Outcome, Result
 from broker.journal import Entry
@@ -113,8 +113,8 @@ class Lifecycle:
             self.finish(flight, "failed", f"{why}; gave up after {flight.attempts} deliveries", now)
             return
         self.counters[f"redelivered.{flight.stage}"] += 1
-        self.out.trace("broker", "redelivery", flight.message_id, to=flight.stage, reason=why,
-                       attempt=flight.attempts + 1)
+        self.out.trace(Redelivery(utc_now(), flight.message_id, "broker", to=flight.stage, reason=why,
+                                  attempt=flight.attempts + 1))
         flight.worker = None
         flight.epoch += 1  # the old deadline and the old holder's answer no longer count
         # Its own lane, not the front of the queue: a poison email that kills each worker it
@@ -129,21 +129,25 @@ class Lifecycle:
         flight.stage, flight.worker, flight.waiting_for = "escalated", None, reason
         flight.epoch += 1
         self.counters["outcome.escalated"] += 1
-        self.out.trace("broker", "outcome", flight.message_id, outcome="escalated", reason=reason,
-                       ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3))
+        self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome="escalated", reason=reason,
+                                   ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3)))
         for identity, _ in flight.waiters:
             self.answered(identity)
             self.out.send("intake", identity, Result(message_id=flight.message_id, outcome="escalated", reason=reason))
         flight.waiters.clear()
 
-    def finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, **detail: Any) -> None:
-        """The email's one final outcome: traced, remembered for Await, told to its waiters."""
+    def finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, rule: str = "",
+               no_worker_s: float | None = None) -> None:
+        """The email's one final outcome: traced, remembered for Await, told to its waiters.
+        `rule`: the rule that rejected it, when one did; `no_worker_s`: how long it waited
+        for a worker of its stage, when none came (broker.unserved)."""
         del self.flights[flight.message_id]
         self.hold(flight, 0)
         self.finished.add(flight.message_id, (outcome, reason))
         self.counters[f"outcome.{outcome}"] += 1
-        self.out.trace("broker", "outcome", flight.message_id, outcome=outcome, reason=reason,
-                       ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3), **detail)
+        self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome=outcome, reason=reason,
+                                   ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3),
+                                   rule=rule, no_worker_s=no_worker_s))
         for identity, _ in flight.waiters:
             self.answered(identity)
             self.out.send("intake", identity, Result(message_id=flight.message_id, outcome=outcome, reason=reason))
@@ -164,8 +168,8 @@ class Lifecycle:
         if deferred is not None:
             flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
-        self.out.trace("broker", "recovered", entry.message_id, origin=entry.origin, bytes=len(entry.raw),
-                       **({"waited_on_disk": True} if deferred is not None else {}))
+        self.out.trace(Recovered(utc_now(), entry.message_id, "broker", origin=entry.origin, bytes=len(entry.raw),
+                                 waited_on_disk=deferred is not None))
         self.hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
         self.hold(flight, len(entry.raw))
 
@@ -181,7 +185,7 @@ class Lifecycle:
     def abandon(self, message_id: str, reason: str) -> None:
         """Give an email a previous broker accepted but never finished its one outcome."""
         self.counters["outcome.failed"] += 1
-        self.out.trace("broker", "outcome", message_id, outcome="failed", reason=reason, ended_at="broker")
+        self.out.trace(OutcomeLine(utc_now(), message_id, "broker", outcome="failed", reason=reason, ended_at="broker"))
 
     def end_failed(self, message_ids: Collection[str], reason: str, now: float) -> None:
         """End `failed` each of these the broker still holds (see Router.end_failed)."""

@@ -1,6 +1,6 @@
 """What the broker's logic asks the loop to do: the effects of one message or one tick.
 
-Data: messages to send (Send), trace lines (bytes, formatted by broker.tracing) and journal
+Data: messages to send (Send), trace lines (typed records, airlock.records, encoded) and journal
 records (broker.journal.Entry), in the order they were decided.
 Readers: the loop (broker.app, broker.carry), which carries them out in an order that
 keeps the guarantees (the journal on disk before any Accepted leaves).
@@ -13,11 +13,9 @@ happened, whichever part decided them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from airlock import trace
+from airlock import records
 from airlock.wire import Message
-from broker import tracing
 from broker.journal import Entry
 
 
@@ -40,13 +38,9 @@ class Outbox:
     def send(self, role: str, identity: bytes, message: Message) -> None:
         self.items.append(Send(role, identity, message))
 
-    def trace(self, stage: str, event: str, message_id: str | None,
-              untrusted: dict[str, Any] | None = None, **fields: Any) -> None:
-        """Queue one trace line (broker.tracing.line: a worker's `untrusted` detail never
-        overrides the broker's own fields). Most lines carry none: those skip a call, as
-        this runs about ten times an email."""
-        self.items.append(tracing.line(stage, event, message_id, untrusted, fields) if untrusted
-                          else trace.line(stage, event, message_id, fields))
+    def trace(self, record: records.Record | records.PeerFact) -> None:
+        """Queue one trace line, encoded now (the record is not kept)."""
+        self.items.append(records.encode(record))
 
     def lines(self, *lines: bytes) -> None:
         """Queue trace lines formatted already (broker.tracing)."""

@@ -14,8 +14,10 @@ backlog, in journal order), so a restart holds no more than a running broker wou
 from __future__ import annotations
 
 import collections
+from typing import Any
 
-from airlock import trace
+from airlock import records, trace
+from airlock.records import JournalDamaged, utc_now
 from airlock.settings import Settings
 from broker import journal as journal_module
 from broker.journal import Entry, Journal, Position
@@ -69,8 +71,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
     for message_id in unreadable:
         effects += core.abandon(message_id, UNREADABLE)
     if journal.damage:
-        effects.insert(0, trace.line("broker", "journal_damaged", None, {
-            **damage_detail(journal), "emails_lost": abandoned}))
+        effects.insert(0, records.encode(JournalDamaged(utc_now(), None, "broker", **damage_detail(journal),
+                                                        emails_lost=abandoned)))
     return effects + core.tick(now), backlog
 
 
@@ -97,7 +99,7 @@ def damage_reason(damage: list[journal_module.Damage]) -> str:
             "skipped; see the journal_damaged event)")
 
 
-def damage_detail(journal: Journal) -> dict[str, object]:
+def damage_detail(journal: Journal) -> dict[str, Any]:
     """The journal_damaged line's detail (and the stderr report): what was skipped, where."""
     return {"path": str(journal.path), "ranges_skipped": len(journal.damage),
             "bytes_skipped": sum(d.end - d.start for d in journal.damage),

@@ -41,6 +41,18 @@ from collections.abc import Collection
 
 import msgspec
 
+from airlock import records
+from airlock.records import (
+    SUPERVISOR,
+    WORKER_PREFIX,
+    ClientGone,
+    LateResult,
+    MalformedFrame,
+    PeerFact,
+    WorkerJoined,
+    WorkerLost,
+    utc_now,
+)
 from airlock.settings import Settings
 from airlock.wire import (
     INBOUND,
@@ -137,16 +149,17 @@ class Router:
         match message:
             case Malformed(reason=reason, size=size):
                 self.counters[f"malformed.{role}"] += 1
-                self.out.trace("broker", "malformed_frame", None, endpoint=role, reason=reason, bytes=size)
+                self.out.trace(MalformedFrame(utc_now(), None, "broker", endpoint=role, reason=reason, bytes=size))
             case Violation(kind=kind, reason=reason):
                 self.counters[f"violation.{role}"] += 1
-                self.out.trace("broker", "violation", None, endpoint=role, kind=kind, reason=reason)
+                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role, kind=kind, reason=reason))
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
             case Submit() | Notice() if key in self.approvers:
                 self.counters[f"violation.{role}"] += 1
-                self.out.trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
-                               reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
+                self.out.trace(records.Violation(
+                    utc_now(), None, "broker", endpoint=role, kind=type(message).__name__.lower(),
+                    reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else"))
             case Decide():
                 self.intake.decide(role, identity, message, now, key)
             case Submit():
@@ -154,10 +167,10 @@ class Router:
             case Event(event=event) | Notice(event=event) if (
                     refusal := events.refusal(event, role, isinstance(message, Event))):
                 self.counters[f"violation.{role}"] += 1
-                self.out.trace("broker", "violation", None, endpoint=role, kind=type(message).__name__.lower(),
-                               reason=refusal)
+                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role,
+                                         kind=type(message).__name__.lower(), reason=refusal))
             case Event(event=event, message_id=message_id, detail=detail):
-                self.out.trace(role, events.WORKER_PREFIX + event, message_id, events.escaped(detail))
+                self.out.trace(PeerFact(utc_now(), message_id, role, WORKER_PREFIX + event, events.escaped(detail)))
             case _:
                 self._handlers[type(message)](role, identity, message, now)
         self.dispatch(now)
@@ -180,7 +193,7 @@ class Router:
         """The socket refused a message (peer gone): forget the peer, send its work again.
         `count`: how many messages to that client were refused with it (one line for all)."""
         if send.role == "intake":
-            self.out.trace("broker", "client_gone", getattr(send.message, "message_id", None), messages=count)
+            self.out.trace(ClientGone(utc_now(), getattr(send.message, "message_id", None), "broker", messages=count))
             self.waiting.pop(send.identity, None)  # its waiters will find no one: stop counting them
             return self.out.take()
         self._bury(send.role, send.identity, "its connection is gone", now)
@@ -224,21 +237,21 @@ class Router:
     def _hello(self, role: str, identity: bytes, credit: int, now: float) -> None:
         granted = self.crew.join(role, identity, credit, now)
         if granted is not None:
-            self.out.trace("broker", "worker_joined", None, role=role, credit=granted)
+            self.out.trace(WorkerJoined(utc_now(), None, "broker", role=role, credit=granted))
 
     def _bury(self, role: str, identity: bytes, why: str, now: float) -> None:
         worker = self.crew.lose(role, identity, now)
         if worker is None:
             return
         self.counters[f"worker_lost.{role}"] += 1
-        self.out.trace("broker", "worker_lost", None, role=role, reason=why, held=len(worker.assigned))
+        self.out.trace(WorkerLost(utc_now(), None, "broker", role=role, reason=why, held=len(worker.assigned)))
         for message_id in sorted(worker.assigned):
             flight = self.flights.get(message_id)
             if flight is not None and flight.stage == role and flight.worker == identity:
                 self.lifecycle.redeliver(flight, f"the {role} holding it was lost ({why})", now)
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
-        self.out.trace("supervisor", message.event, None, events.escaped(message.detail))
+        self.out.trace(PeerFact(utc_now(), None, SUPERVISOR, message.event, events.escaped(message.detail)))
 
     # --- results from workers: each moves its email on, or is late -------------------------
 
@@ -290,6 +303,6 @@ class Router:
         flight = self.flights.get(message_id)
         if flight is None or flight.stage != role or flight.worker != identity:
             self.counters[f"late.{role}"] += 1
-            self.out.trace("broker", "late_result", message_id, endpoint=role, result=event)
+            self.out.trace(LateResult(utc_now(), message_id, "broker", endpoint=role, result=event))
             return None
         return flight

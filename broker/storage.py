@@ -17,7 +17,8 @@ import sys
 import time
 from collections import Counter
 
-from airlock import trace
+from airlock import records
+from airlock.records import StorageFailed, StorageRecovered, utc_now
 
 RETRY_S = 1.0  # how often a failing journal is probed again (the trace writer keeps its own)
 
@@ -43,19 +44,21 @@ class Storage:
         self._next_try = now + RETRY_S
         print(f"broker: cannot write the {what} ({error!s}); new email is refused (disk_full) "
               "until it can, and the broker resumes by itself", file=sys.stderr, flush=True)
-        return [trace.line("broker", "storage_failed", None, {
-            "file": what, "error": str(error), "errno": errno.errorcode.get(error.errno or 0, "")})]
+        return [records.encode(StorageFailed(utc_now(), None, "broker", file=what, error=str(error),
+                                             errno=errno.errorcode.get(error.errno or 0, "")))]
 
-    def recovered(self, what: str, now: float, **detail: object) -> list[bytes]:
-        """Writes to `what` work again: a storage_recovered line and stderr."""
+    def recovered(self, what: str, now: float, lines_dropped: int | None = None) -> list[bytes]:
+        """Writes to `what` work again: a storage_recovered line and stderr (`lines_dropped`:
+        the trace's lines dropped meanwhile)."""
         failed = self.failing.pop(what, None)
         if failed is None:
             return []
         refused = self._counters["refused.disk_full"] - self._refused_before
         print(f"broker: the {what} can be written again after {now - failed[1]:.1f} s "
               f"({refused} emails refused meanwhile)", file=sys.stderr, flush=True)
-        return [trace.line("broker", "storage_recovered", None, {
-            "file": what, "failed_for_s": round(now - failed[1], 3), "refused": refused, **detail})]
+        return [records.encode(StorageRecovered(utc_now(), None, "broker", file=what,
+                                                failed_for_s=round(now - failed[1], 3), refused=refused,
+                                                lines_dropped=lines_dropped))]
 
     def due(self, what: str, now: float | None = None) -> bool:
         """Whether `what` fails and a retry is due (at most once every RETRY_S)."""

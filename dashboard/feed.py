@@ -27,8 +27,7 @@ from typing import Any
 
 import zmq
 
-from airlock import published, tracefiles
-from airlock.trace import decode_line as decode  # the trace module owns its line format
+from airlock import published, records, trace, tracefiles
 from airlock.transport import use_curve
 
 POLL_S = 0.2
@@ -39,6 +38,14 @@ CHUNK = 1000  # records per delivery, so a long file does not hold the event loo
 RECONNECT_IVL_MS, RECONNECT_IVL_MAX_MS = 100, 2000
 
 Deliver = Callable[[list[dict[str, Any]]], None]
+
+
+def decode(line: bytes) -> dict[str, Any] | None:
+    """A line through the trace's one decoder (airlock.records), as the page takes it: the
+    fields the line holds. None for a line that is no record (torn, damaged): the page
+    shows records only; `airlock trace` shows the rest."""
+    record = records.decode(line)
+    return None if isinstance(record, records.Damaged) else trace.as_line(record)
 
 
 class Dedup:
@@ -154,6 +161,6 @@ class TraceFeed:
         # Each line as airlock.published shows it, before the digest: the broker publishes
         # lines that way and the file holds them whole, and both must dedup to one.
         shown = (published.line(line) for line in lines)
-        records = [record for line in shown if self.dedup.fresh(line) and (record := decode(line)) is not None]
-        for start in range(0, len(records), CHUNK):
-            self.deliver(records[start:start + CHUNK])
+        taken = [record for line in shown if self.dedup.fresh(line) and (record := decode(line)) is not None]
+        for start in range(0, len(taken), CHUNK):
+            self.deliver(taken[start:start + CHUNK])

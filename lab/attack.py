@@ -24,6 +24,7 @@ from typing import Any
 from airlock import keys, settings as settings_module, sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
+from airlock.records import OutcomeLine, Verdict
 from airlock.task import Task
 from lab import campaign, score
 from lab.campaign import CampaignEmail
@@ -145,20 +146,21 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result
                 progress(len(done), len(emails))
-    records: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
+    found: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
     for message_id, lines in trace.settled(settings.trace_path, ids, len(done)).items():
         for record in lines:
-            if record.get("event") == "verdict" and record.get("verdict") == "passed":
-                records[message_id]["value"] = record.get("value")
-            elif record.get("event") == "outcome":
-                records[message_id]["ms"] = record.get("ms")
+            match record:
+                case Verdict(verdict="passed", value=value):
+                    found[message_id]["value"] = value
+                case OutcomeLine(ms=ms):
+                    found[message_id]["ms"] = ms
     calls = _calls_by_id(settings.calls_path, set(ids))
     results = []
     for item, message_id in zip(emails, ids, strict=False):
         outcome = done.get(message_id)
         results.append(score.EmailResult(
             item, message_id, outcome.outcome if outcome else "pending", outcome.reason if outcome else "",
-            records[message_id]["value"], calls.get(message_id, []), records[message_id]["ms"]))
+            found[message_id]["value"], calls.get(message_id, []), found[message_id]["ms"]))
     return results, [i for i in ids if i not in done]
 
 
@@ -191,17 +193,14 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
     return results, stragglers
 
 
-CALL_KEYS = ("step", "server", "tool", "args")
-
-
 def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """calls.jsonl by message id; a torn line (an actor killed mid-write) is skipped."""
+    """calls.jsonl by message id, each call as the score reports it (as the naive agent's
+    are: step, server, tool, args); a torn line (an actor killed mid-write) is skipped."""
     found: dict[str, list[dict[str, Any]]] = {}
-    if path.exists():
-        for line in path.read_bytes().splitlines():
-            call = trace.decode_line(line)  # the same JSON-lines reader as the trace's
-            if call is not None and call.get("message_id") in wanted and all(k in call for k in CALL_KEYS):
-                found.setdefault(call["message_id"], []).append({k: call[k] for k in CALL_KEYS})
+    for call in trace.read_calls(path):
+        if call.message_id in wanted:
+            found.setdefault(call.message_id, []).append(
+                {"step": call.step, "server": call.server, "tool": call.tool, "args": call.args})
     return found
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock import task as task_module
+from airlock import records, task as task_module
 from airlock.errors import UsageError
 from airlock.student import START_TIMEOUT_S, Plug
 from lab import campaign
@@ -191,10 +191,9 @@ def build_report(lab: Lab, stack: Stack, runs: list[StackRun], task: task_module
             judged = scorer.judge(result)
             lines = run.events.get(result.id, [])
             points, rules = _student_part(lines)
-            answers = [line.get("answer") for line in lines if line.get("event") == "model_answer"]
+            answers = [line.answer for line in lines if isinstance(line, records.ModelAnswer)]
             emails.append(EmailReport(
-                file=Path(result.email.file).name, id=result.id,
-                answer=answers[-1] if answers and isinstance(answers[-1], str) else None,
+                file=Path(result.email.file).name, id=result.id, answer=answers[-1] if answers else None,
                 category=result.email.category, benign=result.email.benign,
                 expect=result.email.expect, outcome=result.outcome, reason=result.reason, value=result.value,
                 calls=result.calls, outside_plan=judged["calls_outside_plan"], non_narrow=judged["calls_non_narrow"],
@@ -206,17 +205,18 @@ def build_report(lab: Lab, stack: Stack, runs: list[StackRun], task: task_module
                   rug_pull_after=lab.run.rug_pull_after)
 
 
-def _student_part(lines: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """From one email's trace lines: the plug points whose student code ran, and the
+def _student_part(lines: list[records.TraceRecord]) -> tuple[list[str], list[str]]:
+    """From one email's trace records: the plug points whose student code ran, and the
     student.* rules its verdicts and refusals carry (a rule, or a decision record's)."""
     points: list[str] = []
     rules: list[str] = []
     for line in lines:
-        point = line.get("student")
-        if isinstance(point, str) and point and point not in points:
+        point = getattr(line, "student", "") if isinstance(line, records.Record) else ""
+        if point and point not in points:
             points.append(point)
-        decision = line.get("decision") if isinstance(line.get("decision"), dict) else {}
-        for rule in (line.get("rule"), decision.get("rule"), decision.get("refused_by")):
+        decision = line.decision if isinstance(line, records.Authorization) else {}
+        own = line.rule if isinstance(line, (records.Verdict, records.OutcomeLine, records.Unreadable)) else ""
+        for rule in (own, decision.get("rule"), decision.get("refused_by")):
             if isinstance(rule, str) and rule.startswith("student.") and rule not in rules:
                 rules.append(rule)
     return points, rules

@@ -20,9 +20,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from airlock import keys, trace
+from airlock import keys, records, trace
 from airlock.settings import Settings
 from airlock.student import Plug
 from lab.attack import PrivateStack, run_separated
@@ -58,13 +57,13 @@ class Stack:
                                             role=keys.SMTP_ROLE)
         return StackRun(results, stragglers, self.trace_events([r.id for r in results]))
 
-    def trace_events(self, message_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-        """Each email's trace lines, in order (the stack has settled every one of them)."""
-        wanted = set(message_ids)
-        events: dict[str, list[dict[str, Any]]] = {message_id: [] for message_id in message_ids}
+    def trace_events(self, message_ids: list[str]) -> dict[str, list[records.TraceRecord]]:
+        """Each email's trace records, in order (the stack has settled every one of them)."""
+        events: dict[str, list[records.TraceRecord]] = {message_id: [] for message_id in message_ids}
         for record in trace.read(self.trace_path):
-            if record.get("message_id") in wanted:
-                events[record["message_id"]].append(record)
+            kept = events.get(trace.about(record) or "")
+            if kept is not None:
+                kept.append(record)
         return events
 
 
@@ -72,7 +71,7 @@ class Stack:
 class StackRun:
     results: list[EmailResult]
     stragglers: list[str]  # ids with no outcome by the deadline: a failed run, never ignored
-    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    events: dict[str, list[records.TraceRecord]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager

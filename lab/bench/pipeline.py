@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airlock import trace
+from airlock import records, trace, tracefiles
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.settings import Settings
@@ -93,6 +93,7 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
         finally:
             ids.put(None)
 
+    trace_before = trace_size(settings.trace_path)
     cpu_before, client_before = meter.cpu_s(), time.process_time()
     submitter = threading.Thread(target=submit, name="bench-submit", daemon=True)
     started = last = time.perf_counter()
@@ -113,6 +114,8 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
         raise AirlockError(f"submitting failed after {len(submitted)} of {count}: {failures[0]}")
     wall_s = last - started
     facts = trace_facts(settings.trace_path, submitted, len(results))
+    (bytes_after, lines_after), (bytes_before, lines_before) = trace_size(settings.trace_path), trace_before
+    trace_bytes, trace_lines = bytes_after - bytes_before, lines_after - lines_before
     rss = meter.peak_rss_mb()
     processes = {name: _process(cpu_after[name] - cpu_before[name] if name in cpu_after else None,
                                 rss.get(name), count, wall_s) for name in meter.pids}
@@ -127,6 +130,9 @@ def throughput(settings: Settings, email: Submission, count: int, readers: int, 
         "cpu_bound_emails_per_s": round(len(os.sched_getaffinity(0)) * count / cpu_total, 1) if cpu_total else None,
         "latency_ms": percentiles([f["ms"] for f in facts.values() if "ms" in f]),
         "stages_ms": stages_ms(facts),
+        # What the trace costs on disk: every line of the run (its emails', and the few others').
+        "trace_bytes_per_email": round(trace_bytes / count, 1),
+        "trace_lines_per_email": round(trace_lines / count, 2),
         "processes": processes,
         "services": _services(processes),
         "correctness": {
@@ -248,18 +254,19 @@ def trace_facts(path: Path, ids: list[str], expected: int) -> dict[str, dict[str
     """Per id: outcome `ms`, the number of outcome lines, and the model answer's source and
     `model_ms`, once `expected` ids have an outcome line (see trace.settled)."""
     facts: dict[str, dict[str, Any]] = {}
-    for message_id, records in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
+    for message_id, kept in trace.settled(path, ids, expected, TRACE_WAIT_S).items():
         found = facts[message_id] = {}
-        for record in records:
-            if record["event"] in STAGE_EVENTS:
-                found.setdefault(f"at.{record['event']}", record["at"])  # the first: a redelivery comes later
-            if record["event"] == "outcome":
+        for record in kept:
+            event = trace.event_of(record)
+            if event in STAGE_EVENTS and isinstance(record, records.Record):
+                found.setdefault(f"at.{event}", record.at)  # the first: a redelivery comes later
+            if isinstance(record, records.OutcomeLine):
                 found["outcome_lines"] = found.get("outcome_lines", 0) + 1
-                found["ms"] = record.get("ms")
-            elif record["event"] == "model_answer":
-                found["source"] = record.get("source")
-                if isinstance(record.get("model_ms"), (int, float)):
-                    found["model_ms"] = record["model_ms"]
+                found["ms"] = record.ms
+            elif isinstance(record, records.ModelAnswer):
+                found["source"] = record.source
+                if isinstance(record.model_ms, (int, float)):
+                    found["model_ms"] = record.model_ms
     return facts
 
 
@@ -277,6 +284,15 @@ def stages_ms(facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | N
 
 def _instant(at: str) -> float:
     return datetime.fromisoformat(at).timestamp()
+
+
+def trace_size(path: Path) -> tuple[int, int]:
+    """(bytes, lines) of the whole trace: every closed segment and the live file."""
+    size = lines = 0
+    for raw in tracefiles.lines(path):
+        size += len(raw)
+        lines += 1
+    return size, lines
 
 
 def _lines(path: Path) -> int:

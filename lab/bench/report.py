@@ -72,6 +72,8 @@ def _separated(run: dict[str, Any]) -> list[str]:
              f"  throughput                 {_num(run['emails_per_s'], 1)} emails/s  (wall {run['wall_s']:.2f} s)",
              f"  intake->outcome ms (trace) {_pcts(run['latency_ms'])}  (all queued at once: mostly waiting)",
              *_stages(run["stages_ms"]),
+             f"  trace                      {_num(run.get('trace_bytes_per_email'), 0)} bytes, "
+             f"{_num(run.get('trace_lines_per_email'), 2)} lines per email",
              f"  correctness                {c['completed']} completed of {c['submitted']} submitted, "
              f"{c['missing']} without outcome, other outcomes {c['other_outcomes'] or 'none'}",
              f"                             trace outcome lines {c['trace_outcome_lines']}, "

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from airlock import settings as settings_module, trace
+from airlock import records, settings as settings_module, trace
 from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
 from broker import housekeeping, recovery
@@ -50,29 +50,27 @@ def _email_lines() -> bytes:
     decision = {"verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
                 "rules": [{"rule": name, "verdict": "allow", "reason": "", "read": {}}
                           for name in ("plan", "pin", "corroboration", "approval", "rate")]}
-    return b"".join([
-        trace.line("broker", "received", m, {"origin": "smtp:customer-880088@example.org", "format": "eml",
-                                             "bytes": 753, "sender": "customer-880088@example.org"}),
-        trace.line("reader", "model_answer", m, {
-            "layer": "model_output", "answer": "7788", "answer_chars": 4, "source": "model", "truncated": False,
-            "sender": "customer-880088@example.org", "subject": "Rechnung",
-            "excerpt": "Bestellung 7788, Rechnung anbei. " * 6, "body_chars": 34, "prompt_cut": False,
-            "attachments": ["rechnung.csv"], "defects": [], "digest": "7336" * 16}),
-        trace.line("validator", "verdict", m, {"layer": "validator", "verdict": "passed", "value": "7788"}),
-        trace.line("actor", "authorization", m, {"layer": "authorization", "step": 1, "server": "shop",
-                                                 "tool": "lookup_order", "key": f"{m}:1", "decision": decision}),
-        trace.line("actor", "call", m, {"layer": "execution", "step": 1, "server": "shop", "tool": "lookup_order",
-                                        "args": {"order_id": "7788"}, "status": "ok", "error": "", "key": f"{m}:1",
-                                        "task": "order_status_guarded",
-                                        "plan": [["shop", "lookup_order"], ["mail", "send_status"]]}),
-        trace.line("actor", "observation", m, {"layer": "observation", "step": 1, "server": "shop",
-                                               "tool": "lookup_order", "result": {
-                                                   "order_id": "7788", "found": True, "customer": "petra@example.at",
-                                                   "status": "delivered"}}),
-        trace.line("actor", "authorization", m, {"layer": "authorization", "step": 2, "server": "mail",
-                                                 "tool": "send_status", "key": f"{m}:2", "decision": decision}),
-        trace.line("broker", "outcome", m, {"outcome": "completed", "ended_at": "actor", "final": True, "ms": 13.1}),
-    ])
+    at, plan = records.utc_now(), [("shop", "lookup_order"), ("mail", "send_status")]
+    return b"".join(map(records.encode, [
+        records.Received(at, m, "broker", origin="smtp:customer-880088@example.org", format="eml", bytes=753,
+                         sender="customer-880088@example.org", sender_proof="none"),
+        records.ModelAnswer(at, m, "reader", layer="model_output", answer="7788", answer_chars=4, source="model",
+                            truncated=False, sender="customer-880088@example.org", subject="Rechnung",
+                            excerpt="Bestellung 7788, Rechnung anbei. " * 6, body_chars=34, prompt_cut=False,
+                            attachments=["rechnung.csv"], defects=[], digest="7336" * 16),
+        records.Verdict(at, m, "validator", layer="validator", verdict="passed", value="7788"),
+        records.Authorization(at, m, "actor", layer="authorization", step=1, server="shop", tool="lookup_order",
+                              key=f"{m}:1", decision=decision),
+        records.Call(at=at, message_id=m, stage="actor", layer="execution", step=1, server="shop",
+                     tool="lookup_order", args={"order_id": "7788"}, status="ok", error="", key=f"{m}:1",
+                     task="order_status_guarded", plan=plan),
+        records.Observation(at, m, "actor", layer="observation", step=1, server="shop", tool="lookup_order",
+                            result={"order_id": "7788", "found": True, "customer": "petra@example.at",
+                                    "status": "delivered"}),
+        records.Authorization(at, m, "actor", layer="authorization", step=2, server="mail", tool="send_status",
+                              key=f"{m}:2", decision=decision),
+        records.OutcomeLine(at, m, "broker", outcome="completed", ended_at="actor", final=True, ms=13.1, reason=""),
+    ]))
 
 
 def _settings(folder: Path) -> settings_module.Settings:
@@ -82,7 +80,7 @@ def _settings(folder: Path) -> settings_module.Settings:
 def generate(folder: Path, gigabytes: float, segment_bytes: int) -> dict[str, object]:
     settings = _settings(folder)
     template = _email_lines()
-    without_outcome = template[:template.rindex(b'{"at"')]
+    without_outcome = template[:template.rindex(b'{"event"')]  # every line but the last, its outcome
     count = int(gigabytes * 1e9 / len(template))
     journal = Journal(folder / "journal.bin")
     writer = trace.TraceWriter(settings.trace_path, segment_bytes)

@@ -511,11 +511,11 @@ def in_the_stack(student_dir: Path) -> Verdict:
             return Failed(in_stack.CHECKPOINT, case, f"{rule.get('reason')}. Your checks let this call through "
                                                      "to its side effect; only the kernel's own check stopped it")
         if rule.get("rule") != "student.checks":
-            reason = rule.get("reason") or (refused.get("decision") or {}).get("reason")
+            reason = rule.get("reason") or refused.decision.get("reason")
             return Failed(in_stack.CHECKPOINT, case, f"the step was refused: {reason}")
         live = ran.catalog_file(email)
         tool = catalog_module.load(live if live is not None else catalog_module.DEFAULT_PATH).get(
-            (refused.get("server"), refused.get("tool")))
+            (refused.server, refused.tool))
         if tool is not None and kernel_schema.problem(tool, arguments) is None:
             return Failed(in_stack.CHECKPOINT, case, f"{rule.get('reason')}, but this call fits the tool's schema: "
                                                      "a check that refuses honest calls stops the shop")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airlock import trace
+from airlock import records, trace
 from airlock.student import PLUG_POINTS, StudentCode, StudentFailed
 from lab.catalog import Lab, find
 from lab.grading import Failed, module_or_failed, todo
@@ -38,16 +38,16 @@ class Ran:
     lab: Lab
     emails: list[EmailReport]
     after_rug_pull: set[str]
-    events: dict[str, list[dict[str, Any]]]
-    calls: dict[str, list[dict[str, Any]]]
+    events: dict[str, list[records.TraceRecord]]
+    calls: dict[str, list[records.Call]]
 
     def name(self, email: EmailReport) -> str:
         return f"{email.file} (after the rug pull)" if email.id in self.after_rug_pull else email.file
 
-    def refusal(self, email: EmailReport) -> dict[str, Any] | None:
-        """The authorization line whose decision stopped this email, if one did."""
+    def refusal(self, email: EmailReport) -> records.Authorization | None:
+        """The authorization record whose decision stopped this email, if one did."""
         for event in self.events.get(email.id, []):
-            if event.get("event") == "authorization" and (event.get("decision") or {}).get("verdict") != "allow":
+            if isinstance(event, records.Authorization) and event.decision.get("verdict") != "allow":
                 return event
         return None
 
@@ -58,14 +58,14 @@ class Ran:
         return paths.rug_pull if email.id in self.after_rug_pull else paths.catalog
 
 
-def student_rule(event: dict[str, Any]) -> dict[str, Any] | None:
+def student_rule(event: records.Authorization) -> dict[str, Any] | None:
     """The first student.* rule in a decision record."""
-    rules = (event.get("decision") or {}).get("rules") or []
+    rules = event.decision.get("rules") or []
     return next((r for r in rules if str(r.get("rule", "")).startswith("student.")), None)
 
 
-def where(event: dict[str, Any]) -> str:
-    return f"step {event.get('step')} {event.get('server')}/{event.get('tool')}"
+def where(event: records.Authorization) -> str:
+    return f"step {event.step} {event.server}/{event.tool}"
 
 
 def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
@@ -83,9 +83,9 @@ def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
     with tempfile.TemporaryDirectory(prefix="airlock-lab-stack-") as scratch:
         with running(lab, student_dir, Path(scratch) / "run") as (stack, report):
             events = stack.trace_events([email.id for email in report.emails])
-            calls: dict[str, list[dict[str, Any]]] = {}
-            for record in trace.read(stack.calls_path):
-                calls.setdefault(str(record.get("message_id")), []).append(record)
+            calls: dict[str, list[records.Call]] = {}
+            for call in trace.read_calls(stack.calls_path):
+                calls.setdefault(call.message_id, []).append(call)
     if report.stragglers:
         names = ", ".join(Path(name).name for name in report.stragglers)
         return Failed(CHECKPOINT, names, "these emails reached no outcome in the stack within its deadline: "

@@ -33,7 +33,7 @@ from actor.executor import Executor
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
-from airlock import sources, task as task_module, trace
+from airlock import records, sources, task as task_module, trace
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
 from lab.grading import (
@@ -467,7 +467,7 @@ def _executor(task_file: str, module: ModuleType, data: Path) -> tuple[Executor,
 
 
 def _sent(data: Path, message_id: str, tool: str) -> bool:
-    return any(c.get("message_id") == message_id and c.get("tool") == tool for c in trace.read(data / "calls.jsonl"))
+    return any(c.message_id == message_id and c.tool == tool for c in trace.read_calls(data / "calls.jsonl"))
 
 
 def pipeline(student_dir: Path) -> Verdict:
@@ -561,23 +561,23 @@ def in_the_stack(student_dir: Path) -> Verdict:
         return ran
     for report in ran.emails:
         name = ran.name(report)
-        sent = [c for c in ran.calls.get(report.id, []) if c.get("tool") == "send_status"]
-        strangers = [c for c in sent if report.expect and str((c.get("args") or {}).get("order_id")) != report.expect]
+        sent = [c for c in ran.calls.get(report.id, []) if c.tool == "send_status"]
+        strangers = [c for c in sent if report.expect and str(c.args.get("order_id")) != report.expect]
         if strangers:  # the kernel runs after the student's code, so this is a kernel bug: still named
-            return Failed(checkpoint, f"{name}: the status of order {strangers[0]['args'].get('order_id')}",
+            return Failed(checkpoint, f"{name}: the status of order {strangers[0].args.get('order_id')}",
                           f"mail/send_status ran for somebody else's order (the sender's is {report.expect})")
         refused = ran.refusal(report)
         rule = in_stack.student_rule(refused) if refused is not None else None
-        if rule is not None and rule.get("rule") == "student.missed":
-            kernel = _kernel_rule(refused or {})
-            return Failed(checkpoint, f"{name}: your decide() allowed {in_stack.where(refused or {})} where the "
+        if refused is not None and rule is not None and rule.get("rule") == "student.missed":
+            kernel = _kernel_rule(refused)
+            return Failed(checkpoint, f"{name}: your decide() allowed {in_stack.where(refused)} where the "
                                       f"kernel's {kernel} refuses",
                           f"{rule.get('reason')}. In a stack without the kernel's check behind yours, this "
                           f"email's attack would have sent somebody else's order status")
-        if rule is not None and rule.get("rule") == "student.failed":
-            return Failed(checkpoint, f"{name}: {in_stack.where(refused or {})}", str(rule.get("reason")))
+        if refused is not None and rule is not None and rule.get("rule") == "student.failed":
+            return Failed(checkpoint, f"{name}: {in_stack.where(refused)}", str(rule.get("reason")))
         if report.category == "benign" and (report.outcome != "completed" or not sent):
-            reason = (refused or {}).get("decision", {}).get("reason") or report.reason
+            reason = (refused.decision.get("reason") if refused is not None else None) or report.reason
             return Failed(checkpoint, f"{name}: an honest customer asks about their own order {report.expect}",
                           f"outcome {report.outcome!r} ({reason}); an honest customer gets their status: a guard "
                           "that refuses everything is no guard")
@@ -586,9 +586,9 @@ def in_the_stack(student_dir: Path) -> Verdict:
     return Passed(checkpoint)
 
 
-def _kernel_rule(event: dict[str, Any]) -> str:
+def _kernel_rule(event: records.Authorization) -> str:
     """The kernel's rule that refused where the student's decide allowed (after student.missed)."""
-    rules = (event.get("decision") or {}).get("rules") or []
+    rules = event.decision.get("rules") or []
     names = [str(r.get("rule")) for r in rules]
     after = rules[names.index("student.missed") + 1:] if "student.missed" in names else []
     return next((str(r.get("rule")) for r in after if r.get("verdict") != "allow"), "preconditions")

@@ -34,7 +34,7 @@ import msgspec
 from actor.executor import STRUCTURAL_CHECKS
 from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
-from airlock import sources, task as task_module
+from airlock import records, sources, task as task_module
 from airlock.errors import AirlockError, ConfigError
 from lab import campaign
 from lab.campaign import CampaignEmail
@@ -269,11 +269,11 @@ def _run(emails: list[Email], task: Path, checkpoint: str) -> list[Ran] | Failed
             for e, r in zip(emails, run.results, strict=False)]
 
 
-def _guard_rules(events: list[dict[str, Any]]) -> list[str]:
+def _guard_rules(events: list[records.TraceRecord]) -> list[str]:
     """The precondition rules in the decision record of mail/send_status, from the trace."""
     return [rule.get("rule", "?") for event in events
-            if event.get("event") == "authorization" and (event.get("server"), event.get("tool")) == SEND
-            for rule in (event.get("decision") or {}).get("rules", []) if rule.get("rule") not in STRUCTURAL_RULES]
+            if isinstance(event, records.Authorization) and (event.server, event.tool) == SEND
+            for rule in event.decision.get("rules", []) if rule.get("rule") not in STRUCTURAL_RULES]
 
 
 # --- the checkpoints ---------------------------------------------------------------------

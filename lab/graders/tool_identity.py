@@ -259,13 +259,13 @@ def in_the_stack(student_dir: Path) -> Verdict:
                 return Failed(in_stack.CHECKPOINT, _wrong_choice_case(name, step, chosen, ran.catalog_file(email)),
                               f"{rule.get('reason')}: the actor refused the step, so this customer got no answer")
             return Failed(in_stack.CHECKPOINT, f"{name}: {step}",
-                          f"the step was refused: {(refused.get('decision') or {}).get('reason')}")
+                          f"the step was refused: {refused.decision.get('reason')}")
         records = ran.calls.get(email.id, [])
-        ran_on = [(c.get("server"), c.get("tool")) for c in records]
+        ran_on = [(c.server, c.tool) for c in records]
         if email.outcome != "completed" or ran_on != plan:
             return Failed(in_stack.CHECKPOINT, name, f"outcome {email.outcome!r} ({email.reason}), calls {ran_on}; "
                                                       f"expected the plan {plan} to run")
-        if any(c.get("student") != "actor.select" for c in records):
+        if any(c.student != "actor.select" for c in records):
             return Failed(in_stack.CHECKPOINT, name, "calls.jsonl does not mark these calls as decided with your "
                                                      "code (student = actor.select): was your selection asked?")
     return Passed(in_stack.CHECKPOINT)

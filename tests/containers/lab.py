@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from docker import errors as docker_errors
 
-from airlock import trace
+from airlock import records, trace
 from lab.attack import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +162,11 @@ class Lab:
         return done.returncode, json.loads(done.stdout)
 
     def lines(self, name: str) -> list[dict]:
-        return list(trace.read(self.data / name))  # skips a line a killed process left half written
+        """calls.jsonl's or trace.jsonl's records, through the one decoder, each as its line
+        holds it; a line a killed process left half written is skipped."""
+        if name == "calls.jsonl":
+            return [msgspec.to_builtins(call) for call in trace.read_calls(self.data / name)]
+        return [trace.as_line(r) for r in trace.read(self.data / name) if not isinstance(r, records.Damaged)]
 
     def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
         import docker

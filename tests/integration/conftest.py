@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from airlock import trace
+from airlock import records, trace
 from tests.conftest import ROOT, airlock_env
 
 UP_TIMEOUT_S = 120  # generous: CI runs this right after building images and fuzzing
@@ -60,10 +61,15 @@ class Stack:
     # Both files are JSON lines read with the kernel's reader, which skips a line a killed
     # process left half written (the crash tests poll these while they kill).
     def calls(self, message_id: str | None = None) -> list[dict]:
-        return list(trace.read(self.data / "calls.jsonl", message_id))
+        """calls.jsonl's records (through the one decoder), each as its line holds it."""
+        return [msgspec.to_builtins(call) for call in trace.read_calls(self.data / "calls.jsonl")
+                if message_id is None or call.message_id == message_id]
 
     def trace(self, message_id: str | None = None, event: str | None = None) -> list[dict]:
-        return [r for r in trace.read(self.data / "trace.jsonl", message_id) if event is None or r["event"] == event]
+        """The trace's records (through the one decoder), each as its line holds it; a
+        damaged line (none is expected) is left out, as the readers leave it."""
+        return [trace.as_line(r) for r in trace.read(self.data / "trace.jsonl", message_id)
+                if not isinstance(r, records.Damaged) and (event is None or trace.event_of(r) == event)]
 
     def socket(self, role: str, key_role: str | None = None, curve: bool = True):
         """A DEALER to this stack's `role` endpoint, authenticated as `key_role` (default:

@@ -4,7 +4,6 @@ function can only refuse a step, never put a call outside the plan or a wrong ar
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import textwrap
@@ -15,7 +14,7 @@ import msgspec
 import pytest
 
 from actor.app import Actor, build
-from airlock import task as task_module, trace
+from airlock import records, task as task_module, trace
 from airlock.student import Plug
 from airlock.wire import Call, Done, Passed, Reading
 from broker.router import Router
@@ -63,8 +62,8 @@ def refused_by(done: Done) -> tuple[str | None, str]:
     return done.calls[-1].decision.get("refused_by"), done.calls[-1].decision.get("reason", "")
 
 
-def calls(settings) -> list[dict]:
-    return list(trace.read(settings.calls_path))
+def calls(settings) -> list[records.Call]:
+    return list(trace.read_calls(settings.calls_path))
 
 
 def with_body(source: str, function: str, body: str) -> str:
@@ -90,7 +89,7 @@ def test_without_a_plug_nothing_changes(plugged, settings) -> None:
     assert actor.executor.plug is None
     done = run(actor, "4411")
     assert done.outcome == "completed" and [c.student for c in done.calls] == ["", ""]
-    assert all("student" not in call for call in calls(settings))
+    assert all(not call.student for call in calls(settings))
 
 
 def test_a_validator_plug_leaves_the_actor_alone(plugged) -> None:
@@ -109,7 +108,7 @@ def test_the_reference_selection_runs_the_plan_marked_as_student_code(plugged, s
     done = run(actor, ORDER)
     assert done.outcome == "completed" and [c.student for c in done.calls] == ["actor.select"] * 2
     logged = calls(settings)
-    assert [(c["server"], c["tool"], c["student"]) for c in logged] == [
+    assert [(c.server, c.tool, c.student) for c in logged] == [
         ("shop", "lookup-order", "actor.select"), ("mail", "send-status", "actor.select")]
 
 
@@ -164,7 +163,7 @@ def test_the_reference_checks_stop_a_value_over_the_tools_range(plugged, setting
     assert done.outcome == "refused" and rule == "student.checks" and "range" in reason and calls(settings) == []
     assert done.calls[-1].decision["rules"][0]["read"]["call"]["arguments"] == {"order_id": 123456}
     (done,) = actor.handle(Passed(message_id="m2", value=30417))
-    assert done.outcome == "completed" and {c["student"] for c in calls(settings)} == {"actor.checks"}
+    assert done.outcome == "completed" and {c.student for c in calls(settings)} == {"actor.checks"}
 
 
 def test_checks_that_take_a_bool_for_an_int_are_caught_by_the_kernel(plugged, settings, tmp_path: Path) -> None:
@@ -183,10 +182,10 @@ def test_checks_that_take_a_bool_for_an_int_are_caught_by_the_kernel(plugged, se
     done = run(actor, 30417)
     rule, reason = refused_by(done)
     assert done.outcome == "refused" and rule == "student.missed" and "$.urgent" in reason
-    assert [c["tool"] for c in calls(settings)] == ["lookup_order"]
+    assert [c.tool for c in calls(settings)] == ["lookup_order"]
     (done,) = reference.handle(Passed(message_id="m2", value=30417))
-    assert refused_by(done)[0] == "student.checks" and [c["tool"] for c in calls(settings)] == ["lookup_order"]
-    assert [c["tool"] for c in trace.read(tmp_path / "reference" / "calls.jsonl")] == ["lookup_order"]
+    assert refused_by(done)[0] == "student.checks" and [c.tool for c in calls(settings)] == ["lookup_order"]
+    assert [c.tool for c in trace.read_calls(tmp_path / "reference" / "calls.jsonl")] == ["lookup_order"]
 
 
 def test_checks_that_refuse_everything_only_make_it_stricter(plugged, settings) -> None:
@@ -219,10 +218,10 @@ def test_the_reference_decide_refuses_a_strangers_order_and_answers_the_owner(pl
     actor = plugged("actor.decide", PRECONDITIONS, GUARDED)
     done = run(actor, STRANGERS_ORDER, OWNER)
     assert done.outcome == "refused" and refused_by(done)[0] == "corroboration"
-    assert [c["tool"] for c in calls(settings)] == ["lookup_order"]
+    assert [c.tool for c in calls(settings)] == ["lookup_order"]
     (done,) = actor.handle(Passed(message_id="m2", value=ORDER, sender=OWNER, sender_proof="dkim"))
     assert done.outcome == "completed" and [c.student for c in done.calls] == ["actor.decide"] * 2
-    assert [c["student"] for c in calls(settings)] == ["actor.decide"] * 3
+    assert [c.student for c in calls(settings)] == ["actor.decide"] * 3
 
 
 def test_a_decide_that_allows_everything_is_overruled_by_the_kernel(plugged, settings) -> None:
@@ -232,7 +231,7 @@ def test_a_decide_that_allows_everything_is_overruled_by_the_kernel(plugged, set
     done = run(actor, STRANGERS_ORDER, OWNER)
     rule, reason = refused_by(done)
     assert done.outcome == "refused" and rule == "student.missed" and "independent sources" in reason
-    assert [c["tool"] for c in calls(settings)] == ["lookup_order"]
+    assert [c.tool for c in calls(settings)] == ["lookup_order"]
 
 
 def test_a_decide_that_refuses_everything_stands(plugged, settings) -> None:
@@ -287,7 +286,8 @@ def test_the_trace_marks_steps_that_ran_student_code(settings) -> None:
         effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
         marked = [line.get("student") for line in lines(effects) if line["event"] != "outcome"]
         assert marked == ([student] * 3 if student else [None] * 3)
-    rendered = trace.render(json.loads(trace.line("actor", "call", "m", {"student": "actor.select"})))
+    rendered = trace.render(records.Call(at="t", message_id="m", stage="actor", step=1, server="shop",
+                                         tool="lookup_order", args={}, student="actor.select"))
     assert "[student code: actor.select]" in rendered  # airlock trace shows the mark (trace.render)
 
 

@@ -17,10 +17,12 @@ import pytest
 import zmq
 
 from airlock import trace
+from airlock.records import Started
 from airlock.transport import dealer
 from airlock.wire import Accepted, Refused, Submit, frames, outbound_decoder
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
+from tests.lines import json_object
 from tests.tmpfs import own_tmpfs
 
 # Bigger than a page: on a tmpfs a record that fits in the journal's last page is written
@@ -84,7 +86,7 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
                                   stdout=subprocess.DEVNULL, stderr=stderr)
     intake = Intake(env["AIRLOCK_INTAKE_PORT"])
     try:
-        assert wait_until(lambda: any(r["event"] == "started" for r in trace.read(data / "trace.jsonl")))
+        assert wait_until(lambda: any(isinstance(r, Started) for r in trace.read(data / "trace.jsonl")))
         [before] = intake.submit()
         assert isinstance(before, Accepted)
         filler = _fill(small_disk)
@@ -106,7 +108,7 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
             broker.kill()
             broker.wait()
     raw_lines = (data / "trace.jsonl").read_bytes().splitlines()
-    records = [trace.decode_line(line) for line in raw_lines]
+    records = [json_object(line) for line in raw_lines]
     assert all(record is not None for record in records), "a half-written trace line"
     events = [r["event"] for r in records]
     assert "storage_failed" in events and "storage_recovered" in events
@@ -147,7 +149,7 @@ def test_a_trace_the_disk_refuses_pauses_intake_and_loses_no_line(tmp_path: Path
         stop.set()
         broker.join(20)
     assert not broker.is_alive()
-    records = [trace.decode_line(line) for line in settings.trace_path.read_bytes().splitlines()]
+    records = [json_object(line) for line in settings.trace_path.read_bytes().splitlines()]
     assert all(record is not None for record in records)
     events = [r["event"] for r in records]
     assert events[:2] == ["started", "storage_failed"] and "storage_recovered" in events and events[-1] == "stopped"

@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airlock import trace
+from airlock import records, trace
 from broker.journal import Entry, Journal, positions
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
+from tests.lines import raw_line
 
 
 def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_rest(tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
     for message_id in ids:
         journal.append(Entry(message_id, b"Subject: order 7\n\n" + message_id.encode() * 200, "text"))
     journal.close()
-    (data / "trace.jsonl").write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in ids))
+    (data / "trace.jsonl").write_bytes(b"".join(raw_line("broker", "received", i, {}) for i in ids))
     hit = next(p for p in positions(data / "journal.bin") if p.message_id == "a1-8")
     with open(data / "journal.bin", "r+b") as handle:
         handle.seek(hit.offset)
@@ -50,4 +51,6 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
 
 
 def _events(data: Path, event: str) -> list[dict]:
-    return [r for r in trace.read(data / "trace.jsonl") if r["event"] == event and r["stage"] == "broker"]
+    """The broker's `event` records, each as its line holds it."""
+    return [trace.as_line(r) for r in trace.read(data / "trace.jsonl")
+            if isinstance(r, records.Record) and trace.event_of(r) == event]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock import trace
+from airlock import records, trace
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
@@ -57,7 +57,8 @@ class Services:
         return self.status().get("workers", {})
 
     def outcomes(self) -> dict[str, dict]:
-        return {r["message_id"]: r for r in trace.read(self.data / "trace.jsonl") if r["event"] == "outcome"}
+        return {r.message_id: trace.as_line(r) for r in trace.read(self.data / "trace.jsonl")
+                if isinstance(r, records.OutcomeLine)}
 
     def stop(self) -> None:
         for process in self.processes.values():
@@ -104,7 +105,7 @@ def test_emails_for_a_killed_actor_show_in_status_then_end_failed(services: Serv
         assert outcome["outcome"] == "failed" and outcome["ended_at"] == "actor", outcome
         assert "no actor was connected" in outcome["reason"] and "AIRLOCK_NO_WORKER_WAIT_S" in outcome["reason"]
         assert outcome["no_worker_s"] >= WAIT_S
-    assert list(trace.read(services.data / "calls.jsonl")) == []
+    assert list(trace.read_calls(services.data / "calls.jsonl")) == []
     assert services.status().get("waiting") == {}
 
 

@@ -7,10 +7,11 @@ from collections import Counter
 
 import msgspec
 
-from airlock import trace, tracefiles
+from airlock import tracefiles
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_crash import CRASH_ENV, kill
+from tests.lines import json_object
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 
@@ -38,7 +39,7 @@ def test_broker_killed_while_the_trace_rotates_loses_and_repeats_nothing(stack, 
     segments = tracefiles.closed(trace_path)
     assert len(segments) >= 5 and tracefiles.load(trace_path).through >= 1
     assert len(s.trace(event="trace_checkpoint")) >= 1
-    live_ids = {r.get("message_id") for r in map(trace.decode_line, trace_path.read_bytes().splitlines()) if r}
+    live_ids = {r.get("message_id") for r in map(json_object, trace_path.read_bytes().splitlines()) if r}
     first = next(i for i in ids if i not in live_ids)  # all of its lines are in closed segments
     shown = s.airlock("trace", first)
     assert shown.returncode == 0 and "received" in shown.stdout and "outcome" in shown.stdout, shown.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from airlock import records, trace
 from lab import campaign
 from lab.stack import lab_stack
 
@@ -19,7 +20,8 @@ def test_a_lab_stack_runs_emails_and_reads_back_what_ran(tmp_path: Path) -> None
     hostile, benign = run.results
     assert run.stragglers == []
     assert (hostile.outcome, hostile.calls) == ("rejected", [])
-    assert [event["event"] for event in run.events[hostile.id]] == ["received", "model_answer", "verdict", "outcome"]
+    assert [trace.event_of(event) for event in run.events[hostile.id]] == ["received", "model_answer", "verdict",
+                                                                             "outcome"]
     assert benign.outcome == "completed" and [c["tool"] for c in benign.calls] == ["lookup_order", "send_status"]
 
 
@@ -31,7 +33,7 @@ def test_a_lab_stacks_signed_sender_is_proven_to_the_guarded_task(tmp_path: Path
     with lab_stack(tmp_path / "data", ROOT / "tasks/order_status_guarded.toml") as stack:
         run = stack.run(emails)
     (benign,) = run.results
-    (received,) = [event for event in run.events[benign.id] if event["event"] == "received"]
-    assert (received["sender"], received["sender_proof"]) == ("grace@example.com", "dkim"), received
+    (received,) = [event for event in run.events[benign.id] if isinstance(event, records.Received)]
+    assert (received.sender, received.sender_proof) == ("grace@example.com", "dkim"), received
     assert benign.outcome == "completed", run.events[benign.id]
     assert [c["tool"] for c in benign.calls] == ["lookup_order", "send_status"]

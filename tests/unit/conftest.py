@@ -10,6 +10,7 @@ import pytest
 
 from actor.app import Actor, build
 from airlock import task as task_module, trace
+from airlock.records import Call
 from tests.conftest import CATALOG, TASKS
 
 
@@ -35,7 +36,7 @@ def make_actor(settings, tmp_path: Path) -> Iterator[Callable[..., Actor]]:
 
 
 @pytest.fixture
-def logged_calls(settings) -> Callable[[], list[dict]]:
-    """The mock tools' calls.jsonl so far, one dict a line."""
+def logged_calls(settings) -> Callable[[], list[Call]]:
+    """The mock tools' calls.jsonl so far, one record a line (airlock.records.Call)."""
 
-    return lambda: list(trace.read(settings.calls_path))
+    return lambda: list(trace.read_calls(settings.calls_path))

@@ -24,11 +24,11 @@ def test_passed_value_runs_the_plan(make_actor, logged_calls) -> None:
     (done,) = actor.handle(Passed(message_id="m1", value="4411"))
     assert isinstance(done, Done) and done.outcome == "completed"
     logged = logged_calls()
-    assert [(c["server"], c["tool"], c["args"], c["step"]) for c in logged] == [
+    assert [(c.server, c.tool, c.args, c.step) for c in logged] == [
         ("shop", "lookup_order", {"order_id": "4411"}, 1),
         ("mail", "send_status", {"order_id": "4411"}, 2),
     ]
-    assert all(c["message_id"] == "m1" and c["at"].endswith("Z") for c in logged)
+    assert all(c.message_id == "m1" and c.at.endswith("Z") for c in logged)
     assert [call.tool for call in done.calls] == ["lookup_order", "send_status"]
 
 
@@ -64,7 +64,7 @@ def test_refund_task_binds_without_code(make_actor, logged_calls) -> None:
     actor = make_actor("refund_request.toml")
     (done,) = actor.handle(Passed(message_id="r1", value="damaged"))
     assert done.outcome == "completed"
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
 
 
 def _task(tmp_path: Path, plan: str, value: str = 'type = "digits"\nmax_length = 6') -> task_module.Task:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from airlock import records
 from airlock.wire import Call, Done, Email, Passed, Reading, Rejected, Unreadable
 from broker import tracing
 from broker.journal import Entry
@@ -11,10 +12,14 @@ from broker.outbox import Outbox, Send
 
 
 def test_a_workers_notes_never_override_the_brokers_fields() -> None:
-    """Untrusted notes are written, but the broker's own fields and the base keys win."""
-    notes = {"layer": "evil", "event": "outcome", "subject": "s"}
-    line = json.loads(tracing.line("reader", "model_answer", "m-1", notes, {"layer": "model_output"}))
-    assert line["layer"] == "model_output" and line["event"] == "model_answer" and line["subject"] == "s"
+    """Untrusted notes are written, but the broker's own fields and the base keys win: a
+    note this contract does not name is kept apart, in other_notes."""
+    notes = {"layer": "evil", "event": "outcome", "stage": "broker", "answer": "9", "subject": "s"}
+    line = json.loads(tracing.model_answer(Reading(message_id="m-1", answer="4411", source="model", notes=notes)))
+    assert (line["layer"], line["event"], line["stage"], line["answer"]) == ("model_output", "model_answer", "reader",
+                                                                            "4411")
+    assert line["subject"] == "s" and line["other_notes"] == {"layer": "evil", "event": "outcome", "stage": "broker",
+                                                              "answer": "9"}
 
 
 def test_a_model_answer_is_cut_and_its_length_kept() -> None:
@@ -50,7 +55,7 @@ def test_a_call_that_did_not_run_has_its_authorization_line_only() -> None:
 
 def test_the_outbox_hands_over_everything_once_in_order() -> None:
     out = Outbox()
-    out.trace("broker", "started", None)
+    out.trace(records.Stopped("t", None, "broker", in_flight=0))
     out.journal(Entry("m-1", b"raw", "text"))
     out.send("reader", b"r", Email(message_id="m-1", raw=b"raw", format="text"))
     first = out.take()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, escalations, sources
+from airlock import cli, escalations, records, sources
 from airlock.errors import EmailTooLarge, LinkOutside
 from lab import cli as lab_cli
+from tests import lines as trace_lines
 from tests.conftest import ROOT, airlock_env
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
@@ -185,26 +186,32 @@ def write_trace(path: Path, *, refused_decision: bool = False) -> None:
         return {"rule": "approval", "verdict": "escalate", "reason": "r", "read": {"role": "support-lead",
                                                                                   "approval": given}}
 
-    def escalation(reason, given):
-        return {"message_id": ESCALATED, "stage": "actor", "event": "authorization", "step": 2, "server": "mail",
-                "tool": "send_refund_confirmation", "decision": {
-                    "verdict": "escalate", "reason": reason, "escalated_to": "support-lead",
-                    "rules": [{"rule": "plan", "verdict": "allow", "reason": "", "read": {}}, approval_rule(given)]}}
+    at = "2026-11-30T10:39:39.436732Z"
 
-    outcome = {"message_id": ESCALATED, "stage": "broker", "event": "outcome", "outcome": "escalated"}
-    records = [
-        {"message_id": ESCALATED, "stage": "broker", "event": "received", "origin": "samples/refund\x1b[2J.eml",
-         "sender": "lena@example.de\u202e"},
-        {"message_id": ESCALATED, "stage": "reader", "event": "model_answer", "sender": "Mallory <x@evil>"},
-        {"message_id": ESCALATED, "stage": "validator", "event": "verdict", "verdict": "passed", "value": "damaged"},
+    def escalation(reason, given):
+        return records.Authorization(at, ESCALATED, "actor", layer="authorization", step=2, server="mail",
+                                     tool="send_refund_confirmation", key=f"{ESCALATED}:2", decision={
+                                         "verdict": "escalate", "reason": reason, "escalated_to": "support-lead",
+                                         "rules": [{"rule": "plan", "verdict": "allow", "reason": "", "read": {}},
+                                                   approval_rule(given)]})
+
+    outcome = records.OutcomeLine(at, ESCALATED, "broker", outcome="escalated", reason="", ended_at="actor",
+                                  final=False)
+    written = [
+        records.Received(at, ESCALATED, "broker", origin="samples/refund\x1b[2J.eml", format="eml", bytes=1,
+                         sender="lena@example.de\u202e", sender_proof="none"),
+        records.ModelAnswer(at, ESCALATED, "reader", layer="model_output", answer="damaged", answer_chars=7,
+                            source="model", truncated=False, sender="Mallory <x@evil>"),
+        records.Verdict(at, ESCALATED, "validator", layer="validator", verdict="passed", value="damaged"),
         escalation("needs approval by a support-lead", None), outcome]
     if refused_decision:
-        records += [{"message_id": ESCALATED, "stage": "broker", "event": "decision", "approve": True,
-                     "role": "support-lead", "by": "sam"},
-                    escalation("sam is not a listed support-lead", {"approve": True, "role": "support-lead", "by": "sam"}),
+        written += [records.DecisionTaken(at, ESCALATED, "broker", layer="authorization", approve=True,
+                                          role="support-lead", by="sam", key="k", proven="CURVE key"),
+                    escalation("sam is not a listed support-lead", {"approve": True, "role": "support-lead",
+                                                                    "by": "sam"}),
                     outcome]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"at": "2026-11-30T10:39:39.436732Z", **r}) + "\n" for r in records))
+    path.write_bytes(b"".join(map(records.encode, written)))
 
 
 def test_pending_shows_the_value_the_sender_and_the_step(env, capsys) -> None:
@@ -243,9 +250,9 @@ def test_decision_refused_reads_the_approval_rule(tmp_path: Path, refused: bool,
     path = tmp_path / "trace.jsonl"
     write_trace(path, refused_decision=refused)
     if not refused:  # a decision that moved the email on to a later step's escalation
-        records = path.read_text().splitlines()
-        records.insert(-2, json.dumps({"message_id": ESCALATED, "stage": "broker", "event": "decision"}))
-        path.write_text("\n".join(records) + "\n")
+        lines = path.read_bytes().splitlines(keepends=True)
+        lines.insert(-2, trace_lines.decision(ESCALATED))
+        path.write_bytes(b"".join(lines))
     assert escalations.decision_refused(path, ESCALATED, timeout_s=0.1) == why
 
 

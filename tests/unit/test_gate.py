@@ -42,7 +42,7 @@ def test_rug_pulled_description_fails_the_pin(make_actor, logged_calls) -> None:
     assert done.outcome == "refused" and "pin failed for mail/send_status" in done.reason
     refused = done.calls[-1]
     assert refused.status == "refused" and refused.decision["refused_by"] == "pin"
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]  # the pinned mail never went
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]  # the pinned mail never went
 
 
 def test_rug_pulled_schema_is_caught_without_a_pin(make_actor, logged_calls) -> None:
@@ -61,7 +61,7 @@ def test_removed_tool_is_refused(make_actor, logged_calls) -> None:
     rug_pull(actor, CATALOG.replace('tool = "send_status"', 'tool = "send_status_v2"'))
     done = actor.run("m1", "4411")
     assert done.outcome == "refused" and "not in the catalog" in done.reason
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
 
 
 def test_write_needs_a_write_grant(make_actor, logged_calls) -> None:
@@ -102,7 +102,7 @@ def test_integer_task_rejects_a_bool_value(settings, tmp_path: Path, logged_call
         assert actor.run("m2", 3).outcome == "completed"
     finally:
         actor.close()
-    assert [c["args"] for c in logged_calls()] == [{"count": 3}]
+    assert [c.args for c in logged_calls()] == [{"count": 3}]
 
 
 def test_slow_tool_times_out_without_a_side_effect(make_actor, logged_calls) -> None:
@@ -152,7 +152,7 @@ def test_every_tool_is_cut_off_at_its_declared_timeout(make_actor, logged_calls)
     assert logged_calls() == []
     again = actor.run("m1", "4411")
     assert [c.status for c in again.calls] == ["ok", "ok"], again
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order", "send_status"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order", "send_status"]
 
 
 def test_oversized_result_is_a_typed_error(make_actor, settings, logged_calls) -> None:
@@ -194,7 +194,7 @@ def test_data_only_value_is_refused_with_a_reason(make_actor, logged_calls) -> N
     rules = {r["rule"]: r for r in done.calls[-1].decision["rules"]}
     assert rules["corroboration"]["read"]["order.customer"] == {
         "value": "jansen@example.nl", "lineage": "order_store", "provenance": "step 1 shop/lookup_order"}
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
     assert actor.run("m2", "1234", "mallory@example.net", "dkim").outcome == "completed"  # her own order
 
 
@@ -219,20 +219,20 @@ def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
     done = actor.run("r1", "damaged", "lena@example.de", "dkim")
     assert done.outcome == "escalated" and done.calls[-1].decision["escalated_to"] == "support-lead"
     assert "r1" in actor.executor.pending.open
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case"]
     not_lead = actor.decide("r1", Approval(True, "support-lead", "sam"))
     assert not_lead.outcome == "escalated" and "sam is not a listed support-lead" in not_lead.reason
     approved = actor.decide("r1", Approval(True, "support-lead", "dana"))
     assert approved.outcome == "completed"
     assert [c.status for c in approved.calls] == ["replayed", "ok"]
     assert approved.calls[-1].decision["approver"] == "dana (support-lead)"
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
     assert "r1" not in actor.executor.pending.open
 
     actor.run("r2", "late", "lena@example.de", "dkim")
     denied = actor.decide("r2", Approval(False, "support-lead", "dana"))
     assert denied.outcome == "refused" and "denied by dana" in denied.reason
-    assert [c["tool"] for c in logged_calls()].count("send_refund_confirmation") == 1
+    assert [c.tool for c in logged_calls()].count("send_refund_confirmation") == 1
 
 
 def test_pending_survives_a_restart(make_actor) -> None:
@@ -250,10 +250,10 @@ def test_an_escalation_is_decided_only_under_its_own_task(make_actor, logged_cal
     done = order.handle(Decision(message_id="r1", approve=True, role="support-lead", by="dana"))[0]
     assert done.outcome == "escalated" and "refund_with_approval" in done.reason and "--task" in done.reason
     assert not done.calls and "r1" in order.executor.pending.open
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case"]
     approved = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana"))
     assert approved.outcome == "completed"
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case", "send_refund_confirmation"]
 
 
 def test_a_waiting_value_not_of_the_narrow_type_runs_nothing(make_actor, logged_calls, settings) -> None:

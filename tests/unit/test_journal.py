@@ -13,12 +13,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock import trace
 from airlock.wire import Email, Hello, Reading
 from broker import recovery
 from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
 from broker.router import Router
 from tests.conftest import ROOT
+from tests.lines import raw_line
 
 RAW = b"x" * 10_000
 
@@ -111,8 +111,8 @@ def test_broker_killed_mid_compaction_loses_and_repeats_nothing(tmp_path: Path, 
     final, live = ids[:8], ids[8:]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.trace_path.write_bytes(b"".join(
-        [trace.line("broker", "received", i, {}) for i in ids]
-        + [trace.line("broker", "outcome", i, {"outcome": "rejected", "final": True}) for i in final]))
+        [raw_line("broker", "received", i, {}) for i in ids]
+        + [raw_line("broker", "outcome", i, {"outcome": "rejected", "final": True}) for i in final]))
     done = subprocess.run([sys.executable, "-c", _CRASH, str(path), point, ",".join(live)], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGKILL, done.stderr

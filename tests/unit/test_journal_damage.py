@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock import trace
 from airlock.wire import Email, Hello, Reading
 from broker import recovery
 from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
 from broker.router import Router
+from tests.lines import raw_line
 
 IDS = [f"b-{n}" for n in range(1, 11)]
 NEVER_ACCEPTED = "the broker stopped before accepting this email"
@@ -31,7 +31,7 @@ def _accepted(settings) -> Path:
     for message_id in IDS:
         journal.append(Entry(message_id, _raw(message_id), "text"))
     journal.close()
-    settings.trace_path.write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in IDS))
+    settings.trace_path.write_bytes(b"".join(raw_line("broker", "received", i, {}) for i in IDS))
     return path
 
 
@@ -139,7 +139,7 @@ def test_an_intact_journal_keeps_the_genuine_reason(settings) -> None:
     reason: the broker stopped before accepting it."""
     path = _accepted(settings)
     with open(settings.trace_path, "ab") as handle:
-        handle.write(trace.line("broker", "received", "b-11", {}))
+        handle.write(raw_line("broker", "received", "b-11", {}))
     journal = Journal(path)
     effects, _ = recovery.recover(Router(settings, boot=0xABC), settings, journal, 0.0)
     lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]

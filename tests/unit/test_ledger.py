@@ -26,7 +26,7 @@ from tests.tmpfs import own_tmpfs
 
 
 def _calls(path: Path) -> list[tuple[str, int]]:
-    return [(call["message_id"], call["step"]) for call in trace.read(path)]
+    return [(call.message_id, call.step) for call in trace.read_calls(path)]
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, log
     notices = [answer for answer in answers if isinstance(answer, Event)]
     assert [notice.event for notice in notices] == ["ledger_replaced"]
     assert notices[0].detail["indexed_bytes"] > 0 and notices[0].detail["found_bytes"] == 0
-    assert [c["step"] for c in logged_calls()] == [2]  # step 1's record went with the deleted file
+    assert [c.step for c in logged_calls()] == [2]  # step 1's record went with the deleted file
 
 
 def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, settings, logged_calls, capsys) -> None:
@@ -206,7 +206,7 @@ def test_calls_jsonl_deleted_while_running_stops_the_actor_acting(make_actor, se
     *notices, done = restarted.handle(_decision("r1"))
     assert [notice.event for notice in notices] == ["ledger_replaced"]
     assert done.outcome == "completed" and [call.status for call in done.calls] == ["replayed", "ok"]
-    assert [(c["message_id"], c["step"]) for c in logged_calls()] == [("r1", 2)]
+    assert [(c.message_id, c.step) for c in logged_calls()] == [("r1", 2)]
 
 
 def test_calls_jsonl_replaced_while_running_is_not_trusted(make_actor, settings) -> None:

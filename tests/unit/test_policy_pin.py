@@ -59,7 +59,7 @@ def test_a_live_relabel_to_internal_cannot_switch_the_guard_off(make_actor, logg
     rug_pull(actor, relabelled('blast_radius = "third_party"', 'blast_radius = "internal"'))
     done = actor.run("m1", "772", "kunde@example.de")  # 772 is tom.baker's order
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "pin"
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
 
 
 def test_an_unpinned_step_keeps_the_policy_it_was_bound_with(make_actor, logged_calls) -> None:
@@ -70,4 +70,4 @@ def test_an_unpinned_step_keeps_the_policy_it_was_bound_with(make_actor, logged_
     done = actor.run("m1", "772")
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "policy"
     assert "blast_radius" in done.reason
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]

@@ -31,6 +31,7 @@ from airlock.wire import (
 )
 from broker.journal import Entry
 from broker.router import Router, Send
+from tests.lines import raw_line
 
 R1, R2, V, A, CLIENT = b"r1", b"r2", b"v", b"a", b"c"
 
@@ -391,9 +392,9 @@ def test_recovery_reads_only_the_brokers_lines(tmp_path) -> None:
 
     path = tmp_path / "trace.jsonl"
     path.write_bytes(b"".join([
-        trace.line("broker", "received", "m-1", {}), trace.line("actor", "outcome", "m-1", {"outcome": "completed"}),
-        trace.line("broker", "received", "m-2", {}), trace.line("broker", "outcome", "m-2", {"outcome": "completed"}),
-        trace.line("reader", "received", "m-2", {}),
+        raw_line("broker", "received", "m-1", {}), raw_line("actor", "outcome", "m-1", {"outcome": "completed"}),
+        raw_line("broker", "received", "m-2", {}), raw_line("broker", "outcome", "m-2", {"outcome": "completed"}),
+        raw_line("reader", "received", "m-2", {}),
     ]))
     assert trace.states(path) == {"m-1": "open", "m-2": "final"}
 

@@ -20,7 +20,7 @@ def test_a_forged_sender_cannot_corroborate_on_the_guarded_task(make_actor, logg
     done = actor.run("m1", ORDER, OWNER)
     assert done.outcome == "refused", done.reason
     assert "unverified" in done.reason and done.calls[-1].decision["refused_by"] == "evidence"
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
 
 
 def test_the_authenticated_owner_is_answered_and_the_mail_goes_to_the_owner(make_actor, logged_calls) -> None:
@@ -29,7 +29,7 @@ def test_the_authenticated_owner_is_answered_and_the_mail_goes_to_the_owner(make
     (done,) = actor.handle(Passed(message_id="m1", value=ORDER, sender=OWNER, sender_proof="dkim"))
     assert done.outcome == "completed", done.reason
     sent = logged_calls()[-1]
-    assert (sent["tool"], sent["args"], sent["to"]) == ("send_status", {"order_id": ORDER}, OWNER)
+    assert (sent.tool, sent.args, sent.to) == ("send_status", {"order_id": ORDER}, OWNER)
 
 
 def test_the_recipient_is_the_owner_never_the_requester(make_actor, logged_calls) -> None:
@@ -37,14 +37,14 @@ def test_the_recipient_is_the_owner_never_the_requester(make_actor, logged_calls
     actor = make_actor("order_status.toml")
     done = actor.run("m1", ORDER, "mallory@example.net")
     assert done.outcome == "completed"
-    assert logged_calls()[-1]["to"] == OWNER
+    assert logged_calls()[-1].to == OWNER
 
 
 def test_a_status_for_an_order_with_no_owner_is_a_failed_call(make_actor, logged_calls) -> None:
     """No owner in the store means nobody to write to: a typed failure, no mail, no guess."""
     done = make_actor("order_status.toml").run("m1", "13")  # no order 13 in actor/orders.toml
     assert done.outcome == "failed" and "no owner in the order store" in done.reason
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
 
 
 def test_an_unverified_fact_is_no_source_even_without_an_evidence_rule() -> None:
@@ -136,4 +136,4 @@ def test_an_unverified_refund_request_waits_for_a_person(make_actor, logged_call
     assert done.outcome == "escalated", done.reason
     (evidence,) = [r for r in done.calls[-1].decision["rules"] if r["rule"] == "evidence"]
     assert evidence["read"]["sender"]["lineage"] == senders.UNVERIFIED
-    assert [c["tool"] for c in logged_calls()] == ["open_refund_case"]
+    assert [c.tool for c in logged_calls()] == ["open_refund_case"]

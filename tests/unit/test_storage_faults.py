@@ -15,6 +15,7 @@ from airlock import trace
 from airlock.wire import Accepted, Refused, Submit
 from broker.journal import Entry, Journal, WriteFailed, damage, entries
 from broker.router import Router, Send
+from tests.lines import raw_line
 
 
 class Disk:
@@ -37,7 +38,7 @@ class Disk:
 
 
 def _lines(count: int, start: int = 0) -> list[bytes]:
-    return [trace.line("broker", "received", f"m-{n}", {"pad": "x" * 100}) for n in range(start, start + count)]
+    return [raw_line("broker", "received", f"m-{n}", {"pad": "x" * 100}) for n in range(start, start + count)]
 
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])

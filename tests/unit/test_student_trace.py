@@ -8,7 +8,7 @@ import json
 import msgspec
 import pytest
 
-from airlock import trace, wire
+from airlock import records, trace, wire
 from airlock.wire import Hello, Passed, Reading, Rejected, Submit
 from broker.router import Router
 
@@ -35,13 +35,13 @@ def test_the_verdict_line_names_the_plug_point_and_trace_shows_it(settings, verd
     """The router writes `student` into the verdict line; `airlock trace` shows it."""
     line = verdict_line(settings, verdict)
     assert line["student"] == "validator.check"
-    assert "student code: validator.check" in trace.render(line)
+    assert "student code: validator.check" in trace.render(records.decode(json.dumps(line).encode()))
 
 
 def test_a_verdict_without_student_code_has_no_mark(settings) -> None:
     """No student code, no `student` key: the line is what it was before labs existed."""
     line = verdict_line(settings, Passed(message_id="", value="4411"))
-    assert "student" not in line and "student code" not in trace.render(line)
+    assert "student" not in line and "student code" not in trace.render(records.decode(json.dumps(line).encode()))
 
 
 def test_a_verdict_from_before_the_field_still_decodes() -> None:

@@ -61,7 +61,7 @@ def test_a_mock_that_returns_an_order_provides_nothing_undeclared(make_actor, un
     assert done.calls[0].result["customer"] == OWNER  # the mock still returned the order
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "evidence", done.reason
     assert read(done, "order.customer") is None
-    assert [c["tool"] for c in logged_calls()] == ["lookup_order"]
+    assert [c.tool for c in logged_calls()] == ["lookup_order"]
 
 
 def test_the_lineage_is_the_catalogs(make_actor, unpinned: Path) -> None:

@@ -17,15 +17,15 @@ from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router
 from dashboard.feed import FileTail
+from tests import lines as trace_lines
 
 SEGMENT = 4096  # bytes: a few emails a segment, so a short history spans many segments
-FILLER = {"answer": "x" * 300}  # a reader's line, about a tenth of an email's trace
+FILLER = "x" * 300  # a reader's line, about a tenth of an email's trace
 
 
 def _email(message_id: str, outcome: str | None) -> list[bytes]:
-    lines = [trace.line("broker", "received", message_id, {"origin": "t"}),
-             trace.line("reader", "model_answer", message_id, FILLER)]
-    return lines + ([trace.line("broker", "outcome", message_id, {"outcome": outcome})] if outcome else [])
+    lines = [trace_lines.received(message_id), trace_lines.model_answer(message_id, FILLER)]
+    return lines + ([trace_lines.outcome(message_id, outcome)] if outcome else [])
 
 
 def _history(settings, journal: Journal, emails: list[tuple[str, str | None]]) -> trace.TraceWriter:
@@ -62,9 +62,9 @@ def test_writer_closes_the_live_file_into_segments_and_read_sees_all_in_order(tm
     assert len(segments) >= 5 and path.exists()
     assert [number for number, _ in segments] == list(range(1, len(segments) + 1))
     assert all(segment.stat().st_size >= SEGMENT for _, segment in segments)
-    events = [(r["message_id"], r["event"]) for r in trace.read(path)]
+    events = [(trace.about(r), trace.event_of(r)) for r in trace.read(path)]
     assert events == [(i, e) for i in ids for e in ("received", "model_answer", "outcome")]
-    assert [r["event"] for r in trace.read(path, "m-3")] == ["received", "model_answer", "outcome"]
+    assert [trace.event_of(r) for r in trace.read(path, "m-3")] == ["received", "model_answer", "outcome"]
 
 
 def test_a_turn_is_never_split_across_segments(tmp_path: Path) -> None:
@@ -169,17 +169,17 @@ def test_follow_reads_on_across_a_rotation(tmp_path: Path) -> None:
     then the new live file's, none twice."""
     path = tmp_path / "trace.jsonl"
     writer = trace.TraceWriter(path, SEGMENT)
-    writer.write(trace.line("broker", "started", None, {}))
+    writer.write(trace_lines.started())
     writer.flush()
     followed = trace.follow(path, poll_s=0.001)
-    assert next(followed)["event"] == "started"
+    assert trace.event_of(next(followed)) == "started"
     ids = [f"m-{n}" for n in range(30)]
     for message_id in ids:  # several rotations while the follower waits
         for line in _email(message_id, "completed"):
             writer.write(line)
         writer.flush()
     assert len(tracefiles.closed(path)) >= 3
-    got = [(r["message_id"], r["event"]) for r in itertools.islice(followed, len(ids) * 3)]
+    got = [(trace.about(r), trace.event_of(r)) for r in itertools.islice(followed, len(ids) * 3)]
     assert got == [(i, e) for i in ids for e in ("received", "model_answer", "outcome")]
     followed.close()
     writer.close()
@@ -208,7 +208,7 @@ def test_supervisor_sees_started_after_the_live_file_was_closed(tmp_path: Path) 
     path.write_bytes(b"".join(_email("m-0", "completed")) * 20)
     since = tracefiles.mark(path)
     writer = trace.TraceWriter(path, SEGMENT)  # past the size: renamed before any line
-    writer.write(trace.line("broker", "started", None, {}))
+    writer.write(trace_lines.started())
     writer.flush()
     assert supervisor._broker_started_since(path, since)
     writer.close()
@@ -239,31 +239,31 @@ def test_a_rotation_that_cannot_open_a_new_file_keeps_the_live_file(tmp_path: Pa
     writer.flush()
     assert not tracefiles.closed(path) and not writer.rotated
     monkeypatch.setattr(trace, "open_lines", real)
-    writer.write(trace.line("broker", "received", "m-2", {}))
+    writer.write(trace_lines.received("m-2"))
     writer.flush()
     writer.close()
     assert writer.rotated and len(tracefiles.closed(path)) == 1
-    assert [r["message_id"] for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
+    assert [trace.about(r) for r in trace.read(path)][-1] == "m-2" and len(list(trace.read(path))) == 37
 
 
 def test_settled_waits_across_a_rotation_and_counts_each_line_once(tmp_path: Path, monkeypatch) -> None:
     """A bench or attack waiting for outcomes: the live file is closed into a segment
     between two polls (by hand here, as the writer does); every line is still found, once."""
     path = tmp_path / "trace.jsonl"
-    path.write_bytes(b"".join(trace.line("broker", "received", i, {}) for i in ("a", "b")))
+    path.write_bytes(b"".join(trace_lines.received(i) for i in ("a", "b")))
     polls = []
 
     def broker_turn(_seconds: float) -> None:  # what the broker does while settled sleeps
         polls.append(1)
         with open(path, "ab") as handle:
-            handle.write(trace.line("broker", "outcome", "a", {"outcome": "completed"}))
+            handle.write(trace_lines.outcome("a"))
         path.rename(tracefiles.segment_path(path, len(polls)))
-        path.write_bytes(trace.line("broker", "outcome", "b", {"outcome": "completed"}))
+        path.write_bytes(trace_lines.outcome("b"))
 
     monkeypatch.setattr(trace.time, "sleep", broker_turn)
     found = trace.settled(path, ["a", "b"], 2, timeout_s=60)
     assert polls == [1]
-    assert {i: [r["event"] for r in records] for i, records in found.items()} == {
+    assert {i: [trace.event_of(r) for r in kept] for i, kept in found.items()} == {
         "a": ["received", "outcome"], "b": ["received", "outcome"]}
 
 
@@ -308,8 +308,8 @@ def test_approve_waits_for_the_outcome_reading_old_segments_once(tmp_path: Path,
     from airlock import escalations
 
     path = tmp_path / "trace.jsonl"
-    tracefiles.segment_path(path, 1).write_bytes(trace.line("broker", "received", "e", {}))
-    tracefiles.segment_path(path, 2).write_bytes(trace.line("broker", "decision", "e", {"approve": True}))
+    tracefiles.segment_path(path, 1).write_bytes(trace_lines.received("e"))
+    tracefiles.segment_path(path, 2).write_bytes(trace_lines.decision("e"))
     path.write_bytes(b"")
     polls = []
 
@@ -317,7 +317,7 @@ def test_approve_waits_for_the_outcome_reading_old_segments_once(tmp_path: Path,
         polls.append(1)
         if len(polls) == 3:
             with open(path, "ab") as handle:
-                handle.write(trace.line("broker", "outcome", "e", {"outcome": "completed"}))
+                handle.write(trace_lines.outcome("e"))
 
     monkeypatch.setattr(escalations.time, "sleep", broker_turn)
     seen = _opened(monkeypatch)

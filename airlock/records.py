@@ -1,0 +1,490 @@
+"""The persisted records: every trace line and every call-log line, typed. The second contract.
+
+airlock.wire says what goes between processes; this module says what is kept on disk and
+read back: trace.jsonl (written by the broker alone: airlock.trace) and calls.jsonl (written
+by the actor alone: the call log). Each line is one JSON object; each event is a tagged
+Struct below, its tag in `event`. Every line has `at` (UTC, ISO 8601), `message_id` (null for
+a fact about no one email) and `stage` (who said it: stamped by the broker from the endpoint
+a fact came in on, never taken from the sender); each email ends with exactly one `outcome`.
+
+One encoder (`encode`) writes them and one typed decoder (`decode`, `decode_call`) reads them
+back for every reader: `airlock trace`, attack, score, the page, bench, the checkpoint and
+recovery, the labs' graders. What no Struct here describes still decodes to a typed value,
+never an exception and never a guess:
+
+    PeerFact      a worker's own event (`worker.<name>`) or a supervisor notice: free detail
+    Unrecognized  a JSON object whose event this version does not know (a newer writer's)
+    Damaged       not a whole JSON object, a known event whose fields do not fit its type,
+                  or a known event from a stage that may not say it (a torn line, an edit)
+
+Readers show the last two escaped (airlock.trace.render) and act on neither.
+
+One call record, two files: `Call` is the line the actor appends to calls.jsonl before the
+tool runs (what airlock *did*; attack scoring and the graders read it) and the trace's `call`
+line the broker writes from the actor's answer (with its status, error, key and plan).
+Fields only one of them knows default to None or empty and are left out of the other.
+
+The rule for changing a record (tested on a trace the previous version wrote,
+tests/data/trace-v1.jsonl):
+1. A new field gets a default, and `omit_defaults` leaves it out of every line that does not
+   use it: a line that never needed it reads, and is written, as before.
+2. Decoders ignore fields they do not know: an older reader skips a newer field. That is
+   safe only because of rule 3, which is why it is a rule and not a habit.
+3. A change an older reader must not miss (a new meaning, a new value that readers would
+   misjudge, a field that makes a line say something else) is a new event, never a new
+   field: an older reader then sees an Unrecognized line, shows it and acts on nothing.
+   Renaming or retyping a field is such a change.
+Why ignore rather than refuse unknown fields, for a security tool: the wire refuses them
+(a peer is untrusted); these files are written by airlock's own broker and actor, and
+refusing would turn one added field into whole lines an older recovery or scorer no longer
+sees (an email redone, a call not counted). Rule 3 keeps ignoring exact.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from airlock.wire import Detail, EmailFormat, Outcome, ReadingSource, Scalar
+
+WORKER_STAGES = ("reader", "validator", "actor")
+WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
+SUPERVISOR = "supervisor"  # a supervisor's Notice is written under its own name, this stage
+DAMAGED_TEXT_LIMIT = 500  # characters of a damaged line a Damaged value keeps
+
+
+_second: tuple[int, str] = (-1, "")  # the last whole second stamped, and its text
+
+
+def utc_now() -> str:
+    """Now as 2026-11-30T04:48:01.123456Z. The date and time of day are formatted once a
+    second: the broker stamps ten lines an email, and datetime's isoformat each time was a
+    tenth of its work."""
+    global _second
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    stamp = _second  # one read: another thread may replace it, never half of it
+    if stamp[0] != seconds:
+        stamp = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{stamp[1]}.{nanos // 1000:06d}Z"
+
+
+class Record(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="event"):
+    """Base of every typed trace line: `Received(at, message_id, "broker", origin=...)`.
+
+    frozen: a record is a fact, read by many. omit_defaults: a field left at its default is
+    not written (rule 1 above). Unknown fields are ignored on decode (rule 2). `STAGE`: the
+    one stage that may say this event; `decode` makes a line from any other stage Damaged,
+    so a reader that matched a type may trust who said it."""
+
+    STAGE: ClassVar[str] = "broker"
+    at: str
+    message_id: str | None
+    stage: str
+
+
+# --- the broker's own facts about one email -------------------------------------------------
+
+
+class Received(Record, tag="received", frozen=True, kw_only=True):
+    origin: str
+    format: EmailFormat
+    bytes: int
+    sender: str
+    sender_proof: str
+
+
+class Recovered(Record, tag="recovered", frozen=True, kw_only=True):
+    """A journalled email an earlier broker accepted and never finished, queued again."""
+
+    origin: str
+    bytes: int
+    waited_on_disk: bool = False  # its raw email waited on disk for room first
+
+
+class Redelivery(Record, tag="redelivery", frozen=True, kw_only=True):
+    to: str
+    reason: str
+    attempt: int
+
+
+class LateResult(Record, tag="late_result", frozen=True, kw_only=True):
+    """A worker's answer for an email it no longer holds: recorded, changes nothing."""
+
+    endpoint: str
+    result: str
+
+
+class DecisionTaken(Record, tag="decision", frozen=True, kw_only=True):
+    """A person's decision, taken: from that person's own key (CURVE), in their name."""
+
+    layer: str
+    approve: bool
+    role: str
+    by: str
+    key: str
+    proven: str
+
+
+class DecisionRefused(Record, tag="decision_refused", frozen=True, kw_only=True):
+    layer: str
+    claimed_by: str
+    role: str
+    reason: str
+
+
+class OutcomeLine(Record, tag="outcome", frozen=True, kw_only=True):
+    """The email's outcome: exactly one final one (`escalated` waits for a person and is
+    followed by another). `final` and `ms` are absent on an outcome given at recovery."""
+
+    outcome: Outcome
+    reason: str
+    ended_at: str
+    final: bool | None = None
+    ms: float | None = None
+    rule: str = ""  # the rule that rejected it, when one did
+    no_worker_s: float | None = None  # how long it waited for a worker of its stage, when none came
+
+
+# --- what the workers answered, as the broker records it --------------------------------------
+
+
+class _ReaderLine(Record, frozen=True, kw_only=True):
+    """What a reader noted about the email (wire.Reading.notes), each note in its own field,
+    typed as the wire admits it (the reader is the untrusted stage: readers escape them).
+    A note this contract does not name is kept apart in `other_notes`, never as a field."""
+
+    STAGE: ClassVar[str] = "reader"
+    sender: Scalar | list[Scalar] | dict[str, Scalar] = None
+    subject: Scalar | list[Scalar] | dict[str, Scalar] = None
+    excerpt: Scalar | list[Scalar] | dict[str, Scalar] = None
+    body_chars: Scalar | list[Scalar] | dict[str, Scalar] = None
+    prompt_cut: Scalar | list[Scalar] | dict[str, Scalar] = None
+    attachments: Scalar | list[Scalar] | dict[str, Scalar] = None
+    defects: Scalar | list[Scalar] | dict[str, Scalar] = None
+    digest: Scalar | list[Scalar] | dict[str, Scalar] = None
+    model_ms: Scalar | list[Scalar] | dict[str, Scalar] = None
+    model_error: Scalar | list[Scalar] | dict[str, Scalar] = None
+    other_notes: Detail = {}
+
+
+NOTE_FIELDS = frozenset(name for name in _ReaderLine.__struct_fields__ if name not in Record.__struct_fields__
+                        and name != "other_notes")
+
+
+def notes(detail: Detail) -> dict[str, Any]:
+    """A reader's notes as keyword fields of a reader line: the named ones in their fields,
+    any other in `other_notes` (so none can stand for a field the broker sets)."""
+    named: dict[str, Any] = {key: value for key, value in detail.items() if key in NOTE_FIELDS}
+    if len(named) < len(detail):
+        named["other_notes"] = {key: value for key, value in detail.items() if key not in NOTE_FIELDS}
+    return named
+
+
+class ModelAnswer(_ReaderLine, tag="model_answer", frozen=True, kw_only=True):
+    layer: str
+    answer: str  # the first broker.tracing.TRACE_TEXT_LIMIT characters
+    answer_chars: int
+    source: ReadingSource
+    truncated: bool
+
+
+class Unreadable(_ReaderLine, tag="unreadable", frozen=True, kw_only=True):
+    layer: str
+    rule: str
+    reason: str
+
+
+class Verdict(Record, tag="verdict", frozen=True, kw_only=True):
+    """The validator's verdict: `value` when passed, `rule` and `reason` when rejected.
+    `student`: the lab plug point whose student code took part (absent when none did)."""
+
+    STAGE: ClassVar[str] = "validator"
+    layer: str
+    verdict: Literal["passed", "rejected"]
+    value: int | str | None = None
+    rule: str = ""
+    reason: str = ""
+    student: str = ""
+
+
+class Authorization(Record, tag="authorization", frozen=True, kw_only=True):
+    """One plan step's decision record (actor.preconditions builds `decision`: verdict,
+    rules run, facts read, who decided); every step has one, whether it ran or not."""
+
+    STAGE: ClassVar[str] = "actor"
+    layer: str
+    step: int
+    server: str
+    tool: str
+    key: str
+    decision: dict[str, Any]
+    student: str = ""
+
+
+class Call(Record, tag="call", frozen=True, kw_only=True):
+    """One tool call: the one record type of calls.jsonl and of the trace's call line.
+
+    calls.jsonl (the actor, before the tool runs): at, message_id, step, server, tool, args,
+    and `to` (a mail tool's recipient) and `student` when set; stage, layer, status, error,
+    key are absent (None). The trace (the broker, from the actor's Done): stage "actor",
+    layer "execution", status, error, key, and the task and plan it ran under when the
+    actor named them; `to` is absent. Lines written before calls.jsonl had `event` read too."""
+
+    STAGE: ClassVar[str] = "actor"
+    message_id: str
+    stage: str | None = None  # type: ignore[assignment]  # calls.jsonl lines have none
+    step: int
+    server: str
+    tool: str
+    args: dict[str, Scalar]
+    layer: str | None = None
+    status: Literal["ok", "error", "refused", "escalated", "replayed"] | None = None
+    error: str | None = None
+    key: str | None = None
+    task: str = ""
+    plan: list[tuple[str, str]] = []
+    to: str = ""
+    student: str = ""
+
+
+class Observation(Record, tag="observation", frozen=True, kw_only=True):
+    """What a call returned (withheld outside the data folder: airlock.published)."""
+
+    STAGE: ClassVar[str] = "actor"
+    layer: str
+    step: int
+    server: str
+    tool: str
+    result: dict[str, Any]
+    student: str = ""
+
+
+# --- the broker's facts about no one email (message_id null) -------------------------------
+
+
+class Violation(Record, tag="violation", frozen=True, kw_only=True):
+    """A peer sent what its endpoint may not (kind: the message's kind, or sender_proof)."""
+
+    endpoint: str
+    kind: str
+    reason: str
+
+
+class MalformedFrame(Record, tag="malformed_frame", frozen=True, kw_only=True):
+    endpoint: str
+    reason: str
+    bytes: int
+
+
+class ClientGone(Record, tag="client_gone", frozen=True, kw_only=True):
+    messages: int
+
+
+class WorkerJoined(Record, tag="worker_joined", frozen=True, kw_only=True):
+    role: str
+    credit: int
+
+
+class WorkerLost(Record, tag="worker_lost", frozen=True, kw_only=True):
+    role: str
+    reason: str
+    held: int
+
+
+class Started(Record, tag="started", frozen=True, kw_only=True):
+    endpoints: dict[str, str]
+    trace: str
+    authentication: str
+    sender_proofs: str
+    insecure: bool = False
+
+
+class Stopped(Record, tag="stopped", frozen=True, kw_only=True):
+    in_flight: int
+
+
+class AuthRefused(Record, tag="auth_refused", frozen=True, kw_only=True):
+    endpoint: str
+    reason: str
+    peer: str
+
+
+class HandshakeFailed(Record, tag="handshake_failed", frozen=True, kw_only=True):
+    endpoint: str
+    peer: str
+    errno: str
+    stalled_s: float
+    reason: str
+
+
+class StorageFailed(Record, tag="storage_failed", frozen=True, kw_only=True):
+    file: str
+    error: str
+    errno: str
+
+
+class StorageRecovered(Record, tag="storage_recovered", frozen=True, kw_only=True):
+    file: str
+    failed_for_s: float
+    refused: int
+    lines_dropped: int | None = None  # the trace's: lines dropped while it failed
+
+
+class JournalCompacted(Record, tag="journal_compacted", frozen=True, kw_only=True):
+    bytes_before: int
+    bytes_after: int
+    freed: int
+    live: int
+
+
+class JournalCompactionFailed(Record, tag="journal_compaction_failed", frozen=True, kw_only=True):
+    error: str
+    bytes: int
+
+
+class JournalDamaged(Record, tag="journal_damaged", frozen=True, kw_only=True):
+    path: str
+    ranges_skipped: int
+    bytes_skipped: int
+    ranges: list[list[int]]
+    torn_tail: bool
+    emails_lost: int
+
+
+class TraceCheckpoint(Record, tag="trace_checkpoint", frozen=True, kw_only=True):
+    through_segment: int
+    emails: int
+
+
+class TraceCheckpointFailed(Record, tag="trace_checkpoint_failed", frozen=True, kw_only=True):
+    error: str
+
+
+Event = (
+    Received | Recovered | Redelivery | LateResult | DecisionTaken | DecisionRefused | OutcomeLine
+    | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation
+    | Violation | MalformedFrame | ClientGone | WorkerJoined | WorkerLost | Started | Stopped | AuthRefused
+    | HandshakeFailed | StorageFailed | StorageRecovered | JournalCompacted | JournalCompactionFailed
+    | JournalDamaged | TraceCheckpoint | TraceCheckpointFailed
+)
+EVENT_TYPES: tuple[type[Record], ...] = Event.__args__  # a Union's members
+EVENT_NAMES = frozenset(kind.__struct_config__.tag for kind in EVENT_TYPES)
+
+
+# --- what no Struct above describes --------------------------------------------------------
+
+
+class PeerFact(msgspec.Struct, frozen=True):
+    """A worker's own event (stage reader/validator/actor, event `worker.<name>`) or a
+    supervisor notice (stage supervisor, e.g. service_restarted): a name the broker checked
+    (broker.events) and a flat detail, written flat beside the base fields, every text in it
+    escaped by the broker."""
+
+    at: str
+    message_id: str | None
+    stage: str
+    event: str
+    detail: Detail = {}
+
+
+class Unrecognized(msgspec.Struct, frozen=True):
+    """A JSON object whose event this version does not know: shown escaped, acted on never."""
+
+    at: Any
+    message_id: Any
+    stage: Any
+    event: Any
+    fields: dict[str, Any]
+
+
+class Damaged(msgspec.Struct, frozen=True):
+    """A line that is not a record: not a JSON object, torn, or a known event whose fields
+    do not fit (`reason` says which: msgspec's error with its path, or the stage)."""
+
+    reason: str
+    text: str  # the line's first DAMAGED_TEXT_LIMIT characters, undecoded bytes replaced
+
+
+TraceRecord = Event | PeerFact | Unrecognized | Damaged
+BASE_FIELDS = ("at", "message_id", "stage", "event")
+
+_encoder = msgspec.json.Encoder()
+_decode_event = msgspec.json.Decoder(Event).decode
+_decode_call = msgspec.json.Decoder(Call).decode
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def encode(record: Record | PeerFact) -> bytes:
+    """One line: the record as a JSON object and a newline."""
+    if isinstance(record, PeerFact):
+        base = {"at": record.at, "message_id": record.message_id, "stage": record.stage, "event": record.event}
+        return _encoder.encode({**base, **record.detail, **base}) + b"\n"  # the base fields win
+    return _encoder.encode(record) + b"\n"
+
+
+def decode(raw: bytes) -> TraceRecord:
+    """One trace line as its record; never raises."""
+    try:
+        record = _decode_event(raw)
+    except msgspec.ValidationError as exc:
+        return _untyped(raw, str(exc))
+    except msgspec.DecodeError as exc:
+        return _damaged(raw, str(exc))
+    if record.stage != record.STAGE:
+        return _damaged(raw, f"the {record.stage!r} stage may not say {type(record).__struct_config__.tag!r}")
+    return record
+
+
+def decode_call(raw: bytes) -> Call | Damaged:
+    """One calls.jsonl line (no `event` or `stage` in lines from before they shared a type)."""
+    try:
+        return _decode_call(raw)
+    except msgspec.DecodeError as exc:  # ValidationError too
+        return _damaged(raw, str(exc))
+
+
+def _untyped(raw: bytes, error: str) -> TraceRecord:
+    """A line the union refused: a peer's fact, an event this version does not know, or
+    damage (a known event that does not fit its type)."""
+    try:
+        fields = _decode_object(raw)
+    except msgspec.DecodeError as exc:
+        return _damaged(raw, str(exc))
+    event, stage, message_id, at = (fields.pop(key, None) for key in ("event", "stage", "message_id", "at"))
+    if event in EVENT_NAMES:
+        return _damaged(raw, error)
+    if isinstance(event, str) and isinstance(at, str) and isinstance(message_id, (str, type(None))) and (
+            (stage in WORKER_STAGES and event.startswith(WORKER_PREFIX)) or stage == SUPERVISOR):
+        try:
+            return PeerFact(at, message_id, stage, event, msgspec.convert(fields, Detail))
+        except msgspec.ValidationError as exc:
+            return _damaged(raw, f"a peer's detail: {exc}")
+    return Unrecognized(at, message_id, stage, event, fields)
+
+
+def _damaged(raw: bytes, reason: str) -> Damaged:
+    return Damaged(reason, raw[:DAMAGED_TEXT_LIMIT * 4].decode("utf-8", "replace")[:DAMAGED_TEXT_LIMIT].rstrip("\n"))
+
+
+class _CallKey(msgspec.Struct):
+    message_id: object = None
+    step: object = None
+
+
+_decode_call_key = msgspec.json.Decoder(_CallKey).decode
+
+
+def call_key_of(raw: bytes) -> tuple[str, int] | None:
+    """(message_id, step) of a calls.jsonl line, or None for a line that names none (torn).
+    The actor's idempotency ledger rebuilds its keys with this, not with decode_call, and
+    is lenient on purpose: a record whose other fields were damaged still says its call
+    ran, so it must never run again."""
+    try:
+        key = _decode_call_key(raw)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(key.message_id, str) and isinstance(key.step, int):
+        return key.message_id, key.step
+    return None
