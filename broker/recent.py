@@ -27,19 +27,15 @@ class Recent(Generic[Value]):
     def __init__(self, keep: int) -> None:
         if keep < GENERATIONS:
             raise ValueError(f"keep at least {GENERATIONS} outcomes, not {keep}")
-        self.keep = keep
         self._size = keep // GENERATIONS
-        # GENERATIONS full generations make `keep`; the newest, filling, is one more.
-        self._generations: collections.deque[dict[str, Value]] = collections.deque([{}])
+        # GENERATIONS full generations make `keep`; the newest, filling, is one more. A new
+        # generation pushes the oldest out of the deque whole.
+        self._generations: collections.deque[dict[str, Value]] = collections.deque([{}], maxlen=GENERATIONS + 1)
 
     def add(self, key: str, value: Value) -> None:
-        newest = self._generations[-1]
-        if len(newest) >= self._size:
-            newest = {}
-            self._generations.append(newest)
-            if len(self._generations) > GENERATIONS + 1:
-                self._generations.popleft()
-        newest[key] = value
+        if len(self._generations[-1]) >= self._size:
+            self._generations.append({})
+        self._generations[-1][key] = value
 
     def get(self, key: str) -> Value | None:
         for generation in reversed(self._generations):
