@@ -19,6 +19,7 @@ by the kernel when the process dies: two actors can never both act on one ledger
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from airlock import appendlog, locks
@@ -56,8 +57,12 @@ class AppendLog:
         except OSError as exc:
             raise LedgerWriteFailed(appendlog.disk_reason(exc, path, "opening")) from exc
         self.identity = self._log.identity
-        # The half record a crash left at the end, cut off at open (or None): the owner reports it.
+        # The half record a crash left at the end, cut off at open (or None), said here once
+        # for the actor's files (the call log also tells the trace: a ledger_repaired notice).
         self.repaired = self._log.repaired
+        if self.repaired is not None:
+            print(f"actor: {path} ended in a partial record (a crash mid-write): its last "
+                  f"{self.repaired.end - self.repaired.start} bytes were cut off at open", file=sys.stderr)
 
     @property
     def size(self) -> int:

@@ -47,11 +47,7 @@ class PendingStore:
                 self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
             elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
                 self.open[entry["message_id"]] = Escalation(**entry)
-        self._log = AppendLog(path)
-        if self._log.repaired is not None:  # read above as a torn line, skipped; now cut off
-            cut = self._log.repaired
-            print(f"actor: {path} ended in a partial line (a crash mid-write): its last "
-                  f"{cut.end - cut.start} bytes were cut off at open", file=sys.stderr)
+        self._log = AppendLog(path)  # a torn line read above as none, skipped, is cut off (and said) here
 
     def add(self, escalation: Escalation) -> None:
         """Open an escalation; raises LedgerWriteFailed (and nothing is open) if it cannot be stored."""
