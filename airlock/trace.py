@@ -149,7 +149,8 @@ def read(path: Path, message_id: str | None = None) -> Iterator[TraceRecord]:
 
 def read_calls(path: Path) -> Iterator[Call]:
     """calls.jsonl's records, in order; a torn line (an actor killed mid-write) is skipped,
-    as it never ran: the actor writes a record before its call."""
+    as it never ran: a record is its call's only effect (actor/mocks.py), and one cut short
+    was never synced, so its step was never acknowledged and runs again (actor/calllog.py)."""
     for raw in tracefiles.lines_of(path):
         call = records.decode_call(raw)
         if isinstance(call, Call):
