@@ -42,7 +42,8 @@ class TraceWriter:
     """Appends lines; flush() is called once per broker loop turn, not per line.
 
     A full disk or an I/O error is a state, not a crash (issue 15): write() never raises,
-    flush() and sync() return the OSError (None when all is on disk) and set `failing`.
+    flush() and sync() return the OSError (None when all is on disk); a refused write sets
+    `failing` (a refused fsync does not: the lines are written, the next sync tries again).
     Lines that could not be written wait in memory, in order, and go out with the next
     flush that works; a partial write is cut back, so the file never holds half a line
     (airlock.appendlog). While failing, a flush tries the disk at most once every RETRY_S,
