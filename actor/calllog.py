@@ -183,8 +183,6 @@ class CallLog:
             cut = log.repaired
             notices.append({"event": "ledger_repaired", "detail": {
                 "path": str(log.path), "cut_from": cut.start, "bytes_cut": cut.end - cut.start}})
-            print(f"actor: {log.path} ended in a partial record (a crash mid-write): its last "
-                  f"{cut.end - cut.start} bytes were cut off at open", file=sys.stderr)
         if indexed is not None and (indexed.device, indexed.inode) == log.identity and indexed.size <= log.size:
             start = indexed.size  # the same log, grown: index what was added
         else:

@@ -19,6 +19,7 @@ by the kernel when the process dies: two actors can never both act on one ledger
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from airlock import appendlog, locks
@@ -42,11 +43,6 @@ class LedgerBusy(LedgerError):
     """Another process holds the ledger; this actor must not start."""
 
 
-def disk_reason(exc: OSError, what: Path, doing: str) -> str:
-    """One line that names the disk's error: `No space left on device (ENOSPC) writing calls.jsonl`."""
-    return appendlog.disk_reason(exc, what, doing)
-
-
 class AppendLog:
     """A JSON-lines file appended to by whole records, each either fully there or not at all:
     airlock.appendlog's log, its failures raised as LedgerWriteFailed, plus the checks that
@@ -59,10 +55,14 @@ class AppendLog:
         except PermissionError:
             raise  # a data folder this user cannot write: a configuration error (service.main says so)
         except OSError as exc:
-            raise LedgerWriteFailed(disk_reason(exc, path, "opening")) from exc
+            raise LedgerWriteFailed(appendlog.disk_reason(exc, path, "opening")) from exc
         self.identity = self._log.identity
-        # The half record a crash left at the end, cut off at open (or None): the owner reports it.
+        # The half record a crash left at the end, cut off at open (or None), said here once
+        # for the actor's files (the call log also tells the trace: a ledger_repaired notice).
         self.repaired = self._log.repaired
+        if self.repaired is not None:
+            print(f"actor: {path} ended in a partial record (a crash mid-write): its last "
+                  f"{self.repaired.end - self.repaired.start} bytes were cut off at open", file=sys.stderr)
 
     @property
     def size(self) -> int:
@@ -73,11 +73,6 @@ class AppendLog:
     def synced(self) -> int:
         """What an fsync has made durable (at open: whatever is there)."""
         return self._log.synced
-
-    @property
-    def damaged(self) -> str:
-        """Why the file may now end in a partial record ("" while it cannot)."""
-        return self._log.torn
 
     def append(self, line: bytes) -> None:
         """Write one record (ending in a newline) now; on failure nothing of it stays in the
@@ -104,8 +99,8 @@ class AppendLog:
         (either leaves it with no name) or could not be cut back, else what happened to it.
         A file that could not be cut back may end in a partial record: the actor stops
         acting on it (LedgerUntrusted) until a restart cuts the fragment off."""
-        if self.damaged:
-            return self.damaged
+        if self._log.torn:  # why the file may end in a partial record
+            return self._log.torn
         try:
             if os.fstat(self._log.fileno()).st_nlink > 0:
                 return ""

@@ -41,17 +41,15 @@ REQUIRED_FIELDS = {f.name for f in fields(Escalation) if f.default is MISSING}
 
 class PendingStore:
     def __init__(self, path: Path) -> None:
+        # Opened first: a torn last line (a crash mid-write) is cut off before the file is
+        # read, so what is open here is what the file holds.
+        self._log = AppendLog(path)
         self.open: dict[str, Escalation] = {}
-        for entry in _entries(path):  # a torn last line (a crash mid-write) is skipped
+        for entry in _entries(path):
             if entry.pop("resolved", False):
                 self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
             elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
                 self.open[entry["message_id"]] = Escalation(**entry)
-        self._log = AppendLog(path)
-        if self._log.repaired is not None:  # read above as a torn line, skipped; now cut off
-            cut = self._log.repaired
-            print(f"actor: {path} ended in a partial line (a crash mid-write): its last "
-                  f"{cut.end - cut.start} bytes were cut off at open", file=sys.stderr)
 
     def add(self, escalation: Escalation) -> None:
         """Open an escalation; raises LedgerWriteFailed (and nothing is open) if it cannot be stored."""
@@ -85,12 +83,11 @@ class PendingStore:
             self._log.close()
 
 
-
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def _entries(path: Path) -> Iterator[dict[str, Any]]:
-    """The file's JSON objects; a torn line (a crash mid-write) is skipped."""
+    """The file's JSON objects; a line that is none (damaged) is skipped."""
     for raw in tracefiles.lines_of(path):
         try:
             yield _decode(raw)

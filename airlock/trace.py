@@ -42,7 +42,8 @@ class TraceWriter:
     """Appends lines; flush() is called once per broker loop turn, not per line.
 
     A full disk or an I/O error is a state, not a crash (issue 15): write() never raises,
-    flush() and sync() return the OSError (None when all is on disk) and set `failing`.
+    flush() and sync() return the OSError (None when all is on disk); a refused write sets
+    `failing` (a refused fsync does not: the lines are written, the next sync tries again).
     Lines that could not be written wait in memory, in order, and go out with the next
     flush that works; a partial write is cut back, so the file never holds half a line
     (airlock.appendlog). While failing, a flush tries the disk at most once every RETRY_S,
@@ -149,7 +150,8 @@ def read(path: Path, message_id: str | None = None) -> Iterator[TraceRecord]:
 
 def read_calls(path: Path) -> Iterator[Call]:
     """calls.jsonl's records, in order; a torn line (an actor killed mid-write) is skipped,
-    as it never ran: the actor writes a record before its call."""
+    as it never ran: a record is its call's only effect (actor/mocks.py), and one cut short
+    was never synced, so its step was never acknowledged and runs again (actor/calllog.py)."""
     for raw in tracefiles.lines_of(path):
         call = records.decode_call(raw)
         if isinstance(call, Call):

@@ -166,6 +166,19 @@ def test_pending_store_writes_whole_lines_or_none(tmp_path: Path, monkeypatch) -
     assert not store.open and PendingStore(path).open == {} and path.read_bytes() == b""
 
 
+def test_a_torn_pending_line_that_decodes_is_not_open(tmp_path: Path) -> None:
+    """A crash that cut a pending line just before its newline: the line is cut off at open
+    and its escalation is not open, in memory as on disk."""
+    path = tmp_path / "pending.jsonl"
+    store = PendingStore(path)
+    store.add(Escalation("r1", "damaged", "a@b", 2, "lead"))
+    store.close()
+    path.write_bytes(path.read_bytes()[:-1])  # whole JSON, no newline: never synced, never answered
+    again = PendingStore(path)
+    assert again.open == {} and path.read_bytes() == b""
+    again.close()
+
+
 def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, logged_calls) -> None:
     """Issue 15 point 5: calls.jsonl deleted while an email waited for approval; after the
     restart the approved email's step 1 is `replayed` (the key index kept its key), not run
