@@ -1,7 +1,9 @@
 """The actor's handle(): Passed in, the plan run through the executor, Done out.
 
-A Decision (a person's answer to an escalated step) resumes that email's plan: steps
-already done are replayed from the call log, never repeated.
+A Decision (a person's answer to an escalated step) resumes that email's plan: a step the
+call log already holds is `replayed`, never logged twice. (The mock is asked again for its
+result; with a real tool the key would have to be claimed, and its result kept, before the
+call: see the executor.)
 
 The ledger (actor/calllog.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
 deleted or replaced while the actor runs, the call that finds it out is not made, and from
