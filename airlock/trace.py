@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 
 from airlock import appendlog, records, tracefiles
-from airlock.records import Call, Damaged, TraceRecord, utc_now
+from airlock.records import Call, Damaged, TraceRecord
 from airlock.terminal import json_line, shown
 
 __all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read", "read_calls",
-           "render", "settled", "states", "unfinished", "utc_now"]
+           "render", "settled", "states", "unfinished"]
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
