@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from airlock.wire import Detail, EmailFormat, Outcome, ReadingSource, Scalar
+from airlock.wire import Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
 
 WORKER_STAGES = ("reader", "validator", "actor")
 WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
@@ -156,16 +156,16 @@ class _ReaderLine(Record, frozen=True, kw_only=True):
     A note this contract does not name is kept apart in `other_notes`, never as a field."""
 
     STAGE: ClassVar[str] = "reader"
-    sender: Scalar | list[Scalar] | dict[str, Scalar] = None
-    subject: Scalar | list[Scalar] | dict[str, Scalar] = None
-    excerpt: Scalar | list[Scalar] | dict[str, Scalar] = None
-    body_chars: Scalar | list[Scalar] | dict[str, Scalar] = None
-    prompt_cut: Scalar | list[Scalar] | dict[str, Scalar] = None
-    attachments: Scalar | list[Scalar] | dict[str, Scalar] = None
-    defects: Scalar | list[Scalar] | dict[str, Scalar] = None
-    digest: Scalar | list[Scalar] | dict[str, Scalar] = None
-    model_ms: Scalar | list[Scalar] | dict[str, Scalar] = None
-    model_error: Scalar | list[Scalar] | dict[str, Scalar] = None
+    sender: Note = None
+    subject: Note = None
+    excerpt: Note = None
+    body_chars: Note = None
+    prompt_cut: Note = None
+    attachments: Note = None
+    defects: Note = None
+    digest: Note = None
+    model_ms: Note = None
+    model_error: Note = None
     other_notes: Detail = {}
 
 
