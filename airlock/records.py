@@ -8,9 +8,11 @@ a fact about no one email) and `stage` (who said it: stamped by the broker from 
 a fact came in on, never taken from the sender); each email ends with exactly one `outcome`.
 
 One encoder (`encode`) writes them and one typed decoder (`decode`, `decode_call`) reads them
-back for every reader: `airlock trace`, attack, score, the page, bench, the checkpoint and
-recovery, the labs' graders. What no Struct here describes still decodes to a typed value,
-never an exception and never a guess:
+back for every reader: `airlock trace`, attack, score, the page, bench, `airlock pending`, the
+labs' graders. Two readers take a lenient view instead, of the few fields a damaged line must
+still yield: the actor's ledger its call keys (`call_key_of`, below) and recovery and the
+checkpoint each email's state (airlock.tracefiles.fold). What no Struct here describes still
+decodes to a typed value, never an exception and never a guess:
 
     PeerFact      a worker's own event (`worker.<name>`) or a supervisor notice: free detail
     Unrecognized  a JSON object whose event this version does not know (a newer writer's)
@@ -76,7 +78,11 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="event")
     frozen: a record is a fact, read by many. omit_defaults: a field left at its default is
     not written (rule 1 above). Unknown fields are ignored on decode (rule 2). `STAGE`: the
     one stage that may say this event; `decode` makes a line from any other stage Damaged,
-    so a reader that matched a type may trust who said it."""
+    so a reader that matched a type may trust who said it.
+
+    Every event repeats `frozen=True, kw_only=True`, and cannot say it once here: msgspec
+    inherits frozen but mypy does not (a subclass without it is an error), and kw_only
+    covers only the fields a class itself defines (its own by name, these three by place)."""
 
     STAGE: ClassVar[str] = "broker"
     at: str
