@@ -168,7 +168,7 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
     while True:
         # The first pass reads all there is; later ones only what was appended since.
         for record in _matching(raw_lines, None):
-            kept = found.get(about(record))  # type: ignore[arg-type]  # None is no key
+            kept = found.get(about(record) or "")  # about no email: "", never an id
             if kept is not None:
                 kept.append(record)
         ended = sum(any(isinstance(r, records.OutcomeLine) for r in kept) for kept in found.values())
