@@ -8,9 +8,11 @@ a fact about no one email) and `stage` (who said it: stamped by the broker from 
 a fact came in on, never taken from the sender); each email ends with exactly one `outcome`.
 
 One encoder (`encode`) writes them and one typed decoder (`decode`, `decode_call`) reads them
-back for every reader: `airlock trace`, attack, score, the page, bench, the checkpoint and
-recovery, the labs' graders. What no Struct here describes still decodes to a typed value,
-never an exception and never a guess:
+back for every reader: `airlock trace`, attack, score, the page, bench, `airlock pending`, the
+labs' graders. Two readers take a lenient view instead, of the few fields a damaged line must
+still yield: the actor's ledger its call keys (`call_key_of`, below) and recovery and the
+checkpoint each email's state (airlock.tracefiles.fold). What no Struct here describes still
+decodes to a typed value, never an exception and never a guess:
 
     PeerFact      a worker's own event (`worker.<name>`) or a supervisor notice: free detail
     Unrecognized  a JSON object whose event this version does not know (a newer writer's)
@@ -47,7 +49,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from airlock.wire import Detail, EmailFormat, Outcome, ReadingSource, Scalar
+from airlock.wire import Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
 
 WORKER_STAGES = ("reader", "validator", "actor")
 WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
@@ -76,7 +78,11 @@ class Record(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="event")
     frozen: a record is a fact, read by many. omit_defaults: a field left at its default is
     not written (rule 1 above). Unknown fields are ignored on decode (rule 2). `STAGE`: the
     one stage that may say this event; `decode` makes a line from any other stage Damaged,
-    so a reader that matched a type may trust who said it."""
+    so a reader that matched a type may trust who said it.
+
+    Every event repeats `frozen=True, kw_only=True`, and cannot say it once here: msgspec
+    inherits frozen but mypy does not (a subclass without it is an error), and kw_only
+    covers only the fields a class itself defines (its own by name, these three by place)."""
 
     STAGE: ClassVar[str] = "broker"
     at: str
@@ -156,16 +162,16 @@ class _ReaderLine(Record, frozen=True, kw_only=True):
     A note this contract does not name is kept apart in `other_notes`, never as a field."""
 
     STAGE: ClassVar[str] = "reader"
-    sender: Scalar | list[Scalar] | dict[str, Scalar] = None
-    subject: Scalar | list[Scalar] | dict[str, Scalar] = None
-    excerpt: Scalar | list[Scalar] | dict[str, Scalar] = None
-    body_chars: Scalar | list[Scalar] | dict[str, Scalar] = None
-    prompt_cut: Scalar | list[Scalar] | dict[str, Scalar] = None
-    attachments: Scalar | list[Scalar] | dict[str, Scalar] = None
-    defects: Scalar | list[Scalar] | dict[str, Scalar] = None
-    digest: Scalar | list[Scalar] | dict[str, Scalar] = None
-    model_ms: Scalar | list[Scalar] | dict[str, Scalar] = None
-    model_error: Scalar | list[Scalar] | dict[str, Scalar] = None
+    sender: Note = None
+    subject: Note = None
+    excerpt: Note = None
+    body_chars: Note = None
+    prompt_cut: Note = None
+    attachments: Note = None
+    defects: Note = None
+    digest: Note = None
+    model_ms: Note = None
+    model_error: Note = None
     other_notes: Detail = {}
 
 

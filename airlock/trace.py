@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 
 from airlock import appendlog, records, tracefiles
-from airlock.records import Call, Damaged, TraceRecord, utc_now
+from airlock.records import Call, Damaged, TraceRecord
 from airlock.terminal import json_line, shown
 
 __all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read", "read_calls",
-           "render", "settled", "states", "unfinished", "utc_now"]
+           "render", "settled", "states", "unfinished"]
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
@@ -170,7 +170,7 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
     while True:
         # The first pass reads all there is; later ones only what was appended since.
         for record in _matching(raw_lines, None):
-            kept = found.get(about(record))  # type: ignore[arg-type]  # None is no key
+            kept = found.get(about(record) or "")  # about no email: "", never an id
             if kept is not None:
                 kept.append(record)
         ended = sum(any(isinstance(r, records.OutcomeLine) for r in kept) for kept in found.values())

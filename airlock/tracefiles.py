@@ -16,8 +16,9 @@ emails the journal has forgotten are dropped: the checkpoint grows with what is 
 with history. A restart reads the checkpoint, any closed segment it does not cover yet (a
 crash between a rotation and its checkpoint) and the live segment; nothing older.
 
-Readers (`airlock trace`, trace.read, the dashboard, the lab's tools) read every segment
-then the live file, in order. Old single-file traces are just a live file with no segments.
+Readers (`airlock trace`, trace.read, the lab's tools) read every segment then the live
+file, in order; the dashboard only the trace's last INITIAL_BYTES, then what follows
+(dashboard.feed). Old single-file traces are just a live file with no segments.
 Retention: closed segments are kept unless AIRLOCK_TRACE_KEEP_SEGMENTS > 0, which deletes
 the oldest beyond that many once the checkpoint covers them (no restart needs them then;
 `airlock trace ID` no longer finds their lines).

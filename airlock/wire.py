@@ -30,7 +30,8 @@ Scalar = str | int | float | bool | None
 # it does not trust, and msgspec refuses absurd nesting on decode.
 Record = dict[str, Any]
 # Trace details are flat on purpose: two levels at most, so no decoder ever recurses deep.
-Detail = dict[str, Scalar | list[Scalar] | dict[str, Scalar]]
+Note = Scalar | list[Scalar] | dict[str, Scalar]  # one detail's value (a reader's note, say)
+Detail = dict[str, Note]
 
 Outcome = Literal["completed", "rejected", "refused", "escalated", "failed"]
 ReadingSource = Literal["model", "recorded", "none"]
