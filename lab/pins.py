@@ -6,21 +6,16 @@ before every call; only this printing tool lives here."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from actor import catalog as catalog_module
 from airlock import task as task_module
-from airlock.errors import AirlockError, exit_code
 
 
 def run(task_path: str, catalog_path: Path | None = None) -> int:
-    try:
-        task = task_module.load(task_path)
-        catalog = catalog_module.load(catalog_path or catalog_module.DEFAULT_PATH)
-    except AirlockError as exc:
-        print(f"airlock pins: {exc}", file=sys.stderr)
-        return exit_code(exc)
+    """A bad task or catalog (ConfigError) goes up to airlock.cli.handled: one line, exit 78."""
+    task = task_module.load(task_path)
+    catalog = catalog_module.load(catalog_path or catalog_module.DEFAULT_PATH)
     for step in task.plan:
         tool = catalog.get((step.server, step.tool))
         print(f'call = "{step.call}"  pin = "{tool.pin if tool else "(not in the catalog)"}"')

@@ -6,27 +6,23 @@ ever real answers from a real endpoint: an email the model fails on is not recor
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 
 from airlock import settings as settings_module, sources, task as task_module
-from airlock.errors import EX_CONFIG, AirlockError, exit_code
+from airlock.errors import TaskError
 from airlock.terminal import shown
 from reader import mail, model, prompt, recordings
 
 
 def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
-    try:
-        settings = settings_module.load()
-        task = task_module.load(task_path or settings.task)
-        paths = list(sources.expand(files))
-    except AirlockError as exc:
-        print(f"airlock record: {exc}", file=sys.stderr)
-        return exit_code(exc)  # 78 for a bad setting or task, 2 for a missing file
+    """An AirlockError (a bad setting or task, a missing file) goes up to airlock.cli.handled,
+    which prints it escaped and exits with its code."""
+    settings = settings_module.load()
+    task = task_module.load(task_path or settings.task)
+    paths = list(sources.expand(files))
     target = task.recordings_path
     if target is None:
-        print(f"airlock record: task {task.path} names no recordings file", file=sys.stderr)
-        return EX_CONFIG
+        raise TaskError(f"task {task.path} names no recordings file")
     found = recordings.load(target)
     failures = 0
     for path in paths:

@@ -21,19 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"
 CATALOG = (ROOT / "actor" / "catalog.toml").read_text()  # the shipped catalog, for tests to change
 
-# The tiers (README, "Run the tests"). Each folder but unit/ is a tier with its own marker,
-# applied here to every test collected there (a `pytestmark` in a conftest.py is ignored by
-# pytest); tests/unit/test_tiers.py checks that every test carries its folder's marker.
-FOLDER_MARKERS = {"integration": "integration", "containers": "containers", "browser": "browser",
-                  "fuzz": "fuzz", "labs": "labs"}
+# The tiers (README, "Run the tests"). Each folder but unit/ is a tier with a marker of its
+# name, applied here to every test collected there (a `pytestmark` in a conftest.py is ignored
+# by pytest); tests/unit/test_tiers.py checks that every test carries its folder's marker.
+TIER_FOLDERS = ("integration", "containers", "browser", "fuzz", "labs")
 TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
-        if path.is_relative_to(TESTS) and (marker := FOLDER_MARKERS.get(path.relative_to(TESTS).parts[0])):
-            item.add_marker(marker)
+        if path.is_relative_to(TESTS) and (folder := path.relative_to(TESTS).parts[0]) in TIER_FOLDERS:
+            item.add_marker(folder)
 
 
 # Hypothesis profiles: "quick" by default, so the everyday command stays under a minute, and

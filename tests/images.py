@@ -40,10 +40,11 @@ def instructions(text: str) -> list[str]:
     return [line.strip() for line in joined.splitlines() if line.strip()]
 
 
-def stages(text: str | None = None) -> dict[str, Stage]:
+def stages() -> dict[str, Stage]:
+    """The Dockerfile's stages by name, in order."""
     found: dict[str, Stage] = {}
     current = None
-    for line in instructions(DOCKERFILE.read_text() if text is None else text):
+    for line in instructions(DOCKERFILE.read_text()):
         if m := re.fullmatch(r"FROM (\S+) AS (\S+)", line, flags=re.IGNORECASE):
             current = found[m.group(2)] = Stage(m.group(2), m.group(1))
         elif line.startswith("FROM "):

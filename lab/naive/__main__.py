@@ -12,23 +12,20 @@ from actor import catalog as catalog_module
 from actor.calllog import CallLog
 from actor.ledger import LedgerError
 from airlock import settings as settings_module, sources
-from airlock.errors import EX_CONFIG, EX_TEMPFAIL, AirlockError, exit_code
+from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.terminal import json_line
 from lab.naive.agent import NaiveAgent
 from reader import model
 
 
 def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
-    try:
-        settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
-        paths = list(sources.expand(files))
-    except AirlockError as exc:
-        print(f"airlock naive: {exc}", file=sys.stderr)
-        return exit_code(exc)  # 78 for a bad setting, 2 for a missing file
+    """An AirlockError (a bad setting, a missing file, no model) goes up to airlock.cli.handled,
+    which prints it escaped and exits with its code."""
+    settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
+    paths = list(sources.expand(files))
     url = model_url or settings.model_url
     if not url:
-        print("airlock naive: a model URL is needed (--model-url or AIRLOCK_MODEL_URL)", file=sys.stderr)
-        return EX_CONFIG
+        raise ConfigError("a model URL is needed (--model-url or AIRLOCK_MODEL_URL)")
     try:
         log = CallLog(settings.calls_path)
     except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import settings as hypothesis_settings
 
-from tests.conftest import DEEP_EXAMPLES, FOLDER_MARKERS, QUICK_EXAMPLES, ROOT
+from tests.conftest import DEEP_EXAMPLES, QUICK_EXAMPLES, ROOT, TIER_FOLDERS
 
 # A pytest plugin for the collecting child: every collected test's node id and its markers.
 RECORDER = '''
@@ -38,12 +38,12 @@ def collected_markers(tmp_path: Path, *args: str) -> dict[str, list[str]]:
 def test_every_test_outside_unit_carries_its_folders_marker(tmp_path: Path) -> None:
     """Every test collected under tests/<tier>/ has the <tier> marker, the one `-m` selects by
     (a `pytestmark` in a conftest.py, which pytest ignores, left a third of them unmarked)."""
-    tiers = sorted(FOLDER_MARKERS)
+    tiers = sorted(TIER_FOLDERS)
     collected = collected_markers(tmp_path, *(f"tests/{folder}" for folder in tiers))
     by_folder = {folder: [n for n in collected if n.split("/")[1] == folder] for folder in tiers}
     assert all(by_folder[folder] for folder in tiers if folder != "browser"), by_folder  # browser may skip whole
-    wrong = {nodeid: f"no {FOLDER_MARKERS[nodeid.split('/')[1]]!r} marker (has {markers})"
-             for nodeid, markers in collected.items() if FOLDER_MARKERS[nodeid.split("/")[1]] not in markers}
+    wrong = {nodeid: f"no {nodeid.split('/')[1]!r} marker (has {markers})"
+             for nodeid, markers in collected.items() if nodeid.split("/")[1] not in markers}
     assert wrong == {}
 
 
