@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError
+from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from lab.grading import Failed
@@ -401,12 +401,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (UsageError, UnknownLab) as exc:
+    except UnknownLab as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
         return EX_USAGE
     except LabFormatError as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
         return EX_CONFIG
+    except AirlockError as exc:  # a usage error (2), a task file that will not load (78), ...
+        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        return exit_code(exc)
     except KeyboardInterrupt:
         return EX_INTERRUPTED
     except BrokenPipeError:

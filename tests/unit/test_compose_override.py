@@ -181,3 +181,16 @@ def test_the_command_writes_the_override_and_prints_both_compose_spellings(tmp_p
     assert override.is_file() and "actor.decide=/student/preconditions.py" in override.read_text()
     assert f"docker compose -f compose.yaml -f {override} up -d --build" in out
     assert f"docker-compose -f compose.yaml -f {override} up -d --build" in out
+
+
+def test_a_task_that_will_not_load_is_one_line_and_exit_78(monkeypatch, capsys) -> None:
+    """Any AirlockError a lab command meets is one escaped line and its code, never a traceback."""
+    from airlock.errors import EX_CONFIG, TaskError
+
+    def broken(args) -> int:
+        raise TaskError("task.toml: unknown key 'x\x1b[31m'")
+
+    monkeypatch.setattr(commands, "cmd_compose", broken)
+    assert commands.main(["compose", "preconditions", "--dir", "."]) == EX_CONFIG
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "unknown key" in err
