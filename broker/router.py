@@ -110,19 +110,18 @@ class Router:
         # The parts' state, as callers and tests read it.
         self.workers = self.crew.of
         self.flights = self.lifecycle.flights
-        self.finished = self.lifecycle.finished
         self.waiting = self.lifecycle.waiting
         self.approvers, self.smtp_keys = self.intake.approvers, self.intake.smtp_keys
         self._last_heartbeat = 0.0
         self._handlers = {
-            Submit: self.intake.submit, Await: self.intake.await_, Decide: self.intake.decide,
-            Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
+            Await: self.intake.await_, Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
             Unreadable: self._on_unreadable, Passed: self._on_passed, Rejected: self._on_rejected, Done: self._on_done,
         }
         # Every message a peer may send has its handler: checked here, at start, not on the
-        # first such message (Hello and Event are handled in handle() itself).
-        missing = {kind for union in INBOUND.values() for kind in typing.get_args(union)} - {Hello, Event}
-        missing -= self._handlers.keys()
+        # first such message (Hello, Event, and Submit and Decide, which need the sender's
+        # key, are handled in handle() itself).
+        missing = {kind for union in INBOUND.values() for kind in typing.get_args(union)}
+        missing -= {Hello, Event, Submit, Decide, *self._handlers}
         if missing:
             raise RuntimeError(f"the broker has no handler for {sorted(kind.__name__ for kind in missing)}")
 
