@@ -164,14 +164,14 @@ class Lifecycle:
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
-        flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof)
+        flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof,
+                        queued_at=now)
         if deferred is not None:
             flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
         self.out.trace(Recovered(utc_now(), entry.message_id, "broker", origin=entry.origin, bytes=len(entry.raw),
                                  waited_on_disk=deferred is not None))
-        self.hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
-        self.hold(flight, len(entry.raw))
+        self.to_reader(flight, Email(message_id=entry.message_id, raw=entry.raw, format=entry.format))
 
     def defer(self, message_id: str, now: float) -> None:
         """A journalled email that does not fit under queue_max_bytes yet: known (an Await
