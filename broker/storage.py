@@ -19,8 +19,16 @@ from collections import Counter
 
 from airlock import records
 from airlock.records import StorageFailed, StorageRecovered, utc_now
+from airlock.wire import Refused
 
 RETRY_S = 1.0  # how often a failing journal is probed again (the trace writer keeps its own)
+
+
+def refusal(ref: int, why: str) -> Refused:
+    """The answer to a Submit the broker could not keep (`why`: Storage.reason()): code
+    disk_full, whether it was refused on arrival or its journal record failed to sync."""
+    return Refused(ref=ref, code="disk_full",
+                   reason=f"not accepted: disk full ({why}); nothing was kept, send it again later")
 
 
 class Storage:
