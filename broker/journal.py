@@ -56,7 +56,6 @@ MARK = b"\xf0AJR"  # starts every record: what a reader resynchronises on after 
 _V1_LENGTH = struct.Struct(">I")
 COMPACTING_SUFFIX = ".compacting"  # the copy being written; never read, deleted at start
 CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
-PROBE_BYTES = appendlog.PROBE_BYTES  # written then cut back by probe(): room for a typical email again
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -153,9 +152,9 @@ class Journal:
         return WriteFailed(failed.error, ids)
 
     def probe(self) -> OSError | None:
-        """Whether writing works again: PROBE_BYTES written, fsynced and deleted beside the
-        journal (same file system), never in it, so a crash meanwhile leaves it whole."""
-        return self._log.probe(PROBE_BYTES)
+        """Whether writing works again: appendlog.PROBE_BYTES written, fsynced and deleted
+        beside the journal (same file system), never in it, so a crash meanwhile leaves it whole."""
+        return self._log.probe()
 
     def worth_compacting(self, live: Collection[str], now: float) -> bool:
         """At least compact_bytes, at least half final. Summing the live records costs a pass
