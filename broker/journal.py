@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,21 +175,17 @@ class Journal:
         failed = self.sync()
         if failed is not None:
             raise failed.error
-        tmp = _compacting(self.path)
         kept: dict[str, int] = {}
+
+        def live_records() -> Iterator[bytes]:
+            for position, data in _records_at(self.path):
+                if position.message_id in live and position.message_id not in kept:
+                    kept[position.message_id] = position.size
+                    yield data
+
         try:
-            with open(files.create_scratch(tmp), "wb") as out:
-                out.write(MAGIC)
-                for position, data in _records_at(self.path):
-                    if position.message_id in live and position.message_id not in kept:
-                        out.write(RECORDS.frame(data))
-                        kept[position.message_id] = position.size
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
+            _replace(self.path, live_records())
         except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             self._next_check = self.size + max(1, self.compact_bytes // 4)  # not again at once...
             self._next_check_at = float("inf")  # ...nor a second later: only as the journal grows
             raise
@@ -276,21 +272,15 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         head = handle.read(len(MAGIC))
     if head.startswith(MAGIC) or MAGIC.startswith(head):  # new format, or a header a crash cut
         return []
-    tmp, valid = _compacting(path), 0
-    try:
-        with open(files.create_scratch(tmp), "wb") as out:
-            out.write(MAGIC)
-            for size, data in _v1_records(path):
-                out.write(RECORDS.frame(data))
-                valid += _V1_LENGTH.size + size
-            out.flush()
-            os.fsync(out.fileno())
-        length = path.stat().st_size
-        os.replace(tmp, path)
-    except BaseException:  # the old file stays whole and is upgraded at the next open
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    length, valid = path.stat().st_size, 0
+
+    def v1_records() -> Iterator[bytes]:
+        nonlocal valid
+        for size, data in _v1_records(path):
+            valid += _V1_LENGTH.size + size
+            yield data
+
+    _replace(path, v1_records())  # on failure the old file stays whole and is upgraded at the next open
     files.fsync_folder(path.parent)
     return [Damage(valid, length, torn_tail=True)] if valid < length else []
 
@@ -321,6 +311,24 @@ def _v1_records(path: Path) -> Iterator[tuple[int, bytes]]:
             except msgspec.DecodeError:
                 return
             yield size, data
+
+
+def _replace(path: Path, payloads: Iterable[bytes]) -> None:
+    """Replace the journal at `path` with MAGIC and `payloads` framed: written to a copy beside
+    it, fsynced, renamed over it. On any failure the copy is deleted and `path` stays whole.
+    The caller fsyncs the folder (once the rename counts, whatever fails next)."""
+    tmp = _compacting(path)
+    try:
+        with open(files.create_scratch(tmp), "wb") as out:
+            out.write(MAGIC)
+            out.writelines(RECORDS.frame(payload) for payload in payloads)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _compacting(path: Path) -> Path:
