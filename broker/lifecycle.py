@@ -131,9 +131,7 @@ class Lifecycle:
         self.counters["outcome.escalated"] += 1
         self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome="escalated", reason=reason,
                                    ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3)))
-        for identity, _ in flight.waiters:
-            self.answered(identity)
-            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome="escalated", reason=reason))
+        self._tell_waiters(flight, "escalated", reason)
         flight.waiters.clear()
 
     def finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, rule: str = "",
@@ -148,16 +146,16 @@ class Lifecycle:
         self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome=outcome, reason=reason,
                                    ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3),
                                    rule=rule, no_worker_s=no_worker_s))
-        for identity, _ in flight.waiters:
-            self.answered(identity)
-            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome=outcome, reason=reason))
+        self._tell_waiters(flight, outcome, reason)
 
-    def answered(self, identity: bytes) -> None:
-        """One of a client's Await waiters got its answer."""
-        if self.waiting[identity] > 1:
-            self.waiting[identity] -= 1
-        else:
-            self.waiting.pop(identity, None)
+    def _tell_waiters(self, flight: Flight, outcome: Outcome, reason: str) -> None:
+        """Each client awaiting `flight` hears `outcome`, and waits on one email fewer."""
+        for identity, _ in flight.waiters:
+            if self.waiting[identity] > 1:
+                self.waiting[identity] -= 1
+            else:
+                self.waiting.pop(identity, None)
+            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome=outcome, reason=reason))
 
     # --- what an earlier broker left (broker.recovery) -----------------------------------------
 
