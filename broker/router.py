@@ -150,30 +150,30 @@ class Router:
                 self.counters[f"malformed.{role}"] += 1
                 self.out.trace(MalformedFrame(utc_now(), None, "broker", endpoint=role, reason=reason, bytes=size))
             case Violation(kind=kind, reason=reason):
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role, kind=kind, reason=reason))
+                self._violation(role, kind, reason)
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
             case Submit() | Notice() if key in self.approvers:
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(
-                    utc_now(), None, "broker", endpoint=role, kind=type(message).__name__.lower(),
-                    reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else"))
+                self._violation(role, type(message).__name__.lower(),
+                                f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
             case Decide():
                 self.intake.decide(role, identity, message, now, key)
             case Submit():
                 self.intake.submit(role, identity, message, now, key)
             case Event(event=event) | Notice(event=event) if (
                     refusal := events.refusal(event, role, isinstance(message, Event))):
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role,
-                                         kind=type(message).__name__.lower(), reason=refusal))
+                self._violation(role, type(message).__name__.lower(), refusal)
             case Event(event=event, message_id=message_id, detail=detail):
                 self.out.trace(PeerFact(utc_now(), message_id, role, WORKER_PREFIX + event, events.escaped(detail)))
             case _:
                 self._handlers[type(message)](role, identity, message, now)
         self.dispatch(now)
         return self.out.take()
+
+    def _violation(self, role: str, kind: str, reason: str) -> None:
+        """A message a peer on `role`'s endpoint may not send: counted, recorded, dropped."""
+        self.counters[f"violation.{role}"] += 1
+        self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role, kind=kind, reason=reason))
 
     def tick(self, now: float) -> list[Effect]:
         """Heartbeats out, silent workers buried, missed deadlines redelivered, queues served."""
