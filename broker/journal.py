@@ -28,10 +28,10 @@ new one is complete. Either way recovery finds every unfinished email exactly on
 records are copied, never rewritten, and an email final in the trace is not dispatched.
 Damaged ranges are not copied: a compaction is also the repair.
 
-Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns the
-OSError after cutting the file back to its last durable length, so no half record and no
-stale buffer is ever written later; the entries it held are returned as lost
-(`WriteFailed.message_ids`), and the broker refuses them (Refused code disk_full). `probe()` tells when
+Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns a
+WriteFailed (the OSError, and the entries it held as lost: `message_ids`) after cutting the
+file back to its last durable length, so no half record and no stale buffer is ever written
+later; the broker refuses those entries (Refused code disk_full). `probe()` tells when
 writing works again.
 """
 
