@@ -19,12 +19,12 @@ import zmq
 
 from airlock import published, trace
 from airlock.settings import Settings
-from airlock.wire import Accepted, Refused, batch_limit, frames, grouped
+from airlock.wire import Accepted, batch_limit, frames, grouped
 from broker.endpoints import Endpoints
 from broker.journal import Entry, Journal
 from broker.outbox import Effect, Send
 from broker.router import Router
-from broker.storage import Storage
+from broker.storage import Storage, refusal
 
 
 def trace_chunks(lines: list[bytes], max_frame_bytes: int) -> list[bytes]:
@@ -37,9 +37,7 @@ def unkept(send: Send, refused: set[str], why: str) -> Send:
     disk_full it is (broker.storage); any other reply as it was."""
     message = send.message
     if isinstance(message, Accepted) and message.message_id in refused:
-        return Send(send.role, send.identity, Refused(
-            ref=message.ref, code="disk_full",
-            reason=f"not accepted: disk full ({why}); nothing was kept, send it again later"))
+        return Send(send.role, send.identity, refusal(message.ref, why))
     return send
 
 

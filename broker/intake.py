@@ -22,6 +22,7 @@ from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused
 from broker.journal import Entry
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox
+from broker.storage import refusal
 from broker.unserved import Unserved
 from broker.workers import Workers
 
@@ -43,9 +44,7 @@ class Intake:
         settings, lifecycle = self.settings, self.lifecycle
         if self.disk_full:
             self.counters["refused.disk_full"] += 1
-            self.out.send(role, identity, Refused(
-                ref=message.ref, code="disk_full",
-                reason=f"not accepted: disk full ({self.disk_full}); nothing was kept, send it again later"))
+            self.out.send(role, identity, refusal(message.ref, self.disk_full))
             return
         if len(lifecycle.pending["reader"]) >= self.max_queued or not lifecycle.has_room(
                 min(len(message.raw), settings.max_email_bytes)):

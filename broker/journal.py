@@ -28,10 +28,10 @@ new one is complete. Either way recovery finds every unfinished email exactly on
 records are copied, never rewritten, and an email final in the trace is not dispatched.
 Damaged ranges are not copied: a compaction is also the repair.
 
-Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns the
-OSError after cutting the file back to its last durable length, so no half record and no
-stale buffer is ever written later; the entries it held are returned as lost
-(`WriteFailed.message_ids`), and the broker refuses them (Refused code disk_full). `probe()` tells when
+Write failures (a full disk, an I/O error) are values, not crashes: `sync()` returns a
+WriteFailed (the OSError, and the entries it held as lost: `message_ids`) after cutting the
+file back to its last durable length, so no half record and no stale buffer is ever written
+later; the broker refuses those entries (Refused code disk_full). `probe()` tells when
 writing works again.
 """
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +56,6 @@ MARK = b"\xf0AJR"  # starts every record: what a reader resynchronises on after 
 _V1_LENGTH = struct.Struct(">I")
 COMPACTING_SUFFIX = ".compacting"  # the copy being written; never read, deleted at start
 CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
-PROBE_BYTES = appendlog.PROBE_BYTES  # written then cut back by probe(): room for a typical email again
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -153,9 +152,9 @@ class Journal:
         return WriteFailed(failed.error, ids)
 
     def probe(self) -> OSError | None:
-        """Whether writing works again: PROBE_BYTES written, fsynced and deleted beside the
-        journal (same file system), never in it, so a crash meanwhile leaves it whole."""
-        return self._log.probe(PROBE_BYTES)
+        """Whether writing works again: appendlog.PROBE_BYTES written, fsynced and deleted
+        beside the journal (same file system), never in it, so a crash meanwhile leaves it whole."""
+        return self._log.probe()
 
     def worth_compacting(self, live: Collection[str], now: float) -> bool:
         """At least compact_bytes, at least half final. Summing the live records costs a pass
@@ -176,21 +175,17 @@ class Journal:
         failed = self.sync()
         if failed is not None:
             raise failed.error
-        tmp = _compacting(self.path)
         kept: dict[str, int] = {}
+
+        def live_records() -> Iterator[bytes]:
+            for position, data in _records_at(self.path):
+                if position.message_id in live and position.message_id not in kept:
+                    kept[position.message_id] = position.size
+                    yield data
+
         try:
-            with open(files.create_scratch(tmp), "wb") as out:
-                out.write(MAGIC)
-                for position, data in _records_at(self.path):
-                    if position.message_id in live and position.message_id not in kept:
-                        out.write(RECORDS.frame(data))
-                        kept[position.message_id] = position.size
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
+            _replace(self.path, live_records())
         except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             self._next_check = self.size + max(1, self.compact_bytes // 4)  # not again at once...
             self._next_check_at = float("inf")  # ...nor a second later: only as the journal grows
             raise
@@ -277,21 +272,15 @@ def _upgrade_v1(path: Path) -> list[Damage]:
         head = handle.read(len(MAGIC))
     if head.startswith(MAGIC) or MAGIC.startswith(head):  # new format, or a header a crash cut
         return []
-    tmp, valid = _compacting(path), 0
-    try:
-        with open(files.create_scratch(tmp), "wb") as out:
-            out.write(MAGIC)
-            for size, data in _v1_records(path):
-                out.write(RECORDS.frame(data))
-                valid += _V1_LENGTH.size + size
-            out.flush()
-            os.fsync(out.fileno())
-        length = path.stat().st_size
-        os.replace(tmp, path)
-    except BaseException:  # the old file stays whole and is upgraded at the next open
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    length, valid = path.stat().st_size, 0
+
+    def v1_records() -> Iterator[bytes]:
+        nonlocal valid
+        for size, data in _v1_records(path):
+            valid += _V1_LENGTH.size + size
+            yield data
+
+    _replace(path, v1_records())  # on failure the old file stays whole and is upgraded at the next open
     files.fsync_folder(path.parent)
     return [Damage(valid, length, torn_tail=True)] if valid < length else []
 
@@ -322,6 +311,24 @@ def _v1_records(path: Path) -> Iterator[tuple[int, bytes]]:
             except msgspec.DecodeError:
                 return
             yield size, data
+
+
+def _replace(path: Path, payloads: Iterable[bytes]) -> None:
+    """Replace the journal at `path` with MAGIC and `payloads` framed: written to a copy beside
+    it, fsynced, renamed over it. On any failure the copy is deleted and `path` stays whole.
+    The caller fsyncs the folder (once the rename counts, whatever fails next)."""
+    tmp = _compacting(path)
+    try:
+        with open(files.create_scratch(tmp), "wb") as out:
+            out.write(MAGIC)
+            out.writelines(RECORDS.frame(payload) for payload in payloads)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _compacting(path: Path) -> Path:

@@ -131,9 +131,7 @@ class Lifecycle:
         self.counters["outcome.escalated"] += 1
         self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome="escalated", reason=reason,
                                    ended_at="actor", final=False, ms=round((now - flight.started) * 1000, 3)))
-        for identity, _ in flight.waiters:
-            self.answered(identity)
-            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome="escalated", reason=reason))
+        self._tell_waiters(flight, "escalated", reason)
         flight.waiters.clear()
 
     def finish(self, flight: Flight, outcome: Outcome, reason: str, now: float, rule: str = "",
@@ -148,30 +146,30 @@ class Lifecycle:
         self.out.trace(OutcomeLine(utc_now(), flight.message_id, "broker", outcome=outcome, reason=reason,
                                    ended_at=flight.stage, final=True, ms=round((now - flight.started) * 1000, 3),
                                    rule=rule, no_worker_s=no_worker_s))
-        for identity, _ in flight.waiters:
-            self.answered(identity)
-            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome=outcome, reason=reason))
+        self._tell_waiters(flight, outcome, reason)
 
-    def answered(self, identity: bytes) -> None:
-        """One of a client's Await waiters got its answer."""
-        if self.waiting[identity] > 1:
-            self.waiting[identity] -= 1
-        else:
-            self.waiting.pop(identity, None)
+    def _tell_waiters(self, flight: Flight, outcome: Outcome, reason: str) -> None:
+        """Each client awaiting `flight` hears `outcome`, and waits on one email fewer."""
+        for identity, _ in flight.waiters:
+            if self.waiting[identity] > 1:
+                self.waiting[identity] -= 1
+            else:
+                self.waiting.pop(identity, None)
+            self.out.send("intake", identity, Result(message_id=flight.message_id, outcome=outcome, reason=reason))
 
     # --- what an earlier broker left (broker.recovery) -----------------------------------------
 
     def recover(self, entry: Entry, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
-        flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof)
+        flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof,
+                        queued_at=now)
         if deferred is not None:
             flight.waiters, flight.started = deferred.waiters, deferred.started
         self.flights[entry.message_id] = flight
         self.out.trace(Recovered(utc_now(), entry.message_id, "broker", origin=entry.origin, bytes=len(entry.raw),
                                  waited_on_disk=deferred is not None))
-        self.hand_off(flight, "reader", Email(message_id=entry.message_id, raw=entry.raw, format=entry.format), now)
-        self.hold(flight, len(entry.raw))
+        self.to_reader(flight, Email(message_id=entry.message_id, raw=entry.raw, format=entry.format))
 
     def defer(self, message_id: str, now: float) -> None:
         """A journalled email that does not fit under queue_max_bytes yet: known (an Await

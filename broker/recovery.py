@@ -19,8 +19,7 @@ from typing import Any
 from airlock import records, trace
 from airlock.records import JournalDamaged, utc_now
 from airlock.settings import Settings
-from broker import journal as journal_module
-from broker.journal import Entry, Journal, Position
+from broker.journal import Damage, Entry, Journal, Position
 from broker.outbox import Effect
 from broker.router import Router
 
@@ -90,7 +89,7 @@ def refill(core: Router, journal: Journal, backlog: collections.deque[Position],
     return effects
 
 
-def damage_reason(damage: list[journal_module.Damage]) -> str:
+def damage_reason(damage: list[Damage]) -> str:
     """Why an accepted email has no journal record: the damaged ranges, or "" if none."""
     if not damage:
         return ""

@@ -110,19 +110,18 @@ class Router:
         # The parts' state, as callers and tests read it.
         self.workers = self.crew.of
         self.flights = self.lifecycle.flights
-        self.finished = self.lifecycle.finished
         self.waiting = self.lifecycle.waiting
         self.approvers, self.smtp_keys = self.intake.approvers, self.intake.smtp_keys
         self._last_heartbeat = 0.0
         self._handlers = {
-            Submit: self.intake.submit, Await: self.intake.await_, Decide: self.intake.decide,
-            Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
+            Await: self.intake.await_, Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
             Unreadable: self._on_unreadable, Passed: self._on_passed, Rejected: self._on_rejected, Done: self._on_done,
         }
         # Every message a peer may send has its handler: checked here, at start, not on the
-        # first such message (Hello and Event are handled in handle() itself).
-        missing = {kind for union in INBOUND.values() for kind in typing.get_args(union)} - {Hello, Event}
-        missing -= self._handlers.keys()
+        # first such message (Hello, Event, and Submit and Decide, which need the sender's
+        # key, are handled in handle() itself).
+        missing = {kind for union in INBOUND.values() for kind in typing.get_args(union)}
+        missing -= {Hello, Event, Submit, Decide, *self._handlers}
         if missing:
             raise RuntimeError(f"the broker has no handler for {sorted(kind.__name__ for kind in missing)}")
 
@@ -151,30 +150,30 @@ class Router:
                 self.counters[f"malformed.{role}"] += 1
                 self.out.trace(MalformedFrame(utc_now(), None, "broker", endpoint=role, reason=reason, bytes=size))
             case Violation(kind=kind, reason=reason):
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role, kind=kind, reason=reason))
+                self._violation(role, kind, reason)
             case Hello(credit=credit):
                 self._hello(role, identity, credit, now)
             case Submit() | Notice() if key in self.approvers:
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(
-                    utc_now(), None, "broker", endpoint=role, kind=type(message).__name__.lower(),
-                    reason=f"{self.approvers[key]}'s key may decide, await and ask status, nothing else"))
+                self._violation(role, type(message).__name__.lower(),
+                                f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
             case Decide():
                 self.intake.decide(role, identity, message, now, key)
             case Submit():
                 self.intake.submit(role, identity, message, now, key)
             case Event(event=event) | Notice(event=event) if (
                     refusal := events.refusal(event, role, isinstance(message, Event))):
-                self.counters[f"violation.{role}"] += 1
-                self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role,
-                                         kind=type(message).__name__.lower(), reason=refusal))
+                self._violation(role, type(message).__name__.lower(), refusal)
             case Event(event=event, message_id=message_id, detail=detail):
                 self.out.trace(PeerFact(utc_now(), message_id, role, WORKER_PREFIX + event, events.escaped(detail)))
             case _:
                 self._handlers[type(message)](role, identity, message, now)
         self.dispatch(now)
         return self.out.take()
+
+    def _violation(self, role: str, kind: str, reason: str) -> None:
+        """A message a peer on `role`'s endpoint may not send: counted, recorded, dropped."""
+        self.counters[f"violation.{role}"] += 1
+        self.out.trace(records.Violation(utc_now(), None, "broker", endpoint=role, kind=kind, reason=reason))
 
     def tick(self, now: float) -> list[Effect]:
         """Heartbeats out, silent workers buried, missed deadlines redelivered, queues served."""

@@ -2,9 +2,10 @@
 
 Data: the OSError of a failed journal sync (broker.journal.WriteFailed) or trace flush
 (airlock.trace.TraceWriter), and the result of each later try.
-Readers: the loop (broker.app), which refuses intake while anything fails (Router.disk_full,
-Refused code disk_full), skips compaction, and retries at most once every RETRY_S; the
-trace and stderr (the supervisor's log), where each change of state is written.
+Readers: the loop, which refuses intake while anything fails (broker.carry sets
+Router.disk_full: Refused code disk_full), skips compaction (broker.housekeeping), and
+retries at most once every RETRY_S (broker.carry); the trace and stderr (the supervisor's
+log), where each change of state is written.
 Rationale: a full disk or an I/O error used to crash the broker with a traceback, and
 clients heard "did not answer". Now it is a state: nothing accepted without its journal
 record on disk, nothing crashes, and the broker resumes by itself when writes work again.
@@ -19,8 +20,16 @@ from collections import Counter
 
 from airlock import records
 from airlock.records import StorageFailed, StorageRecovered, utc_now
+from airlock.wire import Refused
 
 RETRY_S = 1.0  # how often a failing journal is probed again (the trace writer keeps its own)
+
+
+def refusal(ref: int, why: str) -> Refused:
+    """The answer to a Submit the broker could not keep (`why`: Storage.reason()): code
+    disk_full, whether it was refused on arrival or its journal record failed to sync."""
+    return Refused(ref=ref, code="disk_full",
+                   reason=f"not accepted: disk full ({why}); nothing was kept, send it again later")
 
 
 class Storage:

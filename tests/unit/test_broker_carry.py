@@ -10,8 +10,8 @@ import msgspec
 import pytest
 import zmq
 
-from airlock.wire import Accepted, Email, Hello, Refused, Submit, outbound_decoder
-from broker.carry import CarryOut, unkept
+from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Email, Hello, Refused, Submit, outbound_decoder
+from broker.carry import CarryOut, trace_chunks, unkept
 from broker.journal import Entry, WriteFailed
 from broker.outbox import Send
 from broker.router import Router
@@ -99,3 +99,14 @@ def test_only_an_accepted_for_an_unkept_email_is_swapped(message) -> None:
     assert unkept(send, {"m-1"}, "full") is send
     swapped = unkept(Send("intake", b"c", Accepted(ref=3, message_id="m-1")), {"m-1"}, "full").message
     assert isinstance(swapped, Refused) and swapped.ref == 3 and swapped.code == "disk_full"
+
+
+def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
+    """The broker publishes a turn's trace lines in chunks: whole lines, in order, each chunk
+    within the subscriber's frame cap (a single longer line goes alone)."""
+    lines = [f'{{"n":{n},"pad":"{"x" * (n % 7) * 40}"}}\n'.encode() for n in range(500)]
+    cap = 2_000 + FRAME_OVERHEAD_BYTES
+    chunks = trace_chunks(lines, cap)
+    assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
+    assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
+    assert trace_chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]

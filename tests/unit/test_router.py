@@ -325,20 +325,6 @@ def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
     assert sorted(done) == sorted(ids) and router.flights == {}
 
 
-def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
-    """The broker publishes a turn's trace lines in chunks: whole lines, in order, each chunk
-    within the subscriber's frame cap (a single longer line goes alone)."""
-    from airlock.wire import FRAME_OVERHEAD_BYTES
-    from broker.carry import trace_chunks as _chunks
-
-    lines = [f'{{"n":{n},"pad":"{"x" * (n % 7) * 40}"}}\n'.encode() for n in range(500)]
-    cap = 2_000 + FRAME_OVERHEAD_BYTES
-    chunks = _chunks(lines, cap)
-    assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
-    assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
-    assert _chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]
-
-
 def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
     """A reader holding four emails dies. The four come back as suspects: each goes alone to
     a reader holding nothing. The one that kills every reader it reaches fails by itself
