@@ -233,6 +233,8 @@ class Log:
 
     def __init__(self, path: Path, framing: Framing, whole_end: int | None = None) -> None:
         self.path, self.framing = path, framing
+        with contextlib.suppress(FileNotFoundError):  # a probe a crash interrupted: only this log writes it
+            _probe_path(path).unlink()
         self._fd = files.append_descriptor(path, readable=True)  # readable: the repair reads the tail
         try:
             self.repaired = self._repair(whole_end)
@@ -313,7 +315,7 @@ class Log:
         """Whether writing works again: `room` bytes written, fsynced and deleted in a file
         beside the log (the same file system), never in it, so a crash meanwhile leaves the
         log whole. A cut-back still owed is tried first."""
-        scratch = self.path.with_name(self.path.name + ".probe")
+        scratch = _probe_path(self.path)
         try:
             self._prepare()
             fd = files.create_scratch(scratch)
@@ -400,6 +402,11 @@ class Log:
             self._cut_to = length if self._cut_to is None else min(self._cut_to, length)
             self.torn = (f"{self.path.name} could not be cut back after a failed write ({exc.strerror}): "
                          "it may end in a partial record")
+
+
+def _probe_path(path: Path) -> Path:
+    """Where probe() writes its scratch file: beside the log, on the same file system."""
+    return path.with_name(path.name + ".probe")
 
 
 def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Damage]:

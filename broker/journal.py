@@ -106,9 +106,8 @@ class Journal:
         files.make_folder(path.parent)  # 0700: the journal holds every raw email
         self.path = path
         self.compact_bytes = compact_bytes
-        for leftover in (_compacting(path), _probe(path)):  # a compaction or probe a crash interrupted
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+        with contextlib.suppress(FileNotFoundError):  # a compaction a crash interrupted (a probe: appendlog's own)
+            _compacting(path).unlink()
         self.damage: list[Damage] = _upgrade_v1(path)  # what a version 1 file lost at its tail
         self.sizes: dict[str, int] = {}  # every record's id -> bytes
         whole_end = len(MAGIC)  # where the whole records end: a torn tail starts there
@@ -333,7 +332,3 @@ def _replace(path: Path, payloads: Iterable[bytes]) -> None:
 
 def _compacting(path: Path) -> Path:
     return path.with_name(path.name + COMPACTING_SUFFIX)
-
-
-def _probe(path: Path) -> Path:
-    return path.with_name(path.name + ".probe")
