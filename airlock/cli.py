@@ -105,13 +105,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         from airlock import keys
 
         closed, added = False, []
-        if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
-            keys.generate(settings.data_dir / "keys")
-            settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
+        keys_folder = settings.keys_folder  # looked up once: the folder this stack uses
+        if keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
+            keys_folder = settings.data_dir / "keys"
+            keys.generate(keys_folder)
+            settings = msgspec.structs.replace(settings, keys=keys_folder)
         else:  # keys an older version made open to other users (0755) are closed now
-            closed = keys.tighten(settings.keys_folder)
+            closed = keys.tighten(keys_folder)
             # ... and get the roles added since (the SMTP intake's own key), all else kept.
-            added = keys.add_new_roles(settings.keys_folder) if (settings.keys_folder / "broker.key_secret").is_file() else []
+            added = keys.add_new_roles(keys_folder) if (keys_folder / "broker.key_secret").is_file() else []
         people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         data = settings.data_dir.resolve()
@@ -128,12 +130,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
         print(f"  trace:      {data / 'trace.jsonl'} (and, past {settings.trace_segment_bytes // 2**20} MiB, "
               f"segments trace.000001.jsonl, ... beside it)\n  calls:      {data / 'calls.jsonl'}")
-        print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
+        print(f"  keys:       {keys_folder.resolve()} (CURVE on every endpoint)"
               + ("; it was open to other users, now 0700" if closed else "")
               + (f"; added the key pair of {', '.join(added)}" if added else ""))
         if people:
             print(f"  approvers:  {', '.join(people)} (each decides with their own key in "
-                  f"{settings.keys_folder.resolve() / 'people'})")
+                  f"{keys_folder.resolve() / 'people'})")
         if dashboard:
             host, port = dashboard["dashboard"]
             print(f"  dashboard:  http://{host}:{port}/")

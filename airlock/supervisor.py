@@ -240,27 +240,27 @@ class Supervisor:
         return None
 
     def _stop_all(self) -> None:
-        running = [c for c in reversed(self.children) if c.process and c.process.poll() is None]
-        for child in running:
-            if child.name != "broker":
-                child.process.send_signal(signal.SIGTERM)
-        self._reap([c for c in running if c.name != "broker"])
-        broker = [c for c in running if c.name == "broker"]
-        for child in broker:
-            child.process.send_signal(signal.SIGTERM)
+        running = [(c.name, c.process) for c in reversed(self.children) if c.process and c.process.poll() is None]
+        others = [process for name, process in running if name != "broker"]
+        for process in others:
+            process.send_signal(signal.SIGTERM)
+        self._reap(others)
+        broker = [process for name, process in running if name == "broker"]  # the last to stop
+        for process in broker:
+            process.send_signal(signal.SIGTERM)
         self._reap(broker)
         for child in self.children:
             _remove(self.run_dir / f"{child.name}.pid")
 
     @staticmethod
-    def _reap(children: list[Child]) -> None:
+    def _reap(processes: list[subprocess.Popen[bytes]]) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
-        for child in children:
+        for process in processes:
             try:
-                child.process.wait(max(0.1, deadline - time.monotonic()))
+                process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait()
+                process.kill()
+                process.wait()
 
 
 def _broker_started_since(trace_path: Path, since: tracefiles.Mark) -> bool:
