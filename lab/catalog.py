@@ -483,9 +483,9 @@ def _phased_problems(run: Run) -> list[str]:
                             f"(a phased run needs both phases and judge)")
         elif not (CHECKOUT / "lab" / "graders" / f"{value.split(':')[0].split('.')[-1]}.py").is_file():
             problems.append(f"run.{key}: {value!r}: there is no module {value.split(':')[0]}")
-    for key, value in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
+    for key, given in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
                        ("catalog", run.catalog), ("rug_pull", run.rug_pull), ("rug_pull_after", run.rug_pull_after)):
-        if value:
+        if given:
             problems.append(f"run.{key}: not with phases (the phases builder gives each phase its task and emails)")
     return problems
 

@@ -32,7 +32,7 @@ def grade(lab_id: str, checkpoint_id: str, student_dir: Path, root: Path) -> Ver
     checkpoint = find(lab_id, root).checkpoint(checkpoint_id)
     grader = checkpoint.load_grader()
     try:
-        verdict = grader(student_dir)
+        verdict: object = grader(student_dir)  # a grader's code may return anything: checked below
     except SystemExit as exc:
         return Failed(checkpoint.id, "sys.exit",
                       f"the code called sys.exit({exc.code!r}); a function returns its answer, it never ends the program")

@@ -111,6 +111,7 @@ def answer(messages: list[dict[str, str]]) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # http.server's naming
+        payload: dict[str, object]
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             text = answer(body["messages"])

@@ -344,7 +344,8 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
 
 def outside_address() -> str | None:
     try:
-        return next(a[4][0] for a in socket.getaddrinfo(OUTSIDE_HOST, 443, socket.AF_INET, socket.SOCK_STREAM))
+        # AF_INET: each address is (host text, port)
+        return next(str(a[4][0]) for a in socket.getaddrinfo(OUTSIDE_HOST, 443, socket.AF_INET, socket.SOCK_STREAM))
     except (OSError, StopIteration):
         return None
 

@@ -209,7 +209,9 @@ def _services(processes: dict[str, dict[str, float | None]]) -> dict[str, dict[s
 def one_at_a_time(settings: Settings, email: Submission, count: int,
                   progress: Progress) -> tuple[list[str], list[float], collections.Counter[str]]:
     """Submit, await its outcome, then the next: (ids, client round trips in ms, outcomes)."""
-    ids, round_trips, outcomes = [], [], collections.Counter()
+    ids: list[str] = []
+    round_trips: list[float] = []
+    outcomes: collections.Counter[str] = collections.Counter()
     progress(0, count)
     with IntakeClient(settings, timeout_s=CLIENT_TIMEOUT_S) as client:
         for done in range(count):

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from airlock import records, settings as settings_module, trace
 from airlock.client import IntakeClient
@@ -47,7 +48,7 @@ PLACEHOLDER = "msg-000000000000"
 def _email_lines() -> bytes:
     """One email's eight lines, its id a placeholder to replace."""
     m = PLACEHOLDER
-    decision = {"verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
+    decision: dict[str, Any] = {"verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
                 "rules": [{"rule": name, "verdict": "allow", "reason": "", "read": {}}
                           for name in ("plan", "pin", "corroboration", "approval", "rate")]}
     at, plan = records.utc_now(), [("shop", "lookup_order"), ("mail", "send_status")]

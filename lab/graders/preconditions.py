@@ -112,14 +112,17 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
         return f"{function} returned {type(got).__name__}, not actor.preconditions.RuleResult (the executor records it)"
     want = oracle(pre, facts, given)
     verdict = got.verdict
+    # As the student's code set them, whatever RuleResult declares: what they are is checked here.
+    reason: object = got.reason
+    read: object = got.read
     if got.rule != want.rule:
         return f"the RuleResult's rule is {got.rule!r}; the record names this rule {want.rule!r}"
     if verdict != want.verdict:
         return f"expected {want.verdict!r} ({want.reason or 'every requirement holds'}); {function} said {verdict!r}"
-    if verdict != "allow" and not (isinstance(got.reason, str) and got.reason.strip()):
+    if verdict != "allow" and not (isinstance(reason, str) and reason.strip()):
         return f"{verdict!r} with an empty reason: a refusal or escalation says why"
-    if not isinstance(got.read, dict) or set(got.read) != set(want.read):
-        return f"read is {got.read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
+    if not isinstance(read, dict) or set(read) != set(want.read):
+        return f"read is {read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
     return None
 
 

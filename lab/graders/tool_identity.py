@@ -205,8 +205,10 @@ def _rng_state() -> tuple[Any, Any]:
         import numpy
     except ImportError:  # NumPy is optional; without it only Python's generator is watched
         return random.getstate(), None
-    state = numpy.random.get_state()
-    return random.getstate(), (state[0], state[1].tobytes(), *state[2:])
+    state = numpy.random.get_state(legacy=False)  # a dict; its key array compared as bytes
+    inner = state["state"]
+    return random.getstate(), (state["bit_generator"], inner["key"].tobytes(), inner["pos"], state["has_gauss"],
+                               state["gauss"])
 
 
 def _generated_inputs() -> Any:
@@ -225,7 +227,7 @@ def _generated_inputs() -> Any:
     def inputs(draw: st.DrawFn) -> Inputs:
         pairs = draw(st.lists(st.tuples(ids, ids), max_size=12, unique=True))
         rows = [rec(s, t, draw(descriptions)) for s, t in pairs]
-        if rows and draw(st.booleans()):
+        if len(rows) > 0 and draw(st.booleans()):  # no draw when there are no rows
             pick = draw(st.sampled_from(rows))
             requested = req(pick["server"], pick["tool"])
         else:
