@@ -314,8 +314,8 @@ def cmd_pending(args: argparse.Namespace) -> int:
             continue
         print(f"{entry['id']}  step {entry['step']} {shown(str(entry['tool']))}  "
               f"needs a {shown(str(entry['needs']))}: {shown(str(entry['reason']))}")
-        print(f"    value {json_line(entry.get('value'))}  sender {shown(str(entry.get('sender') or '(none vouched for)'))}"
-              f"  from {shown(str(entry.get('file', '')))}")
+        sender = shown(str(entry.get("sender") or "(none vouched for)"))
+        print(f"    value {json_line(entry.get('value'))}  sender {sender}  from {shown(str(entry.get('file', '')))}")
     return 0
 
 
@@ -396,11 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live (default $AIRLOCK_DATA_DIR or ./airlock-data)")
+        sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live "
+                                            "(default $AIRLOCK_DATA_DIR or ./airlock-data)")
         return sub
 
     up = command("up", cmd_up, "start broker, validator, actor and readers; Ctrl-C stops them")
-    up.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
+    up.add_argument("--model-url",
+                    help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
     up.add_argument("--task", help="task file (default tasks/order_status.toml)")
     up.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
     up.add_argument("--dashboard", action="store_true", help="also run the trainers' live page (python -m dashboard)")
@@ -435,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
     pending.add_argument("--json", action="store_true",
-                         help='one JSON line per email: {"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
+                         help='one JSON line per email: '
+                              '{"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
     for verb in ("approve", "deny"):
         decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
         decide.add_argument("id", help="the message id from `airlock pending`")

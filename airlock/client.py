@@ -26,6 +26,7 @@ from airlock.wire import (
     Decide,
     EmailFormat,
     Message,
+    Note,
     Notice,
     Ping,
     Refused,
@@ -257,8 +258,8 @@ class IntakeClient:
                 case Status(ref=got) as status if got == ref:
                     return status
 
-    def notice(self, event: str, **detail: object) -> None:
-        self._channel.send(Notice(event=event, detail=detail))  # type: ignore[arg-type]
+    def notice(self, event: str, **detail: Note) -> None:
+        self._channel.send(Notice(event=event, detail=detail))
 
     def _next(self, timeout_s: float | None = None, raise_on_silence: bool = True) -> object:
         """The next message from the broker (a frame may carry several), or None."""

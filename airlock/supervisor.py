@@ -127,7 +127,8 @@ class Supervisor:
         except OSError as exc:
             child.process = None
             child.restart_at = child.started + child.backoff_s
-            self._say(f"airlock: cannot start {child.name}: {exc.strerror or exc}; trying again in {child.backoff_s:.1f} s")
+            self._say(f"airlock: cannot start {child.name}: {exc.strerror or exc}; "
+                      f"trying again in {child.backoff_s:.1f} s")
             child.backoff_s = min(child.backoff_s * 2, self.settings.restart_backoff_max_s)
             return
         self._note_pid(child.name, child.process.pid)
@@ -177,7 +178,8 @@ class Supervisor:
                 stop.wait(POLL_S)
                 continue  # whoever answered, it was not our broker: _watch sees it exited
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
-                announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
+                announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; "
+                         f"pids in {self.run_dir}")
                 return None
             stop.wait(POLL_S)
         return None
