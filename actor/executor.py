@@ -116,7 +116,8 @@ class Executor:
                     return Done(message_id=message_id, outcome="failed", calls=calls, reason=(
                         f"{where}: needs a person's approval, but it could not be stored ({exc}); nothing waits"))
                 calls.append(msgspec.structs.replace(call, status="escalated"))
-                return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
+                return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}",
+                            calls=calls)
             assert tool is not None, "authorize allows a step only once it found the step's tool"
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)
