@@ -126,8 +126,8 @@ class PrivateStack:
             self.process.stdout.close()
 
 
-def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float,
-                  in_flight: int, progress: Progress, role: str = "intake") -> tuple[list[score.EmailResult], list[str]]:
+def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float, in_flight: int,
+                  progress: Progress, role: str = "intake") -> tuple[list[score.EmailResult], list[str]]:
     """Inject `in_flight` emails at a time, so latency measures handling, not a long queue.
     `role`: the key to submit with; keys.SMTP_ROLE where the emails' senders were checked by
     the SMTP intake's own verifier (a private stack), as the broker keeps a proof from that

@@ -99,7 +99,8 @@ def override(lab: Lab, student_dir: Path, host: HostPaths) -> dict[str, dict]:
         raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
     if not (student_dir / lab.run.file).is_file():
         raise UsageError(f"{student_dir / lab.run.file} does not exist: it is the file the "
-                         f"{PLUG_POINTS[plug.point][0]} runs (`lab start {lab.id} --dir {student_dir}` writes the starter)")
+                         f"{PLUG_POINTS[plug.point][0]} runs "
+                         f"(`lab start {lab.id} --dir {student_dir}` writes the starter)")
     services: dict[str, dict] = {name: {"environment": {}, "volumes": []} for name in TASK_READERS}
     lab_files: dict[Path, tuple[str, ...]] = {paths.task: TASK_READERS}
     if paths.catalog is not None:
