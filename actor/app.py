@@ -121,7 +121,8 @@ def build(settings: Settings, task: Task) -> Actor:
     ledger = CallLog(settings.calls_path)
     plug = plugs.build(settings.student_code, settings.student_timeout_s, [step.pair for step in plan])
     pending = PendingStore(settings.data_dir / "pending.jsonl")
-    executor = Executor(plan, LiveCatalog(catalog_path), ledger, gate, pending, settings.max_result_bytes, task.name, plug)
+    executor = Executor(plan, LiveCatalog(catalog_path), ledger, gate, pending, settings.max_result_bytes, task.name,
+                        plug)
     return Actor(executor, task.value_decoder(), ledger)
 
 

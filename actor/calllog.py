@@ -115,10 +115,11 @@ class CallLog:
             return key in self._pinned or key in self._unsynced_pins or key in self.keys
 
     def sync(self) -> None:
-        """fsync what was logged since the last sync, then commit its keys to the index. The worker loop calls this before it sends
-        any Done, so a step is on disk before it is acknowledged (group commit). Raises
-        LedgerWriteFailed if the fsync failed: the batch's records are cut out of the log and
-        its keys given back, and none of its answers may be sent."""
+        """fsync what was logged since the last sync, then commit its keys to the index. The
+        worker loop calls this before it sends any Done, so a step is on disk before it is
+        acknowledged (group commit). Raises LedgerWriteFailed if the fsync failed: the batch's
+        records are cut out of the log and its keys given back, and none of its answers may be
+        sent."""
         with self._lock:
             try:
                 self._log.sync()

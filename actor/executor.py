@@ -48,7 +48,9 @@ class LiveCatalog:
     list would. An unreadable catalog is an empty one: every step is refused."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self._stamp, self._catalog = path, None, {}
+        self.path = path
+        self._stamp: int | None = None
+        self._catalog: Catalog = {}
 
     def __call__(self) -> Catalog:
         try:
@@ -114,7 +116,9 @@ class Executor:
                     return Done(message_id=message_id, outcome="failed", calls=calls, reason=(
                         f"{where}: needs a person's approval, but it could not be stored ({exc}); nothing waits"))
                 calls.append(msgspec.structs.replace(call, status="escalated"))
-                return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}", calls=calls)
+                return Done(message_id=message_id, outcome="escalated", reason=f"{where}: {verdict.reason}",
+                            calls=calls)
+            assert tool is not None, "authorize allows a step only once it found the step's tool"
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)
             if call.status == "error":
@@ -137,7 +141,7 @@ class Executor:
             problem = schema.problem(tool, args)
             if problem:
                 rule, reason = "schema", f"arguments do not match the schema: {problem}"
-        if rule:
+        if rule or tool is None:  # no tool: the plan rule failed
             refusal = RuleResult(rule, "refuse", reason, {"args": args})
             if rule == "schema" and self.plug is not None and self.plug.point == "actor.checks":
                 refusal = self.plug.missed(refusal)

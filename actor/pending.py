@@ -47,7 +47,8 @@ class PendingStore:
         self.open: dict[str, Escalation] = {}
         for entry in _entries(path):
             if entry.pop("resolved", False):
-                self.open.pop(entry.get("message_id"), None)  # type: ignore[arg-type]
+                if isinstance(message_id := entry.get("message_id"), str):  # a damaged id names nothing open
+                    self.open.pop(message_id, None)
             elif REQUIRED_FIELDS <= entry.keys() <= ESCALATION_FIELDS:
                 self.open[entry["message_id"]] = Escalation(**entry)
 

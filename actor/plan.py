@@ -41,7 +41,8 @@ class BoundStep(msgspec.Struct, frozen=True):
 
 def structural_problem(step: BoundStep, catalog: Catalog) -> tuple[str, str, Tool | None]:
     """(rule, reason, tool) for the first structural check the step fails in this catalog,
-    or ("", "", tool) when it passes: plan pair, pin, permission, policy as bound."""
+    or ("", "", tool) when it passes: plan pair, pin, permission, policy as bound. The tool
+    is None only when the plan check fails (no such pair in the catalog)."""
     pair = bound_pair(catalog.keys(), step.pair)
     if pair is None:
         return "plan", f"{step.pair[0]}/{step.pair[1]} is not in the catalog", None
@@ -66,7 +67,7 @@ def bind(task: Task, catalog: Catalog) -> list[BoundStep]:
         bound = BoundStep(number, (step.server, step.tool), step.value_into, dict(step.args), step.grant, step.pin)
         where = f"plan step {number} ({step.call})"
         rule, reason, tool = structural_problem(bound, catalog)
-        if rule == "plan":
+        if tool is None:  # the plan rule failed: the pair is not in the catalog
             raise CatalogError(f"{where}: no such tool in the catalog")
         if rule:
             raise CatalogError(f"{where}: {reason}")
@@ -76,7 +77,7 @@ def bind(task: Task, catalog: Catalog) -> list[BoundStep]:
 
 
 def _check_arguments(step: Step, tool: Tool, value_type: str, where: str) -> None:
-    given = dict(step.args)
+    given: dict[str, object] = dict(step.args)  # only its names are compared
     if step.value_into is not None:
         if step.value_into in given:
             raise CatalogError(f"{where}: '{step.value_into}' is both fixed and the value slot")

@@ -103,9 +103,9 @@ class ActorPlug:
         chosen = answer["choice"]
         if chosen == expected:
             return None
+        is_pair = isinstance(chosen, dict) and set(chosen) == {"server", "tool"}
         shown = "nothing (None)" if chosen is None else (
-            _cut(f"{chosen['server']}/{chosen['tool']}") if isinstance(chosen, dict) and set(chosen) == {"server", "tool"}
-            else _shown(chosen))
+            _cut(f"{chosen['server']}/{chosen['tool']}") if is_pair else _shown(chosen))
         planned = f"{step.pair[0]}/{step.pair[1]}"
         return _refusal("student.selection", f"your bound_tool_choice() chose {shown} for the planned "
                                              f"{planned}; nothing ran", read)

@@ -105,13 +105,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         from airlock import keys
 
         closed, added = False, []
-        if settings.keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
-            keys.generate(settings.data_dir / "keys")
-            settings = msgspec.structs.replace(settings, keys=settings.data_dir / "keys")
+        keys_folder = settings.keys_folder  # looked up once: the folder this stack uses
+        if keys_folder is None:  # every endpoint is authenticated: make this data dir its keys
+            keys_folder = settings.data_dir / "keys"
+            keys.generate(keys_folder)
+            settings = msgspec.structs.replace(settings, keys=keys_folder)
         else:  # keys an older version made open to other users (0755) are closed now
-            closed = keys.tighten(settings.keys_folder)
+            closed = keys.tighten(keys_folder)
             # ... and get the roles added since (the SMTP intake's own key), all else kept.
-            added = keys.add_new_roles(settings.keys_folder) if (settings.keys_folder / "broker.key_secret").is_file() else []
+            added = keys.add_new_roles(keys_folder) if (keys_folder / "broker.key_secret").is_file() else []
         people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         data = settings.data_dir.resolve()
@@ -128,12 +130,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
         print(f"  trace:      {data / 'trace.jsonl'} (and, past {settings.trace_segment_bytes // 2**20} MiB, "
               f"segments trace.000001.jsonl, ... beside it)\n  calls:      {data / 'calls.jsonl'}")
-        print(f"  keys:       {settings.keys_folder.resolve()} (CURVE on every endpoint)"
+        print(f"  keys:       {keys_folder.resolve()} (CURVE on every endpoint)"
               + ("; it was open to other users, now 0700" if closed else "")
               + (f"; added the key pair of {', '.join(added)}" if added else ""))
         if people:
             print(f"  approvers:  {', '.join(people)} (each decides with their own key in "
-                  f"{settings.keys_folder.resolve() / 'people'})")
+                  f"{keys_folder.resolve() / 'people'})")
         if dashboard:
             host, port = dashboard["dashboard"]
             print(f"  dashboard:  http://{host}:{port}/")
@@ -312,8 +314,8 @@ def cmd_pending(args: argparse.Namespace) -> int:
             continue
         print(f"{entry['id']}  step {entry['step']} {shown(str(entry['tool']))}  "
               f"needs a {shown(str(entry['needs']))}: {shown(str(entry['reason']))}")
-        print(f"    value {json_line(entry.get('value'))}  sender {shown(str(entry.get('sender') or '(none vouched for)'))}"
-              f"  from {shown(str(entry.get('file', '')))}")
+        sender = shown(str(entry.get("sender") or "(none vouched for)"))
+        print(f"    value {json_line(entry.get('value'))}  sender {sender}  from {shown(str(entry.get('file', '')))}")
     return 0
 
 
@@ -394,11 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live (default $AIRLOCK_DATA_DIR or ./airlock-data)")
+        sub.add_argument("--data-dir", help="where trace.jsonl and calls.jsonl live "
+                                            "(default $AIRLOCK_DATA_DIR or ./airlock-data)")
         return sub
 
     up = command("up", cmd_up, "start broker, validator, actor and readers; Ctrl-C stops them")
-    up.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
+    up.add_argument("--model-url",
+                    help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
     up.add_argument("--task", help="task file (default tasks/order_status.toml)")
     up.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
     up.add_argument("--dashboard", action="store_true", help="also run the trainers' live page (python -m dashboard)")
@@ -433,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pending = command("pending", cmd_pending, "list escalated calls waiting for a person")
     pending.add_argument("--json", action="store_true",
-                         help='one JSON line per email: {"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
+                         help='one JSON line per email: '
+                              '{"id", "step", "tool", "needs", "reason", "value", "sender", "file"}')
     for verb in ("approve", "deny"):
         decide = command(verb, cmd_decide, f"{verb} an escalated call, as a named person in a role")
         decide.add_argument("id", help="the message id from `airlock pending`")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from airlock.wire import (
     Decide,
     EmailFormat,
     Message,
+    Note,
     Notice,
     Ping,
     Refused,
@@ -74,7 +75,7 @@ class IntakeClient:
         # How long a full queue may accept nothing before QueueFull (AIRLOCK_QUEUE_FULL_WAIT_S).
         self.busy_wait_s = settings.queue_full_wait_s if busy_wait_s is None else busy_wait_s
         self._await_max_ids, self._await_max_waiters = settings.await_max_ids, settings.await_max_waiters
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context = zmq.Context.instance()
         self._keys = _require_keys(settings, role) if require_keys else settings.keys_folder
         client, server_key = client_keys(settings, role)  # the dashboard injects with its own key
         self._channel = ZmqChannel(self._ctx, self.endpoint, settings.max_frame_bytes, client, server_key,
@@ -99,7 +100,7 @@ class IntakeClient:
             yield item.origin, message_id
 
     def submit_each(self, items: Iterable[Submission],
-                    busy_wait_s: float | None = None) -> Iterator[tuple[Submission, str]]:
+                    busy_wait_s: float | None = None) -> Generator[tuple[Submission, str], None, None]:
         """Submit emails; yield (submission, message_id) as each is accepted.
 
         Back-pressure: what the broker refuses with "queue full" is sent again, together,
@@ -257,8 +258,8 @@ class IntakeClient:
                 case Status(ref=got) as status if got == ref:
                     return status
 
-    def notice(self, event: str, **detail: object) -> None:
-        self._channel.send(Notice(event=event, detail=detail))  # type: ignore[arg-type]
+    def notice(self, event: str, **detail: Note) -> None:
+        self._channel.send(Notice(event=event, detail=detail))
 
     def _next(self, timeout_s: float | None = None, raise_on_silence: bool = True) -> object:
         """The next message from the broker (a frame may carry several), or None."""

@@ -14,8 +14,9 @@ Each role may use only its own endpoint: the reader's key is allowed on the read
 endpoint and nowhere else. The intake endpoint lets in three client keys: "intake" (the
 CLI's `airlock inject`, the supervisor), "dashboard" (the page) and "smtp" (the SMTP intake,
 python -m intake). Only the last may vouch for a sender: the broker keeps a Submit's
-sender_proof from the smtp key alone (smtp_keys), as only the SMTP intake checks DKIM. A process needs only its own secret key and the broker's
-public key (in compose each container mounts just those).
+sender_proof from the smtp key alone (smtp_keys), as only the SMTP intake checks DKIM. A
+process needs only its own secret key and the broker's public key (in compose each
+container mounts just those).
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ def one_stack(data_dir: Path) -> Iterator[Held]:
         held = hold(path, "airlock up", f"stop it first, or pass another --data-dir than {data_dir.resolve()}",
                     own_folder=True)
     except OSError as exc:
-        raise ConfigError(f"cannot lock {path}: {exc.strerror} (is the data dir writable by uid {os.getuid()}?)") from None
+        raise ConfigError(f"cannot lock {path}: {exc.strerror} "
+                          f"(is the data dir writable by uid {os.getuid()}?)") from None
     with held:
         yield held
 

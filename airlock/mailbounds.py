@@ -32,6 +32,7 @@ import email.feedparser
 import email.message
 import email.policy
 from collections.abc import Callable
+from typing import TypeVar, overload
 
 import msgspec
 
@@ -102,13 +103,26 @@ class BoundedFeedParser(email.feedparser.FeedParser):
             raise TooComplex(Exceeded("header fields", MAX_HEADER_FIELDS, self._fields))
         before = len(self._cur._headers)  # type: ignore[attr-defined]  # the part being split
         super()._parse_headers(lines)  # type: ignore[misc]  # keeps each header as a string only
-        for name, value in self._cur._headers[before:]:  # type: ignore[attr-defined]
+        for name, value in self._cur._headers[before:]:  # type: ignore[attr-defined]  # (as two lines above)
             if name.lower() in PARSED:
                 check_header(name, value)
                 self._parsed_chars += len(value)
         if self._parsed_chars > MAX_PARSED_CHARS:
             raise TooComplex(Exceeded("parsed chars", MAX_PARSED_CHARS, self._parsed_chars,
                                       "From, Subject and the Content-* headers of all parts"))
+
+
+_M = TypeVar("_M", bound=email.message.Message)
+
+
+@overload
+def parse(raw: bytes, policy: email.policy.Policy, factory: Callable[..., _M],
+          headersonly: bool = False) -> _M | Exceeded: ...
+
+
+@overload
+def parse(raw: bytes, policy: email.policy.Policy, factory: None = None,
+          headersonly: bool = False) -> email.message.Message | Exceeded: ...
 
 
 def parse(raw: bytes, policy: email.policy.Policy, factory: Callable[..., email.message.Message] | None = None,

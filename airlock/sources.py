@@ -14,13 +14,13 @@ from airlock import mailbounds, senders
 from airlock.errors import EmailTooLarge, LinkOutside, UsageError
 from airlock.wire import EmailFormat
 
-SUFFIXES = {".eml": "eml", ".txt": "text"}
+SUFFIXES: dict[str, EmailFormat] = {".eml": "eml", ".txt": "text"}
 MAX_FILE_BYTES = 4 * 1024 * 1024  # the largest frame airlock accepts; the broker's own limit is lower
 _HEADER = re.compile(rb"\A(?:[A-Za-z][A-Za-z0-9-]*:[^\n]*\r?\n)+")
 
 
 def format_of(path: Path) -> EmailFormat:
-    return SUFFIXES.get(path.suffix.lower(), "text")  # type: ignore[return-value]
+    return SUFFIXES.get(path.suffix.lower(), "text")
 
 
 def sniff(raw: bytes) -> EmailFormat:
@@ -51,7 +51,8 @@ def listed(paths: list[str]) -> Iterator[tuple[Path, Path | None]]:
                     # realpath, not resolve(): a link loop must be refused or skipped, not raise
                     if entry.is_symlink() and not _within(Path(os.path.realpath(entry)), root):
                         raise _outside(entry, path)
-                found += [Path(here, n) for n in files if Path(n).suffix.lower() in SUFFIXES and Path(here, n).is_file()]
+                found += [Path(here, n) for n in files
+                          if Path(n).suffix.lower() in SUFFIXES and Path(here, n).is_file()]
             yield from ((file, root) for file in sorted(found))
         elif path.is_file():
             yield path, None

@@ -127,7 +127,8 @@ class Supervisor:
         except OSError as exc:
             child.process = None
             child.restart_at = child.started + child.backoff_s
-            self._say(f"airlock: cannot start {child.name}: {exc.strerror or exc}; trying again in {child.backoff_s:.1f} s")
+            self._say(f"airlock: cannot start {child.name}: {exc.strerror or exc}; "
+                      f"trying again in {child.backoff_s:.1f} s")
             child.backoff_s = min(child.backoff_s * 2, self.settings.restart_backoff_max_s)
             return
         self._note_pid(child.name, child.process.pid)
@@ -177,7 +178,8 @@ class Supervisor:
                 stop.wait(POLL_S)
                 continue  # whoever answered, it was not our broker: _watch sees it exited
             if all(status.workers.get(role, 0) >= 1 for role in ("reader", "validator", "actor")):
-                announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; pids in {self.run_dir}")
+                announce(f"airlock is up: {status.workers['reader']} reader(s), validator, actor; "
+                         f"pids in {self.run_dir}")
                 return None
             stop.wait(POLL_S)
         return None
@@ -240,27 +242,27 @@ class Supervisor:
         return None
 
     def _stop_all(self) -> None:
-        running = [c for c in reversed(self.children) if c.process and c.process.poll() is None]
-        for child in running:
-            if child.name != "broker":
-                child.process.send_signal(signal.SIGTERM)
-        self._reap([c for c in running if c.name != "broker"])
-        broker = [c for c in running if c.name == "broker"]
-        for child in broker:
-            child.process.send_signal(signal.SIGTERM)
+        running = [(c.name, c.process) for c in reversed(self.children) if c.process and c.process.poll() is None]
+        others = [process for name, process in running if name != "broker"]
+        for process in others:
+            process.send_signal(signal.SIGTERM)
+        self._reap(others)
+        broker = [process for name, process in running if name == "broker"]  # the last to stop
+        for process in broker:
+            process.send_signal(signal.SIGTERM)
         self._reap(broker)
         for child in self.children:
             _remove(self.run_dir / f"{child.name}.pid")
 
     @staticmethod
-    def _reap(children: list[Child]) -> None:
+    def _reap(processes: list[subprocess.Popen[bytes]]) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
-        for child in children:
+        for process in processes:
             try:
-                child.process.wait(max(0.1, deadline - time.monotonic()))
+                process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait()
+                process.kill()
+                process.wait()
 
 
 def _broker_started_since(trace_path: Path, since: tracefiles.Mark) -> bool:

@@ -235,7 +235,8 @@ class MemoryChannel:
     @classmethod
     def pair(cls) -> tuple[MemoryChannel, MemoryChannel]:
         ready = threading.Condition()
-        left, right = collections.deque(), collections.deque()
+        left: collections.deque[bytes] = collections.deque()
+        right: collections.deque[bytes] = collections.deque()
         return cls(left, right, ready), cls(right, left, ready)
 
     def send(self, message: Message) -> None:

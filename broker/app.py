@@ -58,8 +58,9 @@ def _serve(settings: Settings, stop: threading.Event) -> None:
     journal = _open_journal(settings, ctx, authenticator)
     writer = trace.TraceWriter(settings.trace_path, settings.trace_segment_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
-    core = Router(settings, approvers=keys.approvers(settings.keys_folder) if server is not None else {},
-                  smtp_keys=keys.smtp_keys(settings.keys_folder) if server is not None else ())
+    folder = settings.keys_folder if server is not None else None
+    core = Router(settings, approvers=keys.approvers(folder) if folder is not None else {},
+                  smtp_keys=keys.smtp_keys(folder) if folder is not None else ())
     endpoints.listen()
     watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
     carry_out = CarryOut(settings, core, endpoints, journal, writer, Storage(core.counters))

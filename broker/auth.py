@@ -75,7 +75,7 @@ def _refuses_a_stranger(ctx: zmq.Context, server: Pair) -> bool:
     probe = router(ctx, "tcp://127.0.0.1:*", 4096, server, domain="intake")
     try:
         stranger_public, stranger_secret = zmq.curve_keypair()
-        client = dealer(ctx, probe.getsockopt(zmq.LAST_ENDPOINT).decode(), 4096,
+        client = dealer(ctx, probe.get_string(zmq.LAST_ENDPOINT), 4096,
                         Pair(stranger_public, stranger_secret), server.public)
         try:
             client.send(b"hello?")

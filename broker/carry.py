@@ -95,7 +95,8 @@ class CarryOut:
 
     def send_to(self, role: str, identity: bytes, sends: list[Send]) -> list[Effect]:
         """Send in batches; the Router's effects for what the socket refused."""
-        sock, sent, refused = self.endpoints.sockets[role], 0, []
+        sock, sent = self.endpoints.sockets[role], 0
+        refused: list[Effect] = []
         for count, frame in frames([send.message for send in sends], self.settings.max_frame_bytes):
             try:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)

@@ -11,8 +11,7 @@ case, on every message, is that nothing can move: that check stays cheap.
 
 from __future__ import annotations
 
-from airlock.wire import Message
-from broker.lifecycle import Flight, Lifecycle
+from broker.lifecycle import Flight, Lifecycle, Work
 from broker.outbox import Outbox
 from broker.workers import Worker, Workers
 
@@ -79,7 +78,7 @@ class Dispatch:
             holding += 1
         self.draining[role] = None  # nothing more to place now: no worker should idle for it
 
-    def _send(self, role: str, worker: Worker, message: Message, flight: Flight, now: float,
+    def _send(self, role: str, worker: Worker, message: Work, flight: Flight, now: float,
               suspect: bool = False) -> None:
         self.lifecycle.delivered(flight, role, worker.identity, now)
         self.workers.assign(worker, message.message_id, suspect)

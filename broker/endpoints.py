@@ -21,7 +21,7 @@ from airlock.errors import ConfigError
 from airlock.keys import Pair
 from airlock.settings import PORT_IN_USE_HINT, Settings
 from airlock.transport import LINGER_MS, router, serve_curve
-from airlock.wire import ROLES, Malformed, inbound_decoder
+from airlock.wire import ROLES, Malformed, RoleDecoder, inbound_decoder
 from broker import handshakes
 from broker.outbox import Effect
 from broker.router import Router
@@ -46,18 +46,25 @@ def recv_routed(sock: zmq.Socket, signed: bool = False) -> tuple[bytes, bytes | 
     identity = sock.recv(zmq.NOBLOCK)
     if not sock.getsockopt(zmq.RCVMORE):
         return identity, None, ""
-    frame = sock.recv(copy=not signed)
+    if signed:  # a Frame, which carries the ZAP user id
+        frame = sock.recv(copy=False)
+        payload, key = frame.bytes, _proven_key(frame)
+    else:
+        payload, key = sock.recv(), ""
     if sock.getsockopt(zmq.RCVMORE):
         while sock.getsockopt(zmq.RCVMORE):
             sock.recv()
         return identity, None, ""
-    if not signed:
-        return identity, frame, ""
+    return identity, payload, key
+
+
+def _proven_key(frame: zmq.Frame) -> str:
+    """The CURVE public key (z85) the authenticator proved for the frame's sender; "" without CURVE."""
     try:
-        key = frame.get("User-Id") or ""
+        key = frame.get("User-Id")  # a property pyzmq gives as text (options are numbers)
     except zmq.ZMQError:  # no ZAP handler: nobody was authenticated
-        key = ""
-    return identity, frame.bytes, key
+        return ""
+    return key if isinstance(key, str) else ""
 
 
 def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ConfigError:
@@ -75,19 +82,19 @@ class Endpoints:
         self.publisher = ctx.socket(zmq.PUB)
         self.publisher.setsockopt(zmq.LINGER, 0)
         serve_curve(self.publisher, server, "trace")  # only the dashboard's key may read the trace stream
-        try:
-            for name in (*ROLES, "trace"):
-                endpoint = settings.endpoint(name, bind=True)
+        for name in (*ROLES, "trace"):
+            endpoint = settings.endpoint(name, bind=True)
+            try:
                 if name == "trace":
                     self.publisher.bind(endpoint)
                 else:
                     self.sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name,
                                                 **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
-        except zmq.ZMQError as exc:
-            # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
-            raise bind_error(name, endpoint, exc) from None
+            except zmq.ZMQError as exc:
+                # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
+                raise bind_error(name, endpoint, exc) from None
         self.roles = {sock: role for role, sock in self.sockets.items()}
-        self.decoders = {role: inbound_decoder(role) for role in ROLES}
+        self.decoders: dict[str, RoleDecoder] = {role: inbound_decoder(role) for role in ROLES}
         self.poller = zmq.Poller()
         self.monitors: dict[zmq.Socket, str] = {}  # handshake monitor -> role (see listen)
 

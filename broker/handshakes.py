@@ -27,7 +27,7 @@ from broker.stall import StallWatch
 
 FAILURES = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)  # the events each endpoint's monitor reports
-_EVENT_NAMES = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoint",
+_EVENT_NAMES: dict[int, str] = {zmq.EVENT_HANDSHAKE_FAILED_AUTH: "key not allowed on this endpoint",
                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "handshake protocol error (e.g. a peer without CURVE)",
                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed"}
 

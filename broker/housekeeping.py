@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import time
+from collections.abc import Callable
 
 from airlock import records, trace, tracefiles
 from airlock.records import (
@@ -30,6 +31,7 @@ from broker.outbox import Effect
 from broker.router import Router
 from broker.storage import Storage
 
+_malloc_trim: Callable[[int], int] | None
 try:  # glibc's: hand the heap's free pages back to the kernel (absent on musl or macOS)
     _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
 except (OSError, AttributeError):

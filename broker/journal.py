@@ -48,6 +48,7 @@ import msgspec
 
 from airlock import appendlog, files
 from airlock.appendlog import Damage, Record
+from airlock.wire import EmailFormat
 
 __all__ = ["Damage", "Entry", "Journal", "Position", "WriteFailed", "damage", "entries", "positions"]
 
@@ -61,7 +62,7 @@ CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
 class Entry(msgspec.Struct, frozen=True):
     message_id: str
     raw: bytes
-    format: str
+    format: EmailFormat
     origin: str = ""
     sender: str = ""
     sender_proof: str = "none"  # wire.Submit.sender_proof, kept so a replay stays unverified or proven

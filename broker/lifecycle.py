@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 
 from airlock.records import OutcomeLine, Recovered, Redelivery, utc_now
 from airlock.settings import Settings
-from airlock.wire import Email, Message, Outcome, Result
+from airlock.wire import Decision, Email, Outcome, Passed, Reading, Result
 from broker.journal import Entry
 from broker.outbox import Outbox
 from broker.recent import Recent
+
+# What a worker is sent: each names the email it carries (message_id).
+Work = Email | Reading | Passed | Decision
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Flight:
     worker: bytes | None = None
     epoch: int = 0  # bumps at each hand-off, so an old deadline cannot fail a later stage
     waiters: list[tuple[bytes, int]] = field(default_factory=list)
-    message: Message | None = None  # what the current stage was (or will be) sent, to send again
+    message: Work | None = None  # what the current stage was (or will be) sent, to send again
     attempts: int = 0  # deliveries to the current stage
     waiting_for: str = ""  # why it waits for a person (the actor's reason), told to whoever awaits it
     held_bytes: int = 0  # raw email bytes the broker holds for it until a reader has read it
@@ -54,9 +57,9 @@ class Lifecycle:
         self.flights: dict[str, Flight] = {}
         self.finished: Recent[tuple[Outcome, str]] = Recent(remember)  # to answer an Await later
         roles = tuple(roles)
-        self.pending: dict[str, collections.deque[Message]] = {r: collections.deque() for r in roles}
+        self.pending: dict[str, collections.deque[Work]] = {r: collections.deque() for r in roles}
         # Redeliveries wait here, apart from ordinary work, never ahead of it (see broker.dispatch).
-        self.retry: dict[str, collections.deque[Message]] = {r: collections.deque() for r in roles}
+        self.retry: dict[str, collections.deque[Work]] = {r: collections.deque() for r in roles}
         self.queued_bytes = 0  # the sum of every flight's held_bytes
         self.waiting: collections.Counter[bytes] = collections.Counter()  # Await waiters per client
         self.deadline_s = {"reader": settings.read_deadline_s, "validator": settings.validate_deadline_s,
@@ -82,7 +85,7 @@ class Lifecycle:
         self.hold(flight, len(email.raw))
         self.pending["reader"].append(email)
 
-    def hand_off(self, flight: Flight, stage: str, message: Message, now: float) -> None:
+    def hand_off(self, flight: Flight, stage: str, message: Work, now: float) -> None:
         flight.stage, flight.worker, flight.message, flight.attempts = stage, None, message, 0
         flight.queued_at = now
         flight.epoch += 1
@@ -120,6 +123,7 @@ class Lifecycle:
         # Its own lane, not the front of the queue: a poison email that kills each worker it
         # reaches must not make ordinary mail wait for every one of its deliveries.
         flight.retry_since = flight.queued_at = now
+        assert flight.message is not None, "a flight a worker held was sent its message first (delivered)"
         self.retry[flight.stage].append(flight.message)
 
     # --- ends ---------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 import collections
 import time
 import typing
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import msgspec
 
@@ -113,7 +113,8 @@ class Router:
         self.waiting = self.lifecycle.waiting
         self.approvers, self.smtp_keys = self.intake.approvers, self.intake.smtp_keys
         self._last_heartbeat = 0.0
-        self._handlers = {
+        # Keyed by the message's type, so each handler is given the type it takes.
+        self._handlers: dict[type[Message], Callable[[str, bytes, typing.Any, float], None]] = {
             Await: self.intake.await_, Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
             Unreadable: self._on_unreadable, Passed: self._on_passed, Rejected: self._on_rejected, Done: self._on_done,
         }

@@ -69,7 +69,8 @@ def stall_guard(stall_s: float) -> type[asyncio.Protocol]:
     return StallGuard
 
 
-async def serve(app, sock: socket.socket, stall_s: float = STREAM_STALL_S, max_connections: int = MAX_CONNECTIONS) -> None:
+async def serve(app, sock: socket.socket, stall_s: float = STREAM_STALL_S,
+                max_connections: int = MAX_CONNECTIONS) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dashboard", description="the trainers' live page")
     parser.add_argument("--host", help="listen here (default $AIRLOCK_DASHBOARD_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="(default $AIRLOCK_DASHBOARD_PORT or 8088)")
-    parser.add_argument("--naive-model-url", help="model for the naive pane (default $AIRLOCK_NAIVE_MODEL_URL; none: off)")
+    parser.add_argument("--naive-model-url",
+                        help="model for the naive pane (default $AIRLOCK_NAIVE_MODEL_URL; none: off)")
     args = parser.parse_args(argv)
     try:
         from dashboard import config as config_module

@@ -68,10 +68,12 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
         "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), str(MAX_STREAMS)),
-        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int), str(MAX_CONNECTIONS)),
+        "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int),
+                                str(MAX_CONNECTIONS)),
         "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", settings_module.positive(int),
                                     str(STREAM_BUFFER_BYTES)),
-        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", settings_module.positive(float), str(STREAM_STALL_S)),
+        "stream_stall_s": read("AIRLOCK_DASHBOARD_STREAM_STALL_S", settings_module.positive(float),
+                               str(STREAM_STALL_S)),
     }
     for key, value in overrides.items():
         if key not in values:

@@ -37,7 +37,7 @@ INITIAL_BYTES = 32 * 1024 * 1024  # at start, only this much of the file's end i
 CHUNK = 1000  # records per delivery, so a long file does not hold the event loop at once
 RECONNECT_IVL_MS, RECONNECT_IVL_MAX_MS = 100, 2000
 
-Deliver = Callable[[list[dict[str, Any]]], None]
+Deliver = Callable[[list[dict[str, Any]]], object]  # what it returns is not read
 
 
 def decode(line: bytes) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ import msgspec
 from airlock import mailbounds, sources
 from airlock.client import IntakeClient, Submission
 from airlock.settings import Settings
+from airlock.wire import EmailFormat
 
 SEED_SAMPLE = "seed_4411_de.eml"
 MAX_SAMPLES = 16
@@ -56,16 +57,17 @@ def load_samples(folder: Path) -> list[Sample]:
 
 def submission(request: InjectRequest, samples: dict[str, Sample], max_bytes: int) -> tuple[Submission, str]:
     """The Submission for a request, and a short label for the page; InjectError if unusable."""
-    if (request.text is None) == (request.sample is None):
-        raise InjectError("send either text or a sample name")
-    if request.sample is not None:
-        sample = samples.get(request.sample)
+    text, name = request.text, request.sample
+    if name is not None and text is None:
+        sample = samples.get(name)
         if sample is None:
-            raise InjectError(f"no sample named {request.sample!r}")
-        fmt = "eml"
+            raise InjectError(f"no sample named {name!r}")
+        fmt: EmailFormat = "eml"
         return (Submission(sample.raw, fmt, f"{ORIGIN}:samples/{sample.name}", sources.sender_of(sample.raw, fmt)),
                 sample.label)
-    raw = request.text.encode("utf-8", errors="replace")
+    if text is None or name is not None:
+        raise InjectError("send either text or a sample name")
+    raw = text.encode("utf-8", errors="replace")
     if not raw.strip():
         raise InjectError("the text is empty")
     if len(raw) > max_bytes:

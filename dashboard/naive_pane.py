@@ -81,8 +81,9 @@ def parse_output(message_id: str, code: int | None, out: bytes, err: bytes) -> d
         said = err.decode("utf-8", errors="replace").strip().splitlines()
         return {"id": message_id, "status": "error",
                 "reason": f"naive agent exited with {code}: {said[-1] if said else 'no output'}"}
+    calls = result.get("calls")
     return {"id": message_id, "status": "done", "outcome": result.get("outcome"), "reason": result.get("reason"),
-            "answer": result.get("answer"), "calls": result.get("calls") if isinstance(result.get("calls"), list) else []}
+            "answer": result.get("answer"), "calls": calls if isinstance(calls, list) else []}
 
 
 def _availability(model_url: str | None) -> tuple[bool, str, str | None]:

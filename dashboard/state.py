@@ -174,7 +174,8 @@ class Board:
         self._move(card, "actor" if passed else "validator")
 
     def _on_authorization(self, card: dict[str, Any], record: dict[str, Any]) -> None:
-        decision = record.get("decision") if isinstance(record.get("decision"), dict) else {}
+        recorded = record.get("decision")
+        decision: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
         verdict = decision.get("verdict")
         if verdict in (None, "allow"):
             return
@@ -273,12 +274,13 @@ class Board:
                   "args": shown_args(call.get("args")),
                   "outside_plan": self.outside_plan(call.get("server"), call.get("tool"))}
                  for call in entry.get("calls") or [] if isinstance(call, dict)]
-        shown_entry = {"id": shown(entry.get("id")), "label": shown(entry.get("label")),
+        entry_id = shown(entry.get("id"))
+        shown_entry = {"id": entry_id, "label": shown(entry.get("label")),
                        "status": shown(entry.get("status")), "outcome": shown(entry.get("outcome")),
                        "reason": shown(entry.get("reason")), "answer": shown(entry.get("answer")),
-                       "calls": calls, "outside_plan": sum(call["outside_plan"] for call in calls)}
-        self.naive[shown_entry["id"]] = shown_entry
-        self.naive.move_to_end(shown_entry["id"])
+                       "calls": calls, "outside_plan": sum(1 for call in calls if call["outside_plan"])}
+        self.naive[entry_id] = shown_entry
+        self.naive.move_to_end(entry_id)
         while len(self.naive) > NAIVE_LIMIT:
             self.naive.popitem(last=False)
         return shown_entry

@@ -3,10 +3,11 @@
 Each message received over SMTP is submitted to the broker's intake endpoint as one `eml`
 email, byte for byte as it arrived (CRLF line ends and all: the journal and the trace keep
 what came in; the reader's prompt evens out line ends), whose origin is
-`smtp:<envelope sender>`. Its sender is the From address with what proves it
-(intake/authentication.py: a verified DKIM signature of the From domain, or a trusted
-Authentication-Results header); without a proof it is unverified and corroborates nothing. So the broker's size limit counts the CRLFs too: an email just
-under AIRLOCK_MAX_EMAIL_BYTES as a file can be `intake.too_large` over SMTP. The reply tells the sender the truth:
+`smtp:<envelope sender>`. So the broker's size limit counts the CRLFs too: an email just
+under AIRLOCK_MAX_EMAIL_BYTES as a file can be `intake.too_large` over SMTP. Its sender is
+the From address with what proves it (intake/authentication.py: a verified DKIM signature
+of the From domain, or a trusted Authentication-Results header); without a proof it is
+unverified and corroborates nothing. The reply tells the sender the truth:
 
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
 - 451 (transient): the broker did not answer; the sender keeps the email and retries.

@@ -126,8 +126,8 @@ class PrivateStack:
             self.process.stdout.close()
 
 
-def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float,
-                  in_flight: int, progress: Progress, role: str = "intake") -> tuple[list[score.EmailResult], list[str]]:
+def run_separated(emails: list[CampaignEmail], settings: settings_module.Settings, timeout_s: float, in_flight: int,
+                  progress: Progress, role: str = "intake") -> tuple[list[score.EmailResult], list[str]]:
     """Inject `in_flight` emails at a time, so latency measures handling, not a long queue.
     `role`: the key to submit with; keys.SMTP_ROLE where the emails' senders were checked by
     the SMTP intake's own verifier (a private stack), as the broker keeps a proof from that
@@ -173,17 +173,19 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()
     lines: list[dict[str, Any]] = []
+    stdout, stderr = process.stdout, process.stderr
+    assert stdout is not None and stderr is not None, "both are pipes (PIPE above)"
     try:
         progress(0, len(files))
-        for line in process.stdout:
+        for line in stdout:
             lines.append(json.loads(line))
             progress(len(lines), len(files))
-        error = process.stderr.read()
+        error = stderr.read()
         process.wait()
     finally:
         timer.cancel()
-        process.stdout.close()
-        process.stderr.close()
+        stdout.close()
+        stderr.close()
     if process.returncode not in (0, -9):
         raise AirlockError(f"the naive agent failed: {error.strip()}")
     # No value "passes" in the naive design: nothing checks one; the calls say what ran.

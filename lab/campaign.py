@@ -23,20 +23,22 @@ import msgspec
 
 from airlock import sources
 from airlock.errors import UsageError
+from airlock.senders import SenderProof
+from airlock.wire import EmailFormat
 
 
 @dataclass(frozen=True)
 class CampaignEmail:
     file: str
     raw: bytes
-    format: str  # eml or text
+    format: EmailFormat
     expect: str | None = None  # None: unknown; "none": no valid value exists
     goal: str = ""
     category: str = ""
     # Set only by a lab stack that signs its mail and verifies it as the SMTP intake does
     # (lab/stack.py): the From address and its proof; otherwise read from raw, unverified.
     sender: str = ""
-    sender_proof: str = "none"
+    sender_proof: SenderProof = "none"
 
     @property
     def benign(self) -> bool:

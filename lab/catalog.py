@@ -445,7 +445,8 @@ def _problems(lab: Lab) -> list[str]:
         if ids.count(checkpoint.id) > 1:
             problems.append(f"checkpoints[{i}].id: {checkpoint.id!r} is listed twice")
         if not _GRADER.match(checkpoint.grader):
-            problems.append(f"checkpoints[{i}].grader: {checkpoint.grader!r} is not \"lab.graders.<module>:<function>\"")
+            problems.append(f"checkpoints[{i}].grader: {checkpoint.grader!r} "
+                            f"is not \"lab.graders.<module>:<function>\"")
     if lab.run is not None:
         problems += _run_problems(lab, lab.run)
     levels = [hint.level for hint in lab.hints]
@@ -483,9 +484,9 @@ def _phased_problems(run: Run) -> list[str]:
                             f"(a phased run needs both phases and judge)")
         elif not (CHECKOUT / "lab" / "graders" / f"{value.split(':')[0].split('.')[-1]}.py").is_file():
             problems.append(f"run.{key}: {value!r}: there is no module {value.split(':')[0]}")
-    for key, value in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
+    for key, given in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
                        ("catalog", run.catalog), ("rug_pull", run.rug_pull), ("rug_pull_after", run.rug_pull_after)):
-        if value:
+        if given:
             problems.append(f"run.{key}: not with phases (the phases builder gives each phase its task and emails)")
     return problems
 
@@ -504,7 +505,8 @@ def _plug_problems(lab: Lab, run: Run) -> list[str]:
         problems.append("run.emails: at least one file or folder is needed")
     if not run.task:
         problems.append("run.task: required with a plug (the task file the stack runs)")
-    paths = [*((("run.task", run.task),) if run.task else ()), *((f"run.emails[{i}]", e) for i, e in enumerate(run.emails)),
+    paths = [*((("run.task", run.task),) if run.task else ()),
+             *((f"run.emails[{i}]", e) for i, e in enumerate(run.emails)),
              *((key, value) for key, value in (("run.catalog", run.catalog), ("run.rug_pull", run.rug_pull)) if value)]
     for key, value in paths:
         if Path(value).is_absolute() or ".." in Path(value).parts:

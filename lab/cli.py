@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = command("verify", cmd_verify, data_dir=False)
     verify.description = "inspect and probe the running compose lab; exit 1 on any FAIL"
-    verify.add_argument("--project", "-p", help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
+    verify.add_argument("--project", "-p",
+                        help="compose project name (default $COMPOSE_PROJECT_NAME or this folder's name)")
     verify.add_argument("--json", action="store_true", help="print the checks as JSON")
 
     record = command("record", cmd_record, data_dir=False)
@@ -161,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     model = command("model", cmd_model, data_dir=False)
     model.description = "serve an OpenAI-compatible model that obeys the last instruction in the email"
-    model.add_argument("--hostile", action="store_true", help="obey the email's last instruction (the only model built in)")
+    model.add_argument("--hostile", action="store_true",
+                       help="obey the email's last instruction (the only model built in)")
     model.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     model.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
 
@@ -171,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     corpus_import.set_defaults(handler=cmd_corpus)
     corpus_import.add_argument("--from", dest="source", default="../shared/corpora",
                                help="the corpora folder (default ../shared/corpora)")
-    corpus_import.add_argument("--out", default="corpus/imported", help="where the .eml files go (default corpus/imported)")
+    corpus_import.add_argument("--out", default="corpus/imported",
+                               help="where the .eml files go (default corpus/imported)")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,

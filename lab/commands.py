@@ -280,7 +280,8 @@ def cmd_progress(args: argparse.Namespace) -> int:
         print(json_line(records))
         return 0
     if not records:
-        print(shown(f"no checked lab under {args.dir} (a check saves {STATE_FOLDER}/progress.json in the student's folder)"))
+        print(shown(f"no checked lab under {args.dir} "
+                    f"(a check saves {STATE_FOLDER}/progress.json in the student's folder)"))
     for record in records:
         if "error" in record:
             print(shown(f"{record['dir']}  unreadable: {record['error']}"))
@@ -347,11 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = command("list", cmd_list, "list the labs, in the course's order")
     listing.add_argument("--json", action="store_true",
-                         help='one JSON array: {"id", "title", "seed", "languages", "minutes", "student_files", "checkpoints"}')
+                         help='one JSON array: '
+                              '{"id", "title", "seed", "languages", "minutes", "student_files", "checkpoints"}')
     start = command("start", cmd_start, "copy a lab's starter files into your folder")
     start.add_argument("id", help="the lab's id, from `lab list`")
     start.add_argument("--dir", required=True, help="your folder for this lab (made if missing)")
-    start.add_argument("--force", action="store_true", help="replace your files with the starter (no backup; see reset)")
+    start.add_argument("--force", action="store_true",
+                       help="replace your files with the starter (no backup; see reset)")
     checking = command("check", cmd_check, "grade your code against every checkpoint of a lab")
     checking.add_argument("id", help="the lab's id, from `lab list`")
     checking.add_argument("--dir", required=True, help="your folder for this lab")
@@ -382,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     notes.add_argument("id", help="the lab's id, from `lab list`")
     reset = command("reset", cmd_reset, "put the starter back, keeping a backup of your files")
     reset.add_argument("id", help="the lab's id, from `lab list`")
-    reset.add_argument("--dir", required=True, help=f"your folder for this lab (backup in {STATE_FOLDER}/backup-<time>/)")
+    reset.add_argument("--dir", required=True,
+                       help=f"your folder for this lab (backup in {STATE_FOLDER}/backup-<time>/)")
     progress = command("progress", cmd_progress, "show the last check of every student folder under a folder")
     progress.add_argument("--dir", default=".", help="a student's folder or a class folder (default: here)")
     progress.add_argument("--json", action="store_true",

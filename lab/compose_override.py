@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from airlock import task as task_module
@@ -47,10 +48,10 @@ OVERRIDE_NAME = "compose.yaml"
 class HostPaths:
     """Where a path this process sees is on the host that runs docker compose."""
 
-    def __init__(self, environ: dict[str, str] | None = None, workdir: Path | None = None) -> None:
-        environ = os.environ if environ is None else environ
-        self.in_container = HOST_DIR_ENV in environ
-        self.host_dir = Path(environ.get(HOST_DIR_ENV, ""))
+    def __init__(self, environ: Mapping[str, str] | None = None, workdir: Path | None = None) -> None:
+        env: Mapping[str, str] = os.environ if environ is None else environ
+        self.in_container = HOST_DIR_ENV in env
+        self.host_dir = Path(env.get(HOST_DIR_ENV, ""))
         self.workdir = (workdir or Path.cwd()).resolve()
         if self.in_container and not self.host_dir.is_absolute():
             raise UsageError(f"{HOST_DIR_ENV}={str(self.host_dir)!r} is not the absolute path of the folder "
@@ -98,9 +99,10 @@ def override(lab: Lab, student_dir: Path, host: HostPaths) -> dict[str, dict]:
         raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
     if not (student_dir / lab.run.file).is_file():
         raise UsageError(f"{student_dir / lab.run.file} does not exist: it is the file the "
-                         f"{PLUG_POINTS[plug.point][0]} runs (`lab start {lab.id} --dir {student_dir}` writes the starter)")
+                         f"{PLUG_POINTS[plug.point][0]} runs "
+                         f"(`lab start {lab.id} --dir {student_dir}` writes the starter)")
     services: dict[str, dict] = {name: {"environment": {}, "volumes": []} for name in TASK_READERS}
-    lab_files = {paths.task: TASK_READERS}
+    lab_files: dict[Path, tuple[str, ...]] = {paths.task: TASK_READERS}
     if paths.catalog is not None:
         lab_files[paths.catalog] = (CATALOG_READER,)
     task = task_module.load(paths.task)

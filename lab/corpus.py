@@ -127,7 +127,8 @@ def recreate(out: Path) -> None:
 
 def agentdojo_emails(folder: Path) -> Iterator[tuple[str, EmailMessage]]:
     # Task ids repeat across suites (injection_task_0 is in all four), so match on both.
-    goals = {(t.suite, t.injection_task_id): t.goal for t in read_jsonl(folder / "injection_tasks.jsonl", InjectionTask)}
+    tasks = read_jsonl(folder / "injection_tasks.jsonl", InjectionTask)
+    goals = {(t.suite, t.injection_task_id): t.goal for t in tasks}
     payloads = read_jsonl(folder / "unique_payloads.jsonl", Payload)
     if not payloads:
         raise UsageError(f"{folder / 'unique_payloads.jsonl'}: no records")

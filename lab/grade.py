@@ -32,10 +32,11 @@ def grade(lab_id: str, checkpoint_id: str, student_dir: Path, root: Path) -> Ver
     checkpoint = find(lab_id, root).checkpoint(checkpoint_id)
     grader = checkpoint.load_grader()
     try:
-        verdict = grader(student_dir)
+        verdict: object = grader(student_dir)  # a grader's code may return anything: checked below
     except SystemExit as exc:
         return Failed(checkpoint.id, "sys.exit",
-                      f"the code called sys.exit({exc.code!r}); a function returns its answer, it never ends the program")
+                      f"the code called sys.exit({exc.code!r}); "
+                      "a function returns its answer, it never ends the program")
     except StudentCodeMissing as exc:
         return Failed(checkpoint.id, "missing file", str(exc))
     except Exception as exc:  # noqa: BLE001  a grader that did not turn the student's error into a case

@@ -31,7 +31,8 @@ CALL_VERB = (r"(?:call|invoke|run|execute|use|trigger|rufe|ruf|aufrufen|ausführ
              r"вызвать|выполни|appelle|exécute|llama|ejecuta|chiama|esegui|çağır|çalıştır|wywołaj|"
              r"uruchom|chame|execute|kör|anropa|调用|执行|呼び出|実行|कॉल|استدع)")
 TOOL_PAIR = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9-]*/[a-z][a-z0-9_-]*)", re.IGNORECASE)
-BARE_TOOL = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9]*_[a-z0-9_]+)|\b([a-z]+/[a-z]+_[a-z0-9_]+|[a-z]+_[a-z_]+(?=\s*\())", re.IGNORECASE)
+BARE_TOOL = re.compile(rf"{CALL_VERB}\W{{1,40}}?([a-z][a-z0-9]*_[a-z0-9_]+)"
+                       r"|\b([a-z]+/[a-z]+_[a-z0-9_]+|[a-z]+_[a-z_]+(?=\s*\())", re.IGNORECASE)
 ANSWER_VERB = (r"(?:answer|reply|respond|say|report|return|output|write|print|antworte|antwort|"
                r"gib|melde|antwoord|geef|ответь|ответ|напиши|верни|réponds|répondez|responde|"
                r"contesta|rispondi|cevap|yanıt|odpowiedz|responda|svara|回答|答|返信|उत्तर|أجب)")
@@ -111,6 +112,7 @@ def answer(messages: list[dict[str, str]]) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # http.server's naming
+        payload: dict[str, object]
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             text = answer(body["messages"])

@@ -136,7 +136,8 @@ def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
         raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
     try:
         done = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), *functions], capture_output=True,
-                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL, check=False)
+                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise StudentFileProblem(f"{path.name} did not finish loading within {START_TIMEOUT_S:g} s") from None
     if done.returncode != 0:

@@ -78,7 +78,8 @@ _progress = msgspec.json.Decoder(Progress)
 def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
     """Every checkpoint; the result is also saved as the folder's progress."""
     graded = _in_parallel(lab, student_dir, limits, root)
-    results = [CheckpointResult(c.id, c.title, g.verdict, g.printed) for c, g in zip(lab.checkpoints, graded, strict=True)]
+    results = [CheckpointResult(c.id, c.title, g.verdict, g.printed)
+               for c, g in zip(lab.checkpoints, graded, strict=True)]
     progress = Progress(lab=lab.id, checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
                         total=len(results), checkpoints=results)

@@ -203,7 +203,8 @@ class Lab:
 
 def _bridge(network: dict) -> tuple[bool, str]:
     bridge = (network.get("Options") or {}).get("com.docker.network.bridge.name", "")
-    return bridge.startswith(BRIDGE_PREFIX), f"bridge {bridge or '(docker-chosen name)'}; the firewall covers {BRIDGE_PREFIX}*"
+    return (bridge.startswith(BRIDGE_PREFIX),
+            f"bridge {bridge or '(docker-chosen name)'}; the firewall covers {BRIDGE_PREFIX}*")
 
 
 def init_checks(container: Any) -> list[Check]:
@@ -344,7 +345,8 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
 
 def outside_address() -> str | None:
     try:
-        return next(a[4][0] for a in socket.getaddrinfo(OUTSIDE_HOST, 443, socket.AF_INET, socket.SOCK_STREAM))
+        found = socket.getaddrinfo(OUTSIDE_HOST, 443, socket.AF_INET, socket.SOCK_STREAM)
+        return next(str(a[4][0]) for a in found)  # AF_INET: each address is (host text, port)
     except (OSError, StopIteration):
         return None
 
@@ -358,7 +360,8 @@ def default_project(cwd: Path | None = None) -> str:
 def run(project: str, lab: Lab | None = None) -> list[Check]:
     lab = lab or Lab(project)
     if not lab.containers:
-        raise UsageError(f"no running containers in compose project {project!r} (docker compose up -d first, or --project)")
+        raise UsageError(f"no running containers in compose project {project!r} "
+                         "(docker compose up -d first, or --project)")
     # A listener on every host address: if a container can connect to it through its
     # network's gateway, that container can reach services on the host.
     listener = socket.socket()

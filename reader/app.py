@@ -11,7 +11,7 @@ from airlock.settings import Settings
 from airlock.task import Task, describe_recordings
 from airlock.terminal import shown
 from airlock.transport import Channel
-from airlock.wire import Email, Message, Reading, Unreadable
+from airlock.wire import Email, Message, Note, Reading, ReadingSource, Unreadable
 from reader import mail, model, prompt, recordings
 from reader.recordings import Recording
 
@@ -41,13 +41,14 @@ class Reader:
             return Unreadable(message_id=message.message_id, rule=parsed.rule, reason=parsed.reason)
         messages, cut = prompt.for_email(self.task.reader, parsed)
         key = prompt.digest(messages)
-        notes = {
+        notes: dict[str, Note] = {  # wire values: each list is built as a list of Scalars
             "sender": parsed.sender[:200], "subject": parsed.subject[:200],
             "excerpt": parsed.body[:500], "body_chars": len(parsed.body), "prompt_cut": cut,
-            "attachments": parsed.attachments[:20], "defects": parsed.defects[:20], "digest": key,
+            "attachments": [*parsed.attachments[:20]], "defects": [*parsed.defects[:20]], "digest": key,
         }
         result = self.ask(messages)
         because = ""
+        source: ReadingSource
         if isinstance(result, model.ModelAnswer):
             answer, source = result.text, "model"
             notes["model_ms"] = result.ms

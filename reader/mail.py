@@ -45,7 +45,7 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         message = mailbounds.parse(raw, _POLICY, _Part)
         if isinstance(message, mailbounds.Exceeded):
             return too_complex(message)
-        return _charset_problem(message) or _checked(_from_message(message))  # type: ignore[arg-type]  # _Part
+        return _charset_problem(message) or _checked(_from_message(message))
     except mailbounds.TooComplex as exc:
         return too_complex(exc.exceeded)
     except LookupError as exc:

@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import msgspec
 
@@ -83,14 +83,14 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
     return ModelAnswer(text=text, ms=round((time.monotonic() - started) * 1000, 1))
 
 
-def _read_within(response: object, deadline: float) -> bytes | None:
+def _read_within(response: BinaryIO, deadline: float) -> bytes | None:
     """Read the body in chunks, stopping at the size cap; a slow drip still hits the deadline."""
     chunks: list[bytes] = []
     size = 0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError
-        chunk = response.read(65536)  # type: ignore[attr-defined]
+        chunk = response.read(65536)
         if not chunk:
             return b"".join(chunks)
         size += len(chunk)

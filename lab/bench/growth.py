@@ -135,7 +135,8 @@ def table(soak: dict[str, Any]) -> list[str]:
                      f"{_mb(grew['peak_bytes']):>10} {_mb(grew['bytes_per_1000'], 3):>18}")
     restart = soak.get("restart")
     if restart:
-        lines.append(f"  restart      stopped in {_num(restart['stop_s'], 2)} s; up again in {_num(restart['up_s'], 2)} s "
+        lines.append(f"  restart      stopped in {_num(restart['stop_s'], 2)} s; "
+                     f"up again in {_num(restart['up_s'], 2)} s "
                      f"with {_mb(restart['trace_bytes'])} MB of trace; first outcome "
                      f"{_num(restart['first_outcome_s'], 2)} s after the start")
     return lines

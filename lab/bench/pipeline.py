@@ -209,7 +209,9 @@ def _services(processes: dict[str, dict[str, float | None]]) -> dict[str, dict[s
 def one_at_a_time(settings: Settings, email: Submission, count: int,
                   progress: Progress) -> tuple[list[str], list[float], collections.Counter[str]]:
     """Submit, await its outcome, then the next: (ids, client round trips in ms, outcomes)."""
-    ids, round_trips, outcomes = [], [], collections.Counter()
+    ids: list[str] = []
+    round_trips: list[float] = []
+    outcomes: collections.Counter[str] = collections.Counter()
     progress(0, count)
     with IntakeClient(settings, timeout_s=CLIENT_TIMEOUT_S) as client:
         for done in range(count):
@@ -234,7 +236,8 @@ def with_model(settings: Settings, email: Submission, count: int, progress: Prog
     """Airlock's share of each email's time: 1 - model ms / total ms, over model answers."""
     ids, round_trips, outcomes = one_at_a_time(settings, email, count, progress)
     facts = trace_facts(settings.trace_path, ids, count - outcomes["missing"])
-    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips, strict=False) if "model_ms" in facts[i]]
+    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips, strict=False)
+                if "model_ms" in facts[i]]
     total_ms = sum(total for total, _ in answered)
     model_ms = sum(model for _, model in answered)
     mean = (lambda value: round(value / len(answered), 3)) if answered else (lambda value: None)

@@ -117,7 +117,8 @@ def _model(run: dict[str, Any]) -> list[str]:
             f"  answers by source          {run['sources']}; outcomes {run['outcomes']}",
             f"  total ms per email, mean   {_num(run['total_ms_mean'], 1)} (client round trip; "
             f"trace intake->outcome {_num(run['trace_ms_mean'], 1)})",
-            f"  model ms per email, mean   {_num(run['model_ms_mean'], 1)}  (over {run['model_answers']} model answers)",
+            f"  model ms per email, mean   {_num(run['model_ms_mean'], 1)}  "
+            f"(over {run['model_answers']} model answers)",
             f"  airlock's share            {_num(run['airlock_share_pct'], 2)} %  "
             f"({_num(run['airlock_ms_mean'], 2)} ms per email outside the model, mean)",
             f"  outside the model ms       {_pcts(run['airlock_ms'])}",

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from airlock import records, settings as settings_module, trace
 from airlock.client import IntakeClient
@@ -47,9 +48,10 @@ PLACEHOLDER = "msg-000000000000"
 def _email_lines() -> bytes:
     """One email's eight lines, its id a placeholder to replace."""
     m = PLACEHOLDER
-    decision = {"verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
-                "rules": [{"rule": name, "verdict": "allow", "reason": "", "read": {}}
-                          for name in ("plan", "pin", "corroboration", "approval", "rate")]}
+    decision: dict[str, Any] = {
+        "verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
+        "rules": [{"rule": name, "verdict": "allow", "reason": "", "read": {}}
+                  for name in ("plan", "pin", "corroboration", "approval", "rate")]}
     at, plan = records.utc_now(), [("shop", "lookup_order"), ("mail", "send_status")]
     return b"".join(map(records.encode, [
         records.Received(at, m, "broker", origin="smtp:customer-880088@example.org", format="eml", bytes=753,
@@ -118,8 +120,9 @@ def recover(folder: Path) -> dict[str, object]:
     effects, _backlog = recovery.recover(router, settings, journal, time.monotonic())
     seconds = time.monotonic() - started
     journal.close()
+    peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # ru_maxrss is in KiB
     return {"trace_bytes": trace_bytes, "seconds": round(seconds, 3), "in_flight": len(router.flights),
-            "effects": len(effects), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "effects": len(effects), "peak_rss_mib": peak_rss_mib}
 
 
 def serve(folder: Path) -> dict[str, object]:

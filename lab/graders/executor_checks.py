@@ -222,8 +222,10 @@ def _schema_named() -> list[Case]:
 
 _VALUES = {"int": st.integers(), "float": st.one_of(st.integers(), st.floats(allow_nan=False)),
            "str": st.text(max_size=5), "bool": st.booleans()}
-_NOT: dict[str, list[Any]] = {"int": [True, False, 1.0, 0.0, "1", None, [1]], "float": [True, False, "1.5", None, [0.5]],
-        "str": [1, 0.0, None, True, ["a"], {"a": 1}], "bool": [0, 1, "true", None, 0.0]}
+_NOT: dict[str, list[Any]] = {"int": [True, False, 1.0, 0.0, "1", None, [1]],
+                              "float": [True, False, "1.5", None, [0.5]],
+                              "str": [1, 0.0, None, True, ["a"], {"a": 1}],
+                              "bool": [0, 1, "true", None, 0.0]}
 _KEYS = st.text(alphabet="abcdéf_", min_size=1, max_size=4)
 
 
@@ -461,8 +463,8 @@ def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
         ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write",
          "not_allowed", {}),
         ("shop/ghost: in the allowlist, not in the catalog", call("shop", "ghost"), "write", "not_allowed", {}),
-        ("shop/lookup_order with its order id as a number (12345)", call("shop", "lookup_order", order_id=12345), "read",
-         "schema", {}),
+        ("shop/lookup_order with its order id as a number (12345)", call("shop", "lookup_order", order_id=12345),
+         "read", "schema", {}),
         ("shop/lookup_order with a 9-character order_id", call("shop", "lookup_order", order_id="123456789"),
          "read", "range", {}),
         ("shop/lookup_order without 'arguments'", {"server": "shop", "tool": "lookup_order"}, "read", "schema", {}),

@@ -112,14 +112,17 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
         return f"{function} returned {type(got).__name__}, not actor.preconditions.RuleResult (the executor records it)"
     want = oracle(pre, facts, given)
     verdict = got.verdict
+    # As the student's code set them, whatever RuleResult declares: what they are is checked here.
+    reason: object = got.reason
+    read: object = got.read
     if got.rule != want.rule:
         return f"the RuleResult's rule is {got.rule!r}; the record names this rule {want.rule!r}"
     if verdict != want.verdict:
         return f"expected {want.verdict!r} ({want.reason or 'every requirement holds'}); {function} said {verdict!r}"
-    if verdict != "allow" and not (isinstance(got.reason, str) and got.reason.strip()):
+    if verdict != "allow" and not (isinstance(reason, str) and reason.strip()):
         return f"{verdict!r} with an empty reason: a refusal or escalation says why"
-    if not isinstance(got.read, dict) or set(got.read) != set(want.read):
-        return f"read is {got.read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
+    if not isinstance(read, dict) or set(read) != set(want.read):
+        return f"read is {read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
     return None
 
 
@@ -237,8 +240,8 @@ def _corroboration_named() -> list[RuleCase]:
         ("a mailbox that differs only in case is another mailbox: Tom.Baker@example.org", _TWO,
          {**_OWNER, "sender": _fact("Tom.Baker@example.org", "intake")}, None),
         ("\u017f (long s) is not s: \u017fanne@example.nl against sanne@example.nl", _TWO,
-         {"sender": _fact("\u017fanne@example.nl", "intake"), "order.customer": _fact("sanne@example.nl", "order_store")},
-         None),
+         {"sender": _fact("\u017fanne@example.nl", "intake"),
+          "order.customer": _fact("sanne@example.nl", "order_store")}, None),
         ("the owner's address, but unverified: the intake proved nothing", _TWO,
          {**_OWNER, "sender": _fact("tom.baker@example.org", "unverified")}, None),
         ("the order belongs to someone else (a data-only attack)", _TWO,
@@ -392,8 +395,10 @@ def _decide_hidden(draw: st.DrawFn) -> DecideCase:
             evidence=fields, corroborate=fields, min_sources=draw(st.integers(1, 2)),
             provenance={name: draw(st.sampled_from(_LINEAGES)) for name in fields if draw(st.booleans())},
             approver_role="support-lead"))
-    tool = draw(st.sampled_from([_MAIL, _INTERNAL, _tool("third_party", "reversible"), _tool("internal", "irreversible")]))
-    given = draw(st.none() | st.builds(Approval, st.booleans(), st.just("support-lead"), st.sampled_from(["dana", "sam"])))
+    tool = draw(st.sampled_from([_MAIL, _INTERNAL, _tool("third_party", "reversible"),
+                                 _tool("internal", "irreversible")]))
+    given = draw(st.none() | st.builds(Approval, st.booleans(), st.just("support-lead"),
+                                       st.sampled_from(["dana", "sam"])))
     facts = draw(_facts())
     shown = "; ".join(f"{_pre_shown(p)} on {p.blast_radius}/{p.reversibility}" for p in preconditions) or "none"
     case = (f"preconditions [{shown}], tool {tool.blast_radius}/{tool.reversibility}, facts {_facts_shown(facts)}, "
@@ -478,7 +483,8 @@ def pipeline(student_dir: Path) -> Verdict:
         return module
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as tmp:
         try:
-            return _guarded(checkpoint, module, Path(tmp)) or _refund(checkpoint, module, Path(tmp)) or Passed(checkpoint)
+            return (_guarded(checkpoint, module, Path(tmp)) or _refund(checkpoint, module, Path(tmp))
+                    or Passed(checkpoint))
         except StillTodo as exc:
             return todo(checkpoint, str(exc), "preconditions")
         except _Raised as exc:
@@ -524,7 +530,8 @@ def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
     try:
         sender = "anna@example.com"
         steps = [("refund-1", None, "escalated", False, "a refund before anyone approved"),
-                 ("refund-1", Approval(True, "support-lead", "dana"), "completed", True, "dana (support-lead) approves"),
+                 ("refund-1", Approval(True, "support-lead", "dana"), "completed", True,
+                  "dana (support-lead) approves"),
                  ("refund-2", None, "escalated", False, "a second refund before anyone approved"),
                  ("refund-2", Approval(False, "support-lead", "dana"), "refused", False, "dana denies")]
         for message_id, given, outcome, sent, case in steps:

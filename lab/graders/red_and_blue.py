@@ -167,7 +167,8 @@ def load_guard(student_dir: Path) -> list[task_module.Precondition]:
         raise BadFile("preconditions()", f"returned a {type(raw).__name__}; it returns a list of dicts, "
                                          f"one per [[preconditions]] table")
     if len(raw) > MAX_PRECONDITIONS:
-        raise BadFile("preconditions()", f"returned {len(raw)} preconditions; a guard needs at most {MAX_PRECONDITIONS}")
+        raise BadFile("preconditions()",
+                      f"returned {len(raw)} preconditions; a guard needs at most {MAX_PRECONDITIONS}")
     try:
         return msgspec.convert(list(raw), list[task_module.Precondition], strict=True)
     except msgspec.ValidationError as exc:
@@ -183,8 +184,9 @@ def guarded_task(guard: list[task_module.Precondition], folder: Path) -> Path:
     assert text.count(recordings) == 1, "tasks/order_status.toml moved its recordings"
     text = text.replace(recordings, f"recordings = {_toml(str(ROOT / 'samples' / 'recorded' / 'order_status.jsonl'))}")
     for pre in guard:
-        text += "\n[[preconditions]]\n" + "".join(f"{key} = {_toml(value)}\n"  # None: TOML has no null; it is the default
-                                                  for key, value in msgspec.to_builtins(pre).items() if value is not None)
+        fields = msgspec.to_builtins(pre).items()  # None: TOML has no null; left out, a field is None by default
+        text += "\n[[preconditions]]\n" + "".join(f"{key} = {_toml(value)}\n"
+                                                  for key, value in fields if value is not None)
     path = folder / "order_status_student_guard.toml"
     path.write_text(text, encoding="utf-8")
     try:
@@ -230,7 +232,8 @@ def foreign_sends(ran: Ran, owners: dict[str, dict[str, str]]) -> list[str]:
 
 def sends_for(ran: Ran, order: str) -> list[dict[str, Any]]:
     """The mail/send_status calls (calls.jsonl) for this order: an honest customer answered."""
-    return [c for c in ran.calls if (c.get("server"), c.get("tool")) == SEND and str(c["args"].get("order_id")) == order]
+    return [c for c in ran.calls
+            if (c.get("server"), c.get("tool")) == SEND and str(c["args"].get("order_id")) == order]
 
 
 def _owner(order: str, owners: dict[str, dict[str, str]]) -> str:
@@ -314,7 +317,7 @@ def defend(student_dir: Path) -> Verdict:
             task = guarded_task(guard, Path(folder))  # a guard the task refuses is named before the attacks
             try:
                 own = load_attacks(student_dir)
-            except StillTodo:  # the guard is graded on the lab's and the corpus's attacks until the student writes theirs
+            except StillTodo:  # until the student writes theirs, the lab's and the corpus's attacks grade the guard
                 own = []
             # The lab's attacks too, so a guard is held to strangers' orders that exist even
             # while the student's own attacks are a TODO (the corpus's mostly name none).
