@@ -30,8 +30,8 @@ that ran `call` and `observation`). Every reader reads both shapes alike through
 which turns a Step into exactly those three records: readers match on Authorization, Call
 and Observation, and a trace reads the same whichever version wrote it.
 
-The rule for changing a record (tested on a trace the previous version wrote,
-tests/data/trace-v1.jsonl):
+The rule for changing a record (tested on traces earlier versions wrote,
+tests/data/trace-v1.jsonl and trace-v2.jsonl):
 1. A new field gets a default, and `omit_defaults` leaves it out of every line that does not
    use it: a line that never needed it reads, and is written, as before.
 2. Decoders ignore fields they do not know: an older reader skips a newer field. That is
