@@ -65,4 +65,5 @@ def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str
 
 
 def _about(raw_lines: Iterable[bytes], message_id: str) -> list[records.TraceRecord]:
-    return [record for record in map(records.decode, raw_lines) if trace.about(record) == message_id]
+    return [record for raw in raw_lines for record in records.expand(records.decode(raw))
+            if trace.about(record) == message_id]

@@ -1,8 +1,8 @@
 """What a trace line shows outside the data folder: the broker's published stream and the page.
 
 Data: every trace line. Observations carry what a tool returned (an order's owner and
-status); decision records carry the facts each rule read (the same owner, the sender);
-reasons and arguments may quote an address.
+status); decision records carry the facts each rule read (the same owner, the sender); a
+step line carries both (airlock.records.Step); reasons and arguments may quote an address.
 Readers: every subscriber of the broker's trace endpoint, and every page the dashboard
 serves (it also tails trace.jsonl, so it applies this to each line it takes).
 Rationale: an email about someone else's order must not show that customer's address or
@@ -11,8 +11,8 @@ which rule refused, which tool ran with which order id), not the data; the full 
 stays in <data-dir>/trace.jsonl for the operator, who can read it there.
 
 What is withheld, by event:
-- observation: the tool's result values (its field names stay);
-- authorization: the value of each fact a rule read (its lineage and provenance stay);
+- observation and step: the tool's result values (its field names stay);
+- authorization and step: the value of each fact a rule read (its lineage and provenance stay);
 - any line: an email address inside a reason, an error or a call argument.
 `public` is idempotent, so a published line and the same line read back from the file
 look the same after it (the dashboard deduplicates on that).
@@ -28,6 +28,9 @@ import msgspec
 WITHHELD = "(withheld)"
 ADDRESS = re.compile(r"[^\s@<>()\[\],;:=\"']+@[^\s@<>()\[\],;:\"']+")  # an email address inside text
 TEXT_FIELDS = ("reason", "error")
+RESULT_EVENTS = ("observation", "step")  # lines whose `result` is what a tool returned
+DECISION_EVENTS = ("authorization", "step")  # lines whose `decision` holds the facts rules read
+_REDACTED_EVENTS = tuple(b'"event":"%s"' % event.encode() for event in sorted({*RESULT_EVENTS, *DECISION_EVENTS}))
 
 _json = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder(dict[str, Any])
@@ -42,11 +45,11 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
     """The record as anyone outside the data folder may see it (a new dict; keys in order)."""
     shown = {key: masked(value) if key in TEXT_FIELDS else value for key, value in record.items()}
     event = record.get("event")
-    if event == "observation" and isinstance(record.get("result"), dict):
+    if event in RESULT_EVENTS and isinstance(record.get("result"), dict):
         shown["result"] = dict.fromkeys(record["result"], WITHHELD)
     if isinstance(record.get("args"), dict):
         shown["args"] = {key: masked(value) for key, value in record["args"].items()}
-    if event == "authorization" and isinstance(record.get("decision"), dict):
+    if event in DECISION_EVENTS and isinstance(record.get("decision"), dict):
         shown["decision"] = _decision(record["decision"])
     return shown
 
@@ -83,10 +86,10 @@ def _fact(fact: Any) -> Any:
 
 def line(raw: bytes) -> bytes:
     """A trace line as it is published: `public` of it, one JSON object and a newline.
-    A line with no address and no observation or decision in it is published as it is (it
+    A line with no address and no result or decision in it is published as it is (it
     would encode to the same bytes): most lines, kept cheap. A line that is not a JSON
     object (never written by the broker) is published as nothing."""
-    if b"@" not in raw and b'"event":"observation"' not in raw and b'"event":"authorization"' not in raw:
+    if b"@" not in raw and not any(event in raw for event in _REDACTED_EVENTS):
         return raw
     try:
         record = _decode.decode(raw)

@@ -22,12 +22,16 @@ decodes to a typed value, never an exception and never a guess:
 Readers show the last two escaped (airlock.trace.render) and act on neither.
 
 One call record, two files: `Call` is the line the actor appends to calls.jsonl before the
-tool runs (what airlock *did*; attack scoring and the graders read it) and the trace's `call`
-line the broker writes from the actor's answer (with its status, error, key and plan).
-Fields only one of them knows default to None or empty and are left out of the other.
+tool runs (what airlock *did*; attack scoring and the graders read it). The trace's line for
+a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
+the actor answered it (status, error, key, plan) and what the tool returned, in one line.
+Traces written before then hold three lines per step instead (`authorization`, and for a step
+that ran `call` and `observation`). Every reader reads both shapes alike through `expand`,
+which turns a Step into exactly those three records: readers match on Authorization, Call
+and Observation, and a trace reads the same whichever version wrote it.
 
-The rule for changing a record (tested on a trace the previous version wrote,
-tests/data/trace-v1.jsonl):
+The rule for changing a record (tested on traces earlier versions wrote,
+tests/data/trace-v1.jsonl and trace-v2.jsonl):
 1. A new field gets a default, and `omit_defaults` leaves it out of every line that does not
    use it: a line that never needed it reads, and is written, as before.
 2. Decoders ignore fields they do not know: an older reader skips a newer field. That is
@@ -62,8 +66,8 @@ _second: tuple[int, str] = (-1, "")  # the last whole second stamped, and its te
 
 def utc_now() -> str:
     """Now as 2026-11-30T04:48:01.123456Z. The date and time of day are formatted once a
-    second: the broker stamps ten lines an email, and datetime's isoformat each time was a
-    tenth of its work."""
+    second: the broker stamps six lines an email or more, and datetime's isoformat each time
+    was a tenth of its work (at ten lines an email)."""
     global _second
     seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
     stamp = _second  # one read: another thread may replace it, never half of it
@@ -217,7 +221,8 @@ class Verdict(Record, tag="verdict", frozen=True, kw_only=True):
 
 class Authorization(Record, tag="authorization", frozen=True, kw_only=True):
     """One plan step's decision record (actor.preconditions builds `decision`: verdict,
-    rules run, facts read, who decided); every step has one, whether it ran or not."""
+    rules run, facts read, who decided); every step has one, whether it ran or not. A
+    Step's first part (expand); its own line in traces written before Step."""
 
     STAGE: ClassVar[str] = "actor"
     layer: str
@@ -234,9 +239,10 @@ class Call(Record, tag="call", frozen=True, kw_only=True):
 
     calls.jsonl (the actor, before the tool runs): at, message_id, step, server, tool, args,
     and `to` (a mail tool's recipient) and `student` when set; stage, layer, status, error,
-    key are absent (None). The trace (the broker, from the actor's Done): stage "actor",
-    layer "execution", status, error, key, and the task and plan it ran under when the
-    actor named them; `to` is absent. Lines written before calls.jsonl had `event` read too."""
+    key are absent (None). The trace (a Step that ran, through expand; its own line in
+    traces written before Step): stage "actor", layer "execution", status, error, key, and
+    the task and plan it ran under when the actor named them; `to` is absent. calls.jsonl
+    lines written before it had `event` read too."""
 
     STAGE: ClassVar[str] = "actor"
     message_id: str
@@ -256,7 +262,8 @@ class Call(Record, tag="call", frozen=True, kw_only=True):
 
 
 class Observation(Record, tag="observation", frozen=True, kw_only=True):
-    """What a call returned (withheld outside the data folder: airlock.published)."""
+    """What a call returned (withheld outside the data folder: airlock.published). A Step
+    that ran gives one (expand); its own line in traces written before Step."""
 
     STAGE: ClassVar[str] = "actor"
     layer: str
@@ -265,6 +272,31 @@ class Observation(Record, tag="observation", frozen=True, kw_only=True):
     tool: str
     result: dict[str, Any]
     student: str = ""
+
+
+class Step(Record, tag="step", frozen=True, kw_only=True):
+    """One plan step in one line (since issue 16; before, Authorization, Call and Observation
+    lines repeated the base fields, step, server, tool and student). `expand` gives those
+    three back field for field: nothing is lost and no reader handles two shapes.
+    Every step has the Authorization's `key` and `decision`; one that ran (a refused or
+    escalated one did not) has `status` and the Call's and Observation's fields too. A new
+    event (rule 3): an older reader shows it unrecognized, never a step half-read."""
+
+    STAGE: ClassVar[str] = "actor"
+    message_id: str  # about one email always, as a Call is
+    stage: str  # again only to keep the base fields in their order in the line
+    step: int
+    server: str
+    tool: str
+    key: str
+    decision: dict[str, Any]
+    student: str = ""
+    status: Literal["ok", "error", "replayed"] | None = None
+    args: dict[str, Scalar] = {}
+    error: str = ""
+    task: str = ""
+    plan: list[tuple[str, str]] = []
+    result: dict[str, Any] = {}
 
 
 # --- the broker's facts about no one email (message_id null) -------------------------------
@@ -370,7 +402,7 @@ class TraceCheckpointFailed(Record, tag="trace_checkpoint_failed", frozen=True, 
 
 Event = (
     Received | Recovered | Redelivery | LateResult | DecisionTaken | DecisionRefused | OutcomeLine
-    | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation
+    | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation | Step
     | Violation | MalformedFrame | ClientGone | WorkerJoined | WorkerLost | Started | Stopped | AuthRefused
     | HandshakeFailed | StorageFailed | StorageRecovered | JournalCompacted | JournalCompactionFailed
     | JournalDamaged | TraceCheckpoint | TraceCheckpointFailed
@@ -449,6 +481,26 @@ def decode_call(raw: bytes) -> Call | Damaged:
         return _decode_call(raw)
     except msgspec.DecodeError as exc:  # ValidationError too
         return _damaged(raw, str(exc))
+
+
+def expand(record: TraceRecord) -> tuple[TraceRecord, ...]:
+    """The records a trace line stands for, as every reader takes it (airlock.trace's
+    readers, escalations, the page's feed): a Step is its Authorization and, if it ran, its
+    Call and Observation, exactly as lines written before Step held them; any other record
+    is itself. So a trace reads the same whichever version wrote it."""
+    if not isinstance(record, Step):
+        return (record,)
+    r = record
+    authorization = Authorization(r.at, r.message_id, r.stage, layer="authorization", step=r.step, server=r.server,
+                                  tool=r.tool, key=r.key, decision=r.decision, student=r.student)
+    if r.status is None:
+        return (authorization,)
+    return (authorization,
+            Call(at=r.at, message_id=r.message_id, stage=r.stage, layer="execution", step=r.step, server=r.server,
+                 tool=r.tool, args=r.args, status=r.status, error=r.error, key=r.key, task=r.task, plan=r.plan,
+                 student=r.student),
+            Observation(r.at, r.message_id, r.stage, layer="observation", step=r.step, server=r.server, tool=r.tool,
+                        result=r.result, student=r.student))
 
 
 def _untyped(raw: bytes, error: str) -> TraceRecord:

@@ -4,7 +4,9 @@ Segments: the broker's writer closes the live file by size into trace.000001.jso
 (airlock.tracefiles); every reader here reads them all, in order, then the live file.
 
 What a line holds is airlock.records (the second contract: every event a typed record, one
-encoder, one decoder); this module writes the lines and reads them back as those records.
+encoder, one decoder); this module writes the lines and reads them back as those records,
+a `step` line as the Authorization, Call and Observation it holds (records.expand), so
+every reader here, and `airlock trace`, reads a trace alike whichever version wrote it.
 A line that is no record (torn, damaged, a newer writer's event) reads as a typed value
 too, which `render` shows escaped; the other readers act on records only.
 """
@@ -215,7 +217,7 @@ def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[Tr
         if raw != b"\n":  # a blank line says nothing
             record = records.decode(raw)
             if message_id is None or about(record) == message_id:
-                yield record
+                yield from records.expand(record)  # a step line as the records it holds
 
 
 def render(record: TraceRecord) -> str:

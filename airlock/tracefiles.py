@@ -41,7 +41,7 @@ DIGITS = 6  # trace.000001.jsonl: names sort as numbers up to a million segments
 CHECKPOINT_SUFFIX = ".checkpoint"
 OPEN, ESCALATED, FINAL = "open", "escalated", "final"
 # Only lines holding one of these can change an email's state (see fold): a cheap bytes test
-# before decoding skips the other lines (six of an email's eight).
+# before decoding skips the other lines (four of a two-step email's six).
 _STATE_WORDS = (b'"received"', b'"outcome"')
 # A fold longer than this (an old single-file trace of GBs, at its first start) saves its
 # progress as it goes: a broker killed meanwhile (by a supervisor's stuck rule) goes on

@@ -260,7 +260,8 @@ class Rejected(Message, tag="rejected", frozen=True):
 class Call(Message, tag="call", frozen=True):
     """One plan step as the actor handled it, kept in trace layers: the authorization
     decision record, the execution (status, error type, idempotency key) and the
-    observation (the tool's result, or a summary of it)."""
+    observation (the tool's result, or a summary of it); the broker writes them in one
+    trace line (airlock.records.Step)."""
 
     step: int
     server: str

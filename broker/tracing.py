@@ -12,8 +12,10 @@ for a field the broker sets.
 
 from __future__ import annotations
 
+import msgspec
+
 from airlock import records
-from airlock.records import Authorization, Call, ModelAnswer, Observation, Verdict, utc_now
+from airlock.records import ModelAnswer, Step, Verdict, utc_now
 from airlock.wire import Done, Passed, Reading, Rejected, Unreadable
 
 TRACE_TEXT_LIMIT = 2000  # characters of model answer kept in the trace
@@ -47,22 +49,19 @@ def rejected(message: Rejected) -> bytes:
 
 
 def calls(message: Done) -> list[bytes]:
-    """Each call's authorization line; and, for one that ran, its call and observation.
-    Each call line names the plan it ran under (see wire.Done), when the actor said it;
-    `student` is set when this step's decision ran a lab's student code (absent otherwise)."""
-    lines: list[bytes] = []
+    """One Step line per plan step: its decision record; and, for a step that ran, its call
+    (naming the plan it ran under, when the actor said it: see wire.Done) and what the tool
+    returned. `student` is set when the step's decision ran a lab's student code."""
     at, message_id = utc_now(), message.message_id
+    task = message.task if message.plan else ""
+    lines: list[bytes] = []
     for call in message.calls:
-        lines.append(records.encode(Authorization(
-            at, message_id, "actor", layer="authorization", step=call.step, server=call.server, tool=call.tool,
-            student=call.student, key=call.key, decision=call.decision)))
+        decided = Step(at=at, message_id=message_id, stage="actor", step=call.step, server=call.server, tool=call.tool,
+                       key=call.key, decision=call.decision, student=call.student)
         if call.status in ("refused", "escalated"):
-            continue
-        lines.append(records.encode(Call(
-            at=at, message_id=message_id, stage="actor", layer="execution", step=call.step, server=call.server,
-            tool=call.tool, student=call.student, args=call.args, status=call.status, error=call.error,
-            key=call.key, task=message.task if message.plan else "", plan=message.plan)))
-        lines.append(records.encode(Observation(
-            at, message_id, "actor", layer="observation", step=call.step, server=call.server, tool=call.tool,
-            student=call.student, result=call.result)))
+            lines.append(records.encode(decided))  # it did not run: its decision is all there is
+        else:
+            lines.append(records.encode(msgspec.structs.replace(
+                decided, status=call.status, args=call.args, error=call.error, task=task, plan=message.plan,
+                result=call.result)))
     return lines

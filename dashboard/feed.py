@@ -40,12 +40,13 @@ RECONNECT_IVL_MS, RECONNECT_IVL_MAX_MS = 100, 2000
 Deliver = Callable[[list[dict[str, Any]]], object]  # what it returns is not read
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
+def decode(line: bytes) -> list[dict[str, Any]]:
     """A line through the trace's one decoder (airlock.records), as the page takes it: the
-    fields the line holds. None for a line that is no record (torn, damaged): the page
-    shows records only; `airlock trace` shows the rest."""
+    fields of each record it stands for (a step line's three: records.expand). Nothing for a
+    line that is no record (torn, damaged): the page shows records only; `airlock trace`
+    shows the rest."""
     record = records.decode(line)
-    return None if isinstance(record, records.Damaged) else trace.as_line(record)
+    return [] if isinstance(record, records.Damaged) else [trace.as_line(part) for part in records.expand(record)]
 
 
 class Dedup:
@@ -161,6 +162,6 @@ class TraceFeed:
         # Each line as airlock.published shows it, before the digest: the broker publishes
         # lines that way and the file holds them whole, and both must dedup to one.
         shown = (published.line(line) for line in lines)
-        taken = [record for line in shown if self.dedup.fresh(line) and (record := decode(line)) is not None]
+        taken = [record for line in shown if self.dedup.fresh(line) for record in decode(line)]
         for start in range(0, len(taken), CHUNK):
             self.deliver(taken[start:start + CHUNK])

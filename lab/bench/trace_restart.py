@@ -6,8 +6,8 @@ a checkpoint (airlock.tracefiles).
     python -m lab.bench.trace_restart recover DIR
     python -m lab.bench.trace_restart serve DIR
 
-`generate` writes GB of realistic trace (eight lines, about 3.6 KB an email, shaped like
-a real run's: received, model_answer, verdict, authorizations, call, observation, outcome)
+`generate` writes GB of realistic trace (six lines, about 2.6 KB an email, shaped like
+a real run's: received, model_answer, verdict, a step run and a step refused, outcome)
 into DIR/trace.jsonl: with --segment-bytes through the broker's writer, turn by turn,
 taking a checkpoint at each rotation as the broker does (the time of each is reported);
 without, as one file. The last 100 emails are left open, escalated or journalled.
@@ -46,7 +46,7 @@ PLACEHOLDER = "msg-000000000000"
 
 
 def _email_lines() -> bytes:
-    """One email's eight lines, its id a placeholder to replace."""
+    """One email's six lines, its id a placeholder to replace."""
     m = PLACEHOLDER
     decision: dict[str, Any] = {
         "verdict": "allow", "reason": "", "refused_by": None, "escalated_to": None, "approver": None,
@@ -61,16 +61,11 @@ def _email_lines() -> bytes:
                             excerpt="Bestellung 7788, Rechnung anbei. " * 6, body_chars=34, prompt_cut=False,
                             attachments=["rechnung.csv"], defects=[], digest="7336" * 16),
         records.Verdict(at, m, "validator", layer="validator", verdict="passed", value="7788"),
-        records.Authorization(at, m, "actor", layer="authorization", step=1, server="shop", tool="lookup_order",
-                              key=f"{m}:1", decision=decision),
-        records.Call(at=at, message_id=m, stage="actor", layer="execution", step=1, server="shop",
-                     tool="lookup_order", args={"order_id": "7788"}, status="ok", error="", key=f"{m}:1",
-                     task="order_status_guarded", plan=plan),
-        records.Observation(at, m, "actor", layer="observation", step=1, server="shop", tool="lookup_order",
-                            result={"order_id": "7788", "found": True, "customer": "petra@example.at",
-                                    "status": "delivered"}),
-        records.Authorization(at, m, "actor", layer="authorization", step=2, server="mail", tool="send_status",
-                              key=f"{m}:2", decision=decision),
+        records.Step(at=at, message_id=m, stage="actor", step=1, server="shop", tool="lookup_order", key=f"{m}:1",
+                     decision=decision, status="ok", args={"order_id": "7788"}, task="order_status_guarded", plan=plan,
+                     result={"order_id": "7788", "found": True, "customer": "petra@example.at", "status": "delivered"}),
+        records.Step(at=at, message_id=m, stage="actor", step=2, server="mail", tool="send_status", key=f"{m}:2",
+                     decision=decision),
         records.OutcomeLine(at, m, "broker", outcome="completed", ended_at="actor", final=True, ms=13.1, reason=""),
     ]))
 

@@ -274,8 +274,9 @@ def test_a_decide_that_misbehaves_fails_closed(plugged, settings, body: str, sai
 
 
 def test_the_trace_marks_steps_that_ran_student_code(settings) -> None:
-    """A Call with `student` puts it on its authorization, call and observation lines; a
-    Call without it (no plug, or an older actor) leaves the key out."""
+    """A Call with `student` puts it on its step line, and so on each of the authorization,
+    call and observation it is read as; a Call without it (no plug, or an older actor)
+    leaves the key out."""
     router = Router(settings, boot=0xABC)
     workers(router)
     for student in ("actor.select", ""):
@@ -285,7 +286,11 @@ def test_the_trace_marks_steps_that_ran_student_code(settings) -> None:
         call = Call(step=1, server="shop", tool="lookup_order", args={"order_id": "4411"}, status="ok", student=student)
         effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
         marked = [line.get("student") for line in lines(effects) if line["event"] != "outcome"]
-        assert marked == ([student] * 3 if student else [None] * 3)
+        assert marked == [student or None]  # one step line
+        read = [record for effect in effects if isinstance(effect, bytes)
+                for record in records.expand(records.decode(effect)) if not isinstance(record, records.OutcomeLine)]
+        assert [type(record) for record in read] == [records.Authorization, records.Call, records.Observation]
+        assert [record.student for record in read] == [student] * 3
     rendered = trace.render(records.Call(at="t", message_id="m", stage="actor", step=1, server="shop",
                                          tool="lookup_order", args={}, student="actor.select"))
     assert "[student code: actor.select]" in rendered  # airlock trace shows the mark (trace.render)

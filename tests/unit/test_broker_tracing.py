@@ -41,16 +41,25 @@ def test_a_rejection_for_shape_is_the_parsers_and_student_only_when_set() -> Non
     assert (unreadable["layer"], unreadable["rule"]) == ("parser", "mail.x")
 
 
-def test_a_call_that_did_not_run_has_its_authorization_line_only() -> None:
-    """Refused and escalated steps write one authorization line; a run step adds call and
-    observation, each naming the plan it ran under."""
-    calls = [Call(step=0, server="shop", tool="lookup", args={"id": 1}, status="ok", key="k0"),
-             Call(step=1, server="shop", tool="refund", args={}, status="refused")]
-    lines = [json.loads(b) for b in tracing.calls(Done(message_id="m", outcome="completed", calls=calls,
+def test_each_plan_step_is_one_line_and_one_that_did_not_run_has_its_decision_only() -> None:
+    """One `step` line per step: a run step carries its call (naming the plan it ran under)
+    and its result; a refused or escalated one its key and decision alone."""
+    calls = [Call(step=0, server="shop", tool="lookup", args={"id": 1}, status="ok", key="k0",
+                  decision={"verdict": "allow"}, result={"found": True}),
+             Call(step=1, server="shop", tool="refund", args={"id": 1}, status="refused", key="k1",
+                  decision={"verdict": "refuse"}),
+             Call(step=2, server="mail", tool="send", args={}, status="escalated", key="k2",
+                  decision={"verdict": "escalate"})]
+    lines = [json.loads(b) for b in tracing.calls(Done(message_id="m", outcome="refused", calls=calls,
                                                        task="t", plan=[("shop", "lookup")]))]
-    assert [(line["event"], line["step"]) for line in lines] == [("authorization", 0), ("call", 0), ("observation", 0),
-                                                        ("authorization", 1)]
-    assert lines[1]["plan"] == [["shop", "lookup"]] and "plan" not in lines[0]
+    assert [(line["event"], line["stage"], line["step"]) for line in lines] == [("step", "actor", 0),
+                                                                               ("step", "actor", 1),
+                                                                               ("step", "actor", 2)]
+    assert {key: lines[0][key] for key in ("status", "args", "plan", "task", "result", "key", "decision")} == {
+        "status": "ok", "args": {"id": 1}, "plan": [["shop", "lookup"]], "task": "t", "result": {"found": True},
+        "key": "k0", "decision": {"verdict": "allow"}}
+    for line in lines[1:]:  # did not run: nothing of a call, not even its status
+        assert not {"status", "args", "error", "task", "plan", "result"} & set(line) and line["key"]
 
 
 def test_the_outbox_hands_over_everything_once_in_order() -> None:

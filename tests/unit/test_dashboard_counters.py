@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from airlock import settings as settings_module
 from airlock.wire import Accepted, Decide, Heartbeat, Hello, Passed, Reading, Submit
 from broker.router import Router, Send
+from dashboard.feed import decode
 from dashboard.state import OUTCOMES, Board
 from tests.unit.test_dashboard import PLAN, rec
 
@@ -20,7 +21,8 @@ from tests.unit.test_dashboard import PLAN, rec
 class Lab:
     """A broker's Router and a real actor for one task, wired with no sockets: the test
     gives each email's reader and validator answers; the actor runs the task's own plan,
-    and its Done goes back through the Router, which writes the trace lines as in a run."""
+    and its Done goes back through the Router, which writes the trace lines as in a run;
+    `lines` holds them as the page's feed decodes them (a step line as its three records)."""
 
     def __init__(self, settings: settings_module.Settings, actor: Any, boot: int) -> None:
         # Each person decides with their own key (issue 14, point 8): "<name>-key" here.
@@ -42,7 +44,7 @@ class Lab:
         while queue:
             effect = queue.pop(0)
             if isinstance(effect, bytes):
-                self.lines.append(json.loads(effect))
+                self.lines += decode(effect)
             elif isinstance(effect, Send) and effect.role == "actor" and not isinstance(effect.message, Heartbeat):
                 for reply in self.actor.handle(effect.message):
                     if self.lose_actor_replies:

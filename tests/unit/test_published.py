@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from airlock import published
+from airlock import published, records
 from airlock.wire import Hello, Passed, Reading, Submit
 from broker.router import Router, Send
-from dashboard.feed import Dedup
+from dashboard.feed import Dedup, decode
 from dashboard.state import Board
 from dashboard.stream import Hub
 
@@ -57,9 +57,10 @@ def test_a_subscriber_never_sees_another_customers_address_or_status(attack_line
     text = json.dumps(shown)
     assert OWNER not in text and STATUS not in text
     assert SENDER in text  # the sender's own address is theirs to see
-    refused = next(r for r in shown if r["event"] == "authorization" and r["decision"]["verdict"] == "refuse")
+    refused = next(r for r in shown if r["event"] == "step" and r["decision"]["verdict"] == "refuse")
     assert refused["decision"]["refused_by"] == "corroboration" and refused["tool"] == "send_status"
-    assert next(r for r in shown if r["event"] == "call")["args"] == {"order_id": "1234"}
+    ran = next(r for r in shown if r["event"] == "step" and "status" in r)
+    assert ran["args"] == {"order_id": "1234"} and set(ran["result"]) >= {"customer", "status"}
     assert next(r for r in shown if r["event"] == "outcome")["outcome"] == "refused"
 
 
@@ -68,7 +69,7 @@ def test_the_page_never_shows_another_customers_address_or_status(attack_lines) 
     no snapshot holds the owner or the status; the card still shows the refusal."""
     hub = Hub(Board([("shop", "lookup_order"), ("mail", "send_status")]))
     page, _ = hub.subscribe()
-    hub.publish([json.loads(line) for line in attack_lines])
+    hub.publish([record for line in attack_lines for record in decode(line)])  # as the feed reads the file
     sent = []
     while not page.queue.empty():
         sent.append(page.queue.get_nowait()[0])
@@ -85,6 +86,34 @@ def test_published_and_file_lines_are_one_line_to_the_page(attack_lines) -> None
     for line in attack_lines:
         assert dedup.fresh(published.line(line))
         assert not dedup.fresh(published.line(published.line(line).rstrip(b"\n")))
+
+
+def test_a_step_line_withholds_what_its_three_lines_did(attack_lines) -> None:
+    """Privacy: a `step` line holds an observation's result and an authorization's decision;
+    published, it withholds both as those lines did, and the page reads the same from the
+    step line as from the three lines a previous version wrote for it."""
+    steps = [line for line in attack_lines if b'"event":"step"' in line]
+    assert len(steps) == 2 and any(OWNER.encode() in line for line in steps)
+    for line in steps:
+        shown = json.loads(published.line(line))
+        assert OWNER not in json.dumps(shown) and STATUS not in json.dumps(shown)
+        old = [records.encode(record).rstrip(b"\n") for record in records.expand(records.decode(line))]
+        assert decode(published.line(line)) == [part for raw in old for part in decode(published.line(raw))]
+    ran = json.loads(published.line(steps[0]))
+    assert set(ran["result"].values()) == {published.WITHHELD}
+    assert published.line(published.line(steps[0]).rstrip(b"\n")) == published.line(steps[0])  # idempotent
+
+
+def test_a_step_line_with_no_address_in_it_is_withheld_too() -> None:
+    """A step line is never published as it is: a result or a fact read needs no `@` to be
+    a customer's (an order's status)."""
+    read = {"order.status": {"value": "shipped", "lineage": "order_store", "provenance": "shop/lookup_order"}}
+    step = records.Step(at="t", message_id="m", stage="actor", step=2, server="mail", tool="send_status", key="m:2",
+                        decision={"verdict": "refuse", "rules": [{"rule": "r", "read": read}]}, status="ok",
+                        result={"status": "shipped"})
+    line = records.encode(step)
+    assert b"@" not in line and b"shipped" in line
+    assert b"shipped" not in published.line(line)
 
 
 @pytest.mark.parametrize(("text", "expected"), [

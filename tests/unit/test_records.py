@@ -22,7 +22,7 @@ V1_TRACE = (DATA / "trace-v1.jsonl").read_bytes().splitlines(keepends=True)
 V1_CALLS = (DATA / "calls-v1.jsonl").read_bytes().splitlines(keepends=True)
 
 # Each event's required fields (no default) as of v1. Rule 1: a field added later has a
-# default, so this list never grows; a line written before the field still decodes.
+# default, so an event's list never grows; a line written before the field still decodes.
 REQUIRED_V1 = {
     "received": ["bytes", "format", "origin", "sender", "sender_proof"],
     "recovered": ["bytes", "origin"],
@@ -37,6 +37,8 @@ REQUIRED_V1 = {
     "authorization": ["decision", "key", "layer", "server", "step", "tool"],
     "call": ["args", "server", "step", "tool"],  # and message_id, at: no stage (calls.jsonl has none)
     "observation": ["layer", "result", "server", "step", "tool"],
+    # A new event after v1 (issue 16: one line per plan step), not new fields: rule 3.
+    "step": ["decision", "key", "server", "step", "tool"],
     "violation": ["endpoint", "kind", "reason"],
     "malformed_frame": ["bytes", "endpoint", "reason"],
     "client_gone": ["messages"],

@@ -85,8 +85,8 @@ def test_full_flow_records_one_outcome(router: Router) -> None:
     effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call]), 3.0)
     (outcome,) = outcomes(effects)
     assert outcome["outcome"] == "completed" and outcome["message_id"] == message_id
-    assert [line["event"] for line in lines(effects)] == ["authorization", "call", "observation", "outcome"]
-    assert [line["layer"] for line in lines(effects)[:3]] == ["authorization", "execution", "observation"]
+    assert [line["event"] for line in lines(effects)] == ["step", "outcome"]  # one line per plan step
+    assert (lines(effects)[0]["step"], lines(effects)[0]["status"]) == (1, "ok")
     assert router.flights == {}
 
 
@@ -386,7 +386,7 @@ def test_recovery_reads_only_the_brokers_lines(tmp_path) -> None:
 
 
 def test_call_lines_name_the_plan_they_ran_under(router: Router) -> None:
-    """An actor's Done names its task and plan: each call line records them, so a reader of a
+    """An actor's Done names its task and plan: each step that ran records them, so a reader of a
     data dir where several tasks ran judges each call by its own plan; an older actor's Done
     (no plan) leaves them out rather than claim an empty plan."""
     workers(router)
@@ -397,7 +397,7 @@ def test_call_lines_name_the_plan_they_ran_under(router: Router) -> None:
         router.handle("validator", V, Passed(message_id=message_id, value="4411"), 2.0)
         effects = router.handle("actor", A, Done(message_id=message_id, outcome="completed", calls=[call],
                                                  task=task, plan=plan), 3.0)
-        (line,) = [line for line in lines(effects) if line["event"] == "call"]
+        (line,) = [line for line in lines(effects) if line["event"] == "step"]
         if plan:
             assert (line["task"], line["plan"]) == ("order_status", [["shop", "lookup_order"], ["mail", "send_status"]])
         else:
