@@ -5,6 +5,10 @@ hostile text. Nothing here guesses: an unknown charset or an empty body is a Mai
 An email that would cost the stdlib's parsers more than airlock.mailbounds allows (parts,
 nesting, header fields, header characters; an HTML body's unclosed markup and attribute
 count) is `mail.too_complex`, refused before that parser does the work.
+
+A simple email (one text part, plainly written headers) is read by reader.simplemail
+without the stdlib's parser, about five times faster; anything else, and anything that
+module is not sure of, takes the full parse (parse_full), whose result the fast path equals.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import codecs
 import email.headerregistry
 import email.policy
+import email.utils
 import re
 from email.message import EmailMessage
 from html.parser import HTMLParser
@@ -19,6 +24,7 @@ from html.parser import HTMLParser
 import msgspec
 
 from airlock import mailbounds
+from reader import simplemail
 
 
 class ParsedEmail(msgspec.Struct, frozen=True):
@@ -41,7 +47,19 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         except UnicodeDecodeError as exc:
             return MailProblem("mail.charset", f"text is not valid UTF-8: {exc.reason} at byte {exc.start}")
         return _checked(ParsedEmail(sender="", subject="", body=body))
+    return _parse_eml(raw, fast=True)
+
+
+def parse_full(raw: bytes) -> ParsedEmail | MailProblem:
+    """parse(raw, "eml") without reader.simplemail's fast path: what that path must give."""
+    return _parse_eml(raw, fast=False)
+
+
+def _parse_eml(raw: bytes, fast: bool) -> ParsedEmail | MailProblem:
     try:
+        simple = simplemail.read(raw) if fast else None
+        if simple is not None:
+            return _checked(_from_simple(simple))
         message = mailbounds.parse(raw, _POLICY, _Part)
         if isinstance(message, mailbounds.Exceeded):
             return too_complex(message)
@@ -137,8 +155,33 @@ def _header(message: EmailMessage, name: str) -> str:
     """The first `name` header as text."""
     for key, raw in message.raw_items():
         if key.lower() == name:
-            return str(_AS_TEXT.header_fetch_parse(key, raw))
+            return _shown(key, raw)
     return ""
+
+
+_LINE_ENDS = re.compile(r"\r|\n")
+
+
+def _shown(name: str, raw: str) -> str:
+    """A header's raw value as _AS_TEXT shows it. Without "=?" (where an encoded word would
+    start) its parse changes nothing but the line ends it drops and the bytes that are not
+    ASCII, which it reads as UTF-8 (email.utils._sanitize), so that is done without it:
+    tests/unit/test_mail_fast.py holds the shortcut to the parse."""
+    text = _LINE_ENDS.sub("", raw)
+    if "=?" in text:
+        return str(_AS_TEXT.header_fetch_parse(name, raw))
+    return text if text.isascii() else email.utils._sanitize(text)
+
+
+def _from_simple(simple: simplemail.Simple) -> ParsedEmail:
+    """_from_message's result for an email simplemail read, its steps in the same order."""
+    body = html_to_text(simple.body) if simple.subtype == "html" else simple.body
+    return ParsedEmail(
+        sender="" if simple.sender_raw is None else _shown("From", simple.sender_raw),
+        subject="" if simple.subject_raw is None else _shown("Subject", simple.subject_raw),
+        body=body,
+        defects=simple.defects,
+    )
 
 
 def _from_message(message: EmailMessage) -> ParsedEmail:
