@@ -89,20 +89,50 @@ class _Part(EmailMessage):
 
     def get(self, name: str, failobj: object = None) -> object:
         name = name.lower()
-        for key, raw in self._headers:  # type: ignore[attr-defined]  # the part's private header list, read without a copy
-            if key.lower() == name:
-                common = name in _STRUCTURAL and len(raw) <= _COMMON_VALUE_CHARS
-                parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
-                found = parsed.get((key, raw))
-                if found is None:
-                    # The splitter bounded the headers it knows the parse reads; this holds any
-                    # other header read here to the same per-header bound (TooComplex).
-                    mailbounds.check_header(key, raw)
-                    if common and len(_COMMON) >= _COMMON_MAX:
-                        _COMMON.clear()  # hostile variety only costs the parse it would anyway
-                    found = parsed[(key, raw)] = self.policy.header_fetch_parse(key, raw)
-                return found
-        return failobj
+        first = self._first_headers().get(name)
+        if first is None:
+            return failobj
+        key, raw = first
+        common = name in _STRUCTURAL and len(raw) <= _COMMON_VALUE_CHARS
+        parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
+        found = parsed.get(first)
+        if found is None:
+            # The splitter bounded the headers it knows the parse reads; this holds any
+            # other header read here to the same per-header bound (TooComplex).
+            mailbounds.check_header(key, raw)
+            if common and len(_COMMON) >= _COMMON_MAX:
+                _COMMON.clear()  # hostile variety only costs the parse it would anyway
+            found = parsed[first] = self.policy.header_fetch_parse(key, raw)
+        return found
+
+    def __contains__(self, name: str) -> bool:  # type: ignore[override]  # Message's takes a str too
+        return name.lower() in self._first_headers()
+
+    def _first_headers(self) -> dict[str, tuple[str, str]]:
+        """Each header name, lower-case, -> its first (name, raw value), as Message.get
+        finds it by a scan that lowers every name (about 150 lower() calls an email).
+
+        Kept with a copy of the header list it was made from and remade whenever the list
+        is not equal to it: comparing two lists of the same tuples is a pointer walk, and
+        any change to the headers (a set_raw, a replace_header) makes them unequal."""
+        headers = self._headers  # type: ignore[attr-defined]  # the part's private header list
+        made = self.__dict__.get("_first")
+        if made is None or made[0] != headers:
+            first: dict[str, tuple[str, str]] = {}
+            for key, raw in headers:
+                first.setdefault(key.lower(), (key, raw))
+            made = self._first = (list(headers), first)
+        return made[1]
+
+    def get_content_type(self) -> str:
+        """Message's, kept on the Content-Type header object (asked about 20 times an email)."""
+        value = self.get("content-type")
+        if value is None:
+            return super().get_content_type()  # the part's default type
+        ctype = getattr(value, "_airlock_ctype", None)
+        if ctype is None:
+            ctype = value._airlock_ctype = super().get_content_type()  # type: ignore[attr-defined]  # (as _airlock_params)
+        return ctype
 
     def _get_params_preserve(self, failobj: object, header: str) -> object:
         """Message's parameter split, done once per header object and kept on it: charset
@@ -159,15 +189,12 @@ def _header(message: EmailMessage, name: str) -> str:
     return ""
 
 
-_LINE_ENDS = re.compile(r"\r|\n")
-
-
 def _shown(name: str, raw: str) -> str:
     """A header's raw value as _AS_TEXT shows it. Without "=?" (where an encoded word would
     start) its parse changes nothing but the line ends it drops and the bytes that are not
     ASCII, which it reads as UTF-8 (email.utils._sanitize), so that is done without it:
     tests/unit/test_mail_fast.py holds the shortcut to the parse."""
-    text = _LINE_ENDS.sub("", raw)
+    text = simplemail.unfolded(raw)
     if "=?" in text:
         return str(_AS_TEXT.header_fetch_parse(name, raw))
     return text if text.isascii() else email.utils._sanitize(text)
