@@ -27,7 +27,7 @@ from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted([*ROOT.glob("samples/*.eml"), *ROOT.glob("corpus/**/*.eml")])
-PROPERTY = settings(max_examples=examples(1_000), deadline=None,
+PROPERTY = settings(max_examples=examples(800), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
