@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import email.headerregistry
 import email.policy
-import email.utils
 import re
 from email.message import EmailMessage
 from html.parser import HTMLParser
@@ -105,7 +104,7 @@ class _Part(EmailMessage):
             found = parsed[first] = self.policy.header_fetch_parse(key, raw)
         return found
 
-    def __contains__(self, name: str) -> bool:  # type: ignore[override]  # Message's takes a str too
+    def __contains__(self, name: str) -> bool:
         return name.lower() in self._first_headers()
 
     def _first_headers(self) -> dict[str, tuple[str, str]]:
@@ -197,7 +196,9 @@ def _shown(name: str, raw: str) -> str:
     text = simplemail.unfolded(raw)
     if "=?" in text:
         return str(_AS_TEXT.header_fetch_parse(name, raw))
-    return text if text.isascii() else email.utils._sanitize(text)
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # email.utils._sanitize
 
 
 def _from_simple(simple: simplemail.Simple) -> ParsedEmail:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import quopri
 import re
-from email._encoded_words import decode_b  # what Message.get_payload decodes base64 with
+from email._encoded_words import decode_b  # type: ignore[import-not-found]  # get_payload's base64 decoder; private, no stub
 
 import msgspec
 
@@ -68,7 +68,7 @@ _HEAD = re.compile(rb"(?:" + _FIELD + rb")*+" + _NL)  # possessive throughout: l
 _FIELDS = re.compile(r"([\x21-\x39\x3b-\x7e]++):([^\r\n]*+(?>\r\n|\r|\n)(?:[ \t][^\r\n]*+(?>\r\n|\r|\n))*+)",
                      re.ASCII)
 _TOKEN = r"[A-Za-z0-9_.:-]+"
-# re.ASCII: case-insensitive Unicode matching would let "ſ" (U+017F) be an "s".
+# re.ASCII: case-insensitive Unicode matching would let U+017F (a long s) be an "s".
 _PARAMS = re.compile(r";[ \t]*((?i:charset|format|delsp))=(?:\"(" + _TOKEN + r")\"|(" + _TOKEN + r"))[ \t]*", re.ASCII)
 _CONTENT_TYPE = re.compile(r"(?i:text/(plain|html))[ \t]*((?:;[ \t]*(?i:charset|format|delsp)=(?:\"" + _TOKEN
                            + r"\"|" + _TOKEN + r")[ \t]*)*)", re.ASCII)
@@ -135,8 +135,8 @@ def _content_type(value: str) -> tuple[str, str] | None:
         return None
     charset = "ASCII"
     seen = set()
-    for name, quoted, bare in _PARAMS.findall(match.group(2)):
-        name, param = name.lower(), quoted or bare  # as Message._parseparam reads it
+    for written, quoted, bare in _PARAMS.findall(match.group(2)):
+        name, param = written.lower(), quoted or bare  # the name as Message._parseparam reads it
         if name in seen:
             return None
         seen.add(name)
