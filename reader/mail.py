@@ -5,6 +5,10 @@ hostile text. Nothing here guesses: an unknown charset or an empty body is a Mai
 An email that would cost the stdlib's parsers more than airlock.mailbounds allows (parts,
 nesting, header fields, header characters; an HTML body's unclosed markup and attribute
 count) is `mail.too_complex`, refused before that parser does the work.
+
+A simple email (one text part, plainly written headers) is read by reader.simplemail
+without the stdlib's parser, about five times faster; anything else, and anything that
+module is not sure of, takes the full parse (parse_full), whose result the fast path equals.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from html.parser import HTMLParser
 import msgspec
 
 from airlock import mailbounds
+from reader import simplemail
 
 
 class ParsedEmail(msgspec.Struct, frozen=True):
@@ -41,7 +46,19 @@ def parse(raw: bytes, fmt: str) -> ParsedEmail | MailProblem:
         except UnicodeDecodeError as exc:
             return MailProblem("mail.charset", f"text is not valid UTF-8: {exc.reason} at byte {exc.start}")
         return _checked(ParsedEmail(sender="", subject="", body=body))
+    return _parse_eml(raw, fast=True)
+
+
+def parse_full(raw: bytes) -> ParsedEmail | MailProblem:
+    """parse(raw, "eml") without reader.simplemail's fast path: what that path must give."""
+    return _parse_eml(raw, fast=False)
+
+
+def _parse_eml(raw: bytes, fast: bool) -> ParsedEmail | MailProblem:
     try:
+        simple = simplemail.read(raw) if fast else None
+        if simple is not None:
+            return _checked(_from_simple(simple))
         message = mailbounds.parse(raw, _POLICY, _Part)
         if isinstance(message, mailbounds.Exceeded):
             return too_complex(message)
@@ -71,20 +88,50 @@ class _Part(EmailMessage):
 
     def get(self, name: str, failobj: object = None) -> object:
         name = name.lower()
-        for key, raw in self._headers:  # type: ignore[attr-defined]  # the part's private header list, read without a copy
-            if key.lower() == name:
-                common = name in _STRUCTURAL and len(raw) <= _COMMON_VALUE_CHARS
-                parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
-                found = parsed.get((key, raw))
-                if found is None:
-                    # The splitter bounded the headers it knows the parse reads; this holds any
-                    # other header read here to the same per-header bound (TooComplex).
-                    mailbounds.check_header(key, raw)
-                    if common and len(_COMMON) >= _COMMON_MAX:
-                        _COMMON.clear()  # hostile variety only costs the parse it would anyway
-                    found = parsed[(key, raw)] = self.policy.header_fetch_parse(key, raw)
-                return found
-        return failobj
+        first = self._first_headers().get(name)
+        if first is None:
+            return failobj
+        key, raw = first
+        common = name in _STRUCTURAL and len(raw) <= _COMMON_VALUE_CHARS
+        parsed = _COMMON if common else self.__dict__.setdefault("_parsed", {})
+        found = parsed.get(first)
+        if found is None:
+            # The splitter bounded the headers it knows the parse reads; this holds any
+            # other header read here to the same per-header bound (TooComplex).
+            mailbounds.check_header(key, raw)
+            if common and len(_COMMON) >= _COMMON_MAX:
+                _COMMON.clear()  # hostile variety only costs the parse it would anyway
+            found = parsed[first] = self.policy.header_fetch_parse(key, raw)
+        return found
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._first_headers()
+
+    def _first_headers(self) -> dict[str, tuple[str, str]]:
+        """Each header name, lower-case, -> its first (name, raw value), as Message.get
+        finds it by a scan that lowers every name (about 150 lower() calls an email).
+
+        Kept with a copy of the header list it was made from and remade whenever the list
+        is not equal to it: comparing two lists of the same tuples is a pointer walk, and
+        any change to the headers (a set_raw, a replace_header) makes them unequal."""
+        headers = self._headers  # type: ignore[attr-defined]  # the part's private header list
+        made = self.__dict__.get("_first")
+        if made is None or made[0] != headers:
+            first: dict[str, tuple[str, str]] = {}
+            for key, raw in headers:
+                first.setdefault(key.lower(), (key, raw))
+            made = self._first = (list(headers), first)
+        return made[1]
+
+    def get_content_type(self) -> str:
+        """Message's, kept on the Content-Type header object (asked about 20 times an email)."""
+        value = self.get("content-type")
+        if value is None:
+            return super().get_content_type()  # the part's default type
+        ctype = getattr(value, "_airlock_ctype", None)
+        if ctype is None:
+            ctype = value._airlock_ctype = super().get_content_type()  # type: ignore[attr-defined]  # (as _airlock_params)
+        return ctype
 
     def _get_params_preserve(self, failobj: object, header: str) -> object:
         """Message's parameter split, done once per header object and kept on it: charset
@@ -137,8 +184,32 @@ def _header(message: EmailMessage, name: str) -> str:
     """The first `name` header as text."""
     for key, raw in message.raw_items():
         if key.lower() == name:
-            return str(_AS_TEXT.header_fetch_parse(key, raw))
+            return _shown(key, raw)
     return ""
+
+
+def _shown(name: str, raw: str) -> str:
+    """A header's raw value as _AS_TEXT shows it. Without "=?" (where an encoded word would
+    start) its parse changes nothing but the line ends it drops and the bytes that are not
+    ASCII, which it reads as UTF-8 (email.utils._sanitize), so that is done without it:
+    tests/unit/test_mail_fast.py holds the shortcut to the parse."""
+    text = simplemail.unfolded(raw)
+    if "=?" in text:
+        return str(_AS_TEXT.header_fetch_parse(name, raw))
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")  # email.utils._sanitize
+
+
+def _from_simple(simple: simplemail.Simple) -> ParsedEmail:
+    """_from_message's result for an email simplemail read, its steps in the same order."""
+    body = html_to_text(simple.body) if simple.subtype == "html" else simple.body
+    return ParsedEmail(
+        sender="" if simple.sender_raw is None else _shown("From", simple.sender_raw),
+        subject="" if simple.subject_raw is None else _shown("Subject", simple.subject_raw),
+        body=body,
+        defects=simple.defects,
+    )
 
 
 def _from_message(message: EmailMessage) -> ParsedEmail:
