@@ -134,9 +134,7 @@ class Endpoints:
                 taken_bytes += len(payload) if payload is not None else 0
                 messages = decode.frame(payload) if payload is not None else [Malformed(
                     reason="expected exactly one frame", size=0)]
-                now = time.monotonic()
-                for message in messages:
-                    effects += core.handle(role, identity, message, now, key)
+                effects += core.handle_frame(role, identity, messages, time.monotonic(), key)
                 taken += len(messages)
         return effects
 
