@@ -87,9 +87,11 @@ class CarryOut:
         for chunk in trace_chunks(lines, max_frame_bytes):
             self.writer.write(chunk)
         # Subscribers get each line as airlock.published shows it (no customer data); the
-        # file keeps the whole record. They split a frame at its newlines.
-        for chunk in trace_chunks([published.line(line) for line in lines], max_frame_bytes):
-            self.endpoints.publisher.send(chunk)
+        # file keeps the whole record. They split a frame at its newlines. With none, no line
+        # is made public (broker.endpoints: the XPUB says who listens).
+        if self.endpoints.watched:
+            for chunk in trace_chunks([published.line(line) for line in lines], max_frame_bytes):
+                self.endpoints.publisher.send(chunk)
         if later:  # what a refused send led to comes after this turn's lines, as it happened
             self(later)
 

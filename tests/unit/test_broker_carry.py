@@ -30,9 +30,10 @@ class Socket:
 
 
 class Endpoints:
-    def __init__(self, log: list, gone: tuple[str, ...] = ()) -> None:
+    def __init__(self, log: list, gone: tuple[str, ...] = (), watched: bool = True) -> None:
         self.sockets = {role: Socket(log, role, role in gone) for role in ("intake", "reader")}
         self.publisher = Socket(log, "published")
+        self.watched = watched
 
 
 class Journal:
@@ -56,12 +57,13 @@ class Writer:
         self.log.append(("trace", chunk))
 
 
-def turn(settings, fail: bool = False, gone: tuple[str, ...] = ()) -> tuple[list, Router]:
+def turn(settings, fail: bool = False, gone: tuple[str, ...] = (), watched: bool = True) -> tuple[list, Router]:
     log: list = []
     router = Router(settings, boot=0xABC)
     router.handle("reader", b"r1", Hello(credit=1), 0.0)
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Order 4411", format="text"), 0.0)
-    carry = CarryOut(settings, router, Endpoints(log, gone), Journal(log, fail), Writer(log), Storage(router.counters))
+    carry = CarryOut(settings, router, Endpoints(log, gone, watched), Journal(log, fail), Writer(log),
+                     Storage(router.counters))
     carry(effects)
     return log, router
 
@@ -71,6 +73,13 @@ def test_work_leaves_before_the_fsync_and_the_accepted_after_it(settings) -> Non
     assert [entry[0] for entry in log] == ["reader", "fsync", "intake", "trace", "published"]
     (_, held), (_, reply) = log[1], log[2]
     assert held == ["abc-1"] and outbound_decoder("intake").frame(reply) == [Accepted(ref=1, message_id="abc-1")]
+
+
+def test_with_no_subscriber_nothing_is_published_and_the_file_still_gets_every_line(settings) -> None:
+    """The broker makes lines public only while someone subscribes (broker.endpoints: XPUB)."""
+    log, _ = turn(settings, watched=False)
+    assert [entry[0] for entry in log] == ["reader", "fsync", "intake", "trace"]
+    assert log[-1][1].count(b"\n") == len(turn(settings)[0][-2][1].splitlines())
 
 
 def test_a_failed_fsync_refuses_the_email_and_ends_it_failed(settings, capsys) -> None:
