@@ -18,6 +18,7 @@ this module reads neither's settings to decide anything, only the catalog's decl
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,18 +46,23 @@ STRUCTURAL_CHECKS = ("plan", "pin", "permission", "policy", "schema")
 
 class LiveCatalog:
     """The catalog as it is now: re-read when its file changes, as a live tool server's
-    list would. An unreadable catalog is an empty one: every step is refused."""
+    list would. An unreadable catalog is an empty one: every step is refused.
+
+    A change is any new inode, size or ctime. Not the mtime alone: `cp -p` or `os.utime`
+    puts an old mtime on a new catalog (a rug pull that keeps its date); the ctime is the
+    kernel's and cannot be set back. One os.stat per step, on a str (Path.stat cost twice it)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp: int | None = None
+        self.path, self._where = path, str(path)
+        self._stamp: tuple[int, int, int] | None = None
         self._catalog: Catalog = {}
 
     def __call__(self) -> Catalog:
         try:
-            stamp = self.path.stat().st_mtime_ns
+            found = os.stat(self._where)
         except OSError:
             return {}
+        stamp = (found.st_ino, found.st_size, found.st_ctime_ns)
         if stamp != self._stamp:
             try:
                 self._catalog = catalog_module.load(self.path)
