@@ -24,7 +24,7 @@ from broker.router import Router, Send
 from broker.storage import Storage
 from tests.conftest import airlock_env
 
-out = []
+out: list[bytes] = []
 def keep(effects):
     out.extend(e for e in effects if isinstance(e, bytes))
 
