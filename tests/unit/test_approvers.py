@@ -14,6 +14,7 @@ import zmq
 from airlock import keys
 from airlock.wire import Accepted, Decide, Decision, Done, Hello, Passed, Reading, Refused, Submit
 from broker.router import Router, Send
+from tests.unit.test_router import sent_email
 
 DANA, SAM, INTAKE, PAGE = "dana-public-key", "sam-public-key", "intake-public-key", "page-public-key"
 R, V, A, C = b"r", b"v", b"a", b"c"
@@ -26,7 +27,7 @@ def escalated(settings) -> tuple[Router, str]:
     for role, identity in (("reader", R), ("validator", V), ("actor", A)):
         router.handle(role, identity, Hello(credit=1), 0.0)
     effects = router.handle("intake", C, Submit(ref=1, raw=b"refund", format="text"), 0.0, INTAKE)
-    (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
+    (message_id,) = [sent_email(s).message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
     router.handle("reader", R, Reading(message_id=message_id, answer="damaged", source="model"), 0.1)
     router.handle("validator", V, Passed(message_id=message_id, value="damaged"), 0.2)
     router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason="needs a support-lead"), 0.3)

@@ -86,7 +86,7 @@ def test_the_override_gives_the_services_the_labs_task_and_catalog(lab, tmp_path
     task_in_image = "/app/" + paths.task.resolve().relative_to(CHECKOUT).as_posix()
     for name in TASK_READERS:
         assert env(blocks[name], "AIRLOCK_TASK") == task_in_image, name
-    wanted = {paths.task: TASK_READERS}
+    wanted: dict[Path, tuple[str, ...]] = {paths.task: TASK_READERS}
     if paths.catalog is not None:
         catalog_in_image = "/app/" + paths.catalog.resolve().relative_to(CHECKOUT).as_posix()
         assert env(blocks["actor"], "AIRLOCK_CATALOG") == catalog_in_image

@@ -85,9 +85,9 @@ def test_free_subnet_avoids_every_used_network() -> None:
             ipaddress.ip_network("fd00::/64")]
     rng = random.Random(7)
     for _ in range(50):
-        picked = ipaddress.ip_network(f"{free_subnet(used, rng)}.0/24")
+        picked = ipaddress.IPv4Network(f"{free_subnet(used, rng)}.0/24")
         assert not any(picked.overlaps(u) for u in used if u.version == 4)
-        assert picked.subnet_of(ipaddress.ip_network("172.31.0.0/16"))
+        assert picked.subnet_of(ipaddress.IPv4Network("172.31.0.0/16"))
 
 
 def test_free_subnet_says_when_nothing_is_left() -> None:

@@ -13,7 +13,7 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
 
@@ -66,7 +66,7 @@ def reader_text(message: EmailMessage) -> str:
     return "\n".join([str(message.get("subject", "")), *(decoded(part) for part in parts)])
 
 
-def decoded(part: EmailMessage) -> str:
+def decoded(part: MIMEPart) -> str:
     content = part.get_content()
     return content if isinstance(content, str) else content.decode("utf-8")
 

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from actor import catalog as catalog_module
 from actor.app import Actor, build
 from actor.calllog import CallLog
-from actor.executor import Executor
+from actor.executor import Executor, LiveCatalog
 from actor.pending import PendingStore
 from actor.plan import BoundStep, bind
 from actor.preconditions import Approval, Fact, Gate, Principals, corroboration
@@ -27,6 +28,7 @@ from tests.conftest import CATALOG, TASKS
 
 def rug_pull(actor: Actor, text: str) -> None:
     """Change the live catalog file under a running actor (a later mtime, so it is re-read)."""
+    assert isinstance(actor.executor.catalog, LiveCatalog)
     path = actor.executor.catalog.path
     path.write_text(text)
     stamp = time.time_ns() + 10_000_000_000
@@ -116,18 +118,19 @@ def test_slow_tool_times_out_without_a_side_effect(make_actor, logged_calls) -> 
     assert logged_calls() == []
 
 
-class _StuckStore(dict):
+class _StuckStore(dict[str, Any]):
     """An order store whose lookups block until released: a tool slow for a reason of its
-    own, not a mock told to be slow (no delay_s anywhere in the catalog)."""
+    own, not a mock told to be slow (no delay_s anywhere in the catalog). The mocks read
+    the store through get."""
 
-    def __init__(self, orders: dict) -> None:
+    def __init__(self, orders: dict[str, Any]) -> None:
         super().__init__(orders)
         self.release, self.returned = threading.Event(), threading.Event()
 
-    def get(self, *args):  # type: ignore[override]  (the mocks read the store through get)
+    def get(self, key: str, default: Any = None) -> Any:
         try:
             self.release.wait(10)
-            return super().get(*args)
+            return super().get(key, default)
         finally:
             self.returned.set()
 

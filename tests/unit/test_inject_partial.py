@@ -27,7 +27,8 @@ class ScriptedBroker:
     Message, or None for silence (that Submit is read and never answered)."""
 
     def __init__(self, answer: Callable[[int, Submit], Message | None], handshake: bool = True) -> None:
-        self.answer, self.received, self.outbox, self.handshake = answer, 0, [], handshake
+        self.answer, self.received, self.handshake = answer, 0, handshake
+        self.outbox: list[Message] = []
 
     def send(self, message: Message) -> None:
         self.send_all([message])

@@ -317,7 +317,8 @@ def test_prepare_makes_the_principals_keys_so_the_host_can_approve(tmp_path: Pat
     assert "people's keys" not in lab_init.prepare(project, data, folder, me)
     assert keys.load(folder, keys.person("dana")) == dana
     # What `airlock approve` on the host uses: the lab's folder, found with no export.
-    assert keys.load(settings.load({"AIRLOCK_KEYS": str(folder)}).keys_folder, keys.person("dana")) == dana
+    found = settings.load({"AIRLOCK_KEYS": str(folder)}).keys_folder
+    assert found is not None and keys.load(found, keys.person("dana")) == dana
 
 
 def test_prepare_refuses_a_broken_principals_file(tmp_path: Path) -> None:

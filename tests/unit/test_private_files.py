@@ -63,7 +63,7 @@ sys.addaudithook(_hook)  # audit hooks cannot be removed: one for the module, id
 
 
 @pytest.fixture
-def watch(tmp_path: Path) -> Iterator[Callable[[Callable[[], object]], Watcher]]:
+def watch(tmp_path: Path) -> Callable[[Callable[[], object]], Watcher]:
     def run(action: Callable[[], object]) -> Watcher:
         watcher = Watcher(tmp_path)
         _watchers.append(watcher)
