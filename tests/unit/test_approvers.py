@@ -96,7 +96,8 @@ def test_people_get_private_pairs_that_the_broker_maps_to_names(tmp_path: Path) 
     assert keys.approvers(folder) == {dana.public.decode(): "dana",
                                       keys.load(folder, keys.person("sam"), secret=False).public.decode(): "sam"}
     assert (folder / "services" / "broker" / "allow" / "people" / "dana.key").is_file()
-    assert not list((folder / "services").glob("*/people*")) and not list((folder / "services").rglob("dana.key_secret"))
+    services = folder / "services"
+    assert not list(services.glob("*/people*")) and not list(services.rglob("dana.key_secret"))
     assert keys.make_people(folder, ["dana"]) == [] and keys.load(folder, keys.person("dana")) == dana
     with pytest.raises(keys.ConfigError, match="not key file names"):
         keys.make_people(folder, ["../broker"])

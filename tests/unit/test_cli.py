@@ -59,8 +59,8 @@ class Became(Exception):
 
 
 @pytest.mark.parametrize(("argv", "becomes"), [
-    pytest.param(["attack", "corpus/handmade", "--report", "r.json"], ["attack", "corpus/handmade", "--report", "r.json"],
-                 id="attack"),
+    pytest.param(["attack", "corpus/handmade", "--report", "r.json"],
+                 ["attack", "corpus/handmade", "--report", "r.json"], id="attack"),
     pytest.param(["bench", "--emails", "5"], ["bench", "--emails", "5"], id="bench"),
     pytest.param(["pins", "--help"], ["pins", "--help"], id="tool-help"),
     pytest.param(["lab", "check", "separation", "--dir", "d"], ["check", "separation", "--dir", "d"], id="lab"),

@@ -132,7 +132,8 @@ def test_a_folder_without_the_students_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_in_the_lab_container_paths_are_the_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With AIRLOCK_LAB_HOST_DIR (the lab tool's container), the folder and the lab's files are named by their host paths."""
+    """With AIRLOCK_LAB_HOST_DIR (the lab tool's container), the folder and the lab's files are
+    named by their host paths."""
     lab = next(lab for lab in PLUG_LABS if lab.id == "tool-identity")
     workdir = tmp_path / "work"
     student = solution_folder(lab, workdir, "my-tool-identity")

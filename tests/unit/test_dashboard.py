@@ -138,7 +138,8 @@ def test_refusal_is_shown_with_its_rule() -> None:
                     decision={"verdict": "refuse", "reason": "sender differs", "refused_by": "corroboration"}))
     board.apply(rec("outcome", outcome="refused", reason="step 2: sender differs", ended_at="actor"))
     refusal = board.cards["m-1"]["refusals"][0]
-    assert (refusal["verdict"], refusal["refused_by"], refusal["reason"]) == ("refuse", "corroboration", "sender differs")
+    assert (refusal["verdict"], refusal["refused_by"], refusal["reason"]) \
+        == ("refuse", "corroboration", "sender differs")
     assert board.counters["refused"] == 1
 
 
@@ -195,7 +196,8 @@ def test_naive_run_marks_calls_outside_the_plan() -> None:
     """The naive pane's calls are marked against the same plan."""
     board = Board(PLAN)
     entry = board.naive_update({"id": "m-1", "label": "Bestellung", "status": "done", "outcome": "completed",
-                                "calls": [{"step": 1, "server": "shop", "tool": "lookup_order", "args": {"order_id": "4411"}},
+                                "calls": [{"step": 1, "server": "shop", "tool": "lookup_order",
+                                           "args": {"order_id": "4411"}},
                                           {"step": 2, "server": "shop", "tool": "alles_erstatten", "args": {}}]})
     assert [c["outside_plan"] for c in entry["calls"]] == [False, True]
     assert entry["outside_plan"] == 1

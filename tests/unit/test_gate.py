@@ -78,7 +78,8 @@ def test_write_needs_a_write_grant(make_actor, logged_calls) -> None:
 def test_bool_where_int_is_declared(make_actor, tmp_path: Path, logged_calls) -> None:
     """True is not an int: the schema check refuses it before any side effect."""
     catalog = CATALOG + ('\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
-                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n')
+                        'blast_radius = "internal"\nreversibility = "reversible"\n'
+                        'args = { count = { type = "int", min = 1, max = 9 } }\n')
     actor = make_actor(catalog_text=catalog)
     tool = actor.executor.catalog()[("shop", "restock")]
     step = BoundStep(1, ("shop", "restock"), None, {"count": True}, "write", None)
@@ -96,8 +97,9 @@ def test_integer_task_rejects_a_bool_value(settings, tmp_path: Path, logged_call
     task_path.write_text('name = "t"\n[reader]\ninstruction = "i"\n[value]\ntype = "integer"\nmin = 1\nmax = 9\n'
                          '[[plan]]\ncall = "shop/restock"\nvalue_into = "count"\ngrant = "write"\n')
     catalog = tmp_path / "c.toml"
-    catalog.write_text(CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
-                                 'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int" } }\n')
+    catalog.write_text(CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\n'
+                                 'permission = "write"\nblast_radius = "internal"\nreversibility = "reversible"\n'
+                                 'args = { count = { type = "int" } }\n')
     actor = build(msgspec.structs.replace(settings, catalog=catalog), task_module.load(task_path))
     try:
         assert actor.run("m1", True).outcome == "rejected"
@@ -241,7 +243,8 @@ def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
 def test_pending_survives_a_restart(make_actor) -> None:
     """An escalation waits on disk: a new actor can still resolve it."""
     make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de", "dkim")
-    assert make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana")).outcome == "completed"
+    decided = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana"))
+    assert decided.outcome == "completed"
 
 
 def test_an_escalation_is_decided_only_under_its_own_task(make_actor, logged_calls) -> None:
@@ -318,7 +321,8 @@ def test_executor_unit_without_files(tmp_path: Path) -> None:
 
 def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
     """Approved, then the tool fails: the email ends failed and nothing is left waiting."""
-    failing = CATALOG.replace('tool = "send_refund_confirmation"', 'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
+    failing = CATALOG.replace('tool = "send_refund_confirmation"',
+                              'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
     actor = make_actor("refund_with_approval.toml", catalog_text=failing)
     assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
     done = actor.decide("r1", Approval(True, "support-lead", "dana"))

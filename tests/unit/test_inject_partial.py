@@ -56,7 +56,8 @@ class ScriptedBroker:
 
 
 @pytest.fixture
-def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[int, Submit], Message | None]], None]:
+def broker(tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[int, Submit], Message | None]], None]:
     """Make the CLI's IntakeClient talk to a ScriptedBroker (no keys, no sockets)."""
     for key, value in airlock_env(tmp_path / "data").items():
         monkeypatch.setenv(key, value)

@@ -267,7 +267,8 @@ def test_await_answers_finished_pending_and_unknown(router: Router) -> None:
     assert Result(message_id=done_id, outcome="rejected", reason="x") in messages
     assert any(isinstance(m, Refused) and "nope" in m.reason for m in messages)
     effects = router.handle("reader", R1, Unreadable(message_id=pending_id, rule="r", reason="y"), 3.0)
-    assert Result(message_id=pending_id, outcome="rejected", reason="y") in [s.message for s in sends(effects, "intake")]
+    assert Result(message_id=pending_id, outcome="rejected", reason="y") \
+        in [s.message for s in sends(effects, "intake")]
 
 
 def test_undeliverable_work_goes_back_to_the_queue(router: Router) -> None:
@@ -371,9 +372,11 @@ def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
 
 
 @pytest.mark.parametrize(("role", "identity", "message"), [
-    pytest.param("actor", A, Event(event="outcome", message_id="abc-1", detail={"outcome": "completed"}), id="actor-outcome"),
+    pytest.param("actor", A, Event(event="outcome", message_id="abc-1", detail={"outcome": "completed"}),
+                 id="actor-outcome"),
     pytest.param("reader", R1, Event(event="received", message_id="abc-1"), id="reader-received"),
-    pytest.param("reader", R1, Event(event="verdict", message_id="abc-1", detail={"verdict": "passed"}), id="reader-verdict"),
+    pytest.param("reader", R1, Event(event="verdict", message_id="abc-1", detail={"verdict": "passed"}),
+                 id="reader-verdict"),
     pytest.param("intake", CLIENT, Notice(event="outcome", detail={"outcome": "failed"}), id="client-outcome"),
 ])
 def test_peers_cannot_forge_the_brokers_own_events(router: Router, role, identity, message) -> None:

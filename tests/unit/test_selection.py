@@ -452,7 +452,8 @@ def test_the_choice_depends_on_the_inputs_alone() -> None:
     """selection.py imports nothing that brings chance, a clock or the environment, and both
     rules answer the same under different hash seeds (which reorder sets of strings)."""
     tree = ast.parse((ROOT / "actor" / "selection.py").read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported & NO_CHANCE == set(), imported
     answers = {subprocess.run([sys.executable, "-c", SAME_UNDER_ANY_HASH_SEED], cwd=ROOT, capture_output=True,
@@ -642,7 +643,8 @@ def invalid_inputs(draw: st.DrawFn) -> tuple[Any, Any]:
         catalog += [rec("pad", f"t{n}") for n in range(13 - len(catalog))]
     elif fault == "container":
         wrappers: list[Callable[[list[Any]], object]] = [
-            ListSub, TupleSub, lambda rows: dict(enumerate(rows)), lambda rows: {(r["server"], r["tool"]) for r in rows}]
+            ListSub, TupleSub, lambda rows: dict(enumerate(rows)),
+            lambda rows: {(r["server"], r["tool"]) for r in rows}]
         wrap = draw(st.sampled_from(wrappers))
         return wrap(catalog), requested
     else:

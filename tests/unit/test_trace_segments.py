@@ -96,7 +96,8 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     for message_id in (waiting, escalated, final_journalled):
         journal.append(Entry(message_id, b"Order " + message_id.encode(), "text"))
     journal.sync()
-    history: list[tuple[str, Outcome | None]] = [(waiting, None), (escalated, "escalated"), (never_accepted, None), (final_journalled, "completed")]
+    history: list[tuple[str, Outcome | None]] = [
+        (waiting, None), (escalated, "escalated"), (never_accepted, None), (final_journalled, "completed")]
     history += [(f"old-{n}", "completed") for n in range(200)]  # final, no longer journalled
     _history(settings, journal, history).close()
     assert len(tracefiles.closed(settings.trace_path)) >= 20
