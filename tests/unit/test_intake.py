@@ -57,7 +57,7 @@ def envelope(mail_from: str | None, raw: bytes = RAW) -> Envelope:
 async def deliver(handler: Handler, made: Envelope, session: Session | None = None) -> str:
     """aiosmtpd's DATA hook called as its server calls it, with no socket."""
     loop = asyncio.get_running_loop()
-    return await handler.handle_DATA(SMTP(handler, loop=loop), session or Session(loop), made)
+    return await handler.handle_DATA(SMTP(handler, loop=loop), session if session is not None else Session(loop), made)
 
 
 def test_accepted_email_is_answered_250_with_its_message_id() -> None:
