@@ -188,18 +188,17 @@ def emails(draw: st.DrawFn) -> bytes:
     """One email, most near the fast path's grammar: each header line and the whole either
     plain or bent one way (folded, duplicated, broken, at a bound)."""
     fields: list[tuple[bytes, bytes]] = []
-    for name in ("From", "Subject"):
+    for header in ("From", "Subject"):
         for _ in range(draw(st.sampled_from((0, 1, 1, 1, 2)))):  # missing, once, or twice
-            fields.append((draw(st.sampled_from((name, name.upper(), name.lower()))).encode(), draw(header_value(SHOWN))))
-    content_type = draw(st.sampled_from((None, SIMPLE_TYPES, SIMPLE_TYPES, SIMPLE_TYPES, NEAR_TYPES)))
-    if content_type is not None:
-        content_type = draw(st.sampled_from(content_type))
+            fields.append((draw(st.sampled_from((header, header.upper(), header.lower()))).encode(),
+                           draw(header_value(SHOWN))))
+    types = draw(st.sampled_from((None, SIMPLE_TYPES, SIMPLE_TYPES, SIMPLE_TYPES, NEAR_TYPES)))
+    content_type = None if types is None else draw(st.sampled_from(types))
     if content_type is not None:
         for _ in range(draw(st.sampled_from((1, 1, 1, 1, 1, 2)))):
             fields.append((b"Content-Type", content_type.encode()))
-    cte = draw(st.sampled_from((None, SIMPLE_CTES, SIMPLE_CTES, SIMPLE_CTES, NEAR_CTES)))
-    if cte is not None:
-        cte = draw(st.sampled_from(cte))
+    ctes = draw(st.sampled_from((None, SIMPLE_CTES, SIMPLE_CTES, SIMPLE_CTES, NEAR_CTES)))
+    cte = None if ctes is None else draw(st.sampled_from(ctes))
     if cte is not None:
         for _ in range(draw(st.sampled_from((1, 1, 1, 1, 1, 2)))):
             fields.append((b"Content-Transfer-Encoding", cte.encode()))
@@ -207,7 +206,7 @@ def emails(draw: st.DrawFn) -> bytes:
         fields.append((b"Content-Disposition", draw(st.sampled_from((b"inline", b"attachment; filename=a.txt")))))
     fields += [(name.encode(), value.encode()) for name, value in draw(st.lists(st.sampled_from(OTHER), max_size=3))]
     fields = draw(st.permutations(fields))
-    lines = []
+    lines: list[bytes] = []
     for name, value in fields:
         line = name + b":" + draw(st.sampled_from((b" ", b" ", b"", b"  ", b"\t"))) + value
         if draw(st.integers(0, 6)) == 0:  # folded somewhere after the colon

@@ -15,6 +15,7 @@ from broker.router import Router, Send
 from dashboard.feed import Dedup, decode
 from dashboard.state import Board
 from dashboard.stream import Hub
+from tests import lines as trace_lines
 from tests.unit.test_router import sent_email
 
 OWNER = "mallory@example.net"  # owns order 1234 in actor/orders.toml
@@ -102,7 +103,7 @@ def test_a_step_line_withholds_what_its_three_lines_did(attack_lines) -> None:
     for line in steps:
         shown = json.loads(published.line(line))
         assert OWNER not in json.dumps(shown) and STATUS not in json.dumps(shown)
-        old = [records.encode(record).rstrip(b"\n") for record in records.expand(records.decode(line))]
+        old = [raw.rstrip(b"\n") for raw in trace_lines.expanded(line)]
         assert decode(published.line(line)) == [part for raw in old for part in decode(published.line(raw))]
     ran = json.loads(published.line(steps[0]))
     assert set(ran["result"].values()) == {published.WITHHELD}
