@@ -62,7 +62,8 @@ BODY = "\nBestellung 4411 bitte.\n"
 
 
 @pytest.mark.parametrize("raw", [
-    pytest.param(HEAD + "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n" + BODY, id="plain"),
+    pytest.param(HEAD + "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n" + BODY,
+                 id="plain"),
     pytest.param(HEAD.replace("\n", "\r\n") + BODY.replace("\n", "\r\n"), id="crlf"),
     pytest.param(HEAD + 'Content-Type: TEXT/Plain;\n\tCharset="ISO-8859-1"; format=flowed\n' + BODY, id="folded-type"),
     pytest.param("Subject: =?utf-8?q?Bestellung_4411?=\n" + BODY, id="encoded-word-no-from"),
@@ -146,7 +147,8 @@ NEAR_TYPES = [
     "text/html; format=flowed; format=fixed", "text/plain; charset=utf-16", "", "=?utf-8?q?text/plain?=",
 ]
 SIMPLE_CTES = ["7bit", "8bit", "binary", "quoted-printable", "base64", "BASE64", "Quoted-Printable"]
-NEAR_CTES = ["base64 ", "base 64", "x-uuencode", "uuencode", "bogus", "", "8bit\t", "7bit (c)", '"base64"', "b\u00e4se64"]
+NEAR_CTES = ["base64 ", "base 64", "x-uuencode", "uuencode", "bogus", "", "8bit\t", "7bit (c)", '"base64"',
+             "b\u00e4se64"]
 SHOWN = [  # From and Subject values: plain, encoded, 8-bit, odd
     "Kunde <kunde@example.de>", "a@b.c", "", "  spaced  ", "=?utf-8?q?Luc=C3=ADa?= <l@x.es>", "Müller <m@x.de>",
     "a\x00b", "=?", "x =?bogus?q?a?= y", '"q" <a@b>', "Bestellung 4411", "=?utf-8?b?0JfQsNC60LDQtw==?= 3307",
@@ -161,7 +163,8 @@ BROKEN_LINES = [b"From nobody Mon Jan 1 00:00:00 2024", b" continuation first", 
 
 @st.composite
 def header_value(draw: st.DrawFn, values: list[str]) -> bytes:
-    value = draw(st.one_of(st.sampled_from(values), st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t)))
+    one_line = st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t)
+    value = draw(st.one_of(st.sampled_from(values), one_line))
     encoded = value.encode(draw(st.sampled_from(("utf-8", "utf-8", "latin-1"))), errors="replace")
     return encoded + draw(st.sampled_from((b"", b"", b" ", b"\t", b"\xff")))  # trailing blank or stray byte
 
