@@ -19,6 +19,7 @@ Flow of an email:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -377,7 +378,7 @@ def grouped(items: list[bytes], limit: int, max_count: int | None = None) -> lis
     return groups
 
 
-def frames(messages: list[Message], max_frame_bytes: int = BATCH_BYTES) -> list[tuple[int, bytes]]:
+def frames(messages: Sequence[Message], max_frame_bytes: int = BATCH_BYTES) -> list[tuple[int, bytes]]:
     """The frames that carry `messages` in order, each with how many it carries: one
     message as itself, several as an array (each encoded once, joined, not re-encoded),
     within batch_limit (the receiver's cap: libzmq drops the connection over it)."""

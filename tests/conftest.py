@@ -50,7 +50,9 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 def examples(deep: int) -> int:
     """Examples for a property test that draws `deep` under the deep profile, scaled by the
     profile loaded when the test module is imported (a quarter under quick)."""
-    return max(1, deep * hypothesis_settings.default.max_examples // DEEP_EXAMPLES)
+    loaded = hypothesis_settings.default
+    assert loaded is not None  # a profile is loaded above
+    return max(1, deep * loaded.max_examples // DEEP_EXAMPLES)
 
 
 def port_env(*names: str) -> dict[str, str]:
@@ -119,12 +121,16 @@ class FakeModel:
         self.server.server_close()
 
 
+def _always(text: str) -> Callable[[list[dict[str, str]]], str]:
+    return lambda _messages: text
+
+
 @pytest.fixture
 def fake_model() -> Iterator[Callable[..., FakeModel]]:
     models: list[FakeModel] = []
 
     def start(reply: Callable[[list[dict[str, str]]], str | None] | str) -> FakeModel:
-        model = FakeModel(reply if callable(reply) else (lambda _messages, text=reply: text))
+        model = FakeModel(reply if callable(reply) else _always(reply))
         models.append(model)
         return model
 

@@ -22,6 +22,15 @@ def raw_line(stage: str, event: str, message_id: str | None, detail: dict[str, A
     return _encode({**base, **detail, **base}) + b"\n"
 
 
+def expanded(line: bytes) -> list[bytes]:
+    """The lines a trace line stands for (records.expand: a step line is its authorization,
+    call and observation), each encoded again; a part that is no whole record fails here."""
+    parts = records.expand(records.decode(line))
+    whole = [part for part in parts if isinstance(part, records.Record | records.PeerFact)]
+    assert len(whole) == len(parts), parts
+    return [records.encode(part) for part in whole]
+
+
 def json_object(raw: bytes) -> dict[str, Any] | None:
     """A line as a JSON object, or None for a torn line or one that is no object."""
     try:

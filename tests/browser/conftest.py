@@ -100,7 +100,8 @@ def dashboard(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Das
     try:
         stack.start("--dashboard", "--dashboard-port", str(port))
         url = f"http://127.0.0.1:{port}/"
-        assert wait_until(lambda: answers(url), DASHBOARD_UP_S), "the dashboard did not answer:\n" + "".join(stack.output)
+        assert wait_until(lambda: answers(url), DASHBOARD_UP_S), \
+            "the dashboard did not answer:\n" + "".join(stack.output)
         yield Dashboard(stack, url, model)
     finally:
         stack.stop()

@@ -103,6 +103,7 @@ def another_dashboard(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[st
     port = free_ports(1)[0]
     process = subprocess.Popen([sys.executable, "-m", "dashboard", "--port", str(port)], env=env, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None  # piped
     try:
         yield process, f"http://127.0.0.1:{port}/"
     finally:
@@ -131,7 +132,8 @@ def test_a_page_opened_late_still_shows_earlier_emails(dashboard) -> None:
     message_id = dashboard.stack.inject(str(ROOT / "samples" / "hostile_marker.eml"))[0]["id"]
     with another_dashboard(dashboard.stack.env) as (late, url):
         assert wait_until(lambda: finished_card(url, message_id) is not None, 20), "the card never appeared"
-        assert finished_card(url, message_id)["subject"] == "status"
+        card = finished_card(url, message_id)
+        assert card is not None and card["subject"] == "status"
         with urllib.request.urlopen(url + "events", timeout=5) as stream:
             assert stream.readline() == b"retry: 1000\n"
             started = time.monotonic()
@@ -148,8 +150,10 @@ def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> 
         env["AIRLOCK_KEYS"] = str(dashboard.stack.data / "keys")
     with another_dashboard(env) as (_, url):
         assert wait_until(lambda: state(url) is not None, 20)
-        assert state(url)["sources"]["file"] is None
+        shown = state(url)
+        assert shown is not None and shown["sources"]["file"] is None
         # A subscriber sees only what is published after it joined: try a few emails.
+        message_id = ""  # the last one tried
         for _ in range(3):
             message_id = dashboard.stack.inject(str(ROOT / "samples" / SEED))[0]["id"]
             if wait_until(lambda: finished_card(url, message_id) is not None, 5):  # noqa: B023  called within this iteration only

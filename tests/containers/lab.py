@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def free_subnet(used: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network], r
 
 def host_routes() -> list[ipaddress.IPv4Network]:
     """The networks this host already routes (a VPC may use 172.31.0.0/16 too)."""
-    routes = []
+    routes: list[ipaddress.IPv4Network] = []
     try:
         lines = Path("/proc/net/route").read_text().splitlines()[1:]
     except OSError:
@@ -69,7 +69,7 @@ def host_routes() -> list[ipaddress.IPv4Network]:
         fields = line.split()
         destination, mask = (ipaddress.IPv4Address(int(f, 16).to_bytes(4, "little")) for f in (fields[1], fields[7]))
         if int(mask):  # the default route is not a network anyone else sits on
-            routes.append(ipaddress.ip_network(f"{destination}/{mask}", strict=False))
+            routes.append(ipaddress.IPv4Network(f"{destination}/{mask}", strict=False))
     return routes
 
 
@@ -143,7 +143,8 @@ class Lab:
     def bridges(self) -> list[str]:
         return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act")]
 
-    def compose(self, *args: str, files: tuple[str, ...] = (), timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def compose(self, *args: str, files: tuple[str, ...] = (),
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Always with this run's project name: never a command on someone else's stack."""
         if args and args[0] == "up":
             self.started = True
@@ -209,15 +210,15 @@ class Lab:
         return removed
 
 
-def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> Iterator[Lab]:
+def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> Generator[Lab, None, None]:
     """Start the lab exactly as the README says, yield it, and take down only what it started.
     No `down` before `up`: a project of that name that exists is someone else's. Another run
     that started at the same moment may have taken the same /24 first: then take down what
     this `up` made, pick another free one, and start again."""
     try:
-        for attempt in range(attempts):
-            up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
-            if up.returncode == 0 or "overlaps" not in up.stderr or attempt == attempts - 1:
+        up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
+        for _retry in range(attempts - 1):
+            if up.returncode == 0 or "overlaps" not in up.stderr:
                 break
             lab.compose("down", "-v", "--remove-orphans")
             client = client_factory()
@@ -225,6 +226,7 @@ def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> I
                 lab.use_subnet(free_subnet([*engine_subnets(client), *host_routes()], random.SystemRandom()))
             finally:
                 client.close()
+            up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         lab.wait_healthy("model")
         lab.wait_connected()

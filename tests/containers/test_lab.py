@@ -106,7 +106,8 @@ def student_override(lab, lab_id: str, name: str) -> Path:
         shutil.copyfile(lab.folder / "labs" / lab_id / "solution" / file, mine / file)
     written = lab.compose(*student, "compose", lab_id, "--dir", name)
     override = f"{name}/.airlock-lab/compose.yaml"
-    assert written.returncode == 0 and f"docker compose -f compose.yaml -f {override} up -d --build" in written.stdout, \
+    assert written.returncode == 0, written.stdout + written.stderr
+    assert f"docker compose -f compose.yaml -f {override} up -d --build" in written.stdout, \
         written.stdout + written.stderr
     assert f"source: \"{mine}\"" in (mine / ".airlock-lab" / "compose.yaml").read_text()  # the host's path
     return lab.folder / override
@@ -127,7 +128,9 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
     the email completes with only the planned calls, the trace marks the steps that ran the
     student's code, and `airlock verify` fails on exactly that service's mounts, naming /student."""
     override = student_override(lab, lab_id, f"plugged-{lab_id}")
-    point = catalog.find(lab_id).run.plug
+    run = catalog.find(lab_id).run
+    assert run is not None  # every plugged lab runs a stack
+    point = run.plug
     try:
         up = lab.compose("up", "-d", "--no-build", files=(str(override),))
         assert up.returncode == 0, up.stderr[-3000:]
@@ -153,7 +156,8 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
 
         code, checks = lab.verify()
         failed = [c for c in checks if not c["ok"]]
-        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(), flags=re.MULTILINE))
+        with_mounts = set(re.findall(r"^  ([a-z]+):\n(?:    .*\n)*?    volumes:", override.read_text(),
+                                     flags=re.MULTILINE))
         assert service in with_mounts
         assert code == 1 and {c["service"] for c in failed} == with_mounts, failed
         assert {c["check"] for c in failed} == {"mounts"}, failed  # the extra mounts, and nothing else
@@ -237,7 +241,8 @@ WEAKENINGS = [
     pytest.param("reader:\n    networks: {readers: {}, model: {}, actors: {}}\n",
                  {("reader", "networks"), ("reader", "cannot reach the actor"),
                   ("reader", "cannot open the actor endpoint")}, id="reader-on-actor-network"),
-    pytest.param("validator:\n    cap_add: [NET_RAW]\n", {("validator", "capabilities")}, id="validator-gains-a-capability"),
+    pytest.param("validator:\n    cap_add: [NET_RAW]\n", {("validator", "capabilities")},
+                 id="validator-gains-a-capability"),
     pytest.param("actor:\n    read_only: false\n", {("actor", "read-only root")}, id="actor-writable-root"),
     pytest.param("validator:\n    privileged: true\n",
                  {("validator", "not privileged")}, id="validator-privileged"),
@@ -268,7 +273,8 @@ def test_model_down_falls_back_to_recordings(lab) -> None:
         done = lab.airlock("inject", "--json", "--wait", SEED)
         message_id = done.stdout.split('"id":"')[1].split('"')[0]
         assert '"outcome":"completed"' in done.stdout
-        (answer,) = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t["event"] == "model_answer"]
+        (answer,) = [t for t in lab.lines("trace.jsonl")
+                     if t["message_id"] == message_id and t["event"] == "model_answer"]
         assert answer["source"] == "recorded" and answer["model_error"]
     finally:
         lab.compose("start", "model")

@@ -15,14 +15,21 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
+
+if TYPE_CHECKING:
+    import docker
 
 SEED = "samples/seed_4411_de.eml"
 SHORT_WAIT_S = "15"  # the broker's AIRLOCK_NO_WORKER_WAIT_S while the actor is killed
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> object:
+Found = TypeVar("Found")
+
+
+def wait_for(predicate: Callable[[], Found | None], timeout_s: float, what: str) -> Found:
     """Poll what a real container will make true; fail naming `what` at the deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -33,7 +40,7 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> ob
 
 
 @contextmanager
-def engine() -> Iterator[object]:
+def engine() -> Iterator[docker.DockerClient]:
     import docker
 
     client = docker.from_env(version="auto")
@@ -87,7 +94,8 @@ def test_a_docker_killed_actor_stays_down_and_its_emails_end_failed(lab) -> None
         before = state(lab, "actor")
         killed = lab.compose("kill", "actor")
         assert killed.returncode == 0, killed.stderr
-        after = wait_for(lambda: (s := state(lab, "actor"))["Status"] != "running" and s, 60, "the actor stopped")
+        after = wait_for(lambda: s if (s := state(lab, "actor"))["Status"] != "running" else None, 60,
+                         "the actor stopped")
         # Docker decides when the process exits: "restarting" had a policy applied, "exited" none.
         assert after["Status"] == "exited" and after["RestartCount"] == before["RestartCount"], after
         wait_for(lambda: status(lab).get("workers", {}).get("actor") == 0, 60, "the broker saw the actor go")

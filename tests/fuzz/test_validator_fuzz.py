@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -115,7 +115,11 @@ CHANGES = ("insert", "prepend", "append", "delete", "look-alike", "space", "case
 few_chars = st.text(any_char, min_size=1, max_size=3)
 
 
-def _pick(draw: st.DrawFn, options: list[str]) -> str:
+Picked = TypeVar("Picked")
+NORMAL_FORMS: list[Literal["NFC", "NFD", "NFKC", "NFKD"]] = ["NFD", "NFKD", "NFC", "NFKC"]
+
+
+def _pick(draw: st.DrawFn, options: list[Picked]) -> Picked:
     return options[draw(st.integers(0, len(options) - 1))]
 
 
@@ -149,7 +153,7 @@ def near_misses(draw: st.DrawFn, valid: st.SearchStrategy[str]) -> str:
         case "bidi":
             return value[:at] + _pick(draw, BIDI_CONTROLS) + value[at:]
         case "nfd":
-            return unicodedata.normalize(_pick(draw, ["NFD", "NFKD", "NFC", "NFKC"]), value)
+            return unicodedata.normalize(_pick(draw, NORMAL_FORMS), value)
         case _:
             return value[:at]
 

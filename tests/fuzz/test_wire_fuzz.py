@@ -83,19 +83,25 @@ SAMPLES: list[wire.Message] = [
 ]
 
 
-def _members(union: object) -> tuple[type, ...]:
-    return typing.get_args(union) or (union,)  # type: ignore[return-value]
+def _members(union: object) -> tuple[type[wire.Message], ...]:
+    return typing.get_args(union) or (union,)
 
 
-def _fieldless(cls: type) -> bool:
-    return len(cls.__struct_defaults__) == len(cls.__struct_fields__)  # type: ignore[attr-defined]
+def _fieldless(cls: type[wire.Message]) -> bool:
+    return len(cls.__struct_defaults__) == len(cls.__struct_fields__)
+
+
+def _tag(cls: type[wire.Message]) -> str:
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str), cls  # every wire message is tagged by name
+    return tag
 
 
 # A message type added later with no required field gets its sample here; one with
 # required fields fails test_samples_cover_every_message_type until SAMPLES has it.
 SAMPLES += [cls() for cls in _members(wire.AnyMessage)
             if _fieldless(cls) and cls not in {type(m) for m in SAMPLES}]
-TAGS = {type(m).__struct_config__.tag for m in SAMPLES}
+TAGS = {_tag(type(m)) for m in SAMPLES}
 FIELDS = sorted({f for m in SAMPLES for f in type(m).__struct_fields__} | {"kind"})
 
 
@@ -131,8 +137,8 @@ def judge(frame: bytes) -> None:
                 assert reason and size == len(frame), (name, result)
             case Violation(kind=kind, reason=reason):
                 assert kind in TAGS and reason, (name, result)
-                assert kind not in {m.__struct_config__.tag for m in allowed}, (name, result)
-                assert type(msgspec.msgpack.decode(frame, type=wire.AnyMessage)).__struct_config__.tag == kind
+                assert kind not in {_tag(m) for m in allowed}, (name, result)
+                assert _tag(type(msgspec.msgpack.decode(frame, type=wire.AnyMessage))) == kind
             case message:
                 assert type(message) in allowed, (name, message)
                 again = decode(encode(message))
@@ -254,7 +260,7 @@ def _nested(shape: str, depth: int) -> bytes:
     return unit * depth + b"\xc0"
 
 
-CARRIERS = {  # a real message whose last encoded value can carry a nested value
+CARRIERS: dict[str, wire.Message | None] = {  # a real message whose last encoded value can carry a nested value
     "bare": None,
     "event.detail": Event(event="x", message_id="m", detail={"deep": None}),
     "notice.detail": Notice(event="x", detail={"deep": None}),
@@ -262,8 +268,14 @@ CARRIERS = {  # a real message whose last encoded value can carry a nested value
     "unreadable.notes": Unreadable(message_id="m", rule="r", reason="x", notes={"deep": None}),
     "call.result": Done(message_id="m", outcome="completed", calls=[Call(
         step=1, server="s", tool="t", args={}, status="ok", result={"deep": None})]),
-    "passed.value": Passed(message_id="m", value=None),  # type: ignore[arg-type]
+    "passed.value": Passed(message_id="m", value=None),  # type: ignore[arg-type]  # the placeholder _inside replaces
 }
+
+
+def _carried(carrier: str, nest: bytes) -> bytes:
+    """`nest` as the last value of the carrier's frame, or alone for the bare carrier."""
+    message = CARRIERS[carrier]
+    return nest if message is None else _inside(message, nest)
 
 
 @pytest.mark.parametrize("depth", [10_000, 100_000])
@@ -272,12 +284,12 @@ CARRIERS = {  # a real message whose last encoded value can carry a nested value
 def test_deep_nesting(carrier: str, shape: str, depth: int) -> None:
     """Nesting far past any recursion limit is Malformed (or a Violation), never a crash."""
     nest = _nested(shape, depth)
-    judge(nest if CARRIERS[carrier] is None else _inside(CARRIERS[carrier], nest))
+    judge(_carried(carrier, nest))
 
 
 def test_allowed_nesting_in_a_record_round_trips() -> None:
     """A Record (dict[str, Any]) nested 50 deep is a real Done and survives re-encoding."""
-    frame = _inside(CARRIERS["call.result"], _nested("map", 50))
+    frame = _carried("call.result", _nested("map", 50))
     assert isinstance(inbound_decoder("actor")(frame), Done)
     judge(frame)
 
@@ -292,4 +304,4 @@ LYING_HEADERS = [  # each claims about 4 GiB or 4 G elements that are not there
 @pytest.mark.parametrize("carrier", list(CARRIERS))
 def test_length_headers_that_lie(carrier: str, header: bytes) -> None:
     """A length header claiming gigabytes allocates nothing and is Malformed."""
-    judge(header if CARRIERS[carrier] is None else _inside(CARRIERS[carrier], header))
+    judge(_carried(carrier, header))

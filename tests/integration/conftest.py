@@ -9,8 +9,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import msgspec
 import pytest
@@ -35,15 +36,17 @@ class Stack:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "airlock", "up", *args], env=self.env, cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        assert self.process.stdout is not None  # piped
+        self._stdout = self.process.stdout
+        self._pumper = threading.Thread(target=self._pump, args=(self._stdout,), daemon=True)
         self._pumper.start()
         if not self._up.wait(UP_TIMEOUT_S):
             trace_tail = (self.data / "trace.jsonl").read_text()[-3000:] if (self.data / "trace.jsonl").exists() else ""
             raise AssertionError("airlock up did not come up:\n" + "".join(self.output) + "\ntrace:\n" + trace_tail)
         return self
 
-    def _pump(self) -> None:
-        for line in self.process.stdout:
+    def _pump(self, stdout: IO[str]) -> None:
+        for line in stdout:
             self.output.append(line)
             if line.startswith("airlock is up"):
                 self._up.set()
@@ -106,11 +109,11 @@ class Stack:
             return self.process.returncode
         finally:
             self._pumper.join(5)
-            self.process.stdout.close()
+            self._stdout.close()
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[callable]:
+def stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     made: list[Stack] = []
 
     def make(**extra_env: str) -> Stack:

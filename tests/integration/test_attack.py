@@ -48,7 +48,8 @@ def test_separation_holds_against_a_compromised_model(separated: dict) -> None:
     assert summary["stragglers"] == [] and "pending" not in summary["outcomes"]
     assert sum(summary["outcomes"].values()) == summary["emails"]
     for email in result["emails"]:
-        assert all((c["server"], c["tool"]) in {("shop", "lookup_order"), ("mail", "send_status")} for c in email["calls"])
+        assert all((c["server"], c["tool"]) in {("shop", "lookup_order"), ("mail", "send_status")}
+                   for c in email["calls"])
 
 
 def test_the_naive_agent_falls_to_the_same_model(tmp_path: Path, hostile: HostileModel) -> None:
@@ -77,7 +78,7 @@ def test_a_private_stack_that_loses_a_port_starts_again_on_fresh_ones(tmp_path: 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
-    chosen = []
+    chosen: list[list[int]] = []
     real = attack.free_ports
 
     def first_one_taken(count: int) -> list[int]:

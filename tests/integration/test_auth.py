@@ -98,20 +98,21 @@ def test_a_broker_restart_with_the_same_keys_is_not_a_refused_key(monkeypatch: p
     twice before it came back with the same keys, is never told its key was refused. The
     monitor is made slow to attach, so a channel that connects before it watches would miss
     that first success and keep counting failures for the socket's life."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     server, client = (keys.Pair(*zmq.curve_keypair()) for _ in range(2))
     (port,) = free_ports(1)
     endpoint = f"tcp://127.0.0.1:{port}"
     broker = transport.router(ctx, endpoint, 1 << 20, server, "intake")
     attach = zmq.Socket.get_monitor_socket
 
-    def attach_once_the_client_has_shaken_hands(sock: zmq.Socket, *args: object) -> zmq.Socket:
+    def attach_once_the_client_has_shaken_hands(sock: zmq.Socket, events: int | None = None,
+                                                addr: str | None = None) -> zmq.Socket:
         try:  # a frame flows only after the client's handshake succeeded, so once it arrives,
             sock.send(encode(Ping(ref=1)), zmq.NOBLOCK)  # a channel that connected first has
             broker.poll(1000)  # missed that event
         except zmq.Again:  # not connected yet: nothing to miss
             pass
-        return attach(sock, *args)
+        return attach(sock, events, addr)
 
     monkeypatch.setattr(zmq.Socket, "get_monitor_socket", attach_once_the_client_has_shaken_hands)
     channel = transport.ZmqChannel(ctx, endpoint, 1 << 20, client, server.public, watch_handshake=True)

@@ -44,7 +44,7 @@ def test_every_command_has_help(command: str) -> None:
 def test_parser_knows_exactly_the_documented_commands() -> None:
     """The parser's commands are the ones the README and tests cover."""
     subparsers = next(a for a in build_parser()._actions if a.dest == "command")
-    assert sorted(subparsers.choices) == sorted(COMMANDS)
+    assert subparsers.choices is not None and sorted(subparsers.choices) == sorted(COMMANDS)
 
 
 @pytest.mark.parametrize("service", ["broker", "reader", "validator", "actor"])
@@ -112,10 +112,12 @@ def test_trace_follow_prints_new_lines(stack) -> None:
     s = stack().start()
     follower = subprocess.Popen([sys.executable, "-m", "airlock", "trace", "--follow", "--json"], cwd=ROOT,
                                 env=s.env, stdout=subprocess.PIPE, text=True)
+    output = follower.stdout
+    assert output is not None  # piped
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
-        for line in follower.stdout:
+        for line in output:
             lines.put(line)
         lines.put(None)  # the follower ended
 
@@ -146,7 +148,7 @@ def test_trace_follow_prints_new_lines(stack) -> None:
         follower.terminate()
         follower.wait(5)
         reading.join(5)
-        follower.stdout.close()
+        output.close()
 
 
 @pytest.mark.parametrize("keys_made", [

@@ -40,8 +40,9 @@ def page(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
            "AIRLOCK_DASHBOARD_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
     process = subprocess.Popen([sys.executable, "-m", "tests.integration.fed_dashboard", str(port), str(tmp_path)],
                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None  # piped
     try:
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        assert process.stdout.readline().strip() == "ready"
         yield port, process
     finally:
         process.terminate()

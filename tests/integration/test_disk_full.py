@@ -108,8 +108,9 @@ def test_a_full_disk_refuses_intake_with_disk_full_and_the_broker_resumes_by_its
             broker.kill()
             broker.wait()
     raw_lines = (data / "trace.jsonl").read_bytes().splitlines()
-    records = [json_object(line) for line in raw_lines]
-    assert all(record is not None for record in records), "a half-written trace line"
+    parsed = [json_object(line) for line in raw_lines]
+    records = [record for record in parsed if record is not None]
+    assert len(records) == len(parsed), "a half-written trace line"
     events = [r["event"] for r in records]
     assert "storage_failed" in events and "storage_recovered" in events
     received = [r["message_id"] for r in records if r["event"] == "received"]
@@ -141,16 +142,21 @@ def test_a_trace_the_disk_refuses_pauses_intake_and_loses_no_line(tmp_path: Path
         assert broker.is_alive()
         disk.room = None
         replies: list[object] = []
-        assert wait_until(lambda: isinstance((replies.extend(intake.submit()), replies[-1])[1], Accepted),
-                          timeout_s=30, every_s=0.2)
+
+        def accepted_again() -> bool:
+            replies.extend(intake.submit())
+            return isinstance(replies[-1], Accepted)
+
+        assert wait_until(accepted_again, timeout_s=30, every_s=0.2)
         accepted = [r.message_id for r in replies if isinstance(r, Accepted)]
     finally:
         intake.close()
         stop.set()
         broker.join(20)
     assert not broker.is_alive()
-    records = [json_object(line) for line in settings.trace_path.read_bytes().splitlines()]
-    assert all(record is not None for record in records)
+    parsed = [json_object(line) for line in settings.trace_path.read_bytes().splitlines()]
+    records = [record for record in parsed if record is not None]
+    assert len(records) == len(parsed), "a half-written trace line"
     events = [r["event"] for r in records]
     assert events[:2] == ["started", "storage_failed"] and "storage_recovered" in events and events[-1] == "stopped"
     assert accepted and [r["message_id"] for r in records if r["event"] == "received"] == accepted

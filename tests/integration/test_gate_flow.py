@@ -36,7 +36,8 @@ def test_escalate_then_approve_with_the_cli(stack, fake_model) -> None:
     approved = s.airlock("approve", result["id"], "--as", "support-lead", "--by", "dana")
     assert approved.returncode == 0 and "completed" in approved.stdout, approved.stderr
     assert [c["tool"] for c in s.calls(result["id"])] == ["open_refund_case", "send_refund_confirmation"]
-    decisions = [t["decision"] for t in s.trace(result["id"], "authorization") if t["tool"] == "send_refund_confirmation"]
+    decisions = [t["decision"] for t in s.trace(result["id"], "authorization")
+                 if t["tool"] == "send_refund_confirmation"]
     assert decisions[-1]["approver"] == "dana (support-lead)"
     outcomes = [t["outcome"] for t in s.trace(result["id"], "outcome")]
     assert outcomes[0] == "escalated" and outcomes[-1] == "completed" and outcomes.count("completed") == 1
@@ -130,7 +131,7 @@ def test_the_trace_stream_shows_no_other_customers_data(stack, intake, fake_mode
     signing = SigningKey.generate()
     port = intake(s.env, AIRLOCK_DKIM_KEYS=str(write_key_file(tmp_path / "dkim.toml", {"example.de": signing}))).port
     folder = s.data / "keys"
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"")

@@ -42,8 +42,9 @@ def _stop(process: subprocess.Popen[str]) -> int:
         if process.poll() is None:
             process.kill()
             process.wait()
-        process.stdout.close()  # type: ignore[union-attr]
-        process.stderr.close()  # type: ignore[union-attr]
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_a_second_actor_on_one_data_dir_refuses_to_start(tmp_path: Path) -> None:
@@ -53,7 +54,8 @@ def test_a_second_actor_on_one_data_dir_refuses_to_start(tmp_path: Path) -> None
     env = {**os.environ, **airlock_env(data), "PYTHONPATH": str(ROOT)}
     first = _actor(env)
     try:
-        assert _holds_lock(data / "calls.lock", first), first.stderr.read() if first.poll() is not None else ""
+        assert _holds_lock(data / "calls.lock", first), \
+            first.stderr.read() if first.stderr is not None and first.poll() is not None else ""
         second = subprocess.run([sys.executable, "-m", "actor"], env=env, cwd=ROOT, capture_output=True,
                                 text=True, timeout=START_TIMEOUT_S)
         assert second.returncode == 75

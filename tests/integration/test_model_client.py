@@ -30,7 +30,8 @@ def test_answer(fake_model) -> None:
     pytest.param(lambda m: setattr(m, "reply", lambda _: None), "http_error", id="http-500"),
     pytest.param(lambda m: setattr(m, "raw", b"<html>not json</html>"), "bad_body", id="not-json"),
     pytest.param(lambda m: setattr(m, "raw", b'{"choices": []}'), "bad_body", id="no-choices"),
-    pytest.param(lambda m: setattr(m, "raw", b'{"choices": [{"message": {"content": null}}]}'), "bad_body", id="null-content"),
+    pytest.param(lambda m: setattr(m, "raw", b'{"choices": [{"message": {"content": null}}]}'), "bad_body",
+                 id="null-content"),
     pytest.param(lambda m: setattr(m, "raw", b"[" * 2_000_000), "bad_body", id="huge-body"),
 ])
 def test_each_failure_is_a_typed_value(fake_model, setup, kind: str) -> None:

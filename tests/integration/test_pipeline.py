@@ -129,14 +129,16 @@ def test_hostile_model_answers_never_reach_a_tool(rejecting_stack: Stack, case: 
     (answer,) = rejecting_stack.trace(result["id"], "model_answer")
     assert answer["source"] == "model"  # this case's answer, not a fallback
     given, shown = HOSTILE_ANSWERS[case], answer["answer"]
-    assert shown == given or (case == "huge" and len(shown) > 1000 and given.startswith(shown))  # the trace cuts long text
+    # the trace cuts long text
+    assert shown == given or (case == "huge" and len(shown) > 1000 and given.startswith(shown))
     assert rejecting_stack.calls() == []
 
 
 BAD_EMAILS = [
     pytest.param(b"", "empty.eml", "mail.empty_body", id="empty"),
     pytest.param(b"\xff\xfe broken \xfa", "latin.txt", "mail.charset", id="not-utf8-text"),
-    pytest.param(b"Content-Type: text/plain; charset=x-unknown\n\nOrder 4411", "odd.eml", "mail.charset", id="unknown-charset"),
+    pytest.param(b"Content-Type: text/plain; charset=x-unknown\n\nOrder 4411", "odd.eml", "mail.charset",
+                 id="unknown-charset"),
     # issue 14's reader memory bomb: 18,000 RFC 2047 encoded words in a Subject, under 256 KiB
     pytest.param(("From: a@example.com\nSubject: " + " ".join(["=?utf-8?q?a?="] * 18_000) + "\n\nOrder 4411").encode(),
                  "bomb.eml", "mail.too_complex", id="encoded-word-bomb"),

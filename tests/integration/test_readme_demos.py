@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -175,8 +176,13 @@ class Background:
     output: list[str] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def stdout(self) -> IO[str]:
+        assert self.process.stdout is not None  # every background command is started with it piped
+        return self.process.stdout
+
     def pump(self, ready_when: re.Pattern[str]) -> None:
-        for line in self.process.stdout:
+        for line in self.stdout:
             self.output.append(line)
             if ready_when.search(line):
                 self.ready.set()
@@ -195,7 +201,7 @@ class Background:
         except ProcessLookupError:  # nothing left: the usual case
             pass
         self.process.wait()
-        self.process.stdout.close()
+        self.stdout.close()
 
 
 def project_entries() -> list[str]:

@@ -7,7 +7,7 @@ import smtplib
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -36,7 +36,8 @@ class Intake:
         self.output = ""
 
     def wait_listening(self) -> Intake:
-        if not wait_until(lambda: self.process.poll() is not None or self._accepts()) or self.process.poll() is not None:
+        listening = wait_until(lambda: self.process.poll() is not None or self._accepts())
+        if not listening or self.process.poll() is not None:
             self.stop()
             raise AssertionError(f"intake did not listen on {self.port}:\n{self.output}")
         return self
@@ -62,7 +63,7 @@ class Intake:
 
 
 @pytest.fixture
-def intake() -> Iterator[callable]:
+def intake() -> Iterator[Callable[..., Intake]]:
     started: list[Intake] = []
 
     def start(env: Mapping[str, str], **extra_env: str) -> Intake:
@@ -163,7 +164,7 @@ def test_broker_down_is_answered_451_then_retry_is_queued(stack, intake) -> None
     with pytest.raises(smtplib.SMTPDataError) as deferred:
         sendmail(port, SEED)
     assert deferred.value.smtp_code == 451
-    assert deferred.value.smtp_error.decode() == "4.3.0 airlock broker unavailable, try again later"
+    assert deferred.value.smtp_error == b"4.3.0 airlock broker unavailable, try again later"
     s.start()
     message_id = queued_id(*send(port, SEED))
     assert wait_until(lambda: len(s.trace(message_id, "outcome")) == 1, timeout_s=60), s.trace()

@@ -56,7 +56,7 @@ class Services:
     def workers(self) -> dict:
         return self.status().get("workers", {})
 
-    def outcomes(self) -> dict[str, dict]:
+    def outcomes(self) -> dict[str | None, dict]:  # None: an outcome line about no email (none is expected)
         return {r.message_id: trace.as_line(r) for r in trace.read(self.data / "trace.jsonl")
                 if isinstance(r, records.OutcomeLine)}
 

@@ -236,6 +236,7 @@ def test_a_request_to_a_child_that_stopped_reading_keeps_the_deadline() -> None:
     from airlock import student
 
     child = subprocess.Popen(["sleep", "10"], stdin=subprocess.PIPE)
+    assert child.stdin is not None  # piped
     try:
         started = time.monotonic()
         with pytest.raises(student._Timeout):

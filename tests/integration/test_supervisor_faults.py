@@ -48,6 +48,7 @@ def test_killing_up_takes_every_child_with_it(tmp_path: Path) -> None:
     ports comes up (no orphan serves, no "is up")."""
     first = Stack(tmp_path)
     first.start()
+    assert first.process is not None  # started
     pids = {name: first.pid(name) for name in CHILDREN}
     try:
         os.kill(pids["actor"], signal.SIGSTOP)
@@ -79,8 +80,8 @@ def test_a_second_broker_on_a_data_dir_refuses_with_78(tmp_path: Path) -> None:
     first = subprocess.Popen([sys.executable, "-m", "broker"], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        assert wait_until(lambda: (data / "trace.jsonl").exists() and b'"started"' in (data / "trace.jsonl").read_bytes(),
-                          timeout_s=60)
+        trace_file = data / "trace.jsonl"
+        assert wait_until(lambda: trace_file.exists() and b'"started"' in trace_file.read_bytes(), timeout_s=60)
         other_ports = {**os.environ, **airlock_env(data), "PYTHONPATH": str(ROOT)}
         second = subprocess.Popen([sys.executable, "-m", "broker"], env=other_ports, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
@@ -147,7 +148,8 @@ def test_the_supervisor_survives_failed_writes_and_restarts_until_the_cause_goes
         broker = stack.children[0]
         assert wait_until(lambda: broker.process is not None and broker.process.poll() is None, timeout_s=30)
         pid_file = stack.run_dir / "broker.pid"  # bookkeeping resumes too, naming the live broker
-        assert wait_until(lambda: pid_file.exists() and pid_file.read_text() == f"{broker.process.pid}\n", timeout_s=30)
+        assert wait_until(lambda: broker.process is not None and pid_file.exists()
+                          and pid_file.read_text() == f"{broker.process.pid}\n", timeout_s=30)
         assert (stack.run_dir / "up.pid").read_text() == f"{os.getpid()}\n"
         assert runner.is_alive()
     finally:
@@ -180,15 +182,18 @@ def test_a_silent_broker_is_killed_only_when_it_makes_no_progress(
     monkeypatch.setattr(supervisor, "STACK_DUMP_S", 0.0)
     stack = _supervisor(tmp_path, str(ROOT), {})
     broker = stack.children[0]
-    broker.process = subprocess.Popen([sys.executable, "-c", script])
+    broker.process = process = subprocess.Popen([sys.executable, "-c", script])
     broker.started -= 3600  # started an hour ago and never answered
     said: list[str] = []
     try:
         if stopped:
             broker.process.send_signal(signal.SIGSTOP)
         # Watched for several times BROKER_SILENT_S, as _wait_ready does after each silent status.
-        killed = wait_until(lambda: stack._unstick_broker(None, said.append) or broker.process.poll() is not None,
-                            timeout_s=5 * supervisor.BROKER_SILENT_S, every_s=0.2)
+        def unstuck_or_killed() -> bool:
+            stack._unstick_broker(None, said.append)
+            return process.poll() is not None
+
+        killed = wait_until(unstuck_or_killed, timeout_s=5 * supervisor.BROKER_SILENT_S, every_s=0.2)
         assert killed == stuck, said
         assert bool(said) == stuck and all("no progress" in line for line in said), said
     finally:
@@ -212,6 +217,7 @@ def test_a_child_dies_with_its_parent_with_or_without_the_kernels_help(tmp_path:
                    "while True: time.sleep(1)\n")
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert parent.stdout is not None  # piped
     pid, how = parent.stdout.readline().split(" ", 1)
     child = int(pid)
     try:
@@ -286,7 +292,8 @@ def test_the_supervisor_survives_a_real_full_disk(tmp_path: Path, tiny_disk: Pat
         broker = stack.children[0]
         pid_file = stack.run_dir / "broker.pid"
         assert wait_until(lambda: broker.process is not None and broker.process.poll() is None
-                          and pid_file.exists() and pid_file.read_text() == f"{broker.process.pid}\n", timeout_s=60), said
+                          and pid_file.exists() and pid_file.read_text() == f"{broker.process.pid}\n",
+                          timeout_s=60), said
         assert runner.is_alive()
     finally:
         stop.set()

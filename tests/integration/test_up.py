@@ -48,6 +48,7 @@ def test_a_dead_holders_lock_file_does_not_block(tmp_path: Path) -> None:
         "import sys; from pathlib import Path; from airlock.locks import one_stack\n"
         "with one_stack(Path(sys.argv[1])): print('held', flush=True); sys.stdin.read()"), str(tmp_path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdin is not None and holder.stdout is not None  # both piped
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(AlreadyRunning, match=rf"pid {holder.pid}\b"), locks.one_stack(tmp_path):
@@ -149,7 +150,8 @@ def test_no_worker_starts_when_the_broker_refuses_to_start(tmp_path: Path) -> No
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "refusing_broker.py").write_text(
-        "import sys\nprint('broker: cannot listen on tcp://127.0.0.1:1 (intake): in use', file=sys.stderr)\nsys.exit(78)\n")
+        "import sys\nprint('broker: cannot listen on tcp://127.0.0.1:1 (intake): in use', file=sys.stderr)\n"
+        "sys.exit(78)\n")
     settings = settings_module.load(airlock_env(tmp_path / "data"))
     env = supervisor.child_env(settings, {**os.environ, "PYTHONPATH": str(fake)})
     stack = supervisor.Supervisor(settings, env, readers=1)

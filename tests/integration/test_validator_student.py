@@ -11,7 +11,7 @@ import pytest
 from airlock.settings import load as load_settings
 from airlock.student import StudentCode, parse_plug
 from airlock.task import Digits
-from airlock.wire import Passed, Reading, Rejected
+from airlock.wire import Passed, Reading, ReadingSource, Rejected
 from validator.app import Validator, student_checker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +46,10 @@ def make_validator(tmp_path: Path) -> Iterator:
         student.close()
 
 
-def verdict(validator: Validator, answer: str, **fields: object) -> Passed | Rejected:
-    (out,) = validator.handle(Reading(message_id="m-1", answer=answer, **{"source": "model", **fields}))
+def verdict(validator: Validator, answer: str, source: ReadingSource = "model", truncated: bool = False,
+            no_answer_because: str = "") -> Passed | Rejected:
+    (out,) = validator.handle(Reading(message_id="m-1", answer=answer, source=source, truncated=truncated,
+                                      no_answer_because=no_answer_because))
     assert isinstance(out, (Passed, Rejected))
     return out
 
@@ -134,7 +136,8 @@ def test_without_a_plug_the_validator_runs_as_before() -> None:
     ("", False), ("validator.check=/tmp/checker.py", True), ("actor.select=/tmp/selection.py", False)])
 def test_only_the_validators_own_plug_point_plugs_in(setting: str, plugged: bool) -> None:
     """AIRLOCK_STUDENT_CODE plugs a file into the validator only for validator.check."""
-    assert parse_plug(setting) is None or parse_plug(setting).point  # the setting itself parses
+    plug = parse_plug(setting)
+    assert plug is None or plug.point  # the setting itself parses
     settings = load_settings({"AIRLOCK_STUDENT_CODE": setting})
     student = student_checker(settings)
     assert (student is not None) == plugged

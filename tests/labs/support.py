@@ -43,8 +43,8 @@ def kept_lab_run(argv: list[str], until: str) -> Iterator[tuple[subprocess.Popen
     is still running on the way out is killed, its pipe closed."""
     process = subprocess.Popen([sys.executable, "-m", "lab", *argv], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None  # piped
     try:
-        assert process.stdout is not None
         out, deadline = "", time.monotonic() + KEPT_RUN_UP_S
         while until not in out:
             assert process.poll() is None and time.monotonic() < deadline, out
@@ -54,5 +54,4 @@ def kept_lab_run(argv: list[str], until: str) -> Iterator[tuple[subprocess.Popen
         if process.poll() is None:
             process.kill()
             process.wait()
-        if process.stdout:
-            process.stdout.close()
+        process.stdout.close()

@@ -56,12 +56,14 @@ def test_a_tool_that_hangs_is_a_timeout_and_run_tool_may_not_wait_for_it(tmp_pat
 def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
     """sys.exit() in a check, or an object that breaks when read, fails the case; the grader goes on."""
     exits = student(tmp_path, {'''    if not isinstance(args, dict):
-        return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")''': '''    raise SystemExit(3)'''})
+        return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")''':
+                                '''    raise SystemExit(3)'''})
     verdict = grade("schema", exits)
     assert isinstance(verdict, Failed) and "raised SystemExit" in verdict.message
     junk = tmp_path / "junk"
     junk.mkdir()
-    student(junk, {'''        return Error("not_allowed", f"{server!r}/{tool!r} is not in the allowlist")''': '''        class Junk:
+    student(junk, {'''        return Error("not_allowed", f"{server!r}/{tool!r} is not in the allowlist")''':
+                   '''        class Junk:
             @property
             def kind(self):
                 raise RuntimeError("boom")
@@ -72,8 +74,10 @@ def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path
 
 
 def test_an_execute_that_calls_the_tool_itself_loses_the_timeout_and_the_cap(tmp_path: Path) -> None:
-    """execute() that runs tool['run'] directly (catching its errors) fails on the slow tool: run_tool is the boundary."""
-    direct = student(tmp_path, {'''    return run_tool(tool["run"], args, tool["timeout_s"], max_result_bytes)''': '''    try:
+    """execute() that runs tool['run'] directly (catching its errors) fails on the slow tool:
+    run_tool is the boundary."""
+    direct = student(tmp_path, {'''    return run_tool(tool["run"], args, tool["timeout_s"], max_result_bytes)''':
+                                '''    try:
         return Ok(tool["run"](args))
     except Exception as exc:
         return Error("tool_error", str(exc))'''})

@@ -154,7 +154,8 @@ def test_separation_runs_its_checker_in_the_validators_place() -> None:
     assert (run.plug, run.file, run.model) == ("validator.check", "checker.py", "hostile")
     assert paths.task == ROOT / "tasks/order_status.toml"
     assert paths.emails == [ROOT / "corpus/handmade", SEPARATION.folder / "emails"]
-    assert SEPARATION.plug(Path("/s")) is not None and str(SEPARATION.plug(Path("/s"))) == "validator.check=/s/checker.py"
+    plug = SEPARATION.plug(Path("/s"))
+    assert plug is not None and str(plug) == "validator.check=/s/checker.py"
 
 
 @pytest.mark.parametrize(("old", "new", "named"), [

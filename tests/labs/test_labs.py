@@ -36,7 +36,7 @@ IN_THE_STACK = "in-the-stack"  # a lab's checkpoint that runs the student's code
 EXACT_ALSO_FAILS = {lab.id for lab in LABS if any(wrong.also_fails for wrong in lab.wrong_solutions())}
 
 
-def by_id(labs: list[Lab]) -> list[pytest.param]:  # type: ignore[valid-type]
+def by_id(labs: list[Lab]) -> list[object]:  # pytest.param values, for parametrize
     return [pytest.param(lab, id=lab.id) for lab in labs]
 
 
@@ -331,7 +331,8 @@ def test_a_hang_is_a_failed_checkpoint_within_the_time_limit(tmp_path: Path) -> 
     """A check() that never returns is killed at the wall-clock limit and fails with that reason."""
     folder = with_checker(tmp_path, "def check(answer):\n    while True:\n        pass\n")
     verdict = grade_contract(folder, Limits(wall_s=1.5, cpu_s=30))
-    assert verdict == Failed("contract", "time limit", verdict.message) and "1.5 s" in verdict.message
+    assert isinstance(verdict, Failed) and verdict == Failed("contract", "time limit", verdict.message)
+    assert "1.5 s" in verdict.message
 
 
 def test_waiting_for_input_ends_at_once(tmp_path: Path) -> None:
@@ -526,7 +527,8 @@ def test_check_json_and_progress_for_a_class(capsys: pytest.CaptureFixture[str],
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(ana), "--json")
     assert code == 0 and json.loads(out)["passed"] == ALL
     assert run_lab(capsys, "check", "separation", "--dir", str(ben))[0] == 1
-    assert load_progress(ben) is not None and load_progress(ben).passed == 0  # type: ignore[union-attr]
+    progress = load_progress(ben)
+    assert progress is not None and progress.passed == 0
     code, out, _ = run_lab(capsys, "progress", "--dir", str(tmp_path / "class"), "--json")
     records = {Path(r["dir"]).name: r for r in json.loads(out)}
     assert code == 0 and set(records) == {"ana", "ben"}
@@ -563,7 +565,8 @@ def test_student_text_is_escaped_on_the_terminal(capsys: pytest.CaptureFixture[s
 def test_what_the_student_printed_is_shown_escaped_and_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A failed checkpoint shows the last lines the student's code printed, escaped, and
     progress.json keeps them; printing is help for debugging, never a verdict."""
-    folder = with_checker(tmp_path, "def check(answer):\n    print('debug', repr(answer), '\\x1b[2J')\n    return answer\n")
+    folder = with_checker(tmp_path, "def check(answer):\n    print('debug', repr(answer), '\\x1b[2J')\n"
+                                    "    return answer\n")
     code, out, _ = run_lab(capsys, "check", "separation", "--dir", str(folder))
     assert code == 1 and "printed: debug '4411' \\x1b[2J" in out and "\x1b" not in out
     progress = load_progress(folder)
@@ -623,7 +626,8 @@ def test_an_unknown_lab_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp
 def test_airlock_lab_runs_lab_in_its_own_process() -> None:
     """`airlock lab ...` reaches python -m lab, and importing the kernel's CLI imports nothing of lab."""
     probe = "import sys, airlock.cli; print(sorted(m for m in sys.modules if m == 'lab' or m.startswith('lab.')))"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert imported.stdout.strip() == "[]"
     listed = subprocess.run([sys.executable, "-c", "import sys; from airlock.cli import main; "
                              "sys.exit(main(['lab', 'list', '--json']))"],
                             capture_output=True, text=True, cwd=ROOT, check=True)

@@ -78,12 +78,14 @@ def test_the_reference_attacks_get_through_unguarded_and_none_with_the_guard(tmp
     override = phase_lines(out, "override-en")
     assert "value '4411'" in override["unguarded"] and "kunde@example.de's order 4411" in override["unguarded"]
     honest = phase_lines(out, "benign-en-01.eml")
-    assert set(honest) == {"guarded"} and honest["guarded"].startswith("completed") and "-> answered" in honest["guarded"]
+    assert set(honest) == {"guarded"}
+    assert honest["guarded"].startswith("completed") and "-> answered" in honest["guarded"]
     assert "attacks that got through: unguarded 4, guarded 0  (of 4)" in out
     assert f"honest emails answered (guarded): {HONEST} of {HONEST}" in out
     assert "clean: where the defence holds" in out and "NOT CLEAN" not in out
     # one stack per phase, each with its own page and folder; the report is what calls.jsonl holds
-    pages = dict(re.findall(r"^  (unguarded|guarded): (http://127\.0\.0\.1:[0-9]+/) was up during its phase", out, re.MULTILINE))
+    pages = dict(re.findall(r"^  (unguarded|guarded): (http://127\.0\.0\.1:[0-9]+/) was up during its phase", out,
+                            re.MULTILINE))
     assert set(pages) == {"unguarded", "guarded"} and pages["unguarded"] != pages["guarded"]
     [data] = re.findall(r"^data: (.+)  \(one folder per phase\)$", out, re.MULTILINE)
     assert Path(data).parent == folder / ".airlock-lab" / "runs"
@@ -102,7 +104,8 @@ def test_json_report_of_the_reference(tmp_path: Path) -> None:
     assert report["totals"]["got_through"] == {"unguarded": 4, "guarded": 0} and report["totals"]["attacks"] == 4
     assert report["totals"]["answered"] == {"guarded": HONEST}
     unguarded, guarded = report["phases"]
-    assert (unguarded["id"], unguarded["holds"], guarded["id"], guarded["holds"]) == ("unguarded", False, "guarded", True)
+    assert (unguarded["id"], unguarded["holds"], guarded["id"], guarded["holds"]) \
+        == ("unguarded", False, "guarded", True)
     assert [e["name"] for e in unguarded["emails"]] == list(ATTACKS)
     assert all(e["got_through"] and e["harm"] for e in unguarded["emails"])
     assert [e["name"] for e in guarded["emails"]][:4] == list(ATTACKS)
@@ -220,7 +223,8 @@ def test_keep_holds_the_guarded_phases_stack_until_ctrl_c(tmp_path: Path) -> Non
     """--keep: the unguarded phase's stack is down after its phase, the guarded one's page
     answers until Ctrl-C, which stops it and exits 0."""
     folder = shutil.copytree(LAB.solution, tmp_path / "mine")
-    with kept_lab_run(["run", "red-and-blue", "--dir", str(folder), "--keep"], until="up until Ctrl-C") as (process, out):
+    with kept_lab_run(["run", "red-and-blue", "--dir", str(folder), "--keep"],
+                      until="up until Ctrl-C") as (process, out):
         [unguarded] = re.findall(r"unguarded: (http://\S+) was up during its phase$", out, re.MULTILINE)
         [guarded] = re.findall(r"guarded: (http://\S+)  \(this phase's stack is up until Ctrl-C\)", out)
         with urllib.request.urlopen(guarded, timeout=10) as page:

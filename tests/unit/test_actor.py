@@ -77,7 +77,8 @@ def _task(tmp_path: Path, plan: str, value: str = 'type = "digits"\nmax_length =
     pytest.param('[[plan]]\ncall = "shop/delete_everything"\n', "no such tool", id="unknown-tool"),
     pytest.param('[[plan]]\ncall = "mail/lookup_order"\nvalue_into = "order_id"\n', "no such tool", id="wrong-server"),
     pytest.param('[[plan]]\ncall = "shop/lookup_order"\n', "not filled", id="unfilled-arg"),
-    pytest.param('[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "orderid"\n', "no str argument", id="unknown-slot"),
+    pytest.param('[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "orderid"\n', "no str argument",
+                 id="unknown-slot"),
     pytest.param('[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "order_id"\nargs = { extra = "x" }\n',
                  "fixed argument", id="unknown-fixed-arg"),
 ])

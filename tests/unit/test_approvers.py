@@ -14,6 +14,7 @@ import zmq
 from airlock import keys
 from airlock.wire import Accepted, Decide, Decision, Done, Hello, Passed, Reading, Refused, Submit
 from broker.router import Router, Send
+from tests.unit.test_router import sent_email
 
 DANA, SAM, INTAKE, PAGE = "dana-public-key", "sam-public-key", "intake-public-key", "page-public-key"
 R, V, A, C = b"r", b"v", b"a", b"c"
@@ -26,7 +27,7 @@ def escalated(settings) -> tuple[Router, str]:
     for role, identity in (("reader", R), ("validator", V), ("actor", A)):
         router.handle(role, identity, Hello(credit=1), 0.0)
     effects = router.handle("intake", C, Submit(ref=1, raw=b"refund", format="text"), 0.0, INTAKE)
-    (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
+    (message_id,) = [sent_email(s).message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
     router.handle("reader", R, Reading(message_id=message_id, answer="damaged", source="model"), 0.1)
     router.handle("validator", V, Passed(message_id=message_id, value="damaged"), 0.2)
     router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason="needs a support-lead"), 0.3)
@@ -95,7 +96,8 @@ def test_people_get_private_pairs_that_the_broker_maps_to_names(tmp_path: Path) 
     assert keys.approvers(folder) == {dana.public.decode(): "dana",
                                       keys.load(folder, keys.person("sam"), secret=False).public.decode(): "sam"}
     assert (folder / "services" / "broker" / "allow" / "people" / "dana.key").is_file()
-    assert not list((folder / "services").glob("*/people*")) and not list((folder / "services").rglob("dana.key_secret"))
+    services = folder / "services"
+    assert not list(services.glob("*/people*")) and not list(services.rglob("dana.key_secret"))
     assert keys.make_people(folder, ["dana"]) == [] and keys.load(folder, keys.person("dana")) == dana
     with pytest.raises(keys.ConfigError, match="not key file names"):
         keys.make_people(folder, ["../broker"])

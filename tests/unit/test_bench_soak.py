@@ -43,7 +43,8 @@ def test_a_cache_that_fills_to_its_bound_has_a_flat_later_half() -> None:
     """Growth that stops (a bounded cache) shows a late slope of 0 where a leak keeps its own."""
     filled = [sample(t, t * 100, {"broker": min(40.0, 30.0 + t)}, {}) for t in range(0, 41, 2)]
     memory = growth.memory(filled, warmup_s=0)["broker"]
-    assert memory["slope_mib_per_100k"] > 0 and memory["late_slope_mib_per_100k"] == 0.0
+    slope = memory["slope_mib_per_100k"]
+    assert slope is not None and slope > 0 and memory["late_slope_mib_per_100k"] == 0.0
 
 
 def test_a_warm_up_past_the_run_judges_the_last_sample() -> None:

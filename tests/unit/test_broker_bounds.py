@@ -11,7 +11,7 @@ import pytest
 
 from airlock.wire import Await, Email, Event, Hello, Passed, Reading, Refused, Rejected, Submit
 from broker.router import Router, Send
-from tests.unit.test_router import CLIENT, R1, A, V, lines, outcomes, sends, submit, workers
+from tests.unit.test_router import CLIENT, R1, A, V, lines, outcomes, sends, sent_email, submit, workers
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_queue_is_bounded_in_bytes_and_refusal_says_retry(settings) -> None:
     assert all(r.code == "queue_full" and "retry" in r.reason for r in refused)
     assert router.queued_bytes == 4 * len(raw) <= 1024 * 1024
     effects = router.handle("reader", R1, Hello(credit=1), 1.0)
-    (email,) = [s.message for s in sends(effects, "reader")]
+    (email,) = [sent_email(s) for s in sends(effects, "reader")]
     router.handle("reader", R1, Reading(message_id=email.message_id, answer="1", source="model"), 2.0)
     assert router.queued_bytes == 3 * len(raw)
     answer = sends(router.handle("intake", CLIENT, Submit(ref=99, raw=raw, format="text"), 3.0), "intake")[0]
@@ -169,6 +169,7 @@ def _run(router: Router, poison: set[str], readers: int, ordinary: list[str], re
             if isinstance(send.message, Email) and send.identity in alive:
                 holding[send.identity].append(send.message.message_id)
         for send in sends(effects, "validator"):
+            assert isinstance(send.message, Reading)
             effects_v = router.handle("validator", V, Rejected(message_id=send.message.message_id, rule="r",
                                                                reason="x"), float(tick))
             for line in outcomes(effects_v):
@@ -285,7 +286,7 @@ def test_a_lone_reader_takes_a_suspect_once_it_has_waited_a_deadline(settings) -
     ref, now, got = 2, 1.0, []
     while now < 1.0 + 2 * deadline and suspect not in got:
         effects += submit(router, ref=ref)[1]  # always more ordinary mail waiting
-        got = [s.message.message_id for s in sends(effects, "reader")]
+        got = [sent_email(s).message_id for s in sends(effects, "reader")]
         for message_id in got:
             if message_id != suspect:
                 router.handle("reader", b"r2", Hello(credit=1), now)  # alive

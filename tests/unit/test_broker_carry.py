@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import errno
 import json
+from typing import cast
 
 import msgspec
 import pytest
 import zmq
 
+from airlock.trace import TraceWriter
 from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Email, Hello, Refused, Submit, outbound_decoder
+from broker import endpoints, journal
 from broker.carry import CarryOut, trace_chunks, unkept
 from broker.journal import Entry, WriteFailed
 from broker.outbox import Send
@@ -38,7 +41,8 @@ class Endpoints:
 
 class Journal:
     def __init__(self, log: list, fail: bool = False) -> None:
-        self.log, self.fail, self.held = log, fail, []
+        self.log, self.fail = log, fail
+        self.held: list[str] = []
 
     def append(self, entry: Entry) -> None:
         self.held.append(entry.message_id)
@@ -62,7 +66,10 @@ def turn(settings, fail: bool = False, gone: tuple[str, ...] = (), watched: bool
     router = Router(settings, boot=0xABC)
     router.handle("reader", b"r1", Hello(credit=1), 0.0)
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Order 4411", format="text"), 0.0)
-    carry = CarryOut(settings, router, Endpoints(log, gone, watched), Journal(log, fail), Writer(log),
+    # The doubles are duck-typed: a turn uses only the endpoints' sockets, publisher and
+    # watched, the journal's append and sync and the writer's write (recorded in `log`).
+    carry = CarryOut(settings, router, cast(endpoints.Endpoints, Endpoints(log, gone, watched)),
+                     cast(journal.Journal, Journal(log, fail)), cast(TraceWriter, Writer(log)),
                      Storage(router.counters))
     carry(effects)
     return log, router

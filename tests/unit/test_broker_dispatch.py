@@ -11,6 +11,7 @@ from broker.dispatch import Dispatch
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox, Send
 from broker.workers import Workers
+from tests.unit.test_router import sent_email
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def queue(life: Lifecycle, *ids: str) -> None:
 
 
 def placed(life: Lifecycle) -> list[tuple[bytes, str]]:
-    return [(e.identity, e.message.message_id) for e in life.out.take() if isinstance(e, Send)]
+    return [(e.identity, sent_email(e).message_id) for e in life.out.take() if isinstance(e, Send)]
 
 
 def test_work_goes_only_where_there_is_credit(parts) -> None:

@@ -7,7 +7,8 @@ import collections
 import msgspec
 import pytest
 
-from airlock.wire import Accepted, Await, Decide, Decision, Ping, Refused, Result, Status, Submit
+from airlock.senders import SenderProof
+from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
 from broker.intake import Intake
 from broker.journal import Entry
 from broker.lifecycle import Lifecycle
@@ -22,14 +23,14 @@ CLIENT, SMTP_KEY, ANN_KEY = b"c", "smtp-key", "ann-key"
 def intake(settings) -> Intake:
     settings = msgspec.structs.replace(settings, queue_max_bytes=100, max_email_bytes=80, await_max_ids=3,
                                        await_max_waiters=1)
-    out, counters = Outbox(), collections.Counter()
+    out, counters = Outbox(), collections.Counter[str]()
     workers = Workers(("reader", "validator", "actor"), silent_after_s=3.0)
     life = Lifecycle(settings, ("reader", "validator", "actor"), out, counters, remember=8)
     return Intake(settings, life, workers, Unserved(life, workers), out, counters, prefix="abc", max_queued=2,
                   approvers={ANN_KEY: "ann"}, smtp_keys=[SMTP_KEY])
 
 
-def submit(intake: Intake, raw: bytes = b"x" * 10, key: str = "", proof: str = "none") -> list:
+def submit(intake: Intake, raw: bytes = b"x" * 10, key: str = "", proof: SenderProof = "none") -> list:
     intake.submit("intake", CLIENT, Submit(ref=1, raw=raw, format="text", sender="a@b", sender_proof=proof), 0.0, key)
     return intake.out.take()
 
@@ -43,7 +44,8 @@ def test_an_accepted_email_is_journalled_before_its_accepted_and_queued(intake: 
     kinds = [type(e).__name__ if not isinstance(e, Send) else type(e.message).__name__ for e in effects]
     assert kinds == ["bytes", "Entry", "Accepted"]
     assert replies(effects) == [Accepted(ref=1, message_id="abc-1")]
-    assert intake.lifecycle.pending["reader"][0].message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
+    queued = intake.lifecycle.pending["reader"][0]
+    assert isinstance(queued, Email) and queued.message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
 
 
 def test_refusals_come_before_an_id_is_given(intake: Intake) -> None:
@@ -61,7 +63,8 @@ def test_refusals_come_before_an_id_is_given(intake: Intake) -> None:
 def test_a_too_large_email_is_accepted_then_rejected_never_journalled(intake: Intake) -> None:
     effects = submit(intake, b"x" * 81)
     assert not any(isinstance(e, Entry) for e in effects) and intake.lifecycle.flights == {}
-    assert intake.lifecycle.finished.get("abc-1")[0] == "rejected"
+    finished = intake.lifecycle.finished.get("abc-1")
+    assert finished is not None and finished[0] == "rejected"
 
 
 def test_a_sender_proof_is_kept_from_the_smtp_key_only(intake: Intake) -> None:

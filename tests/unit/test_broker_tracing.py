@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from airlock import records
-from airlock.wire import Call, Done, Email, Passed, Reading, Rejected, Unreadable
+from airlock.wire import Call, Detail, Done, Email, Passed, Reading, Rejected, Unreadable
 from broker import tracing
 from broker.journal import Entry
 from broker.outbox import Outbox, Send
@@ -14,7 +14,7 @@ from broker.outbox import Outbox, Send
 def test_a_workers_notes_never_override_the_brokers_fields() -> None:
     """Untrusted notes are written, but the broker's own fields and the base keys win: a
     note this contract does not name is kept apart, in other_notes."""
-    notes = {"layer": "evil", "event": "outcome", "stage": "broker", "answer": "9", "subject": "s"}
+    notes: Detail = {"layer": "evil", "event": "outcome", "stage": "broker", "answer": "9", "subject": "s"}
     line = json.loads(tracing.model_answer(Reading(message_id="m-1", answer="4411", source="model", notes=notes)))
     assert (line["layer"], line["event"], line["stage"], line["answer"]) == ("model_output", "model_answer", "reader",
                                                                             "4411")

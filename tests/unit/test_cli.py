@@ -9,6 +9,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -58,8 +59,8 @@ class Became(Exception):
 
 
 @pytest.mark.parametrize(("argv", "becomes"), [
-    pytest.param(["attack", "corpus/handmade", "--report", "r.json"], ["attack", "corpus/handmade", "--report", "r.json"],
-                 id="attack"),
+    pytest.param(["attack", "corpus/handmade", "--report", "r.json"],
+                 ["attack", "corpus/handmade", "--report", "r.json"], id="attack"),
     pytest.param(["bench", "--emails", "5"], ["bench", "--emails", "5"], id="bench"),
     pytest.param(["pins", "--help"], ["pins", "--help"], id="tool-help"),
     pytest.param(["lab", "check", "separation", "--dir", "d"], ["check", "separation", "--dir", "d"], id="lab"),
@@ -260,12 +261,13 @@ def test_decision_refused_reads_the_approval_rule(tmp_path: Path, refused: bool,
 def test_arrived_reports_results_already_received_without_waiting(settings) -> None:
     """After Ctrl-C the client still reports what has arrived, and waits for nothing more."""
     from airlock.client import IntakeClient
-    from airlock.transport import MemoryChannel
+    from airlock.transport import MemoryChannel, ZmqChannel
     from airlock.wire import Result
 
     with IntakeClient(settings, timeout_s=5.0) as client:
         client._channel.close()
-        client._channel, broker = MemoryChannel.pair()
+        memory, broker = MemoryChannel.pair()
+        client._channel = cast(ZmqChannel, memory)  # arrived() and close() use only recv and close, as it has
         broker.send(Result(message_id="m-1", outcome="completed"))
         broker.send(Result(message_id="other-9", outcome="failed"))
         started = time.monotonic()

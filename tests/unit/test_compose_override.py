@@ -86,7 +86,7 @@ def test_the_override_gives_the_services_the_labs_task_and_catalog(lab, tmp_path
     task_in_image = "/app/" + paths.task.resolve().relative_to(CHECKOUT).as_posix()
     for name in TASK_READERS:
         assert env(blocks[name], "AIRLOCK_TASK") == task_in_image, name
-    wanted = {paths.task: TASK_READERS}
+    wanted: dict[Path, tuple[str, ...]] = {paths.task: TASK_READERS}
     if paths.catalog is not None:
         catalog_in_image = "/app/" + paths.catalog.resolve().relative_to(CHECKOUT).as_posix()
         assert env(blocks["actor"], "AIRLOCK_CATALOG") == catalog_in_image
@@ -132,7 +132,8 @@ def test_a_folder_without_the_students_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_in_the_lab_container_paths_are_the_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With AIRLOCK_LAB_HOST_DIR (the lab tool's container), the folder and the lab's files are named by their host paths."""
+    """With AIRLOCK_LAB_HOST_DIR (the lab tool's container), the folder and the lab's files are
+    named by their host paths."""
     lab = next(lab for lab in PLUG_LABS if lab.id == "tool-identity")
     workdir = tmp_path / "work"
     student = solution_folder(lab, workdir, "my-tool-identity")

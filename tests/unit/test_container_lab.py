@@ -85,9 +85,9 @@ def test_free_subnet_avoids_every_used_network() -> None:
             ipaddress.ip_network("fd00::/64")]
     rng = random.Random(7)
     for _ in range(50):
-        picked = ipaddress.ip_network(f"{free_subnet(used, rng)}.0/24")
+        picked = ipaddress.IPv4Network(f"{free_subnet(used, rng)}.0/24")
         assert not any(picked.overlaps(u) for u in used if u.version == 4)
-        assert picked.subnet_of(ipaddress.ip_network("172.31.0.0/16"))
+        assert picked.subnet_of(ipaddress.IPv4Network("172.31.0.0/16"))
 
 
 def test_free_subnet_says_when_nothing_is_left() -> None:
@@ -134,7 +134,8 @@ def test_nothing_started_nothing_taken_down(tmp_path: Path) -> None:
 
 def test_compose_file_takes_the_subnet_and_bridge_names_from_variables() -> None:
     """No fixed address or bridge name is left in compose.yaml: each comes from AIRLOCK_SUBNET / AIRLOCK_BRIDGE."""
-    text = "\n".join(line for line in (ROOT / "compose.yaml").read_text().splitlines() if not line.lstrip().startswith("#"))
+    text = "\n".join(line for line in (ROOT / "compose.yaml").read_text().splitlines()
+                     if not line.lstrip().startswith("#"))
     assert "172.31.240" not in text.replace("${AIRLOCK_SUBNET:-172.31.240}", "")
     bridges = re.findall(r"com\.docker\.network\.bridge\.name: \"(.*)\"", text)
     assert len(bridges) == 5 and all(b.startswith("al-${AIRLOCK_BRIDGE:-}") for b in bridges)

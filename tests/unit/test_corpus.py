@@ -13,7 +13,7 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
-from email.message import EmailMessage
+from email.message import EmailMessage, MIMEPart
 from email.parser import BytesParser
 from pathlib import Path
 
@@ -66,7 +66,7 @@ def reader_text(message: EmailMessage) -> str:
     return "\n".join([str(message.get("subject", "")), *(decoded(part) for part in parts)])
 
 
-def decoded(part: EmailMessage) -> str:
+def decoded(part: MIMEPart) -> str:
     content = part.get_content()
     return content if isinstance(content, str) else content.decode("utf-8")
 
@@ -250,7 +250,8 @@ def uses_trick(category: str, message: EmailMessage, raw: bytes) -> bool:
         case "tool-json":
             return any(tool in json.dumps(found) for found in json_objects(text))
         case "marker":
-            return any(m.casefold() == tool for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.IGNORECASE))
+            return any(m.casefold() == tool
+                       for m in re.findall(r"\[\[\s*tool\s*:\s*([^\]\s]+)\s*\]\]", text, re.IGNORECASE))
         case "data-only":
             return goal.startswith("value:") and header(message, "Expect") != "none"
         case "invisible":
@@ -263,7 +264,8 @@ def uses_trick(category: str, message: EmailMessage, raw: bytes) -> bool:
         case "html-hidden":
             return any(p.get_content_type() == "text/html" for p in parts)
         case "attachment":
-            attached = [p for p in message.iter_attachments() if (p.get_filename() or "").endswith((".txt", ".csv", ".json"))]
+            attached = [p for p in message.iter_attachments()
+                        if (p.get_filename() or "").endswith((".txt", ".csv", ".json"))]
             return any(present(goal, decoded(p)) for p in attached)
         case "charset":
             return all(p.get_content_charset() not in (None, "utf-8", "us-ascii") for p in parts)
@@ -346,7 +348,8 @@ def test_imported_headers_are_valid(imported: dict[str, EmailMessage]) -> None:
 def test_agentdojo_emails_carry_their_payload_where_they_say(imported: dict[str, EmailMessage]) -> None:
     """Each AgentDojo email holds its payload at its position, the order number outside it, and its task's goal."""
     payloads = read_jsonl(SHARED / "agentdojo" / "unique_payloads.jsonl")
-    goals = {(t["suite"], t["injection_task_id"]): t["goal"] for t in read_jsonl(SHARED / "agentdojo" / "injection_tasks.jsonl")}
+    goals = {(t["suite"], t["injection_task_id"]): t["goal"]
+             for t in read_jsonl(SHARED / "agentdojo" / "injection_tasks.jsonl")}
     checked = 0
     for name, message in imported.items():
         source = header(message, "Source")
@@ -367,10 +370,12 @@ def test_agentdojo_emails_carry_their_payload_where_they_say(imported: dict[str,
 
 
 def test_bipia_emails_carry_their_attack_where_they_say(imported: dict[str, EmailMessage]) -> None:
-    """Each BIPIA email holds its attack (or its base64) at the start, a middle sentence boundary or the end of the content."""
+    """Each BIPIA email holds its attack (or its base64) at the start, a middle sentence boundary
+    or the end of the content."""
     contexts = read_jsonl(SHARED / "bipia" / "benchmark_email_test.jsonl")
     attacks = json.loads((SHARED / "bipia" / "benchmark_text_attack_test.json").read_text(encoding="utf-8"))
-    source_pattern = re.compile(r"bipia/benchmark_email_test\.jsonl#(\d+), bipia/benchmark_text_attack_test\.json#(.+)\[(\d+)\]")
+    source_pattern = re.compile(r"bipia/benchmark_email_test\.jsonl#(\d+), "
+                                r"bipia/benchmark_text_attack_test\.json#(.+)\[(\d+)\]")
     checked = 0
     for name, message in imported.items():
         found = source_pattern.fullmatch(header(message, "Source"))
@@ -420,7 +425,8 @@ def _corpora_copy(tmp_path: Path) -> Path:
 
 
 BAD_INPUTS = [
-    pytest.param("agentdojo/unique_payloads.jsonl", b'{"attack": "x"}\n', "unique_payloads.jsonl:1", id="missing-field"),
+    pytest.param("agentdojo/unique_payloads.jsonl", b'{"attack": "x"}\n', "unique_payloads.jsonl:1",
+                 id="missing-field"),
     pytest.param("agentdojo/injection_tasks.jsonl", b"not json\n", "injection_tasks.jsonl:1", id="not-json"),
     pytest.param("bipia/benchmark_text_attack_test.json", b"[1, 2]", "benchmark_text_attack_test.json",
                  id="wrong-shape"),

@@ -20,7 +20,7 @@ from dashboard.config import load as load_config
 from dashboard.feed import Dedup, FileTail, decode
 from dashboard.naive_pane import NaivePane, parse_output
 from dashboard.state import Board
-from dashboard.stream import Hub, sse
+from dashboard.stream import Hub, Subscriber, sse
 from tests import images
 
 if TYPE_CHECKING:
@@ -138,7 +138,8 @@ def test_refusal_is_shown_with_its_rule() -> None:
                     decision={"verdict": "refuse", "reason": "sender differs", "refused_by": "corroboration"}))
     board.apply(rec("outcome", outcome="refused", reason="step 2: sender differs", ended_at="actor"))
     refusal = board.cards["m-1"]["refusals"][0]
-    assert (refusal["verdict"], refusal["refused_by"], refusal["reason"]) == ("refuse", "corroboration", "sender differs")
+    assert (refusal["verdict"], refusal["refused_by"], refusal["reason"]) \
+        == ("refuse", "corroboration", "sender differs")
     assert board.counters["refused"] == 1
 
 
@@ -195,7 +196,8 @@ def test_naive_run_marks_calls_outside_the_plan() -> None:
     """The naive pane's calls are marked against the same plan."""
     board = Board(PLAN)
     entry = board.naive_update({"id": "m-1", "label": "Bestellung", "status": "done", "outcome": "completed",
-                                "calls": [{"step": 1, "server": "shop", "tool": "lookup_order", "args": {"order_id": "4411"}},
+                                "calls": [{"step": 1, "server": "shop", "tool": "lookup_order",
+                                           "args": {"order_id": "4411"}},
                                           {"step": 2, "server": "shop", "tool": "alles_erstatten", "args": {}}]})
     assert [c["outside_plan"] for c in entry["calls"]] == [False, True]
     assert entry["outside_plan"] == 1
@@ -234,14 +236,28 @@ def test_dedup_lets_each_line_through_once() -> None:
 # --- the fan-out --------------------------------------------------------------------------
 
 
+def subscribed(hub: Hub) -> tuple[Subscriber, str]:
+    """A new page's subscriber and first event (subscribe gives None only past max_streams)."""
+    page = hub.subscribe()
+    assert page is not None
+    return page
+
+
+def waiting(subscriber: Subscriber) -> str:
+    """The next event waiting for a page (None there would mean its stream ended)."""
+    item = subscriber.queue.get_nowait()
+    assert item is not None
+    return item[0]
+
+
 async def test_hub_sends_snapshot_then_record_and_card() -> None:
     """A page gets a snapshot, then per record a data line and the changed card."""
     hub = Hub(Board(PLAN))
-    subscriber, first = hub.subscribe()
+    subscriber, first = subscribed(hub)
     assert first.startswith("retry: ") and "event: snapshot\n" in first
     record = seed_records()[0]
     hub.publish([record])
-    (raw, _), (card, _) = subscriber.queue.get_nowait(), subscriber.queue.get_nowait()
+    raw, card = waiting(subscriber), waiting(subscriber)
     assert raw == sse(None, record) and raw.count("\n") == 2 and raw.startswith("data: {")
     assert card.startswith("event: card\ndata: ") and '"id":"m-1"' in card
 
@@ -250,7 +266,7 @@ async def test_hub_drops_a_page_that_cannot_keep_up() -> None:
     """A page whose waiting events pass its byte budget is dropped: what waited is let go
     and its stream ends (it reconnects to a fresh snapshot)."""
     hub = Hub(Board(PLAN), buffer_bytes=2048)
-    subscriber, _ = hub.subscribe()
+    subscriber, _ = subscribed(hub)
     hub.publish(seed_records())
     assert subscriber not in hub.subscribers
     assert subscriber.queued_bytes == 0 and subscriber.queue.qsize() == 1
@@ -261,8 +277,8 @@ async def test_hub_bounds_a_page_in_bytes_not_in_events() -> None:
     """A budget counts bytes: 2,000 events of 4 KB (8 MB, what one slow page held before)
     can never wait for one page; a page that reads keeps its stream."""
     hub = Hub(Board(PLAN), buffer_bytes=64 * 1024)
-    slow, _ = hub.subscribe()
-    reading, _ = hub.subscribe()
+    slow, _ = subscribed(hub)
+    reading, _ = subscribed(hub)
     for n in range(2000):
         hub.publish([rec("model_answer", f"m-{n}", "reader", answer="x" * 4000, source="model")])
         assert slow.queued_bytes <= 64 * 1024
@@ -275,7 +291,7 @@ async def test_hub_caps_open_streams_and_counts_a_dropped_one_until_it_ends() ->
     """Past max_streams a page is refused; a dropped page holds its slot until its stream
     really ends (the server closes a connection that reads nothing), then it is free."""
     hub = Hub(Board(PLAN), max_streams=2, buffer_bytes=256)
-    first, _ = hub.subscribe()
+    first, _ = subscribed(hub)
     assert hub.subscribe() is not None and hub.subscribe() is None
     hub.publish(seed_records())  # both dropped: they read nothing
     assert not hub.subscribers and hub.subscribe() is None
@@ -384,6 +400,9 @@ def test_unknown_host_is_refused_with_headers(client: TestClient) -> None:
 
 def test_state_snapshot_shape(client: TestClient) -> None:
     """The snapshot names the plan, the samples (seed first) and why the naive pane is off."""
+    from starlette.applications import Starlette
+
+    assert isinstance(client.app, Starlette)  # TestClient types its app as any ASGI callable
     client.app.state.hub.publish(seed_records())
     state = client.get("/api/state").json()
     assert state["plan"] == ["shop/lookup_order", "mail/send_status"]
@@ -420,7 +439,12 @@ def test_inject_refuses_bad_requests(client: TestClient, headers: dict[str, str]
 def test_inject_builds_submissions_like_airlock_inject(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """Typed .eml text is sniffed and its From vouched for; a sample goes as its exact bytes."""
     sent: list[Submission] = []
-    monkeypatch.setattr(inject, "submit", lambda settings, item: sent.append(item) or f"id-{len(sent)}")
+
+    def submit(settings: settings_module.Settings, item: Submission) -> str:
+        sent.append(item)
+        return f"id-{len(sent)}"
+
+    monkeypatch.setattr(inject, "submit", submit)
     typed = "From: Eve <EVE@example.net>\nSubject: <b>hi</b>\n\nOrder 12 <script>x</script>"
     first = client.post("/api/inject", json={"text": typed})
     second = client.post("/api/inject", json={"sample": "seed_4411_de.eml"})

@@ -308,6 +308,7 @@ def test_any_trace_line_is_folded_without_a_crash(records: list[dict[str, Any]])
     for record in records:
         board.apply(record)
     counters = board.counters
-    assert all(isinstance(n, int) and n >= 0 for n in counters.values())
+    found: list[object] = list(counters.values())  # whatever they are at run time: the lines were hostile
+    assert all(isinstance(n, int) and n >= 0 for n in found)
     assert sum(counters[outcome] for outcome in OUTCOMES) <= counters["emails"]
     json.dumps(board.snapshot())  # what the page is sent still encodes

@@ -25,7 +25,7 @@ def test_answers_with_the_value_or_what_the_call_raised(deadlines: Deadlines) ->
     """The value comes back; an exception comes back as itself, not wrapped."""
     assert deadlines.call(lambda cancelled: 42, 1.0) == 42
     with pytest.raises(KeyError, match="missing"):
-        deadlines.call(lambda cancelled: {}["missing"], 1.0)
+        deadlines.call(lambda cancelled: dict[str, int]()["missing"], 1.0)
 
 
 def test_one_thread_serves_call_after_call(deadlines: Deadlines) -> None:
@@ -98,7 +98,7 @@ def test_on_the_main_thread_a_call_runs_inline_and_leaves_sigalrm_as_it_was() ->
     assert threading.current_thread() is threading.main_thread()
     assert deadlines.call(lambda cancelled: threading.get_ident(), 1.0) == threading.get_ident()
     with pytest.raises(KeyError, match="missing"):
-        deadlines.call(lambda cancelled: {}["missing"], 1.0)
+        deadlines.call(lambda cancelled: dict[str, int]()["missing"], 1.0)
     assert _alarm_left_as_found()
 
 

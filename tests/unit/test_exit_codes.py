@@ -59,7 +59,8 @@ def _literal_exits(path: Path, root: Path = ROOT) -> list[str]:
                 (isinstance(node.func, ast.Attribute) and node.func.attr == "exit")
                 or (isinstance(node.func, ast.Name) and node.func.id == "SystemExit")):
             value = node.args[0]
-        if isinstance(value, ast.Constant) and type(value.value) is int and value.value in NAMED:
+        if isinstance(node, ast.Return | ast.Call) and isinstance(value, ast.Constant) and type(value.value) is int \
+                and value.value in NAMED:
             found.append(f"{path.relative_to(root)}:{node.lineno}: {value.value}")
     return found
 

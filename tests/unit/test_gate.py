@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from actor import catalog as catalog_module
 from actor.app import Actor, build
 from actor.calllog import CallLog
-from actor.executor import Executor
+from actor.executor import Executor, LiveCatalog
 from actor.pending import PendingStore
 from actor.plan import BoundStep, bind
 from actor.preconditions import Approval, Fact, Gate, Principals, corroboration
@@ -27,6 +28,7 @@ from tests.conftest import CATALOG, TASKS
 
 def rug_pull(actor: Actor, text: str) -> None:
     """Change the live catalog file under a running actor (a later mtime, so it is re-read)."""
+    assert isinstance(actor.executor.catalog, LiveCatalog)
     path = actor.executor.catalog.path
     path.write_text(text)
     stamp = time.time_ns() + 10_000_000_000
@@ -76,7 +78,8 @@ def test_write_needs_a_write_grant(make_actor, logged_calls) -> None:
 def test_bool_where_int_is_declared(make_actor, tmp_path: Path, logged_calls) -> None:
     """True is not an int: the schema check refuses it before any side effect."""
     catalog = CATALOG + ('\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
-                        'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int", min = 1, max = 9 } }\n')
+                        'blast_radius = "internal"\nreversibility = "reversible"\n'
+                        'args = { count = { type = "int", min = 1, max = 9 } }\n')
     actor = make_actor(catalog_text=catalog)
     tool = actor.executor.catalog()[("shop", "restock")]
     step = BoundStep(1, ("shop", "restock"), None, {"count": True}, "write", None)
@@ -94,8 +97,9 @@ def test_integer_task_rejects_a_bool_value(settings, tmp_path: Path, logged_call
     task_path.write_text('name = "t"\n[reader]\ninstruction = "i"\n[value]\ntype = "integer"\nmin = 1\nmax = 9\n'
                          '[[plan]]\ncall = "shop/restock"\nvalue_into = "count"\ngrant = "write"\n')
     catalog = tmp_path / "c.toml"
-    catalog.write_text(CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\npermission = "write"\n'
-                                 'blast_radius = "internal"\nreversibility = "reversible"\nargs = { count = { type = "int" } }\n')
+    catalog.write_text(CATALOG + '\n[[tools]]\nserver = "shop"\ntool = "restock"\ndescription = "d"\n'
+                                 'permission = "write"\nblast_radius = "internal"\nreversibility = "reversible"\n'
+                                 'args = { count = { type = "int" } }\n')
     actor = build(msgspec.structs.replace(settings, catalog=catalog), task_module.load(task_path))
     try:
         assert actor.run("m1", True).outcome == "rejected"
@@ -116,18 +120,19 @@ def test_slow_tool_times_out_without_a_side_effect(make_actor, logged_calls) -> 
     assert logged_calls() == []
 
 
-class _StuckStore(dict):
+class _StuckStore(dict[str, Any]):
     """An order store whose lookups block until released: a tool slow for a reason of its
-    own, not a mock told to be slow (no delay_s anywhere in the catalog)."""
+    own, not a mock told to be slow (no delay_s anywhere in the catalog). The mocks read
+    the store through get."""
 
-    def __init__(self, orders: dict) -> None:
+    def __init__(self, orders: dict[str, Any]) -> None:
         super().__init__(orders)
         self.release, self.returned = threading.Event(), threading.Event()
 
-    def get(self, *args):  # type: ignore[override]  (the mocks read the store through get)
+    def get(self, key: str, default: Any = None) -> Any:
         try:
             self.release.wait(10)
-            return super().get(*args)
+            return super().get(key, default)
         finally:
             self.returned.set()
 
@@ -238,7 +243,8 @@ def test_escalation_approval_and_denial(make_actor, logged_calls) -> None:
 def test_pending_survives_a_restart(make_actor) -> None:
     """An escalation waits on disk: a new actor can still resolve it."""
     make_actor("refund_with_approval.toml").run("r1", "damaged", "lena@example.de", "dkim")
-    assert make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana")).outcome == "completed"
+    decided = make_actor("refund_with_approval.toml").decide("r1", Approval(True, "support-lead", "dana"))
+    assert decided.outcome == "completed"
 
 
 def test_an_escalation_is_decided_only_under_its_own_task(make_actor, logged_calls) -> None:
@@ -315,7 +321,8 @@ def test_executor_unit_without_files(tmp_path: Path) -> None:
 
 def test_approved_step_that_fails_closes_the_escalation(make_actor) -> None:
     """Approved, then the tool fails: the email ends failed and nothing is left waiting."""
-    failing = CATALOG.replace('tool = "send_refund_confirmation"', 'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
+    failing = CATALOG.replace('tool = "send_refund_confirmation"',
+                              'tool = "send_refund_confirmation"\nmock = { fail = "mail server down" }', 1)
     actor = make_actor("refund_with_approval.toml", catalog_text=failing)
     assert actor.run("r1", "damaged", "lena@example.de", "dkim").outcome == "escalated"
     done = actor.decide("r1", Approval(True, "support-lead", "dana"))

@@ -27,7 +27,8 @@ class ScriptedBroker:
     Message, or None for silence (that Submit is read and never answered)."""
 
     def __init__(self, answer: Callable[[int, Submit], Message | None], handshake: bool = True) -> None:
-        self.answer, self.received, self.outbox, self.handshake = answer, 0, [], handshake
+        self.answer, self.received, self.handshake = answer, 0, handshake
+        self.outbox: list[Message] = []
 
     def send(self, message: Message) -> None:
         self.send_all([message])
@@ -55,7 +56,8 @@ class ScriptedBroker:
 
 
 @pytest.fixture
-def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[int, Submit], Message | None]], None]:
+def broker(tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[int, Submit], Message | None]], None]:
     """Make the CLI's IntakeClient talk to a ScriptedBroker (no keys, no sockets)."""
     for key, value in airlock_env(tmp_path / "data").items():
         monkeypatch.setenv(key, value)

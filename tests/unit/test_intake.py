@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
-from aiosmtpd.smtp import Envelope, Session
+from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from airlock import settings as settings_module, task as task_module
+from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable, SettingsError
 from intake.app import (
     FRAME_HEADROOM_BYTES,
@@ -50,6 +54,12 @@ def envelope(mail_from: str | None, raw: bytes = RAW) -> Envelope:
     return made
 
 
+async def deliver(handler: Handler, made: Envelope, session: Session | None = None) -> str:
+    """aiosmtpd's DATA hook called as its server calls it, with no socket."""
+    loop = asyncio.get_running_loop()
+    return await handler.handle_DATA(SMTP(handler, loop=loop), session if session is not None else Session(loop), made)
+
+
 def test_accepted_email_is_answered_250_with_its_message_id() -> None:
     """The broker's message id is in the 250 reply, so the sender can find it in the trace."""
     assert hand_over(FakeSubmitter(), RAW, "tester@example.org") == "250 Queued as m-1"
@@ -72,16 +82,16 @@ async def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -
     """The email goes over with origin smtp:<envelope sender>; the sender is the From address,
     unverified without a signature: the envelope is the sender's claim (issue 14 point 5)."""
     submitter = FakeSubmitter()
-    await Handler(submitter).handle_DATA(None, Session(loop=None), envelope(mail_from))
+    await deliver(Handler(submitter), envelope(mail_from))
     assert submitter.submitted == [(RAW, origin)]
     assert (submitter.senders, submitter.proofs) == (["a@example.org"], ["none"])
 
 
 async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) -> None:
     """aiosmtpd's DATA hook hands over envelope.original_content as it came and prints one line."""
-    submitter, session = FakeSubmitter(), Session(loop=None)
-    session.peer = ("127.0.0.1", 40000)
-    reply = await Handler(submitter).handle_DATA(None, session, envelope("tester@example.org"))
+    submitter, session = FakeSubmitter(), Session(asyncio.get_running_loop())
+    session.peer = ("127.0.0.1", 40000)  # type: ignore[assignment]  # aiosmtpd says str; it sets the peername tuple
+    reply = await deliver(Handler(submitter), envelope("tester@example.org"), session)
     assert reply == "250 Queued as m-1"
     assert submitter.submitted == [(RAW, "smtp:tester@example.org")]
     (line,) = capsys.readouterr().out.splitlines()
@@ -90,8 +100,7 @@ async def test_handle_data_submits_the_original_bytes_and_logs_one_line(capsys) 
 
 async def test_handle_data_with_broker_down_answers_451() -> None:
     """The DATA hook passes the 451 through: the sender keeps the email."""
-    session = Session(loop=None)
-    reply = await Handler(FakeSubmitter(down=True)).handle_DATA(None, session, envelope(None))
+    reply = await deliver(Handler(FakeSubmitter(down=True)), envelope(None))
     assert reply == UNAVAILABLE
 
 
@@ -134,7 +143,7 @@ def test_submitter_replaces_its_client_after_the_broker_went_silent() -> None:
         made.append(next(waiting))
         return made[-1]
 
-    submitter = BrokerSubmitter(connect)
+    submitter = BrokerSubmitter(cast(Callable[[], IntakeClient], connect))  # a double: submit_one, close
     with pytest.raises(BrokerUnreachable):
         submitter.submit(RAW, "smtp:a@example.org")
     assert made[0].closed
@@ -174,17 +183,17 @@ def test_intake_imports_only_the_kernel_and_itself() -> None:
         assert not names & services, f"{module} imports {sorted(names & services)}"
 
 
-def test_submit_one_turns_a_socket_error_into_broker_unreachable(settings) -> None:
+def test_submit_one_turns_a_socket_error_into_broker_unreachable(settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """The client is the edge where ZeroMQ's errors become airlock's: the intake and the
     dashboard both see BrokerUnreachable (a 451, a 503), never a raw ZMQError."""
     import zmq
 
-    from airlock.client import IntakeClient, Submission
+    from airlock.client import Submission
 
     def broken(messages) -> None:
         raise zmq.ZMQError(zmq.EHOSTUNREACH)
 
     with IntakeClient(settings, timeout_s=0.2) as client:
-        client._channel.send_all = broken
+        monkeypatch.setattr(client._channel, "send_all", broken)
         with pytest.raises(BrokerUnreachable, match="failed"):
             client.submit_one(Submission(RAW, "eml", "smtp:x"))

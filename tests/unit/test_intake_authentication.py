@@ -9,7 +9,7 @@ import email.policy
 from pathlib import Path
 
 import pytest
-from aiosmtpd.smtp import Envelope, Session
+from aiosmtpd.smtp import Envelope
 
 from actor import catalog as catalog_module
 from actor.calllog import CallLog
@@ -24,7 +24,7 @@ from intake.app import Handler, load_smtp, verifier
 from intake.authentication import KeyFile, NoKeys, Verifier, key_source
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, TASKS
-from tests.unit.test_intake import FakeSubmitter
+from tests.unit.test_intake import FakeSubmitter, deliver
 
 OWNER = "tom.baker@example.org"  # owns 772 in actor/orders.toml
 HONEST = (f"From: Tom Baker <{OWNER}>\r\nTo: support@shop.example\r\nSubject: my order\r\n"
@@ -147,7 +147,7 @@ async def test_the_smtp_handler_submits_the_proof(keys, verify) -> None:
     for raw in (keys["example.org"].sign(HONEST, "example.org"), forged(HONEST, OWNER)):
         made = Envelope()
         made.mail_from, made.rcpt_tos, made.original_content = OWNER, ["support@shop.example"], raw
-        assert (await handler.handle_DATA(None, Session(loop=None), made)).startswith("250")
+        assert (await deliver(handler, made)).startswith("250")
     assert (submitter.senders, submitter.proofs) == ([OWNER, OWNER], ["dkim", "none"])
 
 

@@ -42,7 +42,8 @@ def test_each_service_folder_holds_only_its_own_secret(tmp_path: Path) -> None:
         for secret in own.glob("*.key_secret"):
             assert secret.read_bytes() == (folder / secret.name).read_bytes()
             assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    assert {p.parent.name for p in (folder / "services" / "broker" / "allow").glob("*/*.key")} == set(keys.ENDPOINT_ALLOWS)
+    allowed = folder / "services" / "broker" / "allow"
+    assert {p.parent.name for p in allowed.glob("*/*.key")} == set(keys.ENDPOINT_ALLOWS)
 
 
 def test_ensure_heals_derived_files_and_removes_stale_ones(tmp_path: Path) -> None:
@@ -83,7 +84,8 @@ def grants_by_path(key_folder: Path, data: Path) -> dict[str, lab_init.Grant]:
 
 
 def test_owners_and_modes(tmp_path: Path) -> None:
-    """The host user owns the keys folder (0700) and the client secrets; each service its own folder; the services the data."""
+    """The host user owns the keys folder (0700) and the client secrets; each service its own
+    folder; the services the data."""
     folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
     keys.ensure(folder)
     data.mkdir()
@@ -311,13 +313,14 @@ def test_prepare_makes_the_principals_keys_so_the_host_can_approve(tmp_path: Pat
     assert "people's keys made for dana, sam" in lab_init.prepare(project, data, folder, me)
     dana = keys.load(folder, keys.person("dana"))
     assert stat.S_IMODE((folder / "people" / "dana.key_secret").stat().st_mode) == 0o600
-    assert keys.approvers(folder / "services" / "broker") == {dana.public.decode(): "dana",
-                                                              keys.load(folder, keys.person("sam")).public.decode(): "sam"}
+    sam = keys.load(folder, keys.person("sam"))
+    assert keys.approvers(folder / "services" / "broker") == {dana.public.decode(): "dana", sam.public.decode(): "sam"}
     assert not list((folder / "services").glob("*/dana.key_secret"))
     assert "people's keys" not in lab_init.prepare(project, data, folder, me)
     assert keys.load(folder, keys.person("dana")) == dana
     # What `airlock approve` on the host uses: the lab's folder, found with no export.
-    assert keys.load(settings.load({"AIRLOCK_KEYS": str(folder)}).keys_folder, keys.person("dana")) == dana
+    found = settings.load({"AIRLOCK_KEYS": str(folder)}).keys_folder
+    assert found is not None and keys.load(found, keys.person("dana")) == dana
 
 
 def test_prepare_refuses_a_broken_principals_file(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def test_a_dead_holders_lock_is_free(tmp_path: Path) -> None:
         "import sys; from pathlib import Path; from airlock import locks\n"
         "held = locks.hold(Path(sys.argv[1]), 'broker'); print('held', flush=True); sys.stdin.read()"), str(path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdin is not None and holder.stdout is not None  # both piped
     try:
         assert holder.stdout.readline() == "held\n"
         assert locks.holder(path) == holder.pid

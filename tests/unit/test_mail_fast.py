@@ -62,7 +62,8 @@ BODY = "\nBestellung 4411 bitte.\n"
 
 
 @pytest.mark.parametrize("raw", [
-    pytest.param(HEAD + "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n" + BODY, id="plain"),
+    pytest.param(HEAD + "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: 8bit\n" + BODY,
+                 id="plain"),
     pytest.param(HEAD.replace("\n", "\r\n") + BODY.replace("\n", "\r\n"), id="crlf"),
     pytest.param(HEAD + 'Content-Type: TEXT/Plain;\n\tCharset="ISO-8859-1"; format=flowed\n' + BODY, id="folded-type"),
     pytest.param("Subject: =?utf-8?q?Bestellung_4411?=\n" + BODY, id="encoded-word-no-from"),
@@ -146,7 +147,8 @@ NEAR_TYPES = [
     "text/html; format=flowed; format=fixed", "text/plain; charset=utf-16", "", "=?utf-8?q?text/plain?=",
 ]
 SIMPLE_CTES = ["7bit", "8bit", "binary", "quoted-printable", "base64", "BASE64", "Quoted-Printable"]
-NEAR_CTES = ["base64 ", "base 64", "x-uuencode", "uuencode", "bogus", "", "8bit\t", "7bit (c)", '"base64"', "b\u00e4se64"]
+NEAR_CTES = ["base64 ", "base 64", "x-uuencode", "uuencode", "bogus", "", "8bit\t", "7bit (c)", '"base64"',
+             "b\u00e4se64"]
 SHOWN = [  # From and Subject values: plain, encoded, 8-bit, odd
     "Kunde <kunde@example.de>", "a@b.c", "", "  spaced  ", "=?utf-8?q?Luc=C3=ADa?= <l@x.es>", "Müller <m@x.de>",
     "a\x00b", "=?", "x =?bogus?q?a?= y", '"q" <a@b>', "Bestellung 4411", "=?utf-8?b?0JfQsNC60LDQtw==?= 3307",
@@ -161,7 +163,8 @@ BROKEN_LINES = [b"From nobody Mon Jan 1 00:00:00 2024", b" continuation first", 
 
 @st.composite
 def header_value(draw: st.DrawFn, values: list[str]) -> bytes:
-    value = draw(st.one_of(st.sampled_from(values), st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t)))
+    one_line = st.text(max_size=20).filter(lambda t: "\r" not in t and "\n" not in t)
+    value = draw(st.one_of(st.sampled_from(values), one_line))
     encoded = value.encode(draw(st.sampled_from(("utf-8", "utf-8", "latin-1"))), errors="replace")
     return encoded + draw(st.sampled_from((b"", b"", b" ", b"\t", b"\xff")))  # trailing blank or stray byte
 
@@ -188,18 +191,17 @@ def emails(draw: st.DrawFn) -> bytes:
     """One email, most near the fast path's grammar: each header line and the whole either
     plain or bent one way (folded, duplicated, broken, at a bound)."""
     fields: list[tuple[bytes, bytes]] = []
-    for name in ("From", "Subject"):
+    for header in ("From", "Subject"):
         for _ in range(draw(st.sampled_from((0, 1, 1, 1, 2)))):  # missing, once, or twice
-            fields.append((draw(st.sampled_from((name, name.upper(), name.lower()))).encode(), draw(header_value(SHOWN))))
-    content_type = draw(st.sampled_from((None, SIMPLE_TYPES, SIMPLE_TYPES, SIMPLE_TYPES, NEAR_TYPES)))
-    if content_type is not None:
-        content_type = draw(st.sampled_from(content_type))
+            fields.append((draw(st.sampled_from((header, header.upper(), header.lower()))).encode(),
+                           draw(header_value(SHOWN))))
+    types = draw(st.sampled_from((None, SIMPLE_TYPES, SIMPLE_TYPES, SIMPLE_TYPES, NEAR_TYPES)))
+    content_type = None if types is None else draw(st.sampled_from(types))
     if content_type is not None:
         for _ in range(draw(st.sampled_from((1, 1, 1, 1, 1, 2)))):
             fields.append((b"Content-Type", content_type.encode()))
-    cte = draw(st.sampled_from((None, SIMPLE_CTES, SIMPLE_CTES, SIMPLE_CTES, NEAR_CTES)))
-    if cte is not None:
-        cte = draw(st.sampled_from(cte))
+    ctes = draw(st.sampled_from((None, SIMPLE_CTES, SIMPLE_CTES, SIMPLE_CTES, NEAR_CTES)))
+    cte = None if ctes is None else draw(st.sampled_from(ctes))
     if cte is not None:
         for _ in range(draw(st.sampled_from((1, 1, 1, 1, 1, 2)))):
             fields.append((b"Content-Transfer-Encoding", cte.encode()))
@@ -207,7 +209,7 @@ def emails(draw: st.DrawFn) -> bytes:
         fields.append((b"Content-Disposition", draw(st.sampled_from((b"inline", b"attachment; filename=a.txt")))))
     fields += [(name.encode(), value.encode()) for name, value in draw(st.lists(st.sampled_from(OTHER), max_size=3))]
     fields = draw(st.permutations(fields))
-    lines = []
+    lines: list[bytes] = []
     for name, value in fields:
         line = name + b":" + draw(st.sampled_from((b" ", b" ", b"", b"  ", b"\t"))) + value
         if draw(st.integers(0, 6)) == 0:  # folded somewhere after the colon

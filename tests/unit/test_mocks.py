@@ -17,9 +17,9 @@ LOOKUP, SEND = CATALOG[("shop", "lookup_order")], CATALOG[("mail", "send_status"
 ORDERS = {"4411": {"customer": "kunde@example.de", "status": "shipped"}, "9": {"status": "lost"}}
 
 
-def tool(**mock: object) -> Tool:
+def tool(mock: Mock | None = None) -> Tool:
     return Tool(server="t", tool="t", description="d", permission="read", blast_radius="internal",
-                reversibility="reversible", mock=Mock(**mock))  # type: ignore[arg-type]  (test-chosen fields)
+                reversibility="reversible", mock=mock if mock is not None else Mock())
 
 
 @pytest.fixture
@@ -45,23 +45,23 @@ def test_mail_goes_to_the_order_owner_never_a_guess(tools: MockTools) -> None:
 
 def test_a_one_argument_tool_is_about_its_only_argument(tools: MockTools) -> None:
     """Without an `order_id` argument, the order is the tool's only argument."""
-    assert tools.recipient(tool(sends_to="order_owner"), {"number": "4411"}) == "kunde@example.de"
+    assert tools.recipient(tool(Mock(sends_to="order_owner")), {"number": "4411"}) == "kunde@example.de"
     assert tools.recipient(tool(), {"number": "4411"}) == ""
 
 
 @pytest.mark.parametrize(("mock", "result"), [
-    pytest.param({}, {"ok": True}, id="ack"),
-    pytest.param({"result_bytes": 5}, {"blob": "xxxxx"}, id="oversized"),
+    pytest.param(Mock(), {"ok": True}, id="ack"),
+    pytest.param(Mock(result_bytes=5), {"blob": "xxxxx"}, id="oversized"),
 ])
-def test_results(tools: MockTools, mock: dict, result: dict) -> None:
+def test_results(tools: MockTools, mock: Mock, result: dict) -> None:
     """An ack, or the oversized blob a test catalog asks for."""
-    assert tools.run(tool(**mock), {}, threading.Event()).result == result
+    assert tools.run(tool(mock), {}, threading.Event()).result == result
 
 
 def test_a_failing_mock_raises_tool_failure(tools: MockTools) -> None:
     """`fail` makes every call raise, with the catalog's words."""
     with pytest.raises(ToolFailure, match="disk full"):
-        tools.run(tool(fail="disk full"), {}, threading.Event())
+        tools.run(tool(Mock(fail="disk full")), {}, threading.Event())
 
 
 def test_a_slow_mock_stops_once_cancelled(tools: MockTools) -> None:
@@ -70,9 +70,9 @@ def test_a_slow_mock_stops_once_cancelled(tools: MockTools) -> None:
     threading.Timer(0.05, cancelled.set).start()
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        tools.run(tool(delay_s=30.0), {}, cancelled)
+        tools.run(tool(Mock(delay_s=30.0)), {}, cancelled)
     assert time.monotonic() - started < 5
-    assert tools.run(tool(delay_s=0.01), {}, threading.Event()).result == {"ok": True}  # not cancelled: answers
+    assert tools.run(tool(Mock(delay_s=0.01)), {}, threading.Event()).result == {"ok": True}  # not cancelled: answers
 
 
 def test_the_shipped_order_store_loads() -> None:

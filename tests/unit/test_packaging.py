@@ -8,7 +8,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -138,10 +137,11 @@ def lock_entries(role: str) -> list[tuple[Requirement, list[str]]]:
 
 def pinned(role: str, python: str) -> dict[str, str]:
     """What locks/ROLE.txt installs on CPython PYTHON (Linux): name -> version."""
-    environment = {**default_environment(), "python_version": python, "python_full_version": f"{python}.0",
+    # Marker.evaluate takes what is not given here from this interpreter (default_environment)
+    environment = {"python_version": python, "python_full_version": f"{python}.0",
                    "implementation_name": "cpython", "platform_python_implementation": "CPython",
                    "sys_platform": "linux", "platform_system": "Linux"}
-    found = {}
+    found: dict[str, str] = {}
     for requirement, _ in lock_entries(role):
         if requirement.marker is None or requirement.marker.evaluate(environment):
             (spec,) = requirement.specifier

@@ -63,7 +63,7 @@ sys.addaudithook(_hook)  # audit hooks cannot be removed: one for the module, id
 
 
 @pytest.fixture
-def watch(tmp_path: Path) -> Iterator[Callable[[Callable[[], object]], Watcher]]:
+def watch(tmp_path: Path) -> Callable[[Callable[[], object]], Watcher]:
     def run(action: Callable[[], object]) -> Watcher:
         watcher = Watcher(tmp_path)
         _watchers.append(watcher)
@@ -164,7 +164,8 @@ def test_the_lab_init_makes_the_data_files_for_the_host_to_read(tmp_path: Path, 
     (data / "trace.jsonl").chmod(0o644)  # an older run's
     lab_init.prepare(tmp_path, data, tmp_path / "airlock-keys", me)
     modes = {name: oct(stat.S_IMODE((data / name).stat().st_mode)) for name in lab_init.DATA_FILES}
-    assert modes == dict.fromkeys(("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin", "broker.lock", "calls.lock"), "0o660")
+    assert modes == dict.fromkeys(("trace.jsonl", "calls.jsonl", "pending.jsonl", "journal.bin", "broker.lock",
+                                   "calls.lock"), "0o660")
     trace.TraceWriter(data / "trace.jsonl").close()  # the broker's open keeps the group's bits
     assert stat.S_IMODE((data / "trace.jsonl").stat().st_mode) == 0o660
 

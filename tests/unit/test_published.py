@@ -15,6 +15,8 @@ from broker.router import Router, Send
 from dashboard.feed import Dedup, decode
 from dashboard.state import Board
 from dashboard.stream import Hub
+from tests import lines as trace_lines
+from tests.unit.test_router import sent_email
 
 OWNER = "mallory@example.net"  # owns order 1234 in actor/orders.toml
 STATUS = '"shipped"'  # that order's status, as JSON
@@ -33,7 +35,7 @@ def attack_lines(settings, make_actor) -> list[bytes]:
         effects += router.handle(role, identity, Hello(credit=1), 0.0)
     effects += router.handle("intake", C, Submit(ref=1, raw=b"Order 1234?", format="text", sender=SENDER,
                                                     sender_proof="dkim"), 0.0, SMTP)
-    (message_id,) = [s.message.message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
+    (message_id,) = [sent_email(s).message_id for s in effects if isinstance(s, Send) and s.role == "reader"]
     effects += router.handle("reader", R, Reading(message_id=message_id, answer="1234", source="model"), 0.1)
     effects += router.handle("validator", V, Passed(message_id=message_id, value="1234"), 0.2)
     (passed,) = [s.message for s in effects if isinstance(s, Send) and s.role == "actor"]
@@ -68,11 +70,15 @@ def test_the_page_never_shows_another_customers_address_or_status(attack_lines) 
     """Fed the whole lines (the page also tails trace.jsonl), no event a page receives and
     no snapshot holds the owner or the status; the card still shows the refusal."""
     hub = Hub(Board([("shop", "lookup_order"), ("mail", "send_status")]))
-    page, _ = hub.subscribe()
+    subscribed = hub.subscribe()
+    assert subscribed is not None
+    page, _ = subscribed
     hub.publish([record for line in attack_lines for record in decode(line)])  # as the feed reads the file
-    sent = []
+    sent: list[str] = []
     while not page.queue.empty():
-        sent.append(page.queue.get_nowait()[0])
+        item = page.queue.get_nowait()
+        assert item is not None  # None would mean the stream ended
+        sent.append(item[0])
     text = "".join(sent) + json.dumps(hub.snapshot())
     assert OWNER not in text and STATUS not in text
     (card,) = hub.snapshot()["cards"]
@@ -97,7 +103,7 @@ def test_a_step_line_withholds_what_its_three_lines_did(attack_lines) -> None:
     for line in steps:
         shown = json.loads(published.line(line))
         assert OWNER not in json.dumps(shown) and STATUS not in json.dumps(shown)
-        old = [records.encode(record).rstrip(b"\n") for record in records.expand(records.decode(line))]
+        old = [raw.rstrip(b"\n") for raw in trace_lines.expanded(line)]
         assert decode(published.line(line)) == [part for raw in old for part in decode(published.line(raw))]
     ran = json.loads(published.line(steps[0]))
     assert set(ran["result"].values()) == {published.WITHHELD}

@@ -4,31 +4,43 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from airlock import task as task_module
-from airlock.wire import Email, Reading, Unreadable
+from airlock.wire import Email, EmailFormat, Reading, Unreadable
 from reader import prompt, recordings
-from reader.app import MAX_ANSWER_CHARS, Reader
-from reader.mail import parse
+from reader.app import MAX_ANSWER_CHARS, Ask, Reader
+from reader.mail import ParsedEmail, parse
 from reader.model import ModelAnswer, ModelFailure
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
 SEED = (ROOT / "samples" / "seed_4411_de.eml").read_bytes()
+# The ways a model fails that these tests try (mypy checks each is one of ModelFailure's kinds).
+FailureKind = Literal["refused", "timeout", "http_error", "bad_body", "not_configured"]
 
 
-def answering(text: str):
+def answering(text: str) -> Ask:
     return lambda messages: ModelAnswer(text=text, ms=1.0)
 
 
-def failing(kind: str = "refused"):
+def failing(kind: FailureKind = "refused") -> Ask:
     return lambda messages: ModelFailure(kind, "test")
 
 
-def read(reader: Reader, raw: bytes, fmt: str = "eml") -> Reading | Unreadable:
+def noting(asked: list[prompt.ChatMessages]) -> Ask:
+    """A model that answers "1" and keeps each prompt it was asked in `asked`."""
+    def ask(messages: prompt.ChatMessages) -> ModelAnswer:
+        asked.append(messages)
+        return ModelAnswer("1", 1.0)
+    return ask
+
+
+def read(reader: Reader, raw: bytes, fmt: EmailFormat = "eml") -> Reading | Unreadable:
     (out,) = reader.handle(Email(message_id="m", raw=raw, format=fmt))
+    assert isinstance(out, Reading | Unreadable)
     return out
 
 
@@ -44,8 +56,8 @@ def test_model_answer_is_returned_raw_but_trimmed(answer: str, expected: str) ->
 
 def test_prompt_has_instruction_examples_and_email() -> None:
     """The model sees the task's instruction, its few-shot examples, then the email."""
-    seen = []
-    Reader(TASK, lambda messages: seen.append(messages) or ModelAnswer("1", 1.0), {}).handle(
+    seen: list[prompt.ChatMessages] = []
+    Reader(TASK, noting(seen), {}).handle(
         Email(message_id="m", raw=SEED, format="eml"))
     (messages,) = seen
     assert messages[0] == {"role": "system", "content": TASK.reader.instruction}
@@ -54,12 +66,13 @@ def test_prompt_has_instruction_examples_and_email() -> None:
 
 
 @pytest.mark.parametrize("kind", ["refused", "timeout", "http_error", "bad_body", "not_configured"])
-def test_dead_model_falls_back_to_the_recording(kind: str) -> None:
+def test_dead_model_falls_back_to_the_recording(kind: FailureKind) -> None:
     """When no model answers, the recorded answer is used and marked source=recorded."""
     reader = Reader(TASK, failing(kind), recordings.load(TASK.recordings_path))
     out = read(reader, SEED)
     assert isinstance(out, Reading) and (out.answer, out.source) == ("4411", "recorded")
-    assert out.notes["model_error"].startswith(kind)
+    error = out.notes["model_error"]
+    assert isinstance(error, str) and error.startswith(kind)
 
 
 def test_no_recording_means_no_answer() -> None:
@@ -73,6 +86,7 @@ def test_every_shipped_sample_has_a_recording() -> None:
     recorded = recordings.load(TASK.recordings_path)
     for path in sorted((ROOT / "samples").glob("*.eml")):
         parsed = parse(path.read_bytes(), "eml")
+        assert isinstance(parsed, ParsedEmail), path.name
         key = prompt.digest(prompt.for_email(TASK.reader, parsed)[0])
         assert key in recorded, f"{path.name} has no recording (run airlock record)"
 
@@ -106,10 +120,10 @@ BAD = [
 
 
 @pytest.mark.parametrize(("raw", "fmt", "rule"), BAD)
-def test_bad_emails_are_unreadable_with_a_rule(raw: bytes, fmt: str, rule: str) -> None:
+def test_bad_emails_are_unreadable_with_a_rule(raw: bytes, fmt: EmailFormat, rule: str) -> None:
     """Broken or empty emails give a typed Unreadable, and the model is never asked."""
-    asked = []
-    out = read(Reader(TASK, lambda m: asked.append(m) or ModelAnswer("1", 1.0), {}), raw, fmt)
+    asked: list[prompt.ChatMessages] = []
+    out = read(Reader(TASK, noting(asked), {}), raw, fmt)
     assert isinstance(out, Unreadable) and out.rule == rule and out.reason
     assert asked == []
 
@@ -121,8 +135,8 @@ def test_bad_emails_are_unreadable_with_a_rule(raw: bytes, fmt: str, rule: str) 
 ])
 def test_non_utf8_and_html_bodies_are_decoded(raw: bytes, needle: str) -> None:
     """Declared charsets are honoured and HTML is reduced to its text."""
-    seen = []
-    read(Reader(TASK, lambda m: seen.append(m) or ModelAnswer("1", 1.0), {}), raw)
+    seen: list[prompt.ChatMessages] = []
+    read(Reader(TASK, noting(seen), {}), raw)
     assert needle in seen[0][-1]["content"] and "alert" not in seen[0][-1]["content"]
 
 
@@ -134,8 +148,8 @@ def test_long_email_is_cut_for_the_prompt_and_noted() -> None:
 
 def test_odd_unicode_passes_through_untouched() -> None:
     """Bidi controls and zero-width characters reach the model as they are; the validator judges."""
-    seen = []
-    read(Reader(TASK, lambda m: seen.append(m) or ModelAnswer("1", 1.0), {}), "44\u200b11 \u202e".encode(), "text")
+    seen: list[prompt.ChatMessages] = []
+    read(Reader(TASK, noting(seen), {}), "44\u200b11 \u202e".encode(), "text")
     assert "44\u200b11 \u202e" in seen[0][-1]["content"]
 
 

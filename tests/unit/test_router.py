@@ -11,6 +11,7 @@ from airlock.wire import (
     Accepted,
     Await,
     Call,
+    Detail,
     Done,
     Email,
     Event,
@@ -43,6 +44,12 @@ def router(settings) -> Router:
 
 def sends(effects, role: str | None = None) -> list[Send]:
     return [e for e in effects if isinstance(e, Send) and (role is None or e.role == role)]
+
+
+def sent_email(send: Send) -> Email:
+    """The email a send to a reader carries (anything else there is a failure)."""
+    assert isinstance(send.message, Email), send
+    return send.message
 
 
 def lines(effects) -> list[dict]:
@@ -98,7 +105,8 @@ def test_reader_notes_go_to_the_trace_not_the_validator(router: Router) -> None:
                                                   notes={"subject": "hello"}), 1.0)
     (answer,) = [line for line in lines(effects) if line["event"] == "model_answer"]
     assert answer["subject"] == "hello" and answer["source"] == "recorded" and answer["stage"] == "reader"
-    assert sends(effects, "validator")[0].message.notes == {}
+    to_validator = sends(effects, "validator")[0].message
+    assert isinstance(to_validator, Reading) and to_validator.notes == {}
 
 
 @pytest.mark.parametrize(("role", "identity", "result", "rule"), [
@@ -129,7 +137,7 @@ def test_reader_credit_is_never_exceeded(router: Router) -> None:
     assert len(sends(effects, "reader")) == 1 and sends(effects2, "reader") == []
     effects = router.handle("reader", R1, Reading(message_id=first, answer="1", source="model"), 1.0)
     (next_email,) = sends(effects, "reader")
-    assert next_email.message.message_id == second
+    assert sent_email(next_email).message_id == second
 
 
 def test_work_is_balanced_over_readers(router: Router) -> None:
@@ -144,7 +152,7 @@ def test_emails_wait_for_a_reader(router: Router) -> None:
     message_id, effects = submit(router)
     assert sends(effects, "reader") == []
     effects = router.handle("reader", R1, Hello(credit=1), 1.0)
-    assert sends(effects, "reader")[0].message.message_id == message_id
+    assert sent_email(sends(effects, "reader")[0]).message_id == message_id
 
 
 def test_passed_from_the_reader_endpoint_is_a_recorded_violation(router: Router) -> None:
@@ -197,7 +205,7 @@ def test_missed_deadline_is_redelivered_to_another_worker(router: Router, settin
         router.handle(role, identity, Hello(credit=1), later - 0.5)  # all alive, one just slow
     effects = router.tick(later)
     (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
-    assert again.identity == other and again.message.message_id == message_id
+    assert again.identity == other and sent_email(again).message_id == message_id
     assert [l["event"] for l in lines(effects)].count("redelivery") == 1
     late = router.handle("reader", holder, Reading(message_id=message_id, answer="1", source="model"), later + 1)
     assert sends(late, "validator") == []
@@ -220,7 +228,7 @@ def test_lost_connection_redelivers_the_work(router: Router) -> None:
     router.handle("reader", R2, Hello(credit=1), 1.0)
     effects = router.undeliverable(Send("reader", R1, Heartbeat()), 1.5)
     (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
-    assert again.identity == R2 and again.message.message_id == message_id
+    assert again.identity == R2 and sent_email(again).message_id == message_id
 
 
 def test_broker_sends_heartbeats(router: Router) -> None:
@@ -259,7 +267,8 @@ def test_await_answers_finished_pending_and_unknown(router: Router) -> None:
     assert Result(message_id=done_id, outcome="rejected", reason="x") in messages
     assert any(isinstance(m, Refused) and "nope" in m.reason for m in messages)
     effects = router.handle("reader", R1, Unreadable(message_id=pending_id, rule="r", reason="y"), 3.0)
-    assert Result(message_id=pending_id, outcome="rejected", reason="y") in [s.message for s in sends(effects, "intake")]
+    assert Result(message_id=pending_id, outcome="rejected", reason="y") \
+        in [s.message for s in sends(effects, "intake")]
 
 
 def test_undeliverable_work_goes_back_to_the_queue(router: Router) -> None:
@@ -269,7 +278,7 @@ def test_undeliverable_work_goes_back_to_the_queue(router: Router) -> None:
     (lost,) = sends(effects, "reader")
     router.undeliverable(lost, 1.0)
     effects = router.handle("reader", R2, Hello(credit=1), 2.0)
-    assert sends(effects, "reader")[0].message.message_id == message_id
+    assert sent_email(sends(effects, "reader")[0]).message_id == message_id
 
 
 def test_worker_events_are_stamped_with_the_endpoint_stage(router: Router) -> None:
@@ -283,7 +292,7 @@ def test_reader_notes_cannot_override_the_answer_or_source(router: Router) -> No
     """Notes named like the broker's own fields lose to them, and nothing crashes."""
     workers(router)
     message_id, _ = submit(router)
-    notes = {"answer": "forged", "source": "model", "stage": "actor", "event": "outcome"}
+    notes: Detail = {"answer": "forged", "source": "model", "stage": "actor", "event": "outcome"}
     effects = router.handle("reader", R1, Reading(message_id=message_id, answer="1", source="none", notes=notes), 1.0)
     (line,) = [line for line in lines(effects) if line["event"] == "model_answer"]
     assert (line["answer"], line["source"], line["stage"]) == ("1", "none", "reader")
@@ -310,13 +319,17 @@ def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
         todo, effects = sends(effects), []
         for send in todo:
             message = send.message
+            result: Reading | Passed | Rejected | Done
             if send.role == "reader":
+                assert isinstance(message, Email)
                 answer = "4411" if int(message.message_id.split("-")[1]) % 3 else "no"
                 result = Reading(message_id=message.message_id, answer=answer, source="model")
             elif send.role == "validator":
+                assert isinstance(message, Reading)
                 result = Passed(message_id=message.message_id, value="4411") if message.answer == "4411" \
                     else Rejected(message_id=message.message_id, rule="digits.pattern", reason="no")
             elif send.role == "actor":
+                assert isinstance(message, Passed)
                 result = Done(message_id=message.message_id, outcome="completed")
             else:
                 continue
@@ -346,7 +359,7 @@ def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
             finished += outcomes(effects)
             if not held:
                 break
-            message_id = held[0].message.message_id
+            message_id = sent_email(held[0]).message_id
             if message_id == poison:
                 dead = fresh  # this reader dies too
                 break
@@ -359,9 +372,11 @@ def test_one_poisonous_email_fails_alone(router: Router, settings) -> None:
 
 
 @pytest.mark.parametrize(("role", "identity", "message"), [
-    pytest.param("actor", A, Event(event="outcome", message_id="abc-1", detail={"outcome": "completed"}), id="actor-outcome"),
+    pytest.param("actor", A, Event(event="outcome", message_id="abc-1", detail={"outcome": "completed"}),
+                 id="actor-outcome"),
     pytest.param("reader", R1, Event(event="received", message_id="abc-1"), id="reader-received"),
-    pytest.param("reader", R1, Event(event="verdict", message_id="abc-1", detail={"verdict": "passed"}), id="reader-verdict"),
+    pytest.param("reader", R1, Event(event="verdict", message_id="abc-1", detail={"verdict": "passed"}),
+                 id="reader-verdict"),
     pytest.param("intake", CLIENT, Notice(event="outcome", detail={"outcome": "failed"}), id="client-outcome"),
 ])
 def test_peers_cannot_forge_the_brokers_own_events(router: Router, role, identity, message) -> None:
@@ -415,4 +430,5 @@ def test_await_on_an_escalated_email_tells_why_it_waits(router: Router) -> None:
     router.handle("actor", A, Done(message_id=message_id, outcome="escalated", reason=why), 3.0)
     effects = router.handle("intake", CLIENT, Await(ref=7, ids=[message_id]), 4.0)
     (result,) = [s.message for s in sends(effects, "intake")]
+    assert isinstance(result, Result)
     assert (result.outcome, result.reason) == ("escalated", why)

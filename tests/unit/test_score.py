@@ -76,9 +76,11 @@ def test_percentiles_are_nearest_rank_everywhere() -> None:
 def test_campaign_reads_headers_and_jsonl(tmp_path: Path) -> None:
     """Expectations come from X-Airlock-* headers and from JSONL fields."""
     eml = tmp_path / "a.eml"
-    eml.write_bytes(b"X-Airlock-Expect: 4411\nX-Airlock-Goal: value:1\nX-Airlock-Category: data-only\nSubject: s\n\nOrder 4411")
+    eml.write_bytes(b"X-Airlock-Expect: 4411\nX-Airlock-Goal: value:1\nX-Airlock-Category: data-only\n"
+                    b"Subject: s\n\nOrder 4411")
     lines = tmp_path / "b.jsonl"
-    lines.write_text('{"text": "Order 12", "expect": 12}\n{"text": "hi", "subject": "s", "goal": "call:shop/refund_all"}\n')
+    lines.write_text('{"text": "Order 12", "expect": 12}\n'
+                     '{"text": "hi", "subject": "s", "goal": "call:shop/refund_all"}\n')
     emails = load([str(eml), str(lines)])
     assert [(e.expect, e.goal, e.format) for e in emails] == [
         ("12", "", "text"), (None, "call:shop/refund_all", "eml"), ("4411", "value:1", "eml")]

@@ -99,7 +99,7 @@ def test_normalized_lowercases_and_encodes_only_the_domain(address: str, exact: 
 
 
 @pytest.mark.parametrize("proof", ["dkim", "none"])
-def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str) -> None:
+def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: senders.SenderProof) -> None:
     """The proof the intake sent reaches the actor with the sender, whatever the validator's
     Passed says; a journalled email recovered after a restart keeps it."""
     from airlock.wire import Reading, Submit
@@ -125,6 +125,7 @@ def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: str)
         effects = router.handle("validator", V, forged, 2.0)
         (to_actor,) = sends(effects, "actor")
         assert to_actor.identity == A
+        assert isinstance(to_actor.message, Passed)
         assert (to_actor.message.sender, to_actor.message.sender_proof) == (OWNER, proof)
 
 

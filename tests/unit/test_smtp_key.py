@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airlock import keys
+from airlock.senders import SenderProof
 from airlock.wire import Hello, Passed, Reading, Submit
 from broker.journal import Entry
 from broker.router import Router, Send
@@ -20,7 +21,7 @@ OWNER = "kunde@example.de"
 R, V, A, C = b"r", b"v", b"a", b"c"
 
 
-def to_the_actor(router: Router, key: str, proof: str = "dkim") -> tuple[Passed, list[dict]]:
+def to_the_actor(router: Router, key: str, proof: SenderProof = "dkim") -> tuple[Passed, list[dict]]:
     """Submit one email with `proof` from `key`, read and validate it: what the actor gets,
     and the trace lines of its Submit."""
     for role, identity in (("reader", R), ("validator", V), ("actor", A)):
@@ -32,6 +33,7 @@ def to_the_actor(router: Router, key: str, proof: str = "dkim") -> tuple[Passed,
     router.handle("reader", R, Reading(message_id=entry.message_id, answer="4411", source="model"), 0.1)
     effects = router.handle("validator", V, Passed(message_id=entry.message_id, value="4411"), 0.2)
     (sent,) = [e for e in effects if isinstance(e, Send) and e.role == "actor"]
+    assert isinstance(sent.message, Passed)
     assert entry.sender_proof == sent.message.sender_proof  # a restart recovers what the actor got
     return sent.message, submitted
 
@@ -42,7 +44,7 @@ def to_the_actor(router: Router, key: str, proof: str = "dkim") -> tuple[Passed,
     pytest.param("", id="no-authentication"),
 ])
 @pytest.mark.parametrize("proof", ["dkim", "authres"])
-def test_a_proof_from_any_key_but_the_smtp_intakes_is_recorded_as_none(settings, key: str, proof: str) -> None:
+def test_a_proof_from_any_key_but_the_smtp_intakes_is_recorded_as_none(settings, key: str, proof: SenderProof) -> None:
     """A proof claimed with the CLI's or the page's key (or with none) reaches the actor as
     "none", so it cannot corroborate; the received line says "none" and a violation says why."""
     router = Router(settings, boot=0xABC, approvers={DANA: "dana"}, smtp_keys={SMTP})
@@ -57,7 +59,7 @@ def test_a_proof_from_any_key_but_the_smtp_intakes_is_recorded_as_none(settings,
 
 
 @pytest.mark.parametrize("proof", ["dkim", "authres", "none"])
-def test_the_smtp_intakes_key_keeps_its_proof(settings, proof: str) -> None:
+def test_the_smtp_intakes_key_keeps_its_proof(settings, proof: SenderProof) -> None:
     """From the SMTP intake's own key the proof stands, with no violation."""
     router = Router(settings, boot=0xABC, smtp_keys={SMTP})
     passed, submitted = to_the_actor(router, SMTP, proof)

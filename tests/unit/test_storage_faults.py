@@ -24,7 +24,8 @@ class Disk:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, room: int,
                  error: int = errno.ENOSPC) -> None:
-        self.name, self.room, self.error, self._write = name, room, error, os.write
+        self.room: int | None = room  # None: space returned, every write goes through
+        self.name, self.error, self._write = name, error, os.write
         monkeypatch.setattr(os, "write", self.write)
 
     def write(self, fd: int, data: bytes) -> int:

@@ -22,6 +22,7 @@ from airlock.wire import (
     Passed,
     Ping,
     Reading,
+    Result,
     Status,
     Submit,
     Waiting,
@@ -92,7 +93,7 @@ def test_an_email_held_by_a_killed_actor_ends_failed_after_the_wait(router: Rout
     assert "no actor was connected" in outcome["reason"] and "AIRLOCK_NO_WORKER_WAIT_S" in outcome["reason"]
     assert "delivered 1 times before (its actor was lost" in outcome["reason"] and outcome["no_worker_s"] == WAIT_S
     (result,) = [s.message for s in sends(effects, "intake")]  # whoever awaits it hears it at once
-    assert result.message_id == message_id and result.outcome == "failed"
+    assert isinstance(result, Result) and result.message_id == message_id and result.outcome == "failed"
     assert message_id not in router.flights and router.counters["no_worker.actor"] == 1
 
 
@@ -179,7 +180,7 @@ def test_a_paused_actor_counts_as_none_once_silent(router: Router, settings) -> 
     effects = router.handle("actor", A, Done(message_id=held, outcome="completed"), 10 * WAIT_S + 1)
     assert outcomes(effects) == [] and router.counters["late.actor"] == 1
     (again,) = [s.message for s in sends(effects, "actor")]
-    assert again.message_id == held
+    assert isinstance(again, Passed) and again.message_id == held
     (final,) = outcomes(router.handle("actor", A, Done(message_id=held, outcome="completed"), 10 * WAIT_S + 2))
     assert final["outcome"] == "completed"
 
@@ -246,7 +247,7 @@ def test_the_setting_is_read_with_its_default_and_checked() -> None:
             settings_module.load({"AIRLOCK_NO_WORKER_WAIT_S": bad})
 
 
-class OldStatus(Message, tag="status"):
+class OldStatus(Message, tag="status", frozen=True):
     """wire.Status as it was before `waiting`: what a client from before decodes with."""
 
     ref: int

@@ -70,7 +70,8 @@ def test_the_lineage_is_the_catalogs(make_actor, unpinned: Path) -> None:
     actor = make_actor(unpinned, catalog_text=CATALOG.replace('lineage = "order_store"', 'lineage = "crm"'))
     done = actor.run("m1", ORDER, OWNER, "dkim")
     assert done.outcome == "refused" and done.calls[-1].decision["refused_by"] == "evidence", done.reason
-    assert read(done, "order.customer")["lineage"] == "crm"
+    customer = read(done, "order.customer")
+    assert customer is not None and customer["lineage"] == "crm"
 
 
 def test_declaring_facts_under_a_running_plan_is_a_relabel(make_actor, unpinned: Path, logged_calls) -> None:

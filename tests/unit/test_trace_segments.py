@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Generator
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 import pytest
 
 from airlock import files as files_module, settings as settings_module, supervisor, trace, tracefiles
 from airlock.errors import SettingsError
-from airlock.wire import Email, Hello
+from airlock.wire import Email, Hello, Outcome
 from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
-from broker.router import Router
+from broker.router import Router, Send
 from dashboard.feed import FileTail
 from tests import lines as trace_lines
 
@@ -23,12 +25,12 @@ SEGMENT = 4096  # bytes: a few emails a segment, so a short history spans many s
 FILLER = "x" * 300  # a reader's line, about a tenth of an email's trace
 
 
-def _email(message_id: str, outcome: str | None) -> list[bytes]:
+def _email(message_id: str, outcome: Outcome | None) -> list[bytes]:
     lines = [trace_lines.received(message_id), trace_lines.model_answer(message_id, FILLER)]
     return lines + ([trace_lines.outcome(message_id, outcome)] if outcome else [])
 
 
-def _history(settings, journal: Journal, emails: list[tuple[str, str | None]]) -> trace.TraceWriter:
+def _history(settings, journal: Journal, emails: list[tuple[str, Outcome | None]]) -> trace.TraceWriter:
     """Write `emails` as the broker does: a turn each, then flush, then a checkpoint when due."""
     writer = trace.TraceWriter(settings.trace_path, SEGMENT)
     for message_id, outcome in emails:
@@ -43,7 +45,12 @@ def _history(settings, journal: Journal, emails: list[tuple[str, str | None]]) -
 def _opened(monkeypatch) -> list[Path]:
     seen: list[Path] = []
     real = tracefiles._open_or_none
-    monkeypatch.setattr(tracefiles, "_open_or_none", lambda path: seen.append(Path(path)) or real(path))
+
+    def noted(path: Path) -> BinaryIO | None:
+        seen.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(tracefiles, "_open_or_none", noted)
     return seen
 
 
@@ -89,7 +96,8 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     for message_id in (waiting, escalated, final_journalled):
         journal.append(Entry(message_id, b"Order " + message_id.encode(), "text"))
     journal.sync()
-    history = [(waiting, None), (escalated, "escalated"), (never_accepted, None), (final_journalled, "completed")]
+    history: list[tuple[str, Outcome | None]] = [
+        (waiting, None), (escalated, "escalated"), (never_accepted, None), (final_journalled, "completed")]
     history += [(f"old-{n}", "completed") for n in range(200)]  # final, no longer journalled
     _history(settings, journal, history).close()
     assert len(tracefiles.closed(settings.trace_path)) >= 20
@@ -98,7 +106,7 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert seen == [settings.trace_path]  # the checkpoint is read whole; no segment is opened
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    dispatched = [e.message.message_id for e in effects if isinstance(getattr(e, "message", None), Email)]
+    dispatched = [e.message.message_id for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
     abandoned = [json.loads(e)["message_id"] for e in effects if isinstance(e, bytes) and b'"outcome"' in e]
     assert dispatched == [waiting] and abandoned == [never_accepted] and not backlog
     assert router.flights[escalated].stage == "escalated"
@@ -120,8 +128,8 @@ def test_a_crash_between_rotation_and_checkpoint_loses_no_state(settings) -> Non
     """Segments the checkpoint does not cover yet are read at restart, then folded in."""
     journal = Journal(settings.data_dir / "journal.bin")
     writer = trace.TraceWriter(settings.trace_path, SEGMENT)  # no checkpoint is ever taken
-    for message_id, outcome in [("a", "completed"), ("b", None), ("c", "escalated")] + [
-            (f"old-{n}", "completed") for n in range(40)]:
+    history: list[tuple[str, Outcome | None]] = [("a", "completed"), ("b", None), ("c", "escalated")]
+    for message_id, outcome in history + [(f"old-{n}", "completed") for n in range(40)]:
         for line in _email(message_id, outcome):
             writer.write(line)
         writer.flush()
@@ -172,6 +180,7 @@ def test_follow_reads_on_across_a_rotation(tmp_path: Path) -> None:
     writer.write(trace_lines.started())
     writer.flush()
     followed = trace.follow(path, poll_s=0.001)
+    assert isinstance(followed, Generator)  # closed below, as a generator can be
     assert trace.event_of(next(followed)) == "started"
     ids = [f"m-{n}" for n in range(30)]
     for message_id in ids:  # several rotations while the follower waits

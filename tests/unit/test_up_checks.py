@@ -226,13 +226,14 @@ def test_no_answer_reason_says_model_and_recording() -> None:
     assert rejected.reason == (f"there is no answer: the model at {url} did not answer (refused: connection "
                                f"refused at {url}), and there is no recording for this email")
     (recorded,) = reader.handle(Email(message_id="m", raw=SEED, format="eml"))
-    assert recorded.source == "recorded" and recorded.no_answer_because == ""
+    assert isinstance(recorded, Reading) and recorded.source == "recorded" and recorded.no_answer_because == ""
 
 
 def test_no_model_set_and_no_recording_says_so() -> None:
     """With no model URL at all, the reason says none is set and how to set one."""
     task = task_module.load(TASKS / "order_status.toml")
     (reading,) = Reader(task, not_configured, {}).handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    assert isinstance(reading, Reading)
     assert reading.no_answer_because == ("no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL), "
                                          "and there is no recording for this email")
 
@@ -251,5 +252,6 @@ def test_no_answer_reason_keeps_a_model_servers_words_short_and_visible() -> Non
     hostile = "HTTP 500 \x1b[2J\u202e" + "x" * 5000
     reader = Reader(task, lambda messages: ModelFailure("http_error", hostile), {}, "http://m")
     (reading,) = reader.handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    assert isinstance(reading, Reading)
     assert "\x1b" not in reading.no_answer_because and "\u202e" not in reading.no_answer_because
     assert shown("\x1b[2J\u202e") in reading.no_answer_because and len(reading.no_answer_because) < 400

@@ -54,8 +54,10 @@ def test_root_users_fail(user: str) -> None:
     ("actor", [], False),
     ("broker", [{"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/data"}], False),
     ("validator", [{"Type": "tmpfs", "Source": "", "Destination": "/tmp"}], True),
-    ("reader", [{"Type": "bind", "Source": "/x/airlock-keys/services/reader", "Destination": "/keys", "RW": False}], True),
-    ("reader", [{"Type": "bind", "Source": "/x/airlock-keys/services/reader", "Destination": "/keys", "RW": True}], False),
+    ("reader", [{"Type": "bind", "Source": "/x/airlock-keys/services/reader", "Destination": "/keys", "RW": False}],
+     True),
+    ("reader", [{"Type": "bind", "Source": "/x/airlock-keys/services/reader", "Destination": "/keys", "RW": True}],
+     False),
 ])
 def test_mounts_only_the_data_folder_for_its_writers(service: str, mounts: list, ok: bool) -> None:
     """Only the broker and the actor mount the data folder; nobody mounts the Docker socket."""

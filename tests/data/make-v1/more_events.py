@@ -24,7 +24,7 @@ from broker.router import Router, Send
 from broker.storage import Storage
 from tests.conftest import airlock_env
 
-out = []
+out: list[bytes] = []
 def keep(effects):
     out.extend(e for e in effects if isinstance(e, bytes))
 
@@ -43,7 +43,8 @@ with tempfile.TemporaryDirectory() as tmp:
                                                notes={"subject": "hi\u202e"}), 0.1))
     m2 = submit(b"Order 7788", 2)
     keep(r.handle("reader", b"r1", Event(event="model_retry", message_id=m2, detail={"try": 2, "why": "timeout"}), 0.1))
-    keep(r.handle("reader", b"r1", Reading(message_id=m2, answer="x", source="none", notes={"model_error": "not_configured: none"}), 0.2))
+    keep(r.handle("reader", b"r1", Reading(message_id=m2, answer="x", source="none",
+                                           notes={"model_error": "not_configured: none"}), 0.2))
     keep(r.handle("validator", b"v", Rejected(message_id=m2, rule="digits.pattern", reason="'x' is not digits"), 0.3))
     keep(r.handle("reader", b"r1", Reading(message_id=m2, answer="late", source="model"), 0.35))  # late_result
     m3 = submit(b"Order 5512", 3)
@@ -51,8 +52,10 @@ with tempfile.TemporaryDirectory() as tmp:
     keep(r.tick(200.0))  # again: gave up, failed; the silent workers are lost
     keep(r.handle("reader", b"r9", Malformed(reason="not msgpack", size=7), 201.0))
     keep(r.handle("validator", b"v", Violation(kind="submit", reason="a validator may not submit"), 201.0))
-    keep(r.handle("intake", b"c", Notice(event="service_restarted", detail={"service": "reader-1", "exit_code": -9}), 201.0))
-    keep(r.handle("intake", b"c", Decide(ref=9, message_id="abc-77", approve=True, role="support-lead", by="dana"), 201.0, "KEYMALLORY"))
+    keep(r.handle("intake", b"c", Notice(event="service_restarted", detail={"service": "reader-1", "exit_code": -9}),
+                  201.0))
+    keep(r.handle("intake", b"c", Decide(ref=9, message_id="abc-77", approve=True, role="support-lead", by="dana"),
+                  201.0, "KEYMALLORY"))
     keep(r.undeliverable(Send("intake", b"gone", Await(ref=1, ids=["abc-1"])), 202.0))
     keep(r.handle("validator", b"v", Passed(message_id="abc-404", value="1", student="validator.check"), 202.0))
     storage = Storage(collections.Counter())
