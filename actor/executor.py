@@ -4,8 +4,8 @@ For each plan step, in order:
   authorization   the pair is in the plan and the live catalog (bound rule), its pin still
                   holds, the step's grant covers the tool's permission, the arguments fit
                   the schema exactly, and the tool class's preconditions allow it;
-  execution       the tool runs off the loop thread under the timeout_s its catalog entry
-                  declares (every tool, every call: actor/deadline.py); only once it answered
+  execution       the tool runs under the timeout_s its catalog entry declares (every
+                  tool, every call, stopped at its deadline: actor/deadline.py); only once it answered
                   in time is the call logged, keyed by message id and step, so a timed-out
                   call leaves no line and a replayed message never repeats a side effect;
   observation     the result, capped in size; the facts the catalog declares the tool
