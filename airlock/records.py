@@ -3,7 +3,9 @@
 airlock.wire says what goes between processes; this module says what is kept on disk and
 read back: trace.jsonl (written by the broker alone: airlock.trace) and calls.jsonl (written
 by the actor alone: the call log). Each line is one JSON object; each event is a tagged
-Struct below, its tag in `event`. Every line has `at` (UTC, ISO 8601), `message_id` (null for
+Struct below (the base, Record, is in airlock.recordbase and the broker's records about
+no one email in airlock.recordfacts, both only to keep this module small: import every
+record from here), its tag in `event`. Every line has `at` (UTC, ISO 8601), `message_id` (null for
 a fact about no one email) and `stage` (who said it: stamped by the broker from the endpoint
 a fact came in on, never taken from the sender); each email ends with exactly one `outcome`.
 
@@ -48,50 +50,35 @@ sees (an email redone, a call not counted). Rule 3 keeps ignoring exact.
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from airlock.recordbase import Record as Record, utc_now as utc_now
+from airlock.recordfacts import (
+    AuthRefused as AuthRefused,
+    ClientGone as ClientGone,
+    HandshakeFailed as HandshakeFailed,
+    JournalCompacted as JournalCompacted,
+    JournalCompactionFailed as JournalCompactionFailed,
+    JournalDamaged as JournalDamaged,
+    MalformedFrame as MalformedFrame,
+    Started as Started,
+    Stopped as Stopped,
+    StorageFailed as StorageFailed,
+    StorageRecovered as StorageRecovered,
+    TraceCheckpoint as TraceCheckpoint,
+    TraceCheckpointFailed as TraceCheckpointFailed,
+    Violation as Violation,
+    WorkerJoined as WorkerJoined,
+    WorkerLost as WorkerLost,
+)
 from airlock.wire import Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
 
 WORKER_STAGES = ("reader", "validator", "actor")
 WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
 SUPERVISOR = "supervisor"  # a supervisor's Notice is written under its own name, this stage
 DAMAGED_TEXT_LIMIT = 500  # characters of a damaged line a Damaged value keeps
-
-
-_second: tuple[int, str] = (-1, "")  # the last whole second stamped, and its text
-
-
-def utc_now() -> str:
-    """Now as 2026-11-30T04:48:01.123456Z. The date and time of day are formatted once a
-    second: the broker stamps six lines an email or more, and datetime's isoformat each time
-    was a tenth of its work (at ten lines an email)."""
-    global _second
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-    stamp = _second  # one read: another thread may replace it, never half of it
-    if stamp[0] != seconds:
-        stamp = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    return f"{stamp[1]}.{nanos // 1000:06d}Z"
-
-
-class Record(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="event"):
-    """Base of every typed trace line: `Received(at, message_id, "broker", origin=...)`.
-
-    frozen: a record is a fact, read by many. omit_defaults: a field left at its default is
-    not written (rule 1 above). Unknown fields are ignored on decode (rule 2). `STAGE`: the
-    one stage that may say this event; `decode` makes a line from any other stage Damaged,
-    so a reader that matched a type may trust who said it.
-
-    Every event repeats `frozen=True, kw_only=True`, and cannot say it once here: msgspec
-    inherits frozen but mypy does not (a subclass without it is an error), and kw_only
-    covers only the fields a class itself defines (its own by name, these three by place)."""
-
-    STAGE: ClassVar[str] = "broker"
-    at: str
-    message_id: str | None
-    stage: str
 
 
 # --- the broker's own facts about one email -------------------------------------------------
@@ -297,108 +284,6 @@ class Step(Record, tag="step", frozen=True, kw_only=True):
     task: str = ""
     plan: list[tuple[str, str]] = []
     result: dict[str, Any] = {}
-
-
-# --- the broker's facts about no one email (message_id null) -------------------------------
-
-
-class Violation(Record, tag="violation", frozen=True, kw_only=True):
-    """A peer sent what its endpoint may not (kind: the message's kind, or sender_proof)."""
-
-    endpoint: str
-    kind: str
-    reason: str
-
-
-class MalformedFrame(Record, tag="malformed_frame", frozen=True, kw_only=True):
-    endpoint: str
-    reason: str
-    bytes: int
-
-
-class ClientGone(Record, tag="client_gone", frozen=True, kw_only=True):
-    messages: int
-
-
-class WorkerJoined(Record, tag="worker_joined", frozen=True, kw_only=True):
-    role: str
-    credit: int
-
-
-class WorkerLost(Record, tag="worker_lost", frozen=True, kw_only=True):
-    role: str
-    reason: str
-    held: int
-
-
-class Started(Record, tag="started", frozen=True, kw_only=True):
-    endpoints: dict[str, str]
-    trace: str
-    authentication: str
-    sender_proofs: str
-    insecure: bool = False
-
-
-class Stopped(Record, tag="stopped", frozen=True, kw_only=True):
-    in_flight: int
-
-
-class AuthRefused(Record, tag="auth_refused", frozen=True, kw_only=True):
-    endpoint: str
-    reason: str
-    peer: str
-
-
-class HandshakeFailed(Record, tag="handshake_failed", frozen=True, kw_only=True):
-    endpoint: str
-    peer: str
-    errno: str
-    stalled_s: float
-    reason: str
-
-
-class StorageFailed(Record, tag="storage_failed", frozen=True, kw_only=True):
-    file: str
-    error: str
-    errno: str
-
-
-class StorageRecovered(Record, tag="storage_recovered", frozen=True, kw_only=True):
-    file: str
-    failed_for_s: float
-    refused: int
-    lines_dropped: int | None = None  # the trace's: lines dropped while it failed
-
-
-class JournalCompacted(Record, tag="journal_compacted", frozen=True, kw_only=True):
-    bytes_before: int
-    bytes_after: int
-    freed: int
-    live: int
-
-
-class JournalCompactionFailed(Record, tag="journal_compaction_failed", frozen=True, kw_only=True):
-    error: str
-    bytes: int
-
-
-class JournalDamaged(Record, tag="journal_damaged", frozen=True, kw_only=True):
-    path: str
-    ranges_skipped: int
-    bytes_skipped: int
-    ranges: list[list[int]]
-    torn_tail: bool
-    emails_lost: int
-
-
-class TraceCheckpoint(Record, tag="trace_checkpoint", frozen=True, kw_only=True):
-    through_segment: int
-    emails: int
-
-
-class TraceCheckpointFailed(Record, tag="trace_checkpoint_failed", frozen=True, kw_only=True):
-    error: str
-
 
 Event = (
     Received | Recovered | Redelivery | LateResult | DecisionTaken | DecisionRefused | OutcomeLine
