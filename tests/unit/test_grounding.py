@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from airlock import task as task_module
 from airlock.task import Choice, Code, Digits, IntegerRange
 from reader import prompt
 from reader.grounding import grounded
-from tests.conftest import examples
+from reader.mail import ParsedEmail, parse
+from tests.conftest import ROOT, examples
 
 DIGITS = Digits(max_length=6, grounded=True)
 
@@ -114,3 +118,38 @@ def test_digits_grounded_exactly_when_a_word_of_the_text(answer: str, text: str)
 def test_digits_between_separators_are_grounded(answer: str, before: str, after: str) -> None:
     """Whatever surrounds it, a number with a space either side is grounded."""
     assert grounded(answer, f"{before} {answer} {after}", DIGITS)
+
+
+# --- the shipped tasks: grounded, and examples no real email of ours can ground -------------
+
+
+def grounded_tasks() -> list[task_module.Task]:
+    files = [p for p in sorted((ROOT / "tasks").glob("*.toml")) if "reader" in tomllib.loads(p.read_text())]
+    return [t for t in map(task_module.load, files) if t.value.grounded]
+
+
+def shipped_emails() -> list[Path]:
+    return sorted((ROOT / "samples").glob("*.eml")) + sorted((ROOT / "corpus" / "handmade").glob("*.eml"))
+
+
+def test_the_order_tasks_ask_for_grounding() -> None:
+    """Both order-number tasks reject a number the email does not hold."""
+    assert {t.name for t in grounded_tasks()} >= {"order_status", "order_status_guarded"}
+
+
+@pytest.mark.parametrize("task", grounded_tasks(), ids=lambda t: t.name)
+def test_no_example_value_is_grounded_in_a_shipped_email(task: task_module.Task) -> None:
+    """A model that copies an example's number (issue 17) is never grounded by an email this
+    project ships, nor does the number name an order in the mock store."""
+    values = {e.answer for e in task.reader.examples if e.answer != "NONE"}
+    assert values, task.name
+    grounding_emails: list[tuple[str, str]] = []
+    for path in shipped_emails():
+        parsed = parse(path.read_bytes(), "eml")
+        if not isinstance(parsed, ParsedEmail):
+            continue  # an email the reader refuses is never asked about
+        text, _ = prompt.email_text(parsed)
+        grounding_emails += [(path.name, v) for v in values if grounded(v, text, task.value)]
+    assert grounding_emails == []
+    orders = tomllib.loads((ROOT / "actor" / "orders.toml").read_text())["orders"]
+    assert values.isdisjoint(orders)
