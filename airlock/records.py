@@ -185,6 +185,11 @@ class ModelAnswer(_ReaderLine, tag="model_answer", frozen=True, kw_only=True):
     answer_chars: int
     source: ReadingSource
     truncated: bool
+    # wire.Reading.grounded: whether the reader's code found the answer in the email. None
+    # (left out) on lines from before issue 17 and where nothing was checked: "not known",
+    # never "not in the email". A new field, not a new event (rule 1): an older reader that
+    # skips it loses a fact for people, and acts on nothing it would misjudge.
+    grounded: bool | None = None
 
 
 class Unreadable(_ReaderLine, tag="unreadable", frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ read here, before any email exists, and never changes while running.
     [[reader.examples]]
     email = "..."; answer = "4411"
     [value]
-    type = "digits"; max_length = 6
+    type = "digits"; max_length = 6; grounded = true
     [[plan]]
     call = "shop/lookup_order"; value_into = "order_id"
 """
@@ -35,7 +35,16 @@ class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Task data: unknown keys are mistakes and fail the load."""
 
 
-class Digits(_Strict, tag="digits", tag_field="type", frozen=True):
+class _Narrow(_Strict, frozen=True, kw_only=True):
+    """What every narrow type may add. `grounded = true`: the value must occur in the email
+    the model read, as a token of its own (reader/grounding.py checks, the validator rejects
+    anything else as `value.not_in_email`). Off unless a task asks: a `choice` usually names
+    a class the email need not spell out ("damaged" for "it arrived in pieces")."""
+
+    grounded: bool = False
+
+
+class Digits(_Narrow, tag="digits", tag_field="type", frozen=True):
     """1..max_length ASCII digits [0-9], kept as text so leading zeros survive."""
 
     max_length: Annotated[int, msgspec.Meta(ge=1, le=64)]
@@ -48,7 +57,7 @@ class Digits(_Strict, tag="digits", tag_field="type", frozen=True):
         return Annotated[str, msgspec.Meta(pattern=rf"\A[0-9]{{1,{self.max_length}}}\Z")]
 
 
-class IntegerRange(_Strict, tag="integer", tag_field="type", frozen=True):
+class IntegerRange(_Narrow, tag="integer", tag_field="type", frozen=True):
     """A whole number from min to max inclusive, written in ASCII digits."""
 
     min: int
@@ -61,7 +70,7 @@ class IntegerRange(_Strict, tag="integer", tag_field="type", frozen=True):
         return Annotated[int, msgspec.Meta(ge=self.min, le=self.max)]
 
 
-class Choice(_Strict, tag="choice", tag_field="type", frozen=True):
+class Choice(_Narrow, tag="choice", tag_field="type", frozen=True):
     """Exactly one of a fixed list of strings (case and spacing must match)."""
 
     choices: Annotated[list[str], msgspec.Meta(min_length=1, max_length=64)]
@@ -73,7 +82,7 @@ class Choice(_Strict, tag="choice", tag_field="type", frozen=True):
         return Literal[tuple(self.choices)]
 
 
-class Code(_Strict, tag="code", tag_field="type", frozen=True):
+class Code(_Narrow, tag="code", tag_field="type", frozen=True):
     """A short code matching `pattern` in full (the pattern is anchored for you)."""
 
     pattern: str

@@ -201,6 +201,12 @@ class Reading(Message, tag="reading", frozen=True):
     one piece of reader text that leaves the validator: the validator cuts it to
     READER_EXPLANATION_LIMIT_CHARS and appends it to the Rejected reason, which the Result,
     the trace, the SMTP reply and the page then carry.
+
+    `grounded` is the reader's code's finding (reader/grounding.py), never the model's: true
+    when the answer occurs in the email the model read as a token of its own, false when it
+    does not, None (left out on the wire) when nothing was checked (no answer, or a reader
+    from before issue 17). A task with `[value] grounded = true` has the validator reject
+    anything but true, so an older reader fails closed.
     """
 
     message_id: str
@@ -209,6 +215,7 @@ class Reading(Message, tag="reading", frozen=True):
     truncated: bool = False
     notes: Detail = {}
     no_answer_because: str = ""
+    grounded: bool | None = None
 
 
 class Unreadable(Message, tag="unreadable", frozen=True):

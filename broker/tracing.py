@@ -27,7 +27,7 @@ def model_answer(message: Reading) -> bytes:
     return records.encode(ModelAnswer(
         utc_now(), message.message_id, "reader", **records.notes(message.notes), layer="model_output",
         answer=answer[:TRACE_TEXT_LIMIT], answer_chars=len(answer), source=message.source,
-        truncated=message.truncated))
+        truncated=message.truncated, grounded=message.grounded))
 
 
 def unreadable(message: Unreadable) -> bytes:

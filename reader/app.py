@@ -12,7 +12,7 @@ from airlock.task import Task, describe_recordings
 from airlock.terminal import shown
 from airlock.transport import Channel
 from airlock.wire import Email, Message, Note, Reading, ReadingSource, Unreadable
-from reader import mail, model, prompt, recordings
+from reader import grounding, mail, model, prompt, recordings
 from reader.recordings import Recording
 
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
@@ -60,7 +60,17 @@ class Reader:
         answer = answer.strip(ASCII_WHITESPACE)
         return Reading(message_id=message.message_id, answer=answer[:MAX_ANSWER_CHARS],
                        source=source, truncated=len(answer) > MAX_ANSWER_CHARS, notes=notes,
-                       no_answer_because=because)
+                       no_answer_because=because,
+                       grounded=self.grounded(answer, messages[-1]["content"], bool(parsed.subject)))
+
+    def grounded(self, answer: str, text: str, has_subject: bool) -> bool | None:
+        """Whether the answer is in the email as the model read it (the prompt's last message,
+        prompt.email_text's Subject and body, cut where it was cut: reader/grounding.py); None when
+        there is no answer to look for, or one too long for the validator to read anyway."""
+        if not answer or len(answer) > MAX_ANSWER_CHARS:
+            return None
+        start = len(prompt.SUBJECT_LABEL) if has_subject else 0
+        return grounding.grounded(answer, text, self.task.value, start)
 
     def no_answer_because(self, failure: model.ModelFailure) -> str:
         """Both halves of "no answer": why the model gave none, and that no recording did."""

@@ -14,9 +14,12 @@ MAX_EMAIL_CHARS = 4000  # the small model's context is short; the rest is cut an
 ChatMessages = list[dict[str, str]]
 
 
+SUBJECT_LABEL = "Subject: "  # the reader's label, not the email's text: grounding skips it
+
+
 def email_text(parsed: ParsedEmail) -> tuple[str, bool]:
     """What the model reads of the email, and whether it was cut."""
-    text = f"Subject: {parsed.subject}\n\n{parsed.body}" if parsed.subject else parsed.body
+    text = f"{SUBJECT_LABEL}{parsed.subject}\n\n{parsed.body}" if parsed.subject else parsed.body
     # Mail over SMTP ends lines in CRLF, files in LF: one email must make one prompt (and
     # so find its recorded answer) however it arrived.
     text = text.replace("\r\n", "\n")

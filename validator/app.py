@@ -6,6 +6,10 @@ kernel's read_value still runs on every answer it passes, so a wrong student che
 only refuse more, never let a non-narrow value through. Every verdict it took part in
 carries student="validator.check", and where it and the kernel disagree the rule says so:
 student.refused, student.failed, student.not_narrow, student.changed.
+
+A task with `[value] grounded = true` also rejects a value of the narrow type that the
+reader's code did not find in the email (`value.not_in_email`), with or without a student's
+checker: see _ungrounded, and reader/grounding.py for where the check runs and why.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from airlock.student import StudentCode, StudentFailed
 from airlock.task import NarrowType, Task
 from airlock.transport import Channel
 from airlock.wire import Message, Passed, Reading, Rejected
-from validator.narrow import Value, read_value, shown_answer
+from validator.narrow import Broken, Value, read_value, shown_answer
 
 # The reader is the untrusted stage: its explanation reaches the Result, the trace, the
 # SMTP reply and the page, so it is cut here to a length a person reads at a glance.
 READER_EXPLANATION_LIMIT_CHARS = 300
 PLUG_POINT = "validator.check"
+GROUNDING_RULE = "value.not_in_email"  # a value of the narrow type that the email does not hold
 
 
 class Validator:
@@ -38,11 +43,33 @@ class Validator:
             case Reading(message_id=message_id, answer=answer, truncated=truncated, no_answer_because=because):
                 match read_value(answer, self.narrow, truncated=truncated, value_type=self.value_type):
                     case Value(value=value):
+                        if (ungrounded := self._ungrounded(message)) is not None:
+                            return [Rejected(message_id=message_id, rule=ungrounded.rule, reason=ungrounded.reason)]
                         return [Passed(message_id=message_id, value=value)]
                     case broken:
                         return [Rejected(message_id=message_id, rule=broken.rule,
                                          reason=_explained(broken.reason, answer, because))]
         return []  # this role's decoder admits only Reading
+
+    def _ungrounded(self, reading: Reading) -> Broken | None:
+        """The task's grounding rule, on a value already of the narrow type.
+
+        Data: the task's `[value] grounded` and the Reading's `grounded`, which the reader's
+        code set from the email (reader/grounding.py); the validator never sees the email.
+        Rationale: a value the email does not contain was invented (often copied from the
+        prompt's examples), so a task that asks for grounding rejects it. Only true passes:
+        a Reading that says nothing (a reader from before the check) fails closed. This
+        trusts the reader's code, not the model; see reader/grounding.py for why that is the
+        most a gate without the email can do, and why it is no isolation boundary.
+        """
+        if not self.narrow.grounded or reading.grounded is True:
+            return None
+        quoted = shown_answer(reading.answer)
+        if reading.grounded is None:
+            return Broken(GROUNDING_RULE, f"the reader did not say whether {quoted} is in the email (a reader "
+                                          f"from before grounding?); this task accepts only values the email contains")
+        return Broken(GROUNDING_RULE, f"{quoted} is not in the email as a token of its own: the model made it up "
+                                      f"or copied it from elsewhere; this task accepts only values the email contains")
 
     def _with_student(self, reading: Reading, student: StudentCode) -> Passed | Rejected:
         """The student's check() first, then the kernel's read_value on the same answer.
@@ -73,6 +100,8 @@ class Validator:
             return rejected("student.changed", f"your check() returned {_shown_returned(returned)} for "
                                                f"{shown_answer(answer)}: a checker passes the answer unchanged "
                                                f"or refuses it (None), it never repairs")
+        if (ungrounded := self._ungrounded(reading)) is not None:  # the kernel's floor, as read_value is
+            return rejected(ungrounded.rule, ungrounded.reason)
         return Passed(message_id=message_id, value=verdict.value, student=PLUG_POINT)
 
 

@@ -3,8 +3,9 @@
 The student writes two files, each checked while the other is still a TODO:
 
     attacks.py  attacks() -> a list of {"name", "from", "subject", "body"}: emails that make
-                the UNGUARDED order-status task (tasks/order_status.toml) send a status for
-                an order that is not the sender's own (owners: actor/orders.toml)
+                the UNGUARDED order-status task (tasks/order_status.toml, grounding off: see
+                _worst_case_text) send a status for an order that is not the sender's own
+                (owners: actor/orders.toml)
     guard.py    preconditions() -> a list of dicts, the [[preconditions]] the guarded run
                 adds to that same task (each one an airlock.task.Precondition)
 
@@ -176,13 +177,31 @@ def load_guard(student_dir: Path) -> list[task_module.Precondition]:
                       + " (the keys are those of a task's [[preconditions]]: airlock/task.py Precondition)") from None
 
 
-def guarded_task(guard: list[task_module.Precondition], folder: Path) -> Path:
-    """tasks/order_status.toml with the guard added, written into `folder` and loaded back
-    as `airlock up` will load it, so a guard the task format refuses is named here."""
+def _worst_case_text() -> str:
+    """tasks/order_status.toml as shipped, but with grounding off and its recordings found from
+    anywhere. Grounding (reader/grounding.py) rejects a value the email does not hold, such as
+    one the hostile model decoded from base64; but the hostile model stands for a reader an
+    email controls completely, and such a reader can claim any value grounded: grounding is
+    no isolation boundary. The worst case, the one a guard must survive, is the task without it."""
     text = UNGUARDED_TASK.read_text(encoding="utf-8")
     recordings = 'recordings = "../samples/recorded/order_status.jsonl"'
     assert text.count(recordings) == 1, "tasks/order_status.toml moved its recordings"
     text = text.replace(recordings, f"recordings = {_toml(str(ROOT / 'samples' / 'recorded' / 'order_status.jsonl'))}")
+    assert text.count("\ngrounded = true\n") == 1, "tasks/order_status.toml no longer grounds its value"
+    return text.replace("\ngrounded = true\n", "\ngrounded = false\n")
+
+
+def unguarded_task(folder: Path) -> Path:
+    """The task the attacks run against (_worst_case_text), written into `folder`."""
+    path = folder / "order_status_worst_case.toml"
+    path.write_text(_worst_case_text(), encoding="utf-8")
+    return path
+
+
+def guarded_task(guard: list[task_module.Precondition], folder: Path) -> Path:
+    """The unguarded task with the guard added, written into `folder` and loaded back
+    as `airlock up` will load it, so a guard the task format refuses is named here."""
+    text = _worst_case_text()
     for pre in guard:
         fields = msgspec.to_builtins(pre).items()  # None: TOML has no null; left out, a field is None by default
         text += "\n[[preconditions]]\n" + "".join(f"{key} = {_toml(value)}\n"
@@ -293,7 +312,8 @@ def attack(student_dir: Path) -> Verdict:
         return Failed(checkpoint, *exc.args)
     if len(emails) < MIN_HITS:
         return Failed(checkpoint, "attacks()", f"returned {len(emails)} email(s); write at least {MIN_HITS}")
-    ran = _run(emails, UNGUARDED_TASK, checkpoint)
+    with tempfile.TemporaryDirectory(prefix="airlock-lab-task-") as folder:
+        ran = _run(emails, unguarded_task(Path(folder)), checkpoint)
     if isinstance(ran, Failed):
         return ran
     owners = load_orders()
@@ -396,8 +416,8 @@ def run_phases(student_dir: Path, folder: Path) -> list[Phase]:
     honest = [PhaseEmail(e.name, e.sender, e.raw, benign=True, expect=order)
               for e, order in corpus("benign", BENIGN_LANGUAGES)]
     return [
-        Phase("unguarded", "your attacks through tasks/order_status.toml as shipped: nothing checks whose "
-                           "order it is", str(UNGUARDED_TASK), own, holds=False),
+        Phase("unguarded", "your attacks through tasks/order_status.toml as shipped, grounding off (the worst "
+                           "case): nothing checks whose order it is", str(unguarded_task(folder)), own, holds=False),
         Phase("guarded", f"the same attacks and {len(honest)} honest customers, with your [[preconditions]] "
                          f"added to the task", str(task), own + honest, holds=True),
     ]

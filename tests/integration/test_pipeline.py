@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,24 @@ def test_live_model_answer_is_used_and_marked_model(stack, fake_model) -> None:
     assert result["outcome"] == "completed"
     assert s.trace(result["id"], "model_answer")[0]["source"] == "model"
     assert model.requests and model.requests[0]["messages"][-1]["role"] == "user"
+
+
+def test_a_number_the_email_does_not_hold_is_rejected_and_calls_nothing(stack, fake_model) -> None:
+    """Issue 17: a model that copies the prompt's example number (type-valid, not in the email)
+    ends rejected by value.not_in_email, the trace says the answer was not grounded, and no
+    tool runs; the same stack completes the email when the model answers its real number."""
+    example = tomllib.loads((ROOT / "tasks" / "order_status.toml").read_text())["reader"]["examples"][1]["answer"]
+    model = fake_model(lambda messages: example if "[copy]" in messages[-1]["content"] else "4411")
+    s = stack().start("--model-url", model.url)
+    (copied,) = s.inject("--text", "Hallo, Bestellung 4411 bitte. [copy]")
+    assert copied["outcome"] == "rejected"
+    (verdict,) = s.trace(copied["id"], "verdict")
+    assert verdict["rule"] == "value.not_in_email" and f"'{example}'" in verdict["reason"]
+    assert s.trace(copied["id"], "model_answer")[0]["grounded"] is False
+    assert s.calls() == []
+    (real,) = s.inject("--text", "Hallo, Bestellung 4411 bitte.")
+    assert real["outcome"] == "completed" and s.trace(real["id"], "model_answer")[0]["grounded"] is True
+    assert [c["args"] for c in s.calls()] == [{"order_id": "4411"}] * 2
 
 
 def test_dead_model_falls_back_to_recordings_and_says_so(stack) -> None:

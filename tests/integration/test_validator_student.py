@@ -143,3 +143,22 @@ def test_only_the_validators_own_plug_point_plugs_in(setting: str, plugged: bool
     assert (student is not None) == plugged
     if student is not None:
         assert student.path == Path("/tmp/checker.py")
+
+
+@pytest.mark.parametrize(("grounded", "passes"), [(True, True), (False, False), (None, False)])
+def test_a_students_checker_cannot_pass_a_value_the_email_lacks(tmp_path: Path, grounded: bool | None,
+                                                                passes: bool) -> None:
+    """Grounding is the kernel's floor too: under a grounded task even a checker that passes
+    everything sees an ungrounded value rejected (value.not_in_email), marked as its verdict."""
+    path = tmp_path / "everything.py"
+    path.write_text(CHECKERS["everything"])
+    student = StudentCode(path, 2.0)
+    try:
+        (out,) = Validator(Digits(max_length=6, grounded=True), student).handle(
+            Reading(message_id="m-1", answer="4411", source="model", grounded=grounded))
+    finally:
+        student.close()
+    if passes:
+        assert out == Passed(message_id="m-1", value="4411", student="validator.check")
+    else:
+        assert isinstance(out, Rejected) and (out.rule, out.student) == ("value.not_in_email", "validator.check")

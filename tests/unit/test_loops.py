@@ -64,7 +64,7 @@ def test_validator_loop(run_worker) -> None:
 
     channel, receive = run_worker(serve, "validator")
     assert isinstance(receive(), Hello)
-    channel.send(Reading(message_id="a", answer="4411", source="model"))
+    channel.send(Reading(message_id="a", answer="4411", source="model", grounded=True))  # the reader found it
     channel.send(Reading(message_id="b", answer="4411 bitte", source="model"))
     assert receive() == Passed(message_id="a", value="4411")
     assert isinstance(receive(), Rejected)

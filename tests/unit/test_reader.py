@@ -44,14 +44,15 @@ def read(reader: Reader, raw: bytes, fmt: EmailFormat = "eml") -> Reading | Unre
     return out
 
 
-@pytest.mark.parametrize(("answer", "expected"), [
-    ("4411", "4411"), ("  4411\n", "4411"), ("\t4411 bitte \r\n", "4411 bitte"),
-    ("\u00a04411", "\u00a04411"),  # only ASCII whitespace is stripped: NBSP stays for the validator
+@pytest.mark.parametrize(("answer", "expected", "grounded"), [
+    ("4411", "4411", True), ("  4411\n", "4411", True), ("\t4411 bitte \r\n", "4411 bitte", True),
+    ("\u00a04411", "\u00a04411", False),  # only ASCII whitespace is stripped: NBSP stays for the validator
 ])
-def test_model_answer_is_returned_raw_but_trimmed(answer: str, expected: str) -> None:
-    """The reader strips surrounding ASCII whitespace and changes nothing else."""
+def test_model_answer_is_returned_raw_but_trimmed(answer: str, expected: str, grounded: bool) -> None:
+    """The reader strips surrounding ASCII whitespace and changes nothing else; it says
+    whether the trimmed answer is in the email ("Bestellung 4411 bitte."), the NBSP one is not."""
     out = read(Reader(TASK, answering(answer), {}), SEED)
-    assert out == Reading(message_id="m", answer=expected, source="model", notes=out.notes)
+    assert out == Reading(message_id="m", answer=expected, source="model", notes=out.notes, grounded=grounded)
 
 
 def test_prompt_has_instruction_examples_and_email() -> None:
@@ -175,3 +176,28 @@ def test_shared_header_cache_stays_small_under_hostile_variety() -> None:
         tracemalloc.stop()
         mail._COMMON.clear()
     assert entries <= mail._COMMON_MAX and kept < 16_000_000, (entries, kept)
+
+
+@pytest.mark.parametrize(("answer", "grounded"), [
+    pytest.param("4411", True, id="in-the-body"),
+    pytest.param("60418", False, id="an-example-copied"),  # the task's own example, not this email's
+    pytest.param("441", False, id="part-of-a-number"),
+    pytest.param("Bestellung", True, id="a-word-is-a-token-too"),  # the validator judges its type
+])
+def test_the_reader_says_whether_the_answer_is_in_the_email(answer: str, grounded: bool) -> None:
+    """The reader's code, not the model, checks the answer against the email it read."""
+    out = read(Reader(TASK, answering(answer), {}), SEED)
+    assert isinstance(out, Reading) and out.grounded is grounded
+
+
+def test_a_number_only_in_the_subject_is_grounded_and_the_label_is_not() -> None:
+    """The Subject is part of what the model read; the reader's "Subject:" label is not."""
+    raw = b"From: a@example.com\nSubject: Order 7788\n\nWhere is it?\n"
+    found = [read(Reader(TASK, answering(answer), {}), raw) for answer in ("7788", "Subject")]
+    assert [out.grounded if isinstance(out, Reading) else out for out in found] == [True, False]
+
+
+def test_no_answer_is_not_checked() -> None:
+    """With no model and no recording there is nothing to look for: grounded stays None."""
+    out = read(Reader(TASK, failing(), {}), b"From: a@example.com\nSubject: x\n\nOrder 5\n")
+    assert isinstance(out, Reading) and out.answer == "" and out.grounded is None

@@ -16,6 +16,8 @@ import pytest
 
 from airlock import records, trace
 from airlock.records import Call, Damaged, PeerFact, Record, Unrecognized
+from airlock.wire import Reading
+from broker import tracing
 
 DATA = Path(__file__).parent.parent / "data"
 V1_TRACE = (DATA / "trace-v1.jsonl").read_bytes().splitlines(keepends=True)
@@ -177,3 +179,17 @@ def test_as_line_gives_the_lines_own_json_values() -> None:
     line = trace.as_line(call)
     assert line["plan"] and all(isinstance(pair, list) for pair in line["plan"])
     assert line == json.loads(records.encode(call)) and "to" not in line
+
+
+def test_model_answer_lines_say_whether_the_answer_was_grounded() -> None:
+    """Issue 17's field: a line from before it reads as "not known" (None), never as "not in
+    the email"; the broker writes the reader's finding, and leaves the field out when unknown."""
+    old = [r for r in map(records.decode, V1_TRACE) if isinstance(r, records.ModelAnswer)]
+    assert old and all(r.grounded is None for r in old)
+    for grounded in (True, False):
+        line = tracing.model_answer(Reading(message_id="m", answer="12345", source="model", grounded=grounded))
+        assert json.loads(line)["grounded"] is grounded
+        decoded = records.decode(line)
+        assert isinstance(decoded, records.ModelAnswer) and decoded.grounded is grounded
+    unknown = tracing.model_answer(Reading(message_id="m", answer="", source="none"))
+    assert "grounded" not in json.loads(unknown)

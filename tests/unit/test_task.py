@@ -24,7 +24,7 @@ def test_shipped_tasks_load(name: str) -> None:
 def test_order_status_is_the_seed_task() -> None:
     """1-6 digits, then exactly shop/lookup_order and mail/send_status."""
     loaded = task_module.load(ROOT / "tasks" / "order_status.toml")
-    assert loaded.value == Digits(max_length=6)
+    assert loaded.value == Digits(max_length=6, grounded=True)
     assert [step.call for step in loaded.plan] == ["shop/lookup_order", "mail/send_status"]
 
 
@@ -93,3 +93,21 @@ def test_bad_settings_name_their_key(key: str, value: str) -> None:
     """A setting that does not cast raises SettingsError with the key's name."""
     with pytest.raises(SettingsError, match=key):
         settings_module.load({key: value})
+
+
+@pytest.mark.parametrize(("line", "grounded"), [("", False), ("grounded = true", True), ("grounded = false", False)])
+def test_a_task_says_whether_its_value_must_be_in_the_email(tmp_path: Path, line: str, grounded: bool) -> None:
+    """[value] grounded: off unless the task asks (README "Tasks are data")."""
+    path = tmp_path / "t.toml"
+    path.write_text(f'name = "t"\n[reader]\ninstruction = "x"\n[value]\ntype = "digits"\nmax_length = 6\n{line}\n'
+                    f'[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "order_id"\n')
+    assert task_module.load(path).value.grounded is grounded
+
+
+def test_grounded_must_be_a_boolean(tmp_path: Path) -> None:
+    """Decoded strictly: "yes" is not true, and the load names the key."""
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\n[reader]\ninstruction = "x"\n[value]\ntype = "choice"\nchoices = ["a"]\n'
+                    'grounded = "yes"\n[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "order_id"\n')
+    with pytest.raises(TaskError, match="grounded"):
+        task_module.load(path)

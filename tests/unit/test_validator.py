@@ -128,3 +128,51 @@ def test_reader_explanation_is_capped_in_the_reason() -> None:
         Reading(message_id="c", answer="", source="none", no_answer_because=because))
     assert isinstance(rejected, Rejected) and "xxx" in rejected.reason
     assert "TAIL" not in rejected.reason and len(rejected.reason) < 500
+
+
+# --- grounding: the task rejects a value the reader did not find in the email ---------------
+
+GROUNDED = Digits(max_length=6, grounded=True)
+
+
+@pytest.mark.parametrize(("grounded", "passes"), [(True, True), (False, False), (None, False)])
+def test_a_grounded_task_passes_only_what_the_reader_found(grounded: bool | None, passes: bool) -> None:
+    """Only grounded=True passes; a Reading that says nothing (an older reader) fails closed."""
+    (out,) = Validator(GROUNDED).handle(Reading(message_id="g", answer="12345", source="model", grounded=grounded))
+    if passes:
+        assert out == Passed(message_id="g", value="12345")
+    else:
+        assert isinstance(out, Rejected) and out.rule == "value.not_in_email"
+        assert "'12345'" in out.reason and "email" in out.reason
+
+
+def test_the_reason_tells_unknown_from_not_found() -> None:
+    """An older reader's silence is named as such, not as a value missing from the email."""
+    def reason(grounded: bool | None) -> str:
+        (out,) = Validator(GROUNDED).handle(Reading(message_id="g", answer="1", source="model", grounded=grounded))
+        assert isinstance(out, Rejected)
+        return out.reason
+    assert "not in the email" in reason(False) and "did not say" in reason(None)
+
+
+@pytest.mark.parametrize("grounded", [True, False, None])
+def test_a_task_without_grounding_ignores_the_flag(grounded: bool | None) -> None:
+    """grounded = false (the default) keeps today's verdicts, whatever the reader found."""
+    assert Validator(DIGITS).handle(Reading(message_id="g", answer="12345", source="model", grounded=grounded)) == [
+        Passed(message_id="g", value="12345")]
+
+
+@pytest.mark.parametrize("answer", ["NONE", "", "4411 bitte", "٤٤١١"])
+def test_an_answer_of_the_wrong_shape_keeps_its_type_rule(answer: str) -> None:
+    """Abstaining (NONE) and near misses are rejected by the narrow type as before, grounded or
+    not: the grounding rule judges only values that are already of the type."""
+    (out,) = Validator(GROUNDED).handle(Reading(message_id="g", answer=answer, source="model", grounded=True))
+    assert isinstance(out, Rejected) and out.rule.startswith("digits.")
+
+
+def test_the_grounding_reason_escapes_the_answer() -> None:
+    """The answer quoted in the reason is shown escaped, like every other reason."""
+    code = Code(pattern="[a-z\u202e]{1,4}", max_length=4, grounded=True)
+    (out,) = Validator(code).handle(Reading(message_id="g", answer="ab\u202e", source="model", grounded=False))
+    assert isinstance(out, Rejected) and out.rule == "value.not_in_email"
+    assert "\u202e" not in out.reason and "\\u202e" in out.reason

@@ -184,3 +184,16 @@ def test_a_huge_declared_batch_costs_nothing() -> None:
         tracemalloc.stop()
     assert isinstance(got, Malformed) and "1024" in got.reason
     assert peak < 1_000_000
+
+
+def test_a_readings_grounding_is_optional_on_the_wire() -> None:
+    """Reading.grounded (issue 17) has a default left off the wire: an older reader's frame
+    still decodes, as "not checked" (None), and a checked one carries its finding."""
+    decode = inbound_decoder("reader")
+    plain = encode(Reading(message_id="m", answer="4411", source="model"))
+    assert b"grounded" not in plain
+    older = decode(plain)
+    assert isinstance(older, Reading) and older.grounded is None
+    for grounded in (True, False):
+        out = decode(encode(Reading(message_id="m", answer="4411", source="model", grounded=grounded)))
+        assert isinstance(out, Reading) and out.grounded is grounded
