@@ -69,9 +69,11 @@ _FIELDS = re.compile(r"([\x21-\x39\x3b-\x7e]++):([^\r\n]*+(?>\r\n|\r|\n)(?:[ \t]
                      re.ASCII)
 _TOKEN = r"[A-Za-z0-9_.:-]+"
 # re.ASCII: case-insensitive Unicode matching would let U+017F (a long s) be an "s".
-_PARAMS = re.compile(r";[ \t]*((?i:charset|format|delsp))=(?:\"(" + _TOKEN + r")\"|(" + _TOKEN + r"))[ \t]*", re.ASCII)
-_CONTENT_TYPE = re.compile(r"(?i:text/(plain|html))[ \t]*((?:;[ \t]*(?i:charset|format|delsp)=(?:\"" + _TOKEN
-                           + r"\"|" + _TOKEN + r")[ \t]*)*)", re.ASCII)
+_PARAM = r";[ \t]*((?i:charset|format|delsp))=(?:\"(" + _TOKEN + r")\"|(" + _TOKEN + r"))[ \t]*"  # name, quoted, bare
+_PARAMS = re.compile(_PARAM, re.ASCII)
+# One grammar for both: the parameters _content_type reads are the ones this admits.
+_CONTENT_TYPE = re.compile(r"(?i:text/(plain|html))[ \t]*((?:" + _PARAM + r")*)", re.ASCII)
+
 
 def read(raw: bytes) -> Simple | None:
     """A Simple for an email this module reads exactly as the full parse does, else None."""
