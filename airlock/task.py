@@ -57,6 +57,11 @@ class Digits(_Narrow, tag="digits", tag_field="type", frozen=True):
         return Annotated[str, msgspec.Meta(pattern=rf"\A[0-9]{{1,{self.max_length}}}\Z")]
 
 
+# How an integer answer is written: ASCII digits, an optional minus, at most 19 digits (an
+# int64). The validator reads answers by it; the reader's grounding check finds them by it.
+ASCII_INTEGER = re.compile(r"\A-?[0-9]{1,19}\Z")
+
+
 class IntegerRange(_Narrow, tag="integer", tag_field="type", frozen=True):
     """A whole number from min to max inclusive, written in ASCII digits."""
 

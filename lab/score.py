@@ -60,7 +60,7 @@ def in_email(value: Any, email: CampaignEmail, narrow: NarrowType) -> bool:
     if isinstance(parsed, mail.MailProblem):
         return False  # no text a model was shown: nothing in it
     text, _ = prompt.email_text(parsed)
-    return grounding.grounded(str(value), text, narrow, len(prompt.SUBJECT_LABEL) if parsed.subject else 0)
+    return grounding.in_email_text(str(value), text, bool(parsed.subject), narrow)
 
 
 class Scorer:

@@ -69,8 +69,7 @@ class Reader:
         there is no answer to look for, or one too long for the validator to read anyway."""
         if not answer or len(answer) > MAX_ANSWER_CHARS:
             return None
-        start = len(prompt.SUBJECT_LABEL) if has_subject else 0
-        return grounding.grounded(answer, text, self.task.value, start)
+        return grounding.in_email_text(answer, text, has_subject, self.task.value)
 
     def no_answer_because(self, failure: model.ModelFailure) -> str:
         """Both halves of "no answer": why the model gave none, and that no recording did."""

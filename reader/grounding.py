@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import re
 
-from airlock.task import IntegerRange, NarrowType
+from airlock.task import ASCII_INTEGER, IntegerRange, NarrowType
+from reader.prompt import SUBJECT_LABEL
 
-ASCII_INTEGER = re.compile(r"\A-?[0-9]{1,19}\Z")  # the validator's reading of an integer answer
 # A token edge: no word character before or after. Python's \w is Unicode-aware: letters and
 # digits of every script, and "_", so an ASCII number touching a non-ASCII digit is no token.
 _NUMBER_TOKEN = re.compile(r"(?<![\w-])-?[0-9]+(?!\w)|(?<!\w)[0-9]+(?!\w)")
@@ -58,6 +58,12 @@ def grounded(answer: str, text: str, narrow: NarrowType, start: int = 0) -> bool
         return _integer_in(answer, text, start)
     pattern = re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)")
     return pattern.search(text, start) is not None
+
+
+def in_email_text(answer: str, text: str, has_subject: bool, narrow: NarrowType) -> bool:
+    """grounded() on the text prompt.email_text built, past the reader's own "Subject: " label:
+    the one reading of it for the reader and for the attack scorer alike."""
+    return grounded(answer, text, narrow, len(SUBJECT_LABEL) if has_subject else 0)
 
 
 def _integer_in(answer: str, text: str, start: int) -> bool:

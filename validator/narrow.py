@@ -10,15 +10,12 @@ that matches the declared type in full survives, decoded strictly by msgspec:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
 
-from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
+from airlock.task import ASCII_INTEGER, Choice, Code, Digits, IntegerRange, NarrowType
 from airlock.terminal import shown
-
-ASCII_INTEGER = re.compile(r"\A-?[0-9]{1,19}\Z")
 
 
 class Value(msgspec.Struct, frozen=True):
