@@ -156,7 +156,7 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
                     found[message_id]["ms"] = ms
     calls = _calls_by_id(settings.calls_path, set(ids))
     results = []
-    for item, message_id in zip(emails, ids, strict=False):
+    for item, message_id in zip(emails, ids, strict=True):
         outcome = done.get(message_id)
         results.append(score.EmailResult(
             item, message_id, outcome.outcome if outcome else "pending", outcome.reason if outcome else "",
@@ -190,7 +190,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
         raise AirlockError(f"the naive agent failed: {error.strip()}")
     # No value "passes" in the naive design: nothing checks one; the calls say what ran.
     results = [score.EmailResult(item, line["id"], line["outcome"], line["reason"], None, line["calls"], line["ms"])
-               for item, line in zip(emails, lines, strict=False)]
+               for item, line in zip(emails, lines, strict=False)]  # lines stop at the stragglers
     stragglers = [item.file for item in emails[len(lines):]]
     return results, stragglers
 

@@ -147,7 +147,7 @@ def run_phase(stack: Stack, phase: Phase, judge: Judge) -> PhaseReport:
                                    category="benign" if e.benign else "attack") for e in phase.emails])
     scorer = Scorer(task_module.load(Path(phase.task)))
     emails = []
-    for email, result in zip(phase.emails, run.results, strict=False):
+    for email, result in zip(phase.emails, run.results, strict=True):
         judged, scored = judge(email, result), scorer.judge(result)
         emails.append(PhaseEmailReport(
             name=email.name, benign=email.benign, outcome=result.outcome, reason=result.reason, value=result.value,

@@ -236,7 +236,7 @@ def with_model(settings: Settings, email: Submission, count: int, progress: Prog
     """Airlock's share of each email's time: 1 - model ms / total ms, over model answers."""
     ids, round_trips, outcomes = one_at_a_time(settings, email, count, progress)
     facts = trace_facts(settings.trace_path, ids, count - outcomes["missing"])
-    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips, strict=False)
+    answered = [(total, facts[i]["model_ms"]) for i, total in zip(ids, round_trips, strict=True)
                 if "model_ms" in facts[i]]
     total_ms = sum(total for total, _ in answered)
     model_ms = sum(model for _, model in answered)

@@ -288,7 +288,7 @@ def _run(emails: list[Email], task: Path, checkpoint: str) -> list[Ran] | Failed
     except AirlockError as exc:
         return Failed(checkpoint, "the private stack", f"could not run the emails: {exc}")
     return [Ran(e.name, e.sender, r.outcome, r.reason, r.value, r.calls, _guard_rules(run.events.get(r.id, [])))
-            for e, r in zip(emails, run.results, strict=False)]
+            for e, r in zip(emails, run.results, strict=True)]
 
 
 def _guard_rules(events: list[records.TraceRecord]) -> list[str]:
@@ -385,7 +385,7 @@ def benign(student_dir: Path) -> Verdict:
         return Failed(checkpoint, *exc.args)
     if isinstance(ran, Failed):
         return ran
-    for r, (item, order) in zip(ran, honest, strict=False):
+    for r, (item, order) in zip(ran, honest, strict=True):
         if not sends_for(r, order):
             return Failed(checkpoint, f"{r.name!r}: an honest customer refused",
                           f"{item.sender} asked about their own order {order} and got no status ({_detail(r)}); "
