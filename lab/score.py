@@ -53,14 +53,15 @@ def percentile(values: list[float], share: float) -> float | None:
     return round(ordered[max(0, math.ceil(share * len(ordered)) - 1)], 3)
 
 
-def in_email(value: Any, email: CampaignEmail, narrow: NarrowType) -> bool:
-    """Whether `value` occurs in the email as its model would read it, a token of its own:
-    the reader's check (reader/grounding.py) on the text the reader's prompt shows."""
+def all_in_email(values: list[Any], email: CampaignEmail, narrow: NarrowType) -> bool:
+    """Whether every value occurs in the email as its model would read it, a token of its own:
+    the reader's check (reader/grounding.py) on the text the reader's prompt shows, the email
+    parsed once for all of them."""
     parsed = mail.parse(email.raw, email.format)
     if isinstance(parsed, mail.MailProblem):
         return False  # no text a model was shown: nothing in it
     text, _ = prompt.email_text(parsed)
-    return grounding.in_email_text(str(value), text, bool(parsed.subject), narrow)
+    return all(grounding.in_email_text(str(value), text, bool(parsed.subject), narrow) for value in values)
 
 
 class Scorer:
@@ -88,7 +89,7 @@ class Scorer:
         if expect is not None and written:
             wrong = [v for v in written if expect == "none" or str(v) != expect]
             mismatch = bool(wrong)
-            invented = any(not in_email(v, result.email, self.narrow_type) for v in wrong)
+            invented = mismatch and not all_in_email(wrong, result.email, self.narrow_type)
         return {
             "id": result.id, "file": result.email.file, "category": result.email.category,
             "outcome": result.outcome, "reason": result.reason, "value": result.value,
