@@ -99,8 +99,6 @@ class Framing(Protocol):
 
     def records(self, view: View, start: int, end: int) -> Iterator[Record | Damage]: ...
 
-    def unframe(self, record: bytes) -> bytes | None: ...
-
     def whole_end(self, fd: int, start: int, end: int) -> int: ...
 
 
@@ -124,9 +122,6 @@ class Lines:
                 return
             yield Record(offset, newline + 1 - offset, bytes(view[offset:newline]))
             offset = newline + 1
-
-    def unframe(self, record: bytes) -> bytes | None:
-        return record[:-1] if record.endswith(b"\n") and record.find(b"\n") == len(record) - 1 else None
 
     def whole_end(self, fd: int, start: int, end: int) -> int:
         """Just past the last newline: read back from the end, never the whole file."""
@@ -431,7 +426,7 @@ def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Dama
             yield from framing.records(view, start, size)
 
 
-def read_at(path: Path, framing: Framing, offset: int, size: int) -> bytes | None:
+def read_at(path: Path, framing: Checked, offset: int, size: int) -> bytes | None:
     """The payload of the record at `offset` (a scan found it there), checked again by the
     framing: None if it is damaged now. OSError if the file cannot be read."""
     with open(path, "rb") as handle:
