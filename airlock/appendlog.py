@@ -404,9 +404,9 @@ def _probe_path(path: Path) -> Path:
     return path.with_name(path.name + ".probe")
 
 
-def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Damage]:
-    """Every whole record from byte `start` and every damaged range between them, in file
-    order. The file is mapped, not read: a scan over gigabytes holds one record at a time.
+def scan(path: Path, framing: Framing) -> Iterator[Record | Damage]:
+    """Every whole record and every damaged range between them, in file order. The file
+    is mapped, not read: a scan over gigabytes holds one record at a time.
     A file that does not start with the framing's header is all damage."""
     try:
         handle = open(path, "rb")  # noqa: SIM115  opened apart from `with` so a missing file is no scan at all
@@ -419,7 +419,7 @@ def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Dama
             if size:
                 yield Damage(0, size, torn_tail=True)
             return
-        start = max(start, len(header))
+        start = len(header)
         if size <= start:
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
