@@ -327,7 +327,8 @@ class Log:
 
     def reopen(self) -> None:
         """The path names another file now (the journal renamed a compacted copy over it):
-        write there from now on. If it cannot be opened, that is tried before the next write."""
+        write there from now on. If it cannot be opened, the OSError is raised, and the open
+        is tried again before the next write."""
         self._stale = True
         self._prepare()
 
