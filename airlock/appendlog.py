@@ -99,8 +99,6 @@ class Framing(Protocol):
 
     def records(self, view: View, start: int, end: int) -> Iterator[Record | Damage]: ...
 
-    def unframe(self, record: bytes) -> bytes | None: ...
-
     def whole_end(self, fd: int, start: int, end: int) -> int: ...
 
 
@@ -124,9 +122,6 @@ class Lines:
                 return
             yield Record(offset, newline + 1 - offset, bytes(view[offset:newline]))
             offset = newline + 1
-
-    def unframe(self, record: bytes) -> bytes | None:
-        return record[:-1] if record.endswith(b"\n") and record.find(b"\n") == len(record) - 1 else None
 
     def whole_end(self, fd: int, start: int, end: int) -> int:
         """Just past the last newline: read back from the end, never the whole file."""
@@ -332,7 +327,8 @@ class Log:
 
     def reopen(self) -> None:
         """The path names another file now (the journal renamed a compacted copy over it):
-        write there from now on. If it cannot be opened, that is tried before the next write."""
+        write there from now on. If it cannot be opened, the OSError is raised, and the open
+        is tried again before the next write."""
         self._stale = True
         self._prepare()
 
@@ -409,9 +405,9 @@ def _probe_path(path: Path) -> Path:
     return path.with_name(path.name + ".probe")
 
 
-def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Damage]:
-    """Every whole record from byte `start` and every damaged range between them, in file
-    order. The file is mapped, not read: a scan over gigabytes holds one record at a time.
+def scan(path: Path, framing: Framing) -> Iterator[Record | Damage]:
+    """Every whole record and every damaged range between them, in file order. The file
+    is mapped, not read: a scan over gigabytes holds one record at a time.
     A file that does not start with the framing's header is all damage."""
     try:
         handle = open(path, "rb")  # noqa: SIM115  opened apart from `with` so a missing file is no scan at all
@@ -424,14 +420,14 @@ def scan(path: Path, framing: Framing, start: int = 0) -> Iterator[Record | Dama
             if size:
                 yield Damage(0, size, torn_tail=True)
             return
-        start = max(start, len(header))
+        start = len(header)
         if size <= start:
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
             yield from framing.records(view, start, size)
 
 
-def read_at(path: Path, framing: Framing, offset: int, size: int) -> bytes | None:
+def read_at(path: Path, framing: Checked, offset: int, size: int) -> bytes | None:
     """The payload of the record at `offset` (a scan found it there), checked again by the
     framing: None if it is damaged now. OSError if the file cannot be read."""
     with open(path, "rb") as handle:
