@@ -32,6 +32,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model_url: str | None
     model_name: str
     model_timeout_s: float
+    # Constrained decoding, for a task with `[reader] constrain = true` (reader/constraint.py):
+    # auto (a grammar to llama.cpp's server, nothing to others), gbnf, json_schema or none.
+    model_constraint: str
     bind_hosts: dict[str, str]  # where the broker binds each endpoint (one network each in the lab)
     broker_host: str  # where services and the CLI find the broker
     ports: dict[str, int]
@@ -177,6 +180,19 @@ def non_negative(cast: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+MODEL_CONSTRAINTS = ("auto", "gbnf", "json_schema", "none")
+
+
+def one_of(words: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        word = text.strip().lower()
+        if word not in words:
+            raise ValueError("must be one of " + ", ".join(words))
+        return word
+
+    return parse
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:
@@ -227,6 +243,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "model_url": model_url,
         "model_name": read("AIRLOCK_MODEL_NAME", str, "smollm2"),
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", positive(float), "10"),
+        "model_constraint": read("AIRLOCK_MODEL_CONSTRAINT", one_of(MODEL_CONSTRAINTS), "auto"),
         "bind_hosts": {
             name: read(f"AIRLOCK_{name.upper()}_BIND_HOST", str, env.get("AIRLOCK_BIND_HOST", "127.0.0.1"))
             for name in DEFAULT_PORTS

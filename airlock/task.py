@@ -126,9 +126,14 @@ class Example(_Strict, frozen=True):
 
 
 class ReaderSpec(_Strict, frozen=True):
+    """`constrain = true`: ask the model server to decode only NONE or a value of the narrow
+    type, where the server supports it (reader/constraint.py). It shapes what the model
+    writes; the validator still checks every answer."""
+
     instruction: str
     examples: list[Example] = []
     recordings: str = ""
+    constrain: bool = False
 
 
 class Step(_Strict, frozen=True):

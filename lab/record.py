@@ -12,6 +12,7 @@ from airlock import settings as settings_module, sources, task as task_module
 from airlock.errors import TaskError
 from airlock.terminal import shown
 from reader import mail, model, prompt, recordings
+from reader.ask import Asker
 
 
 def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
@@ -24,6 +25,7 @@ def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
     if target is None:
         raise TaskError(f"task {task.path} names no recordings file")
     found = recordings.load(target)
+    ask = Asker(settings, task, model_url)  # the reader's own way of asking, constraint included
     failures = 0
     for path in paths:
         parsed = mail.parse(sources.read(path), sources.format_of(path))
@@ -31,7 +33,7 @@ def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
             print(f"skip  {path}: {shown(parsed.reason)}")  # the reason can quote the email
             continue
         messages, _ = prompt.for_email(task.reader, parsed)
-        answer = model.ask(model_url, settings.model_name, messages, settings.model_timeout_s)
+        answer = ask(messages)
         if isinstance(answer, model.ModelFailure):
             print(f"FAIL  {path}: {answer.kind}: {shown(answer.detail)}")  # the model server's words
             failures += 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 
@@ -13,6 +12,7 @@ from airlock.terminal import shown
 from airlock.transport import Channel
 from airlock.wire import Email, Message, Note, Reading, ReadingSource, Unreadable
 from reader import grounding, mail, model, prompt, recordings
+from reader.ask import Asker
 from reader.recordings import Recording
 
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
@@ -52,6 +52,8 @@ class Reader:
         if isinstance(result, model.ModelAnswer):
             answer, source = result.text, "model"
             notes["model_ms"] = result.ms
+            if result.constraint:
+                notes["constraint"] = result.constraint
         else:
             notes["model_error"] = f"{result.kind}: {result.detail}"
             recording = self.recorded.get(key)
@@ -85,8 +87,7 @@ class Reader:
 def build(settings: Settings, task: Task) -> Reader:
     ask: Ask = not_configured
     if settings.model_url:
-        ask = functools.partial(model.ask, settings.model_url, settings.model_name,
-                                timeout_s=settings.model_timeout_s)
+        ask = Asker(settings, task, settings.model_url)
     recorded = recordings.load(task.recordings_path)
     # Said once at start, so a task file copied away from its recordings is not silent.
     print(f"reader: recordings: {describe_recordings(task, len(recorded))}", flush=True)

@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from typing import BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
 
@@ -26,6 +26,7 @@ _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 class ModelAnswer(msgspec.Struct, frozen=True):
     text: str
     ms: float
+    constraint: str = ""  # the constraint the request carried (reader/constraint.py), if any
 
 
 class ModelFailure(msgspec.Struct, frozen=True):
@@ -52,12 +53,53 @@ def completions_url(base: str) -> str:
     return model_api_url(base, "chat/completions")
 
 
-def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) -> ModelAnswer | ModelFailure:
+def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float,
+        extra: dict[str, Any] | None = None) -> ModelAnswer | ModelFailure:
+    """One chat completion; `extra` adds request fields (a constraint: reader/constraint.py)."""
     body = msgspec.json.encode({"model": model, "messages": messages, "temperature": 0,
-                                "max_tokens": MAX_TOKENS, "stream": False})
+                                "max_tokens": MAX_TOKENS, "stream": False, **(extra or {})})
     request = urllib.request.Request(completions_url(url), data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     started = time.monotonic()
+    raw = _fetch(request, url, timeout_s, started)
+    if isinstance(raw, ModelFailure):
+        return raw
+    try:
+        parsed = _response.decode(raw)
+        text = parsed.choices[0].message.content
+    except (msgspec.DecodeError, IndexError) as exc:
+        return ModelFailure("bad_body", f"not a chat completion: {exc}")
+    return ModelAnswer(text=text, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+class ServerProps(msgspec.Struct):
+    """What llama.cpp's server says of itself at GET /props (other fields ignored)."""
+
+    total_slots: Annotated[int, msgspec.Meta(ge=1, le=4096)]
+
+
+_props = msgspec.json.Decoder(ServerProps)
+
+
+def server_root(url: str) -> str:
+    """The server a model URL names, without /v1 or /v1/chat/completions."""
+    return model_api_url(url, "").removesuffix("/").removesuffix("/v1")
+
+
+def llama_cpp_props(url: str, timeout_s: float) -> ServerProps | ModelFailure:
+    """llama.cpp's GET /props: how many requests the server serves at once. Any other server
+    answers it with an error (http_error) or a body without total_slots (bad_body)."""
+    request = urllib.request.Request(server_root(url) + "/props", method="GET")
+    raw = _fetch(request, url, timeout_s, time.monotonic())
+    if isinstance(raw, ModelFailure):
+        return raw
+    try:
+        return _props.decode(raw)
+    except msgspec.DecodeError as exc:
+        return ModelFailure("bad_body", f"not llama.cpp's /props: {exc}")
+
+
+def _fetch(request: urllib.request.Request, url: str, timeout_s: float, started: float) -> bytes | ModelFailure:
     try:
         with _opener.open(request, timeout=timeout_s) as response:
             raw = _read_within(response, started + timeout_s)
@@ -75,12 +117,7 @@ def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float) 
         return ModelFailure("unreachable", f"{type(exc).__name__}: {exc}")
     if raw is None:
         return ModelFailure("bad_body", f"response body over {MAX_BODY_BYTES} bytes")
-    try:
-        parsed = _response.decode(raw)
-        text = parsed.choices[0].message.content
-    except (msgspec.DecodeError, IndexError) as exc:
-        return ModelFailure("bad_body", f"not a chat completion: {exc}")
-    return ModelAnswer(text=text, ms=round((time.monotonic() - started) * 1000, 1))
+    return raw
 
 
 def _read_within(response: BinaryIO, deadline: float) -> bytes | None:

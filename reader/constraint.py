@@ -1,0 +1,107 @@
+"""Constrained decoding: ask the model server to produce only a narrow value or NONE.
+
+The narrow type decides what the model may write; the server enforces it while decoding:
+- a GBNF grammar (the `grammar` field llama.cpp's llama-server takes on its OpenAI-compatible
+  endpoint): the answer is the bare value or NONE, the format the few-shot examples show;
+- an OpenAI-style `response_format` JSON schema elsewhere: the answer is {"answer": VALUE}
+  or {"answer": "NONE"}, unwrapped here into the bare text the validator reads.
+
+NONE is the explicit way to abstain, in both. Issue 17 measured why it must be there: a
+grammar that allows digits only turns a model's "I don't know" (a rambling answer the
+validator rejects, so nothing happens) into a confident, type-valid number, often one copied
+from the prompt. With NONE allowed, "I don't know" stays a visible rejection (`NONE` is not a
+value of any shipped narrow type, so the validator rejects it as before).
+
+The constraint only shapes what the model writes; it is never a check. The validator is the
+gate: a server that ignores the field, or a compromised one, gets its answer validated exactly
+as an unconstrained one. A constraint is sent only when the task enables it
+(`[reader] constrain = true`) and the endpoint supports it (AIRLOCK_MODEL_CONSTRAINT: `auto`
+sends a grammar to a server whose /props says it is llama.cpp's, and nothing to any other).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
+
+ABSTAIN = "NONE"
+Kind = Literal["gbnf", "json_schema"]
+
+
+def _gbnf_literal(text: str) -> str:
+    """`text` as a GBNF string literal: printable ASCII as is, everything else escaped."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02X}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(f"\\U{code:08X}")
+    return '"' + "".join(out) + '"'
+
+
+def gbnf(narrow: NarrowType) -> str | None:
+    """The grammar of NONE or one value of the narrow type; None for a type that has no exact
+    grammar here (a `code` pattern is a Python regular expression, not GBNF)."""
+    abstain = _gbnf_literal(ABSTAIN)
+    if isinstance(narrow, Digits):
+        return f"root ::= {abstain} | [0-9]{{1,{narrow.max_length}}}\n"
+    if isinstance(narrow, IntegerRange):
+        # Any int64 written in ASCII digits: the range itself is the validator's to check.
+        return f'root ::= {abstain} | "-"? [0-9]{{1,19}}\n'
+    if isinstance(narrow, Choice):
+        return "root ::= " + " | ".join(_gbnf_literal(c) for c in [ABSTAIN, *narrow.choices]) + "\n"
+    return None
+
+
+def json_schema(narrow: NarrowType) -> dict[str, Any]:
+    """The schema of {"answer": NONE or one value of the narrow type}."""
+    value: dict[str, Any]
+    if isinstance(narrow, Digits):
+        value = {"type": "string", "pattern": f"^[0-9]{{1,{narrow.max_length}}}$"}
+    elif isinstance(narrow, IntegerRange):
+        value = {"type": "integer", "minimum": narrow.min, "maximum": narrow.max}
+    elif isinstance(narrow, Choice):
+        value = {"type": "string", "enum": list(narrow.choices)}
+    else:
+        assert isinstance(narrow, Code)  # the last member of NarrowType
+        value = {"type": "string", "pattern": f"^(?:{narrow.pattern})$", "maxLength": narrow.max_length}
+    return {"type": "object", "properties": {"answer": {"anyOf": [{"const": ABSTAIN}, value]}},
+            "required": ["answer"], "additionalProperties": False}
+
+
+def request_fields(kind: Kind, narrow: NarrowType) -> dict[str, Any] | None:
+    """What to add to the chat completion request; None when this type has no such constraint."""
+    if kind == "gbnf":
+        grammar = gbnf(narrow)
+        return None if grammar is None else {"grammar": grammar}
+    return {"response_format": {"type": "json_schema",
+                                "json_schema": {"name": "answer", "strict": True, "schema": json_schema(narrow)}}}
+
+
+class _Wrapped(msgspec.Struct, forbid_unknown_fields=True):
+    answer: str | int
+
+
+_wrapped = msgspec.json.Decoder(_Wrapped)
+
+
+def unwrap(kind: Kind, text: str) -> str:
+    """The bare answer in what a constrained model wrote. A JSON answer that is not exactly
+    {"answer": text or integer} is passed on as written, for the validator to reject: a
+    server that ignored the schema must not have its text guessed at."""
+    if kind != "json_schema":
+        return text
+    try:
+        return str(_wrapped.decode(text).answer)
+    except msgspec.DecodeError:
+        return text

@@ -1,0 +1,205 @@
+"""Constrained decoding (reader/constraint.py, reader/ask.py): the grammar or schema is derived
+from the narrow type, always lets the model abstain, and is sent only where the task enables
+it and the endpoint takes it. Whether llama-server accepts each grammar is checked against
+the real server in tests/containers/test_model_image.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, strategies as st
+
+from airlock import settings as settings_module, task as task_module
+from airlock.errors import SettingsError
+from airlock.task import Choice, Code, Digits, IntegerRange
+from reader import constraint, model
+from reader.ask import Asker
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
+
+
+def gbnf_strings(grammar: str) -> list[str]:
+    """The string literals of a one-rule grammar of alternatives, their escapes decoded."""
+    body = grammar.split("::=", 1)[1].strip()
+    found = []
+    for literal in re.findall(r'"((?:[^"\\]|\\.)*)"', body):
+        found.append(re.sub(r"\\(x[0-9A-F]{2}|u[0-9A-F]{4}|U[0-9A-F]{8}|.)",
+                            lambda m: chr(int(m[1][1:], 16)) if len(m[1]) > 1 else m[1], literal))
+    return found
+
+
+def test_digits_allow_none_or_the_types_digits() -> None:
+    assert constraint.gbnf(Digits(max_length=6)) == 'root ::= "NONE" | [0-9]{1,6}\n'
+
+
+def test_integers_allow_none_or_a_signed_ascii_number() -> None:
+    assert constraint.gbnf(IntegerRange(min=1, max=5)) == 'root ::= "NONE" | "-"? [0-9]{1,19}\n'
+
+
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=5, unique=True))
+def test_every_choice_is_one_exact_literal_after_none(choices: list[str]) -> None:
+    """Quotes, backslashes, newlines and non-ASCII are escaped: each literal decodes back to
+    its choice, and only printable ASCII appears unescaped."""
+    grammar = constraint.gbnf(Choice(choices=choices))
+    assert grammar is not None and grammar.count("\n") == 1 and grammar.isascii()
+    assert gbnf_strings(grammar) == ["NONE", *choices]
+
+
+def test_a_code_pattern_has_no_grammar() -> None:
+    """A Python regular expression is not GBNF: nothing is sent rather than a wrong grammar."""
+    code = Code(pattern="[A-Z]{2}-[0-9]{4}", max_length=7)
+    assert constraint.gbnf(code) is None
+    assert constraint.request_fields("gbnf", code) is None
+    assert constraint.request_fields("json_schema", code) is not None
+
+
+@pytest.mark.parametrize(("narrow", "value_schema"), [
+    (Digits(max_length=6), {"type": "string", "pattern": "^[0-9]{1,6}$"}),
+    (IntegerRange(min=-3, max=9), {"type": "integer", "minimum": -3, "maximum": 9}),
+    (Choice(choices=["damaged", "late"]), {"type": "string", "enum": ["damaged", "late"]}),
+    (Code(pattern="[A-Z]{2}", max_length=2), {"type": "string", "pattern": "^(?:[A-Z]{2})$", "maxLength": 2}),
+])
+def test_the_json_schema_is_an_answer_or_none(narrow: Any, value_schema: dict) -> None:
+    schema = constraint.json_schema(narrow)
+    assert schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, value_schema]
+    assert schema["required"] == ["answer"] and schema["additionalProperties"] is False
+    fields = constraint.request_fields("json_schema", narrow)
+    assert fields == {"response_format": {"type": "json_schema",
+                                          "json_schema": {"name": "answer", "strict": True, "schema": schema}}}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"answer": "4411"}', "4411"), ('{"answer": 7}', "7"), ('{"answer": "NONE"}', "NONE"),
+    # Not exactly the schema's shape: passed on as written, for the validator to reject.
+    ('{"answer": "4411", "also": 1}', '{"answer": "4411", "also": 1}'), ("4411", "4411"),
+    ('{"answer": true}', '{"answer": true}'), ('{"answer": ["4411"]}', '{"answer": ["4411"]}'),
+])
+def test_a_json_answer_is_unwrapped_only_when_it_is_exactly_the_schema(text: str, expected: str) -> None:
+    assert constraint.unwrap("json_schema", text) == expected
+    assert constraint.unwrap("gbnf", text) == text
+
+
+# --- the Asker: sent only when the task enables it and the endpoint takes it
+
+
+class FakeServer:
+    """A model endpoint on loopback: /props as llama.cpp's (or a 404), chat completions that
+    answer "4411" and keep each request body."""
+
+    def __init__(self, props: dict | None) -> None:
+        self.props, self.bodies, self.props_asked = props, [], 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.props_asked += 1
+                if self.path != "/props" or server.props is None:
+                    self.send_error(404)
+                    return
+                self._send(server.props)
+
+            def do_POST(self) -> None:
+                server.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self._send({"choices": [{"message": {"content": "4411"}}]})
+
+            def _send(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def llama() -> Iterator[FakeServer]:
+    server = FakeServer({"total_slots": 3, "build_info": "b1"})
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other() -> Iterator[FakeServer]:
+    server = FakeServer(None)
+    yield server
+    server.close()
+
+
+def asker(url: str, constrain: bool, setting: str = "auto") -> Asker:
+    task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain=constrain))
+    return Asker(settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": setting}), task, url)
+
+
+MESSAGES = [{"role": "user", "content": "Order 4411"}]
+
+
+def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeServer) -> None:
+    ask = asker(llama.url + "/v1", constrain=True)
+    first, second = ask(MESSAGES), ask(MESSAGES)
+    assert isinstance(first, model.ModelAnswer) and first.text == "4411" and first.constraint == "gbnf"
+    assert [b.get("grammar") for b in llama.bodies] == [constraint.gbnf(TASK.value)] * 2
+    assert llama.props_asked == 1 and second == model.ModelAnswer("4411", second.ms, "gbnf")  # decided once
+
+
+def test_auto_sends_another_server_nothing(other: FakeServer) -> None:
+    ask = asker(other.url, constrain=True)
+    ask(MESSAGES)
+    ask(MESSAGES)
+    assert [set(b) for b in other.bodies] == [{"model", "messages", "temperature", "max_tokens", "stream"}] * 2
+    assert other.props_asked == 1  # it answered (404): not asked again
+
+
+def test_a_task_that_does_not_enable_it_sends_nothing_and_asks_nothing(llama: FakeServer) -> None:
+    answer = asker(llama.url, constrain=False, setting="gbnf")(MESSAGES)
+    assert isinstance(answer, model.ModelAnswer) and answer.constraint == ""
+    assert "grammar" not in llama.bodies[0] and llama.props_asked == 0
+
+
+def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeServer) -> None:
+    asker(other.url, constrain=True, setting="none")(MESSAGES)
+    asker(other.url, constrain=True, setting="json_schema")(MESSAGES)
+    assert "response_format" not in other.bodies[0]
+    assert other.bodies[1]["response_format"]["json_schema"]["schema"] == constraint.json_schema(TASK.value)
+    assert other.props_asked == 0
+
+
+def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeServer) -> None:
+    ask = asker("http://127.0.0.1:9/v1", constrain=True)  # discard port: nothing listens
+    assert ask.kind() is None and not ask._decided
+    ask.url = llama.url
+    assert ask.kind() == "gbnf"
+
+
+def test_props_are_read_as_llama_cpps_or_not(llama: FakeServer, other: FakeServer) -> None:
+    assert model.llama_cpp_props(llama.url + "/v1/chat/completions", 2) == model.ServerProps(total_slots=3)
+    failure = model.llama_cpp_props(other.url, 2)
+    assert isinstance(failure, model.ModelFailure) and failure.kind == "http_error"
+    other.props = {"total_slots": 0}  # not a server that serves anything
+    failure = model.llama_cpp_props(other.url, 2)
+    assert isinstance(failure, model.ModelFailure) and failure.kind == "bad_body"
+
+
+def test_the_setting_takes_only_its_words() -> None:
+    assert settings_module.load({}).model_constraint == "auto"
+    assert settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": " GBNF "}).model_constraint == "gbnf"
+    with pytest.raises(SettingsError, match="AIRLOCK_MODEL_CONSTRAINT"):
+        settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": "grammar"})
