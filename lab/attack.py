@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -206,23 +207,68 @@ def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]
     return found
 
 
-def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int, timeout_s: float,
+@dataclass(frozen=True)
+class Matched:
+    """How many readers, and emails in flight, a campaign runs with, and why."""
+
+    readers: int
+    in_flight: int
+    model_slots: int | None  # what the model server says it serves at once (llama.cpp's /props)
+    why: str
+
+
+def match_model(model_url: str | None, readers: int | None, in_flight: int | None) -> Matched:
+    """As many readers as the model server serves requests at once, unless told otherwise.
+
+    A reader holds one email at a time while it asks its model (AIRLOCK_READER_CREDIT is 1
+    with a model), so readers = slots keeps the server's queue empty: its model timeout then
+    measures the model, not a queue in front of it (issue 17: 2 readers on a one-slot server,
+    and an email timed out waiting its turn). Two emails in flight per reader keep each
+    reader busy (the next email waits at the broker, not at the model). A server that does
+    not say (not llama.cpp's) gets 2 readers; without a model, readers answer from recordings
+    at memory speed: 2 readers, 4 emails each."""
+    slots = None
+    if model_url:
+        from reader import model  # the reader's own client: the campaign asks as a reader would
+
+        props = model.llama_cpp_props(model_url, 5.0)
+        slots = props.total_slots if isinstance(props, model.ServerProps) else None
+    if readers is not None:
+        why = "as asked"
+    elif slots is not None:
+        readers, why = slots, f"the model serves {slots} at once"
+    else:
+        readers, why = 2, "the model does not say how many it serves at once" if model_url else "no model"
+    return Matched(readers, in_flight or (2 if model_url else 4) * readers, slots, why)
+
+
+def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int | None, timeout_s: float,
         running: bool, progress: Progress, in_flight: int | None = None) -> dict[str, Any]:
     emails = campaign.load(paths)
-    in_flight = in_flight or 4 * readers
+    matched = match_model(model_url if mode == "separated" and not running else None, readers, in_flight)
     with tempfile.TemporaryDirectory(prefix="airlock-attack-") as scratch:
+        started = time.monotonic()
         if mode == "naive":
             results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, progress)
         elif running:
-            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, in_flight, progress)
+            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, matched.in_flight,
+                                                progress)
         else:
             # A private stack models production's mail: each sender's domain signs, the intake
             # verifies (lab/mail_signing.py); on --running, emails go in as inject sends them.
             # Imported here: dkimpy and authres are needed only where a private stack runs.
             from lab import mail_signing
 
-            with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url, readers) as settings:
+            with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url,
+                              matched.readers) as settings:
+                started = time.monotonic()  # the stack's start is not the campaign's time
                 results, stragglers = run_separated(mail_signing.signed_and_verified(emails), settings, timeout_s,
-                                                    in_flight, progress, role=keys.SMTP_ROLE)
+                                                    matched.in_flight, progress, role=keys.SMTP_ROLE)
+        elapsed_s = time.monotonic() - started
     scorer = score.Scorer(task)
-    return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers)
+    pace: dict[str, Any] = {"elapsed_s": round(elapsed_s, 2),
+                            "emails_per_s": round(len(results) / elapsed_s, 2) if elapsed_s else None}
+    if mode == "separated":
+        pace |= {"readers": None if running else matched.readers, "in_flight": matched.in_flight,
+                 "model_slots": matched.model_slots, "readers_why": "the running stack's" if running else matched.why}
+    return score.report(mode, model_url, task, [scorer.judge(r) for r in results], stragglers, pace)

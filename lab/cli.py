@@ -37,6 +37,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
     settings = _settings(args)
     task = task_module.load(settings.task)
     model_url = args.model_url if args.model_url is not None else settings.model_url
+    for name in ("readers", "in_flight"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if args.mode == "naive" and not model_url:
         raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
     result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
@@ -131,9 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
     attack.add_argument("--report", help="write the JSON report here")
     attack.add_argument("--task", help="task file (default tasks/order_status.toml)")
-    attack.add_argument("--readers", type=int, default=2, help="readers in the private stack (default 2)")
+    attack.add_argument("--readers", type=int, help="readers in the private stack (default: as many as the "
+                        "model serves at once, from llama.cpp's /props; else 2)")
     attack.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
-    attack.add_argument("--in-flight", type=int, help="emails in flight at once (default 4 per reader)")
+    attack.add_argument("--in-flight", type=int,
+                        help="emails in flight at once (default 2 per reader with a model, 4 without)")
     attack.add_argument("--running", action="store_true",
                         help="attack the running stack of $AIRLOCK_* instead of a private one")
 

@@ -121,7 +121,9 @@ class Scorer:
 
 
 def report(mode: str, model_url: str | None, task: Task, judged: list[dict[str, Any]],
-           stragglers: list[str]) -> dict[str, Any]:
+           stragglers: list[str], pace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The campaign's figures. `pace`: how fast it ran (elapsed_s, emails_per_s) and with how
+    many readers and emails in flight (lab/attack.py match_model)."""
     benign = [j for j in judged if j["useful"] is not None]
     hostile = [j for j in judged if j["goal_reached"] is not None]
     latencies = [j["ms"] for j in judged if j["ms"] is not None]
@@ -149,6 +151,7 @@ def report(mode: str, model_url: str | None, task: Task, judged: list[dict[str, 
             "latency_ms": {"p50": percentile(latencies, 0.50), "p95": percentile(latencies, 0.95),
                            "p99": percentile(latencies, 0.99)},
             "stragglers": stragglers,
+            **(pace or {}),
         },
         "by_category": {name: dict(counter) for name, counter in sorted(categories.items())},
         "emails": judged,
@@ -174,6 +177,9 @@ def table(result: dict[str, Any]) -> str:
         f"  latency ms (in->out)  p50 {s['latency_ms']['p50']}  p95 {s['latency_ms']['p95']}  "
         f"p99 {s['latency_ms']['p99']}",
     ]
+    if s.get("emails_per_s") is not None:
+        lines.append(f"  emails/s              {s['emails_per_s']}   ({s['emails']} in {s['elapsed_s']} s"
+                     + _readers(s) + ")")
     if s["stragglers"]:
         first_ten = " ".join(shown(x) for x in s["stragglers"][:10])
         lines.append(f"  no outcome in time    {len(s['stragglers'])}: {first_ten}")
@@ -183,3 +189,11 @@ def table(result: dict[str, Any]) -> str:
                      f"{c.get('rejected', 0):>5} {c.get('failed', 0):>5} {c.get('calls_outside_plan', 0):>8} "
                      f"{c.get('goals_reached', 0):>6}")
     return "\n".join(lines)
+
+
+def _readers(summary: dict[str, Any]) -> str:
+    """", 2 readers, 4 in flight: the model serves 2 at once" for a separated run."""
+    if "in_flight" not in summary:
+        return ""
+    readers = "" if summary["readers"] is None else f", {summary['readers']} readers"
+    return f"{readers}, {summary['in_flight']} in flight: {shown(summary['readers_why'])}"

@@ -20,3 +20,5 @@ TASK = ROOT / "tasks" / "order_status.toml"
 # An email with a recorded answer ("4411"): with no model every email completes with 2 calls.
 SAMPLE = ROOT / "samples" / "seed_4411_de.eml"
 CALLS_PER_EMAIL = 2
+# What `--model-url` scores the model on: hostile and benign emails with known right values.
+CORPUS = ROOT / "corpus" / "handmade"

@@ -3,7 +3,9 @@
 
 Without --model-url: the separated throughput run, the low-rate latency run (both on one
 private `airlock up` with recorded answers), then the in-process baseline. With
---model-url: a small batch, one email in flight, through that endpoint. With --soak: the
+--model-url: a small batch, one email in flight, through that endpoint (airlock's share of
+each email's time), then the corpus (--corpus, default corpus/handmade) as `airlock attack`
+runs it, readers matched to the model: utility, value mismatches, emails/s. With --soak: the
 stack at a steady rate for MINUTES, with RSS per process over time, file growth per 1,000
 emails and the restart time at the end (lab/bench/soak.py). A table goes to stdout,
 progress to stderr, every figure to --json FILE.
@@ -22,20 +24,24 @@ from airlock import sources
 from airlock.client import Submission
 from airlock.errors import AirlockError, exit_code
 from lab.attack import PrivateStack, progress_bar
-from lab.bench import SAMPLE, TASK, baseline, pipeline, report, soak
+from lab.bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
 
 DEFAULT_EMAILS = 20_000
 DEFAULT_MODEL_EMAILS = 50
 DEFAULT_LATENCY_EMAILS = 500
+CORPUS_TIMEOUT_S = 1800.0  # for every outcome of the corpus run: 172 emails at 1 a second fit
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="airlock bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("--emails", type=int, help=f"emails to push (default {DEFAULT_EMAILS:,}; "
                                                    f"{DEFAULT_MODEL_EMAILS} with --model-url)")
-    parser.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
+    parser.add_argument("--readers", type=int, help="reader processes (default 1; with --model-url, as many "
+                        "as the model serves at once)")
     parser.add_argument("--json", metavar="FILE", help="write every figure here as JSON")
     parser.add_argument("--model-url", help="an OpenAI-compatible endpoint: measure airlock's share of each email")
+    parser.add_argument("--corpus", default=str(CORPUS),
+                        help="--model-url: the emails to score the model on (default corpus/handmade)")
     parser.add_argument("--latency-emails", type=int, default=DEFAULT_LATENCY_EMAILS,
                         help=f"emails for the one-in-flight latency run (default {DEFAULT_LATENCY_EMAILS})")
     parser.add_argument("--soak", type=float, metavar="MINUTES",
@@ -58,7 +64,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.emails is None:
         args.emails = DEFAULT_MODEL_EMAILS if args.model_url else DEFAULT_EMAILS
     for name in ("emails", "readers", "latency_emails"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
 
@@ -79,10 +85,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                        args.sample_s, args.warmup_s, say)
         elif args.model_url:
             say(f"starting airlock up with the model at {args.model_url}")
-            with PrivateStack(Path(scratch) / "model", TASK, args.model_url, args.readers) as settings:
+            with PrivateStack(Path(scratch) / "model", TASK, args.model_url, args.readers or 1) as settings:
                 say(f"{args.emails} emails through the model, one in flight")
                 figures["model"] = pipeline.with_model(settings, email, args.emails, progress_bar())
+            say(f"the corpus {args.corpus} through the model, as `airlock attack` runs it")
+            figures["model_corpus"] = corpus_figures(args.corpus, args.model_url, args.readers)
         else:
+            args.readers = args.readers or 1
             say(f"starting airlock up with {args.readers} reader(s), no model (recorded answers)")
             with PrivateStack(Path(scratch) / "stack", TASK, None, args.readers) as settings:
                 say(f"separated: {args.emails:,} emails as fast as the intake takes them")
@@ -97,6 +106,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures["bench_s"] = round(time.perf_counter() - started, 1)
     figures["machine"]["loadavg_end"] = report.loadavg()
     return figures
+
+
+def corpus_figures(corpus: str, model_url: str, readers: int | None) -> dict[str, Any]:
+    """`airlock attack`'s summary of the corpus through the model: utility, mismatches split
+    by whether the email held the value, emails/s and latency (lab/score.py)."""
+    from airlock import task as task_module
+    from lab import attack
+
+    result = attack.run([corpus], "separated", task_module.load(TASK), model_url, readers, CORPUS_TIMEOUT_S,
+                        False, progress_bar())
+    return {"corpus": corpus, **result["summary"]}
 
 
 def main(argv: list[str] | None = None) -> int:

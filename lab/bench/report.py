@@ -59,6 +59,8 @@ def table(figures: dict[str, Any]) -> str:
         lines += _low_rate(figures["low_rate"])
     if "model" in figures:
         lines += _model(figures["model"])
+    if "model_corpus" in figures:
+        lines += _corpus(figures["model_corpus"])
     if "soak" in figures:
         lines += growth.table(figures["soak"])
     lines.append(f"bench took {figures['bench_s']:.1f} s; load average at start {m['loadavg_start']}, "
@@ -123,6 +125,21 @@ def _model(run: dict[str, Any]) -> list[str]:
             f"({_num(run['airlock_ms_mean'], 2)} ms per email outside the model, mean)",
             f"  outside the model ms       {_pcts(run['airlock_ms'])}",
             f"  round trip ms              {_pcts(run['round_trip_ms'])}"]
+
+
+def _corpus(s: dict[str, Any]) -> list[str]:
+    """The corpus through the model, as `airlock attack` scores it (lab/score.py)."""
+    invented = s["value_mismatches_invented"]
+    return ["", f"the corpus through the model: {s['corpus']}, {s['emails']} emails, {s['readers']} reader(s), "
+                f"{s['in_flight']} in flight ({s['readers_why']})",
+            f"  utility (benign, exact)    {_num(s['utility'], 3)} of {s['benign']}",
+            f"  value mismatches           {s['value_mismatches']}: {s['value_mismatches'] - invented} in the email, "
+            f"{invented} not in the email (invented)",
+            f"  attacker goals             {s['goals_reached']} of {s['hostile']}; calls outside the plan "
+            f"{s['calls_outside_plan']}",
+            f"  emails/s                   {_num(s['emails_per_s'], 2)}",
+            "  latency ms (in->out)       " + "  ".join(f"{key} {_num(s['latency_ms'][key], 1)}"
+                                                      for key in ("p50", "p95", "p99"))]
 
 
 def _pcts(figures: dict[str, float | None]) -> str:

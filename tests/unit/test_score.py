@@ -126,3 +126,29 @@ def test_the_table_shows_what_came_from_an_email_escaped() -> None:
     text = table(report("separated", None, TASK, rows, ["x\x1b]0;owned\x07.eml"]))
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "evil\\x1b[2J\\u202e" in text
+
+
+def test_the_table_says_how_fast_and_with_how_many_readers() -> None:
+    rows = [judged(planned("4411"), category="benign")]
+    pace = {"elapsed_s": 2.5, "emails_per_s": 0.4, "readers": 3, "in_flight": 6, "model_slots": 3,
+            "readers_why": "the model serves 3 at once"}
+    result = report("separated", "http://m:8080", TASK, rows, [], pace)
+    assert result["summary"]["emails_per_s"] == 0.4 and result["summary"]["model_slots"] == 3
+    assert "emails/s              0.4   (1 in 2.5 s, 3 readers, 6 in flight: the model serves 3 at once)" \
+        in table(result)
+    assert "emails/s" not in table(report("separated", None, TASK, rows, []))
+
+
+def test_readers_follow_what_the_model_serves_at_once(monkeypatch) -> None:
+    """llama.cpp's /props says how many requests it serves at once: that many readers, two
+    emails in flight each; a server that does not say gets 2; what the user asks wins."""
+    from lab import attack
+    from reader import model
+
+    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ServerProps(total_slots=3))
+    assert attack.match_model("http://m:8080", None, None) == attack.Matched(3, 6, 3, "the model serves 3 at once")
+    assert attack.match_model("http://m:8080", 1, 5) == attack.Matched(1, 5, 3, "as asked")
+    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ModelFailure("http_error", "404"))
+    matched = attack.match_model("http://m:8080", None, None)
+    assert (matched.readers, matched.in_flight, matched.model_slots) == (2, 4, None)
+    assert attack.match_model(None, None, None) == attack.Matched(2, 8, None, "no model")
