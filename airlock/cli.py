@@ -64,6 +64,7 @@ LAB_COMMANDS = {
     "model": "serve a worst-case model for tests and demos",
     "corpus": "build attack emails from the public corpora",
     "bench": "measure what the separation costs",
+    "prompts": "compare prompt variants of a task on a corpus, with a live model",
     "lab": "hands-on labs: list, start, check, run, compose, hint, reset, progress",
 }
 

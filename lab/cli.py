@@ -1,5 +1,5 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
-pins, naive, model, corpus and bench, as `python -m lab COMMAND ...`.
+pins, naive, model, corpus, bench and prompts, as `python -m lab COMMAND ...`.
 
 `airlock COMMAND ...` becomes this process (airlock/cli.py run_in_lab), so the kernel the
 services import never imports `lab`. The kernel owns each command's one-line help
@@ -11,6 +11,7 @@ the actor's code) wait inside the handler that needs them.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -109,6 +110,22 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prompts(args: argparse.Namespace) -> int:
+    from lab import prompts  # the reader's and the validator's code, in this process
+
+    model_url = args.model_url or settings_module.load().model_url
+    if not model_url:
+        raise UsageError("prompts compares what a live model answers: --model-url URL (or AIRLOCK_MODEL_URL)")
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    result = prompts.run(args.paths, Path(args.task or settings_module.load().task), [Path(v) for v in args.variants],
+                         model_url, args.rounds, lambda text: print(text, file=sys.stderr, flush=True))
+    if args.report:
+        Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
+    print(prompts.table(result))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from lab.bench.__main__ import main as bench  # the benchmark parses its own options
 
@@ -180,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
                                help="the corpora folder (default ../shared/corpora)")
     corpus_import.add_argument("--out", default="corpus/imported",
                                help="where the .eml files go (default corpus/imported)")
+
+    prompts = command("prompts", cmd_prompts, data_dir=False)
+    prompts.add_argument("paths", nargs="+", help="emails with X-Airlock-Expect: files, folders or .jsonl")
+    prompts.add_argument("--variants", nargs="*", default=[], metavar="TOML",
+                         help="files with a [reader] table each (lab/prompts/); the task itself always runs first")
+    prompts.add_argument("--model-url", help="the model endpoint (default $AIRLOCK_MODEL_URL)")
+    prompts.add_argument("--task", help="task file (default tasks/order_status.toml)")
+    prompts.add_argument("--rounds", type=int, default=1, help="passes per variant, interleaved (default 1)")
+    prompts.add_argument("--report", help="write the JSON report here")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,
