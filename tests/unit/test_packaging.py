@@ -22,9 +22,9 @@ IMAGES = sorted(set(TARGETS.values()))
 # Each image's dependencies: the lock it installs and the declarations that lock is made from
 # (scripts/lock): "kernel" is [project] dependencies, the others are extras.
 LOCK_OF = {"cli": "kernel", "broker": "kernel", "reader": "kernel", "validator": "kernel", "actor": "kernel",
-           "dashboard": "dashboard", "intake": "smtp", "lab": "graders", "model": "model"}
+           "dashboard": "dashboard", "intake": "smtp", "lab": "graders", "model": "model-source"}
 DECLARED_IN = {"kernel": ("kernel",), "dashboard": ("kernel", "dashboard"), "smtp": ("kernel", "smtp"),
-               "graders": ("kernel", "graders"), "model": ("model",)}
+               "graders": ("kernel", "graders"), "model-source": ("model",)}
 PYTHONS = ("3.11", "3.12")  # Debian bookworm's (airlock/base:bookworm) and python:3.12-slim's
 
 
@@ -117,8 +117,13 @@ def test_lab_image_holds_what_the_graders_import() -> None:
 
 
 def test_the_model_image_holds_no_airlock_code() -> None:
-    """The model service runs llama-cpp-python's server: none of this repository's code."""
-    assert [c for c in images.holds("model", STAGES) if not c.startswith("locks/")] == []
+    """The model service runs llama.cpp's server, its entrypoint and its build check (model/,
+    a shell script and a standard-library one): none of this repository's Python packages."""
+    assert [c for c in images.holds("model", STAGES) if not c.startswith("locks/")] == ["model/"]
+    scripts = sorted(p.name for p in (ROOT / "model").iterdir() if p.name != "__pycache__")
+    assert scripts == ["serve.sh", "smoke.py"], scripts
+    imported = re.findall(r"^(?:from|import) (\S+)", (ROOT / "model" / "smoke.py").read_text(), flags=re.MULTILINE)
+    assert set(imported) <= {"__future__", "json", "subprocess", "sys", "time", "urllib.error", "urllib.request"}
 
 
 # --- dependencies: declared once (pyproject), locked with hashes (locks/), installed from the lock
@@ -202,11 +207,13 @@ def test_the_lock_script_makes_every_lock_and_no_other() -> None:
 @pytest.mark.parametrize("target", IMAGES)
 def test_each_image_installs_its_lock_with_hashes_required(target: str) -> None:
     """Each image's virtualenv comes from its role's lock, with --require-hashes, and no
-    pip command in the Dockerfile names a package of its own (no list besides pyproject's)."""
+    pip command in the Dockerfile names a package of its own (no list besides pyproject's).
+    The model image's lock is a source archive, fetched by `pip download` and compiled."""
     role = LOCK_OF[target]
     steps = [step for stage in images.chain(target, STAGES)
              for other in stage.copies_from() for step in images.chain(other, STAGES)]
-    installs = [line for stage in steps for line in stage.instructions if "pip install" in line]
+    installs = [line for stage in steps for line in stage.instructions
+                if "pip install" in line or "pip download" in line]
     assert any(f"-r /locks/{role}.txt" in line for line in installs), installs
     assert f"locks/{role}.txt" in {c for stage in steps for c in stage.copies()}
 
@@ -215,7 +222,7 @@ def test_no_pip_install_outside_a_lock() -> None:
     """Every `pip install` in the Dockerfile requires hashes and reads a lock file: nothing
     is installed by name, so nothing escapes the lock."""
     commands = [part for line in images.instructions(images.DOCKERFILE.read_text())
-                for part in line.split("&&") if "pip install" in part]
+                for part in line.split("&&") if "pip install" in part or "pip download" in part]
     assert commands
     for command in commands:
         assert "--require-hashes" in command and re.search(r"-r /locks/[a-z-]+\.txt\s*$", command), command
