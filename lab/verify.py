@@ -75,6 +75,25 @@ import pathlib
 print(" ".join(sorted(p.name for p in pathlib.Path("/keys").glob("**/*.key_secret"))))
 """
 
+# What the model server answers the reader on the endpoints that would give it more than a
+# completion: llama-server's built-in tools (file and shell tools when enabled), its slots
+# monitor (another email's prompt) and changing its properties. Run in the reader's container.
+MODEL_CLOSED = r"""
+import sys, urllib.error, urllib.request
+base = sys.argv[1]
+for method, path in (("GET", "/tools"), ("POST", "/tools"), ("GET", "/slots"), ("POST", "/props")):
+    request = urllib.request.Request(base + path, data=b"{}" if method == "POST" else None, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        code = urllib.request.urlopen(request, timeout=5).status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except OSError as exc:
+        code = type(exc).__name__
+    print(f"{method} {path} {code}")
+"""
+CLOSED = ("403", "404", "501")  # what a closed endpoint answers (llama-server: 403 or 501)
+
 NO_TOOL_CODE = r"""
 import importlib.util, pathlib, re, sys
 root = sys.argv[1] if len(sys.argv) > 1 else "/app"
@@ -340,7 +359,19 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
         output = lab.containers["reader"].exec_run(["python3", "-c", NO_TOOL_CODE]).output.decode().strip()
         checks.append(Check("reader", "image has no tool code", output == "clean",
                             "no actor/validator/broker package, catalog or call log" if output == "clean" else output))
+        model = lab.ip("model", "model")
+        if model is not None:
+            output = lab.containers["reader"].exec_run(["python3", "-c", MODEL_CLOSED, f"http://{model}:{PORTS['model']}"])
+            checks.append(model_closed(output.output.decode(errors="replace")))
     return checks
+
+
+def model_closed(output: str) -> Check:
+    """MODEL_CLOSED's four lines, each a closed answer; anything else names what is open."""
+    answers = output.splitlines()
+    opened = [a for a in answers if not a.strip() or a.split()[-1] not in CLOSED]
+    return Check("reader", "the model serves it no tools", len(answers) == 4 and not opened,
+                 "; ".join(opened)[:300] or "tools, slots and POST /props closed")
 
 
 def outside_address() -> str | None:

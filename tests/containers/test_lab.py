@@ -44,7 +44,7 @@ def test_verify_passes_on_the_lab(lab) -> None:
     assert code == 0 and not failed, failed
     names = {(c["service"], c["check"]) for c in checks}
     assert ("reader", "cannot reach the actor") in names and ("actor", "cannot reach the model") in names
-    assert ("reader", "image has no tool code") in names
+    assert ("reader", "image has no tool code") in names and ("reader", "the model serves it no tools") in names
     assert ("init", "only the capabilities it needs") in names and ("init", "finished, exit 0") in names
     assert ("broker", "network edge: firewall covers it") in names
 
