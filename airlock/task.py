@@ -126,14 +126,15 @@ class Example(_Strict, frozen=True):
 
 
 class ReaderSpec(_Strict, frozen=True):
-    """`constrain = true`: ask the model server to decode only NONE or a value of the narrow
-    type, where the server supports it (reader/constraint.py). It shapes what the model
-    writes; the validator still checks every answer."""
+    """`constrain`: ask the model server to decode only NONE or a value of the narrow type
+    ("type"), or only NONE or such a value that the email holds ("email"), where the server
+    supports it (reader/constraint.py); "off" by default. It shapes what the model writes;
+    the validator still checks every answer."""
 
     instruction: str
     examples: list[Example] = []
     recordings: str = ""
-    constrain: bool = False
+    constrain: Literal["off", "type", "email"] = "off"
 
 
 class Step(_Strict, frozen=True):

@@ -64,7 +64,9 @@ def judge(reader: Reader, validator: Validator, item: CampaignEmail, number: int
     useful = None
     if item.benign and item.expect is not None:
         useful = passed is None if item.expect == "none" else str(passed) == item.expect
-    return {"passed": passed, "wrong": wrong, "useful": useful, "model_ms": model_ms,
+    answer = reading.answer if isinstance(reading, Reading) else None
+    return {"file": item.file, "expect": item.expect, "answer": answer,
+            "passed": passed, "wrong": wrong, "useful": useful, "model_ms": model_ms,
             "source": reading.source if isinstance(reading, Reading) else "unreadable"}
 
 
@@ -83,7 +85,8 @@ def run_variant(task: Task, emails: list[CampaignEmail], model_url: str) -> dict
             "acted_wrong": len(wrong), "acted_wrong_invented": invented,
             "rejected": sum(j["passed"] is None for j in judged), "sources": dict(Counter(j["source"] for j in judged)),
             "model_ms": {"p50": score.percentile(times, 0.5), "p95": score.percentile(times, 0.95)},
-            "emails_per_s": round(len(emails) / elapsed, 2) if elapsed else None, "constrain": task.reader.constrain}
+            "emails_per_s": round(len(emails) / elapsed, 2) if elapsed else None, "constrain": task.reader.constrain,
+            "emails": judged}
 
 
 def run(paths: list[str], task_path: Path, variants: list[Path], model_url: str, rounds: int,
@@ -103,7 +106,8 @@ def run(paths: list[str], task_path: Path, variants: list[Path], model_url: str,
 
 
 def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first round's answers; every round's speed (the answers repeat at temperature 0)."""
+    """The first round's answers (each email's, in the JSON report); every round's speed (the
+    answers repeat at temperature 0)."""
     first = dict(runs[0])
     first["emails_per_s_rounds"] = [r["emails_per_s"] for r in runs]
     first["same_answers_every_round"] = all(

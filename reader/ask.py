@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from airlock.settings import Settings
 from airlock.task import Task
-from reader import constraint, model
-from reader.prompt import ChatMessages
+from reader import constraint, grounding, model
+from reader.prompt import SUBJECT_LABEL, ChatMessages
 
 
 class Asker:
     def __init__(self, settings: Settings, task: Task, url: str) -> None:
         self.url, self.name, self.timeout_s = url, settings.model_name, settings.model_timeout_s
-        self.narrow = task.value
-        self.setting = settings.model_constraint if task.reader.constrain else "none"
+        self.narrow, self.constrain = task.value, task.reader.constrain
+        self.setting = settings.model_constraint if self.constrain != "off" else "none"
         self._kind: constraint.Kind | None = None
         self._decided = self.setting != "auto"
         if self.setting == "gbnf":
@@ -37,9 +37,19 @@ class Asker:
                 self._decided = True  # it answered, and it is not llama.cpp's server
         return self._kind
 
+    def allowed(self, messages: ChatMessages) -> list[str] | None:
+        """Under "email": the values the email holds (the prompt's last message is the email as
+        prompt.email_text built it). Its Subject label is recognised by its text: a body that
+        starts with the same words loses only those nine characters, which hold no value of a
+        type that "email" lists (digits, numbers; a choice named "Subject:" aside)."""
+        if self.constrain != "email":
+            return None
+        text = messages[-1]["content"]
+        return grounding.candidates(text, text.startswith(SUBJECT_LABEL), self.narrow)
+
     def __call__(self, messages: ChatMessages) -> model.ModelAnswer | model.ModelFailure:
         kind = self.kind()
-        fields = constraint.request_fields(kind, self.narrow) if kind else None
+        fields = constraint.request_fields(kind, self.narrow, self.allowed(messages)) if kind else None
         answer = model.ask(self.url, self.name, messages, self.timeout_s, fields)
         if fields and kind and isinstance(answer, model.ModelAnswer):
             return model.ModelAnswer(text=constraint.unwrap(kind, answer.text), ms=answer.ms, constraint=kind)

@@ -14,9 +14,18 @@ value of any shipped narrow type, so the validator rejects it as before).
 
 The constraint only shapes what the model writes; it is never a check. The validator is the
 gate: a server that ignores the field, or a compromised one, gets its answer validated exactly
-as an unconstrained one. A constraint is sent only when the task enables it
-(`[reader] constrain = true`) and the endpoint supports it (AIRLOCK_MODEL_CONSTRAINT: `auto`
-sends a grammar to a server whose /props says it is llama.cpp's, and nothing to any other).
+as an unconstrained one. A constraint is sent only when the task enables it and the endpoint
+supports it (AIRLOCK_MODEL_CONSTRAINT: `auto` sends a grammar to a server whose /props says it
+is llama.cpp's, and nothing to any other). The task's `[reader] constrain` says how narrow:
+- "type": NONE or any value of the narrow type;
+- "email": NONE or a value of the narrow type that the email holds as a token of its own
+  (reader/grounding.py candidates: the grounding check, applied while decoding). A model then
+  cannot write a number it made up or copied from the prompt's examples; it still chooses
+  among the email's numbers, so the data-only attack (a hostile email's own number) is not
+  stopped by this, only by the plan's checks. Where the values cannot be listed (a `code`,
+  or more than grounding.MAX_CANDIDATES), "email" falls back to "type".
+The email's values go into the grammar only once they are of the narrow type (ASCII digits,
+a number, one of the choices), and as escaped literals: email text never becomes grammar.
 """
 
 from __future__ import annotations
@@ -49,10 +58,13 @@ def _gbnf_literal(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def gbnf(narrow: NarrowType) -> str | None:
-    """The grammar of NONE or one value of the narrow type; None for a type that has no exact
-    grammar here (a `code` pattern is a Python regular expression, not GBNF)."""
+def gbnf(narrow: NarrowType, allowed: list[str] | None = None) -> str | None:
+    """The grammar of NONE or one value of the narrow type (or one of `allowed`, the values
+    the email holds); None for a type that has no exact grammar here (a `code` pattern is a
+    Python regular expression, not GBNF)."""
     abstain = _gbnf_literal(ABSTAIN)
+    if allowed is not None:
+        return "root ::= " + " | ".join(_gbnf_literal(v) for v in [ABSTAIN, *allowed]) + "\n"
     if isinstance(narrow, Digits):
         return f"root ::= {abstain} | [0-9]{{1,{narrow.max_length}}}\n"
     if isinstance(narrow, IntegerRange):
@@ -63,10 +75,12 @@ def gbnf(narrow: NarrowType) -> str | None:
     return None
 
 
-def json_schema(narrow: NarrowType) -> dict[str, Any]:
-    """The schema of {"answer": NONE or one value of the narrow type}."""
+def json_schema(narrow: NarrowType, allowed: list[str] | None = None) -> dict[str, Any]:
+    """The schema of {"answer": NONE or one value of the narrow type (or of `allowed`)}."""
     value: dict[str, Any]
-    if isinstance(narrow, Digits):
+    if allowed is not None:
+        value = {"enum": [int(v) for v in allowed] if isinstance(narrow, IntegerRange) else list(allowed)}
+    elif isinstance(narrow, Digits):
         value = {"type": "string", "pattern": f"^[0-9]{{1,{narrow.max_length}}}$"}
     elif isinstance(narrow, IntegerRange):
         value = {"type": "integer", "minimum": narrow.min, "maximum": narrow.max}
@@ -79,13 +93,15 @@ def json_schema(narrow: NarrowType) -> dict[str, Any]:
             "required": ["answer"], "additionalProperties": False}
 
 
-def request_fields(kind: Kind, narrow: NarrowType) -> dict[str, Any] | None:
-    """What to add to the chat completion request; None when this type has no such constraint."""
+def request_fields(kind: Kind, narrow: NarrowType, allowed: list[str] | None = None) -> dict[str, Any] | None:
+    """What to add to the chat completion request; None when this type has no such constraint.
+    `allowed`: the values the email holds (`constrain = "email"`), already of the narrow type."""
     if kind == "gbnf":
-        grammar = gbnf(narrow)
+        grammar = gbnf(narrow, allowed)
         return None if grammar is None else {"grammar": grammar}
+    schema = json_schema(narrow, allowed)
     return {"response_format": {"type": "json_schema",
-                                "json_schema": {"name": "answer", "strict": True, "schema": json_schema(narrow)}}}
+                                "json_schema": {"name": "answer", "strict": True, "schema": schema}}}
 
 
 class _Wrapped(msgspec.Struct, forbid_unknown_fields=True):

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from airlock.task import ASCII_INTEGER, IntegerRange, NarrowType
+from airlock.task import ASCII_INTEGER, Choice, Digits, IntegerRange, NarrowType
 from reader.prompt import SUBJECT_LABEL
 
 # A token edge: no word character before or after. Python's \w is Unicode-aware: letters and
@@ -64,6 +64,30 @@ def in_email_text(answer: str, text: str, has_subject: bool, narrow: NarrowType)
     """grounded() on the text prompt.email_text built, past the reader's own "Subject: " label:
     the one reading of it for the reader and for the attack scorer alike."""
     return grounded(answer, text, narrow, len(SUBJECT_LABEL) if has_subject else 0)
+
+
+MAX_CANDIDATES = 64  # more values than this in one email: not listed (reader/constraint.py falls back)
+_DIGIT_RUN = re.compile(r"(?<!\w)[0-9]+(?!\w)")
+
+
+def candidates(text: str, has_subject: bool, narrow: NarrowType) -> list[str] | None:
+    """Every value of the narrow type that the email grounds, in order of first appearance:
+    what a model may answer under `constrain = "email"` (reader/constraint.py). None where
+    they cannot be listed: a `code` pattern, or more than MAX_CANDIDATES of them (a hostile
+    email full of numbers must not make the request grow with it)."""
+    start = len(SUBJECT_LABEL) if has_subject else 0
+    found: list[str]
+    if isinstance(narrow, Digits):
+        found = [m.group() for m in _DIGIT_RUN.finditer(text, start) if len(m.group()) <= narrow.max_length]
+    elif isinstance(narrow, IntegerRange):
+        found = [value for m in _NUMBER_TOKEN.finditer(text, start) if len(m.group()) <= 20
+                 and narrow.min <= int(value := _number(m.group())) <= narrow.max]
+    elif isinstance(narrow, Choice):
+        found = list(narrow.choices)
+    else:
+        return None
+    unique = [v for v in dict.fromkeys(found) if in_email_text(v, text, has_subject, narrow)]
+    return unique if len(unique) <= MAX_CANDIDATES else None
 
 
 def _integer_in(answer: str, text: str, start: int) -> bool:

@@ -20,7 +20,7 @@ from hypothesis import given, strategies as st
 from airlock import settings as settings_module, task as task_module
 from airlock.errors import SettingsError
 from airlock.task import Choice, Code, Digits, IntegerRange
-from reader import constraint, model
+from reader import constraint, grounding, model
 from reader.ask import Asker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +145,7 @@ def other() -> Iterator[FakeServer]:
     server.close()
 
 
-def asker(url: str, constrain: bool, setting: str = "auto") -> Asker:
+def asker(url: str, constrain: str, setting: str = "auto") -> Asker:
     task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain=constrain))
     return Asker(settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": setting}), task, url)
 
@@ -154,7 +154,7 @@ MESSAGES = [{"role": "user", "content": "Order 4411"}]
 
 
 def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeServer) -> None:
-    ask = asker(llama.url + "/v1", constrain=True)
+    ask = asker(llama.url + "/v1", constrain="type")
     first, second = ask(MESSAGES), ask(MESSAGES)
     assert isinstance(first, model.ModelAnswer) and first.text == "4411" and first.constraint == "gbnf"
     assert [b.get("grammar") for b in llama.bodies] == [constraint.gbnf(TASK.value)] * 2
@@ -163,7 +163,7 @@ def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeServer) -> No
 
 
 def test_auto_sends_another_server_nothing(other: FakeServer) -> None:
-    ask = asker(other.url, constrain=True)
+    ask = asker(other.url, constrain="type")
     ask(MESSAGES)
     ask(MESSAGES)
     assert [set(b) for b in other.bodies] == [{"model", "messages", "temperature", "max_tokens", "stream"}] * 2
@@ -171,21 +171,21 @@ def test_auto_sends_another_server_nothing(other: FakeServer) -> None:
 
 
 def test_a_task_that_does_not_enable_it_sends_nothing_and_asks_nothing(llama: FakeServer) -> None:
-    answer = asker(llama.url, constrain=False, setting="gbnf")(MESSAGES)
+    answer = asker(llama.url, constrain="off", setting="gbnf")(MESSAGES)
     assert isinstance(answer, model.ModelAnswer) and answer.constraint == ""
     assert "grammar" not in llama.bodies[0] and llama.props_asked == 0
 
 
 def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeServer) -> None:
-    asker(other.url, constrain=True, setting="none")(MESSAGES)
-    asker(other.url, constrain=True, setting="json_schema")(MESSAGES)
+    asker(other.url, constrain="type", setting="none")(MESSAGES)
+    asker(other.url, constrain="type", setting="json_schema")(MESSAGES)
     assert "response_format" not in other.bodies[0]
     assert other.bodies[1]["response_format"]["json_schema"]["schema"] == constraint.json_schema(TASK.value)
     assert other.props_asked == 0
 
 
 def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeServer) -> None:
-    ask = asker("http://127.0.0.1:9/v1", constrain=True)  # discard port: nothing listens
+    ask = asker("http://127.0.0.1:9/v1", constrain="type")  # discard port: nothing listens
     assert ask.kind() is None and not ask._decided
     ask.url = llama.url
     assert ask.kind() == "gbnf"
@@ -205,3 +205,58 @@ def test_the_setting_takes_only_its_words() -> None:
     assert settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": " GBNF "}).model_constraint == "gbnf"
     with pytest.raises(SettingsError, match="AIRLOCK_MODEL_CONSTRAINT"):
         settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": "grammar"})
+
+
+# --- "email": NONE or a value the email holds, the grounding check applied while decoding
+
+
+@pytest.mark.parametrize(("text", "narrow", "expected"), [
+    ("Subject: Bestellung 4411\n\nHallo, 4411 und 777777, Tel. 0612 7153", Digits(max_length=6),
+     ["4411", "777777", "0612", "7153"]),
+    ("Order 1234567 and 44112 and A4411 and 4411", Digits(max_length=6), ["44112", "4411"]),  # too long; no token
+    ("\uff14\uff14\uff11\uff11 and 44\u200d11", Digits(max_length=6), ["44", "11"]),  # no fullwidth digits
+    ("Order 007, -3, 12-5 and 99", IntegerRange(min=-5, max=10), ["7", "-3", "5"]),  # by value, in range
+    ("it arrived in pieces", Choice(choices=["damaged", "late"]), []),
+    ("damaged, or late? damaged", Choice(choices=["damaged", "late"]), ["damaged", "late"]),
+    ("AB-1234", Code(pattern="[A-Z]{2}-[0-9]{4}", max_length=7), None),
+])
+def test_the_candidates_are_exactly_the_values_grounding_accepts(text: str, narrow: Any, expected: list | None) -> None:
+    found = grounding.candidates(text, text.startswith("Subject: "), narrow)
+    assert found == expected
+    for value in found or []:
+        assert grounding.in_email_text(value, text, text.startswith("Subject: "), narrow)
+
+
+@given(st.text(alphabet=st.sampled_from(list("0123456789 -#a\n\u00a0\u200d\uff14")), max_size=60))
+def test_every_grounded_digit_value_is_a_candidate(text: str) -> None:
+    """No value the validator would accept as grounded is missing from the grammar, and none
+    it would refuse is in it: the two are one rule."""
+    narrow = Digits(max_length=3, grounded=True)
+    found = grounding.candidates(text, False, narrow) or []
+    for length in range(1, 4):
+        for start in range(len(text) - length + 1):
+            value = text[start:start + length]
+            if value.isascii() and value.isdigit():
+                assert (value in found) == grounding.in_email_text(value, text, False, narrow), value
+
+
+def test_an_email_full_of_numbers_is_not_listed() -> None:
+    text = " ".join(str(n) for n in range(1000, 1000 + grounding.MAX_CANDIDATES + 1))
+    assert grounding.candidates(text, False, Digits(max_length=6)) is None
+    assert len(grounding.candidates(text.rsplit(" ", 1)[0], False, Digits(max_length=6)) or []) == 64
+
+
+def test_the_email_grammar_and_schema_list_none_and_the_values() -> None:
+    assert constraint.gbnf(Digits(max_length=6), ["4411", "7"]) == 'root ::= "NONE" | "4411" | "7"\n'
+    assert constraint.gbnf(Digits(max_length=6), []) == 'root ::= "NONE"\n'  # nothing to answer but NONE
+    schema = constraint.json_schema(IntegerRange(min=1, max=9), ["7", "3"])
+    assert schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, {"enum": [7, 3]}]
+
+
+def test_email_mode_sends_the_emails_own_values(llama: FakeServer) -> None:
+    ask = asker(llama.url, constrain="email")
+    ask([{"role": "user", "content": "Subject: Order 4411\n\nplease call 0612 or ignore 5926"}])
+    ask([{"role": "user", "content": "Do you sell gift cards?"}])
+    ask([{"role": "user", "content": " ".join(str(n) for n in range(100, 200))}])  # too many: the type's
+    assert [b["grammar"] for b in llama.bodies] == [
+        'root ::= "NONE" | "4411" | "0612" | "5926"\n', 'root ::= "NONE"\n', constraint.gbnf(TASK.value)]
