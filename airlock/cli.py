@@ -82,7 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from airlock.supervisor import Supervisor, check_config, child_env
     from airlock.task import describe_recordings
 
-    if args.readers < 1:
+    if args.readers is not None and args.readers < 1:
         raise UsageError("--readers must be at least 1")
     env = dict(os.environ)
     if args.model_url is not None:
@@ -117,8 +117,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             added = keys.add_new_roles(keys_folder) if (keys_folder / "broker.key_secret").is_file() else []
         people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
+        slots = preflight.model_slots(settings.model_url) if settings.model_url and not silence else None
+        readers = args.readers or slots or 1
+        why = f" (the model serves {slots} at once)" if args.readers is None and slots else ""
         data = settings.data_dir.resolve()
-        print(f"airlock {__version__}: task {settings.task.resolve()}, {args.readers} reader(s)")
+        print(f"airlock {__version__}: task {settings.task.resolve()}, {readers} reader(s){why}")
         if not settings.model_url:
             print("  model:      none set: readers answer from recorded samples")
         elif silence:
@@ -141,7 +144,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             host, port = dashboard["dashboard"]
             print(f"  dashboard:  http://{host}:{port}/")
         print("  Ctrl-C stops everything.", flush=True)
-        supervisor = Supervisor(settings, child_env(settings, env), args.readers, dashboard=args.dashboard)
+        supervisor = Supervisor(settings, child_env(settings, env), readers, dashboard=args.dashboard)
         return supervisor.run(stop_on_signals(), announce=lambda line: print(line, flush=True))
 
 
@@ -405,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--model-url",
                     help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; none: recorded samples)")
     up.add_argument("--task", help="task file (default tasks/order_status.toml)")
-    up.add_argument("--readers", type=int, default=1, help="reader processes (default 1)")
+    up.add_argument("--readers", type=int, help="reader processes (default: as many as the model serves at "
+                    "once, where it says (llama.cpp's /props); else 1)")
     up.add_argument("--dashboard", action="store_true", help="also run the trainers' live page (python -m dashboard)")
     up.add_argument("--dashboard-port", type=int, help="its port (default $AIRLOCK_DASHBOARD_PORT or 8088)")
 

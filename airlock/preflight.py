@@ -10,6 +10,8 @@
   with the exact pip command (checked before any child starts, not after one exits 78).
 - `model_silence`: whether the model URL answers at all, in a short probe; a warning for
   the banner, never a refusal (recorded answers still work, and a model may start later).
+- `model_slots`: how many requests the model serves at once (llama.cpp's /props), for the
+  number of readers.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ import stat
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
 
 from airlock import locks
 from airlock.errors import AlreadyRunning, ConfigError
-from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url
+from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url, model_server_root
 
 PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
 
@@ -64,6 +69,24 @@ def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
         return f"no answer within {timeout_s:g} s"
     except (OSError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
+
+
+class _Slots(msgspec.Struct):
+    total_slots: Annotated[int, msgspec.Meta(ge=1, le=4096)]
+
+
+def model_slots(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
+    """How many requests the model server serves at once, where it says (llama.cpp's GET
+    /props); None for any other server, or none answering. `airlock up` starts that many
+    readers unless --readers says otherwise: a reader holds one email while it asks, so
+    readers = slots keeps a queue from forming in front of the model, where it would eat
+    into each email's model timeout."""
+    try:
+        request = urllib.request.Request(model_server_root(url) + "/props", method="GET")
+        with _opener.open(request, timeout=timeout_s) as response:
+            return msgspec.json.decode(response.read(1024 * 1024), type=_Slots).total_slots
+    except (OSError, ValueError, msgspec.DecodeError):  # URLError and HTTPError are OSErrors
+        return None
 
 
 # The data dir may be writable by others: the compose lab's ./airlock-data is the services'

@@ -160,6 +160,12 @@ def model_api_url(base: str, resource: str) -> str:
     return f"{base}/{resource}" if base.endswith("/v1") else f"{base}/v1/{resource}"
 
 
+def model_server_root(base: str) -> str:
+    """The server a model URL names, without /v1 or /v1/chat/completions: where llama.cpp's
+    server answers /props (how many requests it serves at once)."""
+    return model_api_url(base, "").removesuffix("/").removesuffix("/v1")
+
+
 def switch(text: str) -> bool:
     """An on/off setting: 1/true/yes/on or 0/false/no/off (or empty), nothing else."""
     word = text.strip().lower()

@@ -15,7 +15,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
 
-from airlock.settings import model_api_url
+from airlock.settings import model_api_url, model_server_root
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_TOKENS = 24  # the answer is one short value; a long answer is already a wrong one
@@ -81,15 +81,10 @@ class ServerProps(msgspec.Struct):
 _props = msgspec.json.Decoder(ServerProps)
 
 
-def server_root(url: str) -> str:
-    """The server a model URL names, without /v1 or /v1/chat/completions."""
-    return model_api_url(url, "").removesuffix("/").removesuffix("/v1")
-
-
 def llama_cpp_props(url: str, timeout_s: float) -> ServerProps | ModelFailure:
     """llama.cpp's GET /props: how many requests the server serves at once. Any other server
     answers it with an error (http_error) or a body without total_slots (bad_body)."""
-    request = urllib.request.Request(server_root(url) + "/props", method="GET")
+    request = urllib.request.Request(model_server_root(url) + "/props", method="GET")
     raw = _fetch(request, url, timeout_s, time.monotonic())
     if isinstance(raw, ModelFailure):
         return raw

@@ -77,15 +77,31 @@ class FakeModel:
     """An OpenAI-compatible endpoint on loopback whose answer a test chooses.
 
     `reply(messages) -> str | None`: the text to answer; None means HTTP 500.
-    `delay_s` makes it slow; `raw` sends a body that is not a chat completion.
+    `delay_s` makes it slow; `raw` sends a body that is not a chat completion. `props`: what
+    GET /props answers, as llama.cpp's server does ({"total_slots": N}); None: 404, as others.
     """
 
     def __init__(self, reply: Callable[[list[dict[str, str]]], str | None]) -> None:
         self.reply, self.delay_s, self.raw = reply, 0.0, None
         self.requests: list[dict] = []
+        self.props: dict | None = None
+        self.props_asked = 0
         model = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # http.server's naming
+                if self.path == "/props":
+                    model.props_asked += 1
+                if self.path != "/props" or model.props is None:
+                    self.send_error(404)
+                    return
+                payload = json.dumps(model.props).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
             def do_POST(self) -> None:  # http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 model.requests.append(body)

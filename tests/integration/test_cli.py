@@ -270,3 +270,20 @@ def test_record_shows_an_email_made_reason_escaped(tmp_path) -> None:
                env={**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
     assert "skip" in done.stdout and "x\\x1b]0;pwned\\x07\\u202e" in done.stdout, done.stdout + done.stderr
     assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
+
+
+def test_up_starts_as_many_readers_as_the_model_serves_at_once(stack, fake_model) -> None:
+    """A llama.cpp server that says it has 3 slots gets 3 readers (one email each, so no queue
+    forms in front of the model); --readers still wins."""
+    model = fake_model("4411")
+    model.props = {"total_slots": 3}
+    s = stack().start("--model-url", model.url)
+    banner = "".join(s.output)
+    assert "3 reader(s) (the model serves 3 at once)" in banner, banner
+    assert sorted(p.name for p in (s.data / "run").glob("reader*.pid")) == ["reader-1.pid", "reader-2.pid",
+                                                                             "reader-3.pid"]
+    (done,) = s.inject(SEED)
+    assert done["outcome"] == "completed"
+    s.stop()
+    asked = stack().start("--model-url", model.url, "--readers", "1")
+    assert "1 reader(s)\n" in "".join(asked.output)

@@ -5,11 +5,8 @@ the real server in tests/containers/test_model_image.py."""
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ from airlock.errors import SettingsError
 from airlock.task import Choice, Code, Digits, IntegerRange
 from reader import constraint, grounding, model
 from reader.ask import Asker
+from tests.conftest import FakeModel
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
@@ -91,58 +89,18 @@ def test_a_json_answer_is_unwrapped_only_when_it_is_exactly_the_schema(text: str
 # --- the Asker: sent only when the task enables it and the endpoint takes it
 
 
-class FakeServer:
-    """A model endpoint on loopback: /props as llama.cpp's (or a 404), chat completions that
-    answer "4411" and keep each request body."""
-
-    def __init__(self, props: dict | None) -> None:
-        self.props, self.props_asked = props, 0
-        self.bodies: list[dict[str, Any]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server.props_asked += 1
-                if self.path != "/props" or server.props is None:
-                    self.send_error(404)
-                    return
-                self._send(server.props)
-
-            def do_POST(self) -> None:
-                server.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self._send({"choices": [{"message": {"content": "4411"}}]})
-
-            def _send(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+@pytest.fixture
+def llama(fake_model: Callable[..., FakeModel]) -> FakeModel:
+    """llama.cpp's server, as far as the Asker looks: /props says how many it serves at once."""
+    server = fake_model("4411")
+    server.props = {"total_slots": 3, "build_info": "b1"}
+    return server
 
 
 @pytest.fixture
-def llama() -> Iterator[FakeServer]:
-    server = FakeServer({"total_slots": 3, "build_info": "b1"})
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def other() -> Iterator[FakeServer]:
-    server = FakeServer(None)
-    yield server
-    server.close()
+def other(fake_model: Callable[..., FakeModel]) -> FakeModel:
+    """Any other OpenAI-compatible server: /props is a 404."""
+    return fake_model("4411")
 
 
 def asker(url: str, constrain: str, setting: str = "auto") -> Asker:
@@ -153,45 +111,45 @@ def asker(url: str, constrain: str, setting: str = "auto") -> Asker:
 MESSAGES = [{"role": "user", "content": "Order 4411"}]
 
 
-def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeServer) -> None:
+def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeModel) -> None:
     ask = asker(llama.url + "/v1", constrain="type")
     first, second = ask(MESSAGES), ask(MESSAGES)
     assert isinstance(first, model.ModelAnswer) and first.text == "4411" and first.constraint == "gbnf"
-    assert [b.get("grammar") for b in llama.bodies] == [constraint.gbnf(TASK.value)] * 2
+    assert [b.get("grammar") for b in llama.requests] == [constraint.gbnf(TASK.value)] * 2
     assert isinstance(second, model.ModelAnswer) and (second.text, second.constraint) == ("4411", "gbnf")
     assert llama.props_asked == 1  # decided once
 
 
-def test_auto_sends_another_server_nothing(other: FakeServer) -> None:
+def test_auto_sends_another_server_nothing(other: FakeModel) -> None:
     ask = asker(other.url, constrain="type")
     ask(MESSAGES)
     ask(MESSAGES)
-    assert [set(b) for b in other.bodies] == [{"model", "messages", "temperature", "max_tokens", "stream"}] * 2
+    assert [set(b) for b in other.requests] == [{"model", "messages", "temperature", "max_tokens", "stream"}] * 2
     assert other.props_asked == 1  # it answered (404): not asked again
 
 
-def test_a_task_that_does_not_enable_it_sends_nothing_and_asks_nothing(llama: FakeServer) -> None:
+def test_a_task_that_does_not_enable_it_sends_nothing_and_asks_nothing(llama: FakeModel) -> None:
     answer = asker(llama.url, constrain="off", setting="gbnf")(MESSAGES)
     assert isinstance(answer, model.ModelAnswer) and answer.constraint == ""
-    assert "grammar" not in llama.bodies[0] and llama.props_asked == 0
+    assert "grammar" not in llama.requests[0] and llama.props_asked == 0
 
 
-def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeServer) -> None:
+def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeModel) -> None:
     asker(other.url, constrain="type", setting="none")(MESSAGES)
     asker(other.url, constrain="type", setting="json_schema")(MESSAGES)
-    assert "response_format" not in other.bodies[0]
-    assert other.bodies[1]["response_format"]["json_schema"]["schema"] == constraint.json_schema(TASK.value)
+    assert "response_format" not in other.requests[0]
+    assert other.requests[1]["response_format"]["json_schema"]["schema"] == constraint.json_schema(TASK.value)
     assert other.props_asked == 0
 
 
-def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeServer) -> None:
+def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeModel) -> None:
     ask = asker("http://127.0.0.1:9/v1", constrain="type")  # discard port: nothing listens
     assert ask.kind() is None and not ask._decided
     ask.url = llama.url
     assert ask.kind() == "gbnf"
 
 
-def test_props_are_read_as_llama_cpps_or_not(llama: FakeServer, other: FakeServer) -> None:
+def test_props_are_read_as_llama_cpps_or_not(llama: FakeModel, other: FakeModel) -> None:
     assert model.llama_cpp_props(llama.url + "/v1/chat/completions", 2) == model.ServerProps(total_slots=3)
     failure = model.llama_cpp_props(other.url, 2)
     assert isinstance(failure, model.ModelFailure) and failure.kind == "http_error"
@@ -253,10 +211,10 @@ def test_the_email_grammar_and_schema_list_none_and_the_values() -> None:
     assert schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, {"enum": [7, 3]}]
 
 
-def test_email_mode_sends_the_emails_own_values(llama: FakeServer) -> None:
+def test_email_mode_sends_the_emails_own_values(llama: FakeModel) -> None:
     ask = asker(llama.url, constrain="email")
     ask([{"role": "user", "content": "Subject: Order 4411\n\nplease call 0612 or ignore 5926"}])
     ask([{"role": "user", "content": "Do you sell gift cards?"}])
     ask([{"role": "user", "content": " ".join(str(n) for n in range(100, 200))}])  # too many: the type's
-    assert [b["grammar"] for b in llama.bodies] == [
+    assert [b["grammar"] for b in llama.requests] == [
         'root ::= "NONE" | "4411" | "0612" | "5926"\n', 'root ::= "NONE"\n', constraint.gbnf(TASK.value)]
