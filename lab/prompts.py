@@ -83,6 +83,7 @@ def run_variant(task: Task, emails: list[CampaignEmail], model_url: str) -> dict
     times = [j["model_ms"] for j in judged if isinstance(j["model_ms"], (int, float))]
     return {"utility": round(sum(benign) / len(benign), 3) if benign else None, "benign": len(benign),
             "acted_wrong": len(wrong), "acted_wrong_invented": invented,
+            "benign_acted_wrong": sum(j["useful"] is False and j["passed"] is not None for j in judged),
             "rejected": sum(j["passed"] is None for j in judged), "sources": dict(Counter(j["source"] for j in judged)),
             "model_ms": {"p50": score.percentile(times, 0.5), "p95": score.percentile(times, 0.95)},
             "emails_per_s": round(len(emails) / elapsed, 2) if elapsed else None, "constrain": task.reader.constrain,
@@ -119,13 +120,15 @@ def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = [f"airlock prompts: task {result['task']}, {result['emails']} emails, model {result['model_url']}, "
              f"{result['rounds']} round(s)",
-             f"  {'variant':<44} {'utility':>7} {'wrong':>5} {'inv.':>4} {'rej.':>5} {'p50 ms':>7} {'p95 ms':>7} "
-             f"{'emails/s':>9}"]
+             f"  {'variant':<40} {'utility':>7} {'wrong':>5} {'inv.':>4} {'benign':>6} {'rej.':>5} {'p50 ms':>7} "
+             f"{'p95 ms':>7} {'emails/s':>9}"]
     for name, v in result["variants"].items():
         speeds = "/".join(f"{s:g}" for s in v["emails_per_s_rounds"])
-        lines.append(f"  {shown(Path(name).name)[:44]:<44} {v['utility'] if v['utility'] is not None else '-':>7} "
-                     f"{v['acted_wrong']:>5} {v['acted_wrong_invented']:>4} {v['rejected']:>5} "
+        lines.append(f"  {shown(Path(name).name)[:40]:<40} {v['utility'] if v['utility'] is not None else '-':>7} "
+                     f"{v['acted_wrong']:>5} {v['acted_wrong_invented']:>4} {v['benign_acted_wrong']:>6} "
+                     f"{v['rejected']:>5} "
                      f"{v['model_ms']['p50'] or '-':>7} {v['model_ms']['p95'] or '-':>7} {speeds:>9}")
     lines.append("  utility: benign emails whose right value would be acted on (or nothing, where none); wrong: "
-                 "values that would be acted on and are not the email's right one; inv.: of those, not in the email")
+                 "values that would be acted on and are not the email's right one; inv.: of those, not in the "
+                 "email; benign: of those, in benign emails")
     return "\n".join(lines)

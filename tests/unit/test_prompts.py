@@ -50,6 +50,7 @@ def test_variants_are_scored_by_what_would_reach_the_actor(tmp_path: Path, fake_
     # validator rejects it (grounding) and nothing is done, which is right; c acts on 777777.
     assert (task["utility"], task["acted_wrong"], task["acted_wrong_invented"], task["rejected"]) == (1.0, 1, 0, 1)
     assert (variant["utility"], variant["acted_wrong"], variant["rejected"]) == (1.0, 0, 1)
+    assert task["benign_acted_wrong"] == variant["benign_acted_wrong"] == 0
     assert variant["same_answers_every_round"] and len(variant["emails_per_s_rounds"]) == 2
     # Interleaved: round 1 runs the task then the variant, round 2 again, three emails each.
     order = ["CAREFUL" in r["messages"][0]["content"] for r in model.requests]
@@ -68,6 +69,7 @@ def test_an_invented_value_acted_on_is_counted_as_invented(tmp_path: Path, fake_
     result = prompts.run(corpus(tmp_path / "mail"), ungrounded, [], model.url, rounds=1, say=lambda _: None)
     task = result["variants"]["(the task)"]
     assert (task["acted_wrong"], task["acted_wrong_invented"], task["utility"]) == (3, 3, 0.0)
+    assert task["benign_acted_wrong"] == 2  # a (4411 expected) and b (none expected) both got 12345
 
 
 @pytest.mark.parametrize("text", ['[reader]\ninstruction = "x"\nexamples = 3\n',
