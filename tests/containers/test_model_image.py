@@ -66,12 +66,14 @@ def logs(name: str) -> str:
     return subprocess.run(["docker", "logs", name], capture_output=True, text=True, timeout=30).stderr
 
 
-def ask(url: str, grammar: str | None, text: str = "Where is my order 4411? Call me on 0612.") -> str:
+def ask(url: str, grammar: str | None, text: str = "Where is my order 4411? Call me on 0612.",
+        fields: dict | None = None) -> str:
     body = {"model": "smollm2", "temperature": 0, "max_tokens": 24, "messages": [
         {"role": "system", "content": "Reply with the order number only, or NONE."},
         {"role": "user", "content": text}]}
-    code, answer = get(url + "/v1/chat/completions", {**body, **({"grammar": grammar} if grammar else {})})
-    assert code == 200, (code, grammar)
+    extra = fields if fields is not None else ({"grammar": grammar} if grammar else {})
+    code, answer = get(url + "/v1/chat/completions", {**body, **extra})
+    assert code == 200, (code, extra)
     return answer["choices"][0]["message"]["content"]
 
 
@@ -92,6 +94,17 @@ def test_every_grammar_the_reader_derives_is_taken_and_kept(lab) -> None:
             answer = ask(url, grammar)
             assert re.fullmatch(language, answer), (grammar, answer)
         assert ask(url, None, "Hello! Tell me a joke about ducks.") != ""  # unconstrained still answers
+
+
+def test_the_json_schema_form_is_taken_and_unwrapped(lab) -> None:
+    """The OpenAI-style form (response_format with a JSON schema), which llama-server takes
+    too: the answer is {"answer": ...} and unwraps to NONE or a value of the type."""
+    narrow = Digits(max_length=6)
+    with model(lab) as (url, _):
+        for allowed, language in ((None, r"NONE|[0-9]{1,6}"), (["0612"], r"NONE|0612")):
+            fields = constraint.request_fields("json_schema", narrow, allowed)
+            written = ask(url, None, fields=fields)
+            assert re.fullmatch(language, constraint.unwrap("json_schema", written)), written
 
 
 def test_threads_follow_the_containers_cpus_and_slots_the_setting(lab) -> None:
