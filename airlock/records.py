@@ -163,6 +163,7 @@ class _ReaderLine(Record, frozen=True, kw_only=True):
     digest: Note = None
     model_ms: Note = None
     model_error: Note = None
+    constraint: Note = None  # what the model decoded under (reader/constraint.py): "gbnf", "json_schema"
     other_notes: Detail = {}
 
 

@@ -218,3 +218,18 @@ def test_email_mode_sends_the_emails_own_values(llama: FakeModel) -> None:
     ask([{"role": "user", "content": " ".join(str(n) for n in range(100, 200))}])  # too many: the type's
     assert [b["grammar"] for b in llama.requests] == [
         'root ::= "NONE" | "4411" | "0612" | "5926"\n', 'root ::= "NONE"\n', constraint.gbnf(TASK.value)]
+
+
+def test_the_trace_says_what_the_model_decoded_under(llama: FakeModel) -> None:
+    """The Reading notes the constraint; the trace's model_answer line has it as a field of
+    its own, not among the notes it does not know."""
+    from airlock import records
+    from airlock.wire import Email, Reading
+    from reader.app import Reader
+
+    task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain="type"))
+    reader = Reader(task, Asker(settings_module.load({}), task, llama.url), {}, llama.url)
+    (reading,) = reader.handle(Email(message_id="m", raw=b"Order 4411 please", format="text"))
+    assert isinstance(reading, Reading) and reading.notes["constraint"] == "gbnf"
+    fields = records.notes(reading.notes)
+    assert fields["constraint"] == "gbnf" and "constraint" not in fields.get("other_notes", {})
