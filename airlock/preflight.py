@@ -75,6 +75,9 @@ class _Slots(msgspec.Struct):
     total_slots: Annotated[int, msgspec.Meta(ge=1, le=4096)]
 
 
+MAX_AUTO_READERS = 16  # readers chosen from a server's word, at most: --readers goes past it
+
+
 def model_slots(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
     """How many requests the model server serves at once, where it says (llama.cpp's GET
     /props); None for any other server, or none answering. `airlock up` starts that many

@@ -32,8 +32,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model_url: str | None
     model_name: str
     model_timeout_s: float
-    # Constrained decoding, for a task with `[reader] constrain = true` (reader/constraint.py):
-    # auto (a grammar to llama.cpp's server, nothing to others), gbnf, json_schema or none.
+    # Constrained decoding, for a task whose `[reader] constrain` is "type" or "email"
+    # (reader/constraint.py): auto (a grammar to llama.cpp's server, nothing to others), gbnf,
+    # json_schema or none.
     model_constraint: str
     bind_hosts: dict[str, str]  # where the broker binds each endpoint (one network each in the lab)
     broker_host: str  # where services and the CLI find the broker

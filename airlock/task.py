@@ -129,7 +129,8 @@ class ReaderSpec(_Strict, frozen=True):
     """`constrain`: ask the model server to decode only NONE or a value of the narrow type
     ("type"), or only NONE or such a value that the email holds ("email"), where the server
     supports it (reader/constraint.py); "off" by default. It shapes what the model writes;
-    the validator still checks every answer."""
+    the validator still checks every answer. "email" on a `choice` allows only the choices
+    the email spells out, stricter than the validator even without `grounded`."""
 
     instruction: str
     examples: list[Example] = []
@@ -239,6 +240,11 @@ def _check(task: Task, path: Path) -> None:
         raise TaskError(f"task file {path}: value.min is greater than value.max")
     if isinstance(task.value, Choice) and len(set(task.value.choices)) != len(task.value.choices):
         raise TaskError(f"task file {path}: value.choices has duplicates")
+    if isinstance(task.value, Choice) and "NONE" in task.value.choices and task.reader.constrain != "off":
+        # Under a constraint NONE is how the model abstains (reader/constraint.py): a choice
+        # of the same name would turn "I don't know" into a value the validator passes.
+        raise TaskError(f"task file {path}: value.choices names NONE, the answer a constrained model abstains "
+                        "with; rename the choice or set reader.constrain = \"off\"")
     if isinstance(task.value, Code):
         try:
             re.compile(task.value.pattern)

@@ -11,8 +11,9 @@ never what the model merely said.
         --variants lab/prompts/order_status/*.toml --rounds 2
 
 Per variant: benign utility (exact: the expected value would be acted on, or nothing when
-there is none), values acted on wrong (split: in the email, or invented), answers the
-validator rejected, model ms p50/p95 and emails/s. Variants run interleaved, one pass each
+there is none), values acted on wrong (split: in the email, or invented; and how many in
+benign emails), emails where nothing would reach the actor (answers the validator rejected,
+NONE among them), model ms p50/p95 and emails/s. Variants run interleaved, one pass each
 per round, so a machine that slows down mid-run slows every variant alike. The model
 answers at temperature 0: a second round repeats the answers and refines only the timings.
 """
@@ -84,7 +85,10 @@ def run_variant(task: Task, emails: list[CampaignEmail], model_url: str) -> dict
     return {"utility": round(sum(benign) / len(benign), 3) if benign else None, "benign": len(benign),
             "acted_wrong": len(wrong), "acted_wrong_invented": invented,
             "benign_acted_wrong": sum(j["useful"] is False and j["passed"] is not None for j in judged),
-            "rejected": sum(j["passed"] is None for j in judged), "sources": dict(Counter(j["source"] for j in judged)),
+            # Every email where nothing would reach the actor: a rejected answer, NONE, an email
+            # the reader refused, a model that did not answer (`sources` tells those apart).
+            "nothing_passed": sum(j["passed"] is None for j in judged),
+            "sources": dict(Counter(j["source"] for j in judged)),
             "model_ms": {"p50": score.percentile(times, 0.5), "p95": score.percentile(times, 0.95)},
             "emails_per_s": round(len(emails) / elapsed, 2) if elapsed else None, "constrain": task.reader.constrain,
             "emails": judged}
@@ -111,24 +115,23 @@ def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
     answers repeat at temperature 0)."""
     first = dict(runs[0])
     first["emails_per_s_rounds"] = [r["emails_per_s"] for r in runs]
-    first["same_answers_every_round"] = all(
-        (r["utility"], r["acted_wrong"], r["rejected"]) == (first["utility"], first["acted_wrong"], first["rejected"])
-        for r in runs)
+    answers = [[e["answer"] for e in run["emails"]] for run in runs]
+    first["same_answers_every_round"] = all(a == answers[0] for a in answers)
     return first
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"airlock prompts: task {result['task']}, {result['emails']} emails, model {result['model_url']}, "
              f"{result['rounds']} round(s)",
-             f"  {'variant':<40} {'utility':>7} {'wrong':>5} {'inv.':>4} {'benign':>6} {'rej.':>5} {'p50 ms':>7} "
+             f"  {'variant':<40} {'utility':>7} {'wrong':>5} {'inv.':>4} {'benign':>6} {'none':>5} {'p50 ms':>7} "
              f"{'p95 ms':>7} {'emails/s':>9}"]
     for name, v in result["variants"].items():
         speeds = "/".join(f"{s:g}" for s in v["emails_per_s_rounds"])
         lines.append(f"  {shown(Path(name).name)[:40]:<40} {v['utility'] if v['utility'] is not None else '-':>7} "
                      f"{v['acted_wrong']:>5} {v['acted_wrong_invented']:>4} {v['benign_acted_wrong']:>6} "
-                     f"{v['rejected']:>5} "
+                     f"{v['nothing_passed']:>5} "
                      f"{v['model_ms']['p50'] or '-':>7} {v['model_ms']['p95'] or '-':>7} {speeds:>9}")
     lines.append("  utility: benign emails whose right value would be acted on (or nothing, where none); wrong: "
                  "values that would be acted on and are not the email's right one; inv.: of those, not in the "
-                 "email; benign: of those, in benign emails")
+                 "email; benign: of those, in benign emails; none: nothing would reach the actor")
     return "\n".join(lines)

@@ -13,6 +13,8 @@ from airlock.task import Task
 from reader import constraint, grounding, model
 from reader.prompt import SUBJECT_LABEL, ChatMessages
 
+NOT_THERE = (400, 401, 403, 404, 405, 501)  # statuses that say "no such resource here", for good
+
 
 class Asker:
     def __init__(self, settings: Settings, task: Task, url: str) -> None:
@@ -27,13 +29,14 @@ class Asker:
             self._kind = "json_schema"
 
     def kind(self) -> constraint.Kind | None:
-        """The constraint to send, or None. `auto` asks the server until it answers: a server
-        not up yet is asked again with the next email (that email goes unconstrained)."""
+        """The constraint to send, or None. `auto` asks the server until it says what it is:
+        a server not up yet, or llama-server still loading its model (503 on every route but
+        /v1/models), is asked again with the next email (that email goes unconstrained)."""
         if not self._decided:
             props = model.llama_cpp_props(self.url, self.timeout_s)
             if isinstance(props, model.ServerProps):
                 self._kind, self._decided = "gbnf", True
-            elif props.kind in ("http_error", "bad_body"):
+            elif props.kind == "bad_body" or (props.kind == "http_error" and props.status in NOT_THERE):
                 self._decided = True  # it answered, and it is not llama.cpp's server
         return self._kind
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from airlock.task import Choice, Code, Digits, IntegerRange, NarrowType
+from airlock.task import Choice, Digits, IntegerRange, NarrowType
 
 ABSTAIN = "NONE"
 Kind = Literal["gbnf", "json_schema"]
@@ -75,9 +75,13 @@ def gbnf(narrow: NarrowType, allowed: list[str] | None = None) -> str | None:
     return None
 
 
-def json_schema(narrow: NarrowType, allowed: list[str] | None = None) -> dict[str, Any]:
-    """The schema of {"answer": NONE or one value of the narrow type (or of `allowed`)}."""
+def json_schema(narrow: NarrowType, allowed: list[str] | None = None) -> dict[str, Any] | None:
+    """The schema of {"answer": NONE or one value of the narrow type (or of `allowed`)}; None
+    for a `code` with no values listed: its pattern is Python's, and a JSON-schema one that
+    differs would be refused by a server or, worse, mean something else there."""
     value: dict[str, Any]
+    if allowed == []:
+        return _answer_schema([{"const": ABSTAIN}])  # nothing in the email to answer but NONE
     if allowed is not None:
         value = {"enum": [int(v) for v in allowed] if isinstance(narrow, IntegerRange) else list(allowed)}
     elif isinstance(narrow, Digits):
@@ -87,9 +91,12 @@ def json_schema(narrow: NarrowType, allowed: list[str] | None = None) -> dict[st
     elif isinstance(narrow, Choice):
         value = {"type": "string", "enum": list(narrow.choices)}
     else:
-        assert isinstance(narrow, Code)  # the last member of NarrowType
-        value = {"type": "string", "pattern": f"^(?:{narrow.pattern})$", "maxLength": narrow.max_length}
-    return {"type": "object", "properties": {"answer": {"anyOf": [{"const": ABSTAIN}, value]}},
+        return None
+    return _answer_schema([{"const": ABSTAIN}, value])
+
+
+def _answer_schema(choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"answer": {"anyOf": choices}},
             "required": ["answer"], "additionalProperties": False}
 
 
@@ -100,6 +107,8 @@ def request_fields(kind: Kind, narrow: NarrowType, allowed: list[str] | None = N
         grammar = gbnf(narrow, allowed)
         return None if grammar is None else {"grammar": grammar}
     schema = json_schema(narrow, allowed)
+    if schema is None:
+        return None
     return {"response_format": {"type": "json_schema",
                                 "json_schema": {"name": "answer", "strict": True, "schema": schema}}}
 

@@ -86,8 +86,10 @@ def candidates(text: str, has_subject: bool, narrow: NarrowType) -> list[str] | 
         found = list(narrow.choices)
     else:
         return None
-    unique = [v for v in dict.fromkeys(found) if in_email_text(v, text, has_subject, narrow)]
-    return unique if len(unique) <= MAX_CANDIDATES else None
+    unique = list(dict.fromkeys(found))
+    if len(unique) > MAX_CANDIDATES:
+        return None  # counted before the check below, which scans the text once per value
+    return [v for v in unique if in_email_text(v, text, has_subject, narrow)]
 
 
 def _integer_in(answer: str, text: str, start: int) -> bool:

@@ -32,6 +32,7 @@ class ModelAnswer(msgspec.Struct, frozen=True):
 class ModelFailure(msgspec.Struct, frozen=True):
     kind: Literal["refused", "timeout", "http_error", "bad_body", "unreachable", "not_configured"]
     detail: str
+    status: int = 0  # the HTTP status of an http_error
 
 
 class _ChatMessage(msgspec.Struct):
@@ -99,7 +100,7 @@ def _fetch(request: urllib.request.Request, url: str, timeout_s: float, started:
         with _opener.open(request, timeout=timeout_s) as response:
             raw = _read_within(response, started + timeout_s)
     except urllib.error.HTTPError as exc:
-        return ModelFailure("http_error", f"HTTP {exc.code} {exc.reason}")
+        return ModelFailure("http_error", f"HTTP {exc.code} {exc.reason}", exc.code)
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ConnectionRefusedError):
             return ModelFailure("refused", f"connection refused at {url}")

@@ -85,6 +85,7 @@ class FakeModel:
         self.reply, self.delay_s, self.raw = reply, 0.0, None
         self.requests: list[dict] = []
         self.props: dict | None = None
+        self.props_status = 200  # another status: /props answers it (503: llama-server still loading)
         self.props_asked = 0
         model = self
 
@@ -92,8 +93,8 @@ class FakeModel:
             def do_GET(self) -> None:  # http.server's naming
                 if self.path == "/props":
                     model.props_asked += 1
-                if self.path != "/props" or model.props is None:
-                    self.send_error(404)
+                if self.path != "/props" or model.props is None or model.props_status != 200:
+                    self.send_error(404 if self.path != "/props" or model.props is None else model.props_status)
                     return
                 payload = json.dumps(model.props).encode()
                 self.send_response(200)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from airlock import settings as settings_module, task as task_module
-from airlock.errors import SettingsError
+from airlock.errors import SettingsError, TaskError
 from airlock.task import Choice, Code, Digits, IntegerRange
 from reader import constraint, grounding, model
 from reader.ask import Asker
@@ -57,17 +57,18 @@ def test_a_code_pattern_has_no_grammar() -> None:
     code = Code(pattern="[A-Z]{2}-[0-9]{4}", max_length=7)
     assert constraint.gbnf(code) is None
     assert constraint.request_fields("gbnf", code) is None
-    assert constraint.request_fields("json_schema", code) is not None
+    # Nor as a JSON-schema pattern: a Python one need not be one a server takes.
+    assert constraint.request_fields("json_schema", code) is None
 
 
 @pytest.mark.parametrize(("narrow", "value_schema"), [
     (Digits(max_length=6), {"type": "string", "pattern": "^[0-9]{1,6}$"}),
     (IntegerRange(min=-3, max=9), {"type": "integer", "minimum": -3, "maximum": 9}),
     (Choice(choices=["damaged", "late"]), {"type": "string", "enum": ["damaged", "late"]}),
-    (Code(pattern="[A-Z]{2}", max_length=2), {"type": "string", "pattern": "^(?:[A-Z]{2})$", "maxLength": 2}),
 ])
 def test_the_json_schema_is_an_answer_or_none(narrow: Any, value_schema: dict) -> None:
     schema = constraint.json_schema(narrow)
+    assert schema is not None
     assert schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, value_schema]
     assert schema["required"] == ["answer"] and schema["additionalProperties"] is False
     fields = constraint.request_fields("json_schema", narrow)
@@ -142,6 +143,18 @@ def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeModel)
     assert other.props_asked == 0
 
 
+def test_a_server_still_loading_its_model_is_asked_again(llama: FakeModel) -> None:
+    """llama-server answers 503 on every route but /v1/models while it loads: that says
+    nothing about what it is, so the next email asks again, and gets the grammar."""
+    llama.props_status = 503
+    ask = asker(llama.url, constrain="type")
+    first = ask(MESSAGES)
+    llama.props_status = 200
+    second = ask(MESSAGES)
+    assert isinstance(first, model.ModelAnswer) and first.constraint == ""
+    assert isinstance(second, model.ModelAnswer) and second.constraint == "gbnf" and llama.props_asked == 2
+
+
 def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeModel) -> None:
     ask = asker("http://127.0.0.1:9/v1", constrain="type")  # discard port: nothing listens
     assert ask.kind() is None and not ask._decided
@@ -208,7 +221,13 @@ def test_the_email_grammar_and_schema_list_none_and_the_values() -> None:
     assert constraint.gbnf(Digits(max_length=6), ["4411", "7"]) == 'root ::= "NONE" | "4411" | "7"\n'
     assert constraint.gbnf(Digits(max_length=6), []) == 'root ::= "NONE"\n'  # nothing to answer but NONE
     schema = constraint.json_schema(IntegerRange(min=1, max=9), ["7", "3"])
-    assert schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, {"enum": [7, 3]}]
+    assert schema is not None and schema["properties"]["answer"]["anyOf"] == [{"const": "NONE"}, {"enum": [7, 3]}]
+    # No value in the email: NONE alone, never an empty enum (which a server may refuse).
+    assert constraint.json_schema(Digits(max_length=6), []) == {
+        "type": "object", "properties": {"answer": {"anyOf": [{"const": "NONE"}]}}, "required": ["answer"],
+        "additionalProperties": False}
+    code = Code(pattern="[A-Z]{2}", max_length=2)
+    assert constraint.request_fields("json_schema", code, ["AB"]) is not None  # listed values need no pattern
 
 
 def test_email_mode_sends_the_emails_own_values(llama: FakeModel) -> None:
@@ -233,3 +252,16 @@ def test_the_trace_says_what_the_model_decoded_under(llama: FakeModel) -> None:
     assert isinstance(reading, Reading) and reading.notes["constraint"] == "gbnf"
     fields = records.notes(reading.notes)
     assert fields["constraint"] == "gbnf" and "constraint" not in fields.get("other_notes", {})
+
+
+def test_a_choice_named_none_is_refused_where_the_model_abstains_with_none(tmp_path: Path) -> None:
+    text = (ROOT / "tasks" / "refund_request.toml").read_text()
+    assert 'choices = [' in text
+    named = tmp_path / "t.toml"
+    text = text.replace('choices = [', 'choices = ["NONE", ', 1).replace('[reader]', '[reader]\nconstrain = "type"', 1)
+    named.write_text(text.replace('"../samples/', f'"{ROOT}/samples/'))
+    with pytest.raises(TaskError, match="names NONE"):
+        task_module.load(named)
+    named.write_text(named.read_text().replace('constrain = "type"', 'constrain = "off"'))
+    value = task_module.load(named).value
+    assert isinstance(value, Choice) and "NONE" in value.choices  # without a constraint, a name like any

@@ -48,8 +48,9 @@ def test_variants_are_scored_by_what_would_reach_the_actor(tmp_path: Path, fake_
     task, variant = result["variants"]["(the task)"], result["variants"][str(careful)]
     # The task's own prompt here: 4411 right for a; 12345 for b is not in the email, so the
     # validator rejects it (grounding) and nothing is done, which is right; c acts on 777777.
-    assert (task["utility"], task["acted_wrong"], task["acted_wrong_invented"], task["rejected"]) == (1.0, 1, 0, 1)
-    assert (variant["utility"], variant["acted_wrong"], variant["rejected"]) == (1.0, 0, 1)
+    assert (task["utility"], task["acted_wrong"], task["acted_wrong_invented"]) == (1.0, 1, 0)
+    assert task["nothing_passed"] == 1
+    assert (variant["utility"], variant["acted_wrong"], variant["nothing_passed"]) == (1.0, 0, 1)
     assert task["benign_acted_wrong"] == variant["benign_acted_wrong"] == 0
     assert variant["same_answers_every_round"] and len(variant["emails_per_s_rounds"]) == 2
     # Interleaved: round 1 runs the task then the variant, round 2 again, three emails each.

@@ -152,3 +152,7 @@ def test_readers_follow_what_the_model_serves_at_once(monkeypatch) -> None:
     matched = attack.match_model("http://m:8080", None, None)
     assert (matched.readers, matched.in_flight, matched.model_slots) == (2, 4, None)
     assert attack.match_model(None, None, None) == attack.Matched(2, 8, None, "no model")
+    # A server that claims 500 slots gets at most MAX_AUTO_READERS reader processes.
+    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ServerProps(total_slots=500))
+    matched = attack.match_model("http://m:8080", None, None)
+    assert (matched.readers, matched.in_flight) == (16, 32) and "16 chosen, --readers for more" in matched.why
