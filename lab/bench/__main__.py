@@ -63,6 +63,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.warmup_s = min(60.0, args.soak * 60 / 5)
     if args.emails is None:
         args.emails = DEFAULT_MODEL_EMAILS if args.model_url else DEFAULT_EMAILS
+    if args.readers is None and not args.model_url:
+        args.readers = 1  # with a model, as many as it serves at once (lab/attack.py match_model)
     for name in ("emails", "readers", "latency_emails"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -91,7 +93,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             say(f"the corpus {args.corpus} through the model, as `airlock attack` runs it")
             figures["model_corpus"] = corpus_figures(args.corpus, args.model_url, args.readers)
         else:
-            args.readers = args.readers or 1
             say(f"starting airlock up with {args.readers} reader(s), no model (recorded answers)")
             with PrivateStack(Path(scratch) / "stack", TASK, None, args.readers) as settings:
                 say(f"separated: {args.emails:,} emails as fast as the intake takes them")
