@@ -66,6 +66,7 @@ LAB_COMMANDS = {
     "bench": "measure what the separation costs",
     "prompts": "compare prompt variants of a task on a corpus, with a live model",
     "lab": "hands-on labs: list, start, check, run, compose, hint, reset, progress",
+    "k8s": "Kubernetes: write a namespace per student (kustomize overlays with their own keys)",
 }
 
 

@@ -1,5 +1,5 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
-pins, naive, model, corpus, bench and prompts, as `python -m lab COMMAND ...`.
+pins, naive, model, corpus, bench, prompts and k8s, as `python -m lab COMMAND ...`.
 
 `airlock COMMAND ...` becomes this process (airlock/cli.py run_in_lab), so the kernel the
 services import never imports `lab`. The kernel owns each command's one-line help
@@ -132,6 +132,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench(args.rest)
 
 
+def cmd_k8s_class(args: argparse.Namespace) -> int:
+    from lab import kubernetes
+
+    out = Path(args.out)
+    for name, keys_made in kubernetes.make_class(out, args.name, args.students):
+        print(f"{name}: keys {keys_made}")
+    print(f"kubectl apply -k {out}   # every namespace; one student: kubectl apply -k {out}/<namespace>")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description="the tools around the runtime, which no service runs")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -206,6 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--task", help="task file (default tasks/order_status.toml)")
     prompts.add_argument("--rounds", type=int, default=1, help="passes per variant, interleaved (default 1)")
     prompts.add_argument("--report", help="write the JSON report here")
+
+    k8s = command("k8s", cmd_k8s_class, data_dir=False)
+    k8s_commands = k8s.add_subparsers(dest="k8s_command", required=True)
+    k8s_class = k8s_commands.add_parser(
+        "class", help="write one kustomize overlay per student, each its namespace and its own CURVE keys",
+        description="write OUT/airlock-NAME-NN/ for each student (namespace, Pod Security restricted, keys as "
+                    "Secrets); existing keys are kept. OUT holds secret keys: keep it out of any repository")
+    k8s_class.set_defaults(handler=cmd_k8s_class)
+    k8s_class.add_argument("--students", type=int, required=True, help="how many namespaces (1 to 99)")
+    k8s_class.add_argument("--name", default="class", help="the class's name, in each namespace (default class)")
+    k8s_class.add_argument("--out", default="airlock-class", help="the folder to write (default ./airlock-class)")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,
