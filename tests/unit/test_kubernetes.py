@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -352,10 +353,14 @@ HARDENING_CHECKS = ("CKV_K8S_10", "CKV_K8S_11", "CKV_K8S_12", "CKV_K8S_13", "CKV
 
 def test_checkov_finds_no_hardening_failure() -> None:
     """Each hardening check runs on every workload and none fails."""
-    checkov = shutil.which("checkov", path=str(Path(sys.executable).parent)) or shutil.which("checkov")
+    checkov = (os.environ.get("AIRLOCK_CHECKOV") or shutil.which("checkov", path=str(Path(sys.executable).parent))
+               or shutil.which("checkov"))
     if checkov is None:
-        pytest.skip("checkov is not installed (pip install checkov: it pins packaging<24, which the test extra "
-                    "cannot, so it is not declared there)")
+        message = ("checkov is not installed (it pins packaging<24, which the test extra cannot: .ci/run puts it in "
+                   "a virtualenv of its own and names it in AIRLOCK_CHECKOV)")
+        if os.environ.get("AIRLOCK_REQUIRE_CHECKOV") == "1":
+            pytest.fail(message.replace("is not installed", "is REQUIRED but not installed"))
+        pytest.skip(message)
     done = subprocess.run([checkov, "-d", str(BASE), "--framework", "kubernetes", "--compact", "-o", "json",
                            "--check", ",".join(HARDENING_CHECKS)], capture_output=True, text=True, timeout=300)
     results = json.loads(done.stdout)["results"]
