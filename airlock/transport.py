@@ -60,6 +60,27 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
+# Across hosts a connection can go quiet for long (a trace subscriber while no email flows),
+# and what sits between the hosts may drop it without a word: Docker Swarm's overlay load
+# balancer forgets a TCP connection idle for 900 s (IPVS), a NAT or cloud load balancer
+# sooner. libzmq then never learns the peer is gone, and the link is dead until the process
+# restarts. ZMTP heartbeats (a PING every 30 s, the connection closed and re-made when no
+# PONG comes within 90 s) keep every link busy well inside 900 s and find a dead one, and the
+# kernel's TCP keepalive (after 60 s idle) covers a peer that cannot answer PINGs.
+HEARTBEAT_IVL_MS = 30_000
+HEARTBEAT_TIMEOUT_MS = 90_000
+TCP_KEEPALIVE_IDLE_S = 60
+
+
+def keep_alive(sock: zmq.Socket) -> None:
+    """ZMTP heartbeats and TCP keepalive on `sock` (set before bind or connect)."""
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_IDLE_S)
+
+
 def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair | None = None,
            domain: str = "", rcvhwm: int = HWM) -> zmq.Socket:
     """A broker endpoint; with a key pair it is a CURVE server whose ZAP domain names the
@@ -68,6 +89,7 @@ def router(ctx: zmq.Context, endpoint: str, max_frame_bytes: int, server: Pair |
     then pushes back on the sender); set before bind, as a listener copies it then."""
     sock = ctx.socket(zmq.ROUTER)
     serve_curve(sock, server, domain)
+    keep_alive(sock)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
@@ -105,6 +127,7 @@ def unconnected_dealer(ctx: zmq.Context, max_frame_bytes: int, client: Pair | No
     every event of its first connection."""
     sock = ctx.socket(zmq.DEALER)
     use_curve(sock, client, server_key)
+    keep_alive(sock)
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)

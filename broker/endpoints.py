@@ -23,7 +23,7 @@ import zmq
 from airlock.errors import ConfigError
 from airlock.keys import Pair
 from airlock.settings import PORT_IN_USE_HINT, Settings
-from airlock.transport import LINGER_MS, router, serve_curve
+from airlock.transport import LINGER_MS, keep_alive, router, serve_curve
 from airlock.wire import ROLES, Malformed, RoleDecoder, inbound_decoder
 from broker import handshakes
 from broker.outbox import Effect
@@ -84,6 +84,7 @@ class Endpoints:
         self.sockets: dict[str, zmq.Socket] = {}
         self.publisher = ctx.socket(zmq.XPUB)
         self.publisher.setsockopt(zmq.LINGER, 0)
+        keep_alive(self.publisher)  # a subscriber may hear nothing for hours: see airlock/transport.py
         self.topics: set[bytes] = set()  # what subscribers asked for (XPUB tells each topic's first and last)
         serve_curve(self.publisher, server, "trace")  # only the dashboard's key may read the trace stream
         for name in (*ROLES, "trace"):

@@ -28,7 +28,7 @@ from typing import Any
 import zmq
 
 from airlock import published, records, trace, tracefiles
-from airlock.transport import use_curve
+from airlock.transport import keep_alive, use_curve
 
 POLL_S = 0.2
 FILE_POLL_S = 1.0
@@ -136,6 +136,7 @@ class TraceFeed:
         sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
         sub.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
+        keep_alive(sub)
         use_curve(sub, self.client_keys, self.server_key)
         sub.connect(self.endpoint)
         try:
