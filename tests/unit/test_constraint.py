@@ -1,25 +1,21 @@
-"""Constrained decoding (reader/constraint.py, reader/ask.py): the grammar or schema is derived
-from the narrow type, always lets the model abstain, and is sent only where the task enables
-it and the endpoint takes it. Whether llama-server accepts each grammar is checked against
-the real server in tests/containers/test_model_image.py."""
+"""Constrained decoding (reader/constraint.py): the grammar or schema is derived from the
+narrow type and always lets the model abstain; "email" lists exactly the values grounding
+accepts. When the Asker sends one is tests/integration/test_asker.py's; whether llama-server
+takes each grammar, tests/containers/test_model_image.py's."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import given, strategies as st
 
 from airlock import settings as settings_module, task as task_module
 from airlock.errors import SettingsError, TaskError
 from airlock.task import Choice, Code, Digits, IntegerRange
-from reader import constraint, grounding, model
-from reader.ask import Asker
-from tests.conftest import FakeModel
+from reader import constraint, grounding
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
@@ -87,90 +83,6 @@ def test_a_json_answer_is_unwrapped_only_when_it_is_exactly_the_schema(text: str
     assert constraint.unwrap("gbnf", text) == text
 
 
-# --- the Asker: sent only when the task enables it and the endpoint takes it
-
-
-@pytest.fixture
-def llama(fake_model: Callable[..., FakeModel]) -> FakeModel:
-    """llama.cpp's server, as far as the Asker looks: /props says how many it serves at once."""
-    server = fake_model("4411")
-    server.props = {"total_slots": 3, "build_info": "b1"}
-    return server
-
-
-@pytest.fixture
-def other(fake_model: Callable[..., FakeModel]) -> FakeModel:
-    """Any other OpenAI-compatible server: /props is a 404."""
-    return fake_model("4411")
-
-
-def asker(url: str, constrain: str, setting: str = "auto") -> Asker:
-    task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain=constrain))
-    return Asker(settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": setting}), task, url)
-
-
-MESSAGES = [{"role": "user", "content": "Order 4411"}]
-
-
-def test_auto_sends_llama_cpps_server_the_types_grammar(llama: FakeModel) -> None:
-    ask = asker(llama.url + "/v1", constrain="type")
-    first, second = ask(MESSAGES), ask(MESSAGES)
-    assert isinstance(first, model.ModelAnswer) and first.text == "4411" and first.constraint == "gbnf"
-    assert [b.get("grammar") for b in llama.requests] == [constraint.gbnf(TASK.value)] * 2
-    assert isinstance(second, model.ModelAnswer) and (second.text, second.constraint) == ("4411", "gbnf")
-    assert llama.props_asked == 1  # decided once
-
-
-def test_auto_sends_another_server_nothing(other: FakeModel) -> None:
-    ask = asker(other.url, constrain="type")
-    ask(MESSAGES)
-    ask(MESSAGES)
-    assert [set(b) for b in other.requests] == [{"model", "messages", "temperature", "max_tokens", "stream"}] * 2
-    assert other.props_asked == 1  # it answered (404): not asked again
-
-
-def test_a_task_that_does_not_enable_it_sends_nothing_and_asks_nothing(llama: FakeModel) -> None:
-    answer = asker(llama.url, constrain="off", setting="gbnf")(MESSAGES)
-    assert isinstance(answer, model.ModelAnswer) and answer.constraint == ""
-    assert "grammar" not in llama.requests[0] and llama.props_asked == 0
-
-
-def test_none_turns_it_off_and_json_schema_is_sent_when_chosen(other: FakeModel) -> None:
-    asker(other.url, constrain="type", setting="none")(MESSAGES)
-    asker(other.url, constrain="type", setting="json_schema")(MESSAGES)
-    assert "response_format" not in other.requests[0]
-    assert other.requests[1]["response_format"]["json_schema"]["schema"] == constraint.json_schema(TASK.value)
-    assert other.props_asked == 0
-
-
-def test_a_server_still_loading_its_model_is_asked_again(llama: FakeModel) -> None:
-    """llama-server answers 503 on every route but /v1/models while it loads: that says
-    nothing about what it is, so the next email asks again, and gets the grammar."""
-    llama.props_status = 503
-    ask = asker(llama.url, constrain="type")
-    first = ask(MESSAGES)
-    llama.props_status = 200
-    second = ask(MESSAGES)
-    assert isinstance(first, model.ModelAnswer) and first.constraint == ""
-    assert isinstance(second, model.ModelAnswer) and second.constraint == "gbnf" and llama.props_asked == 2
-
-
-def test_a_server_not_up_yet_is_asked_again_with_the_next_email(llama: FakeModel) -> None:
-    ask = asker("http://127.0.0.1:9/v1", constrain="type")  # discard port: nothing listens
-    assert ask.kind() is None and not ask._decided
-    ask.url = llama.url
-    assert ask.kind() == "gbnf"
-
-
-def test_props_are_read_as_llama_cpps_or_not(llama: FakeModel, other: FakeModel) -> None:
-    assert model.llama_cpp_props(llama.url + "/v1/chat/completions", 2) == model.ServerProps(total_slots=3)
-    failure = model.llama_cpp_props(other.url, 2)
-    assert isinstance(failure, model.ModelFailure) and failure.kind == "http_error"
-    other.props = {"total_slots": 0}  # not a server that serves anything
-    failure = model.llama_cpp_props(other.url, 2)
-    assert isinstance(failure, model.ModelFailure) and failure.kind == "bad_body"
-
-
 def test_the_setting_takes_only_its_words() -> None:
     assert settings_module.load({}).model_constraint == "auto"
     assert settings_module.load({"AIRLOCK_MODEL_CONSTRAINT": " GBNF "}).model_constraint == "gbnf"
@@ -228,30 +140,6 @@ def test_the_email_grammar_and_schema_list_none_and_the_values() -> None:
         "additionalProperties": False}
     code = Code(pattern="[A-Z]{2}", max_length=2)
     assert constraint.request_fields("json_schema", code, ["AB"]) is not None  # listed values need no pattern
-
-
-def test_email_mode_sends_the_emails_own_values(llama: FakeModel) -> None:
-    ask = asker(llama.url, constrain="email")
-    ask([{"role": "user", "content": "Subject: Order 4411\n\nplease call 0612 or ignore 5926"}])
-    ask([{"role": "user", "content": "Do you sell gift cards?"}])
-    ask([{"role": "user", "content": " ".join(str(n) for n in range(100, 200))}])  # too many: the type's
-    assert [b["grammar"] for b in llama.requests] == [
-        'root ::= "NONE" | "4411" | "0612" | "5926"\n', 'root ::= "NONE"\n', constraint.gbnf(TASK.value)]
-
-
-def test_the_trace_says_what_the_model_decoded_under(llama: FakeModel) -> None:
-    """The Reading notes the constraint; the trace's model_answer line has it as a field of
-    its own, not among the notes it does not know."""
-    from airlock import records
-    from airlock.wire import Email, Reading
-    from reader.app import Reader
-
-    task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain="type"))
-    reader = Reader(task, Asker(settings_module.load({}), task, llama.url), {}, llama.url)
-    (reading,) = reader.handle(Email(message_id="m", raw=b"Order 4411 please", format="text"))
-    assert isinstance(reading, Reading) and reading.notes["constraint"] == "gbnf"
-    fields = records.notes(reading.notes)
-    assert fields["constraint"] == "gbnf" and "constraint" not in fields.get("other_notes", {})
 
 
 def test_a_choice_named_none_is_refused_where_the_model_abstains_with_none(tmp_path: Path) -> None:

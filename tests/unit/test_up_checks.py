@@ -19,7 +19,7 @@ from lab.attack import free_ports
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
-from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
+from tests.conftest import ROOT, TASKS, airlock_env
 from validator.app import Validator
 
 SEED = (ROOT / "samples" / "seed_4411_de.eml").read_bytes()
@@ -218,18 +218,6 @@ def test_models_url_sits_beside_the_chat_endpoint(base: str, models: str) -> Non
 ])
 def test_the_model_servers_root_is_where_props_are(base: str, root: str) -> None:
     assert settings_module.model_server_root(base) == root
-
-
-def test_readers_follow_the_slots_a_llama_cpp_server_says_it_has(fake_model) -> None:
-    """llama.cpp's /props: its slots; any other server, a bad answer or none: None (1 reader)."""
-    model = fake_model("4411")
-    assert preflight.model_slots(model.url) is None  # /props is a 404
-    model.props = {"total_slots": 4, "model_alias": "smollm2"}
-    assert preflight.model_slots(model.url + "/v1") == 4
-    for props in ({"total_slots": 0}, {"total_slots": "4"}, {"slots": 4}):
-        model.props = props
-        assert preflight.model_slots(model.url) is None, props
-    assert preflight.model_slots(closed_port_url()) is None
 
 
 def test_no_answer_reason_says_model_and_recording() -> None:
