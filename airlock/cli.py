@@ -67,6 +67,7 @@ LAB_COMMANDS = {
     "prompts": "compare prompt variants of a task on a corpus, with a live model",
     "lab": "hands-on labs: list, start, check, run, compose, hint, reset, progress",
     "k8s": "Kubernetes: write a namespace per student (kustomize overlays with their own keys)",
+    "swarm": "Docker Swarm: render the lab as a stack (keys as secrets), deploy it, remove it",
 }
 
 

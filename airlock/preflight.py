@@ -183,7 +183,8 @@ def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = N
     """ConfigError naming the first port something already listens on, before any child
     starts: a broker that cannot bind would only be started again and again. The broker
     still reports a bind it loses in a race (EX_CONFIG); this is the clear, early case."""
-    wanted = {name: (settings.bind_hosts[name], number) for name, number in settings.ports.items()}
+    bind_hosts = settings.with_bind_hosts_resolved().bind_hosts  # the addresses the broker will bind
+    wanted = {name: (bind_hosts[name], number) for name, number in settings.ports.items()}
     wanted.update(extra or {})
     for name, (host, number) in wanted.items():
         host = "0.0.0.0" if host in ("*", "") else host  # noqa: PLW2901  the wildcard spelled as bind() needs it

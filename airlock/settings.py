@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from airlock import bindhosts
 from airlock.errors import KeysMissing, SettingsError
 from airlock.student import Plug, parse_plug
 from airlock.task import SHIPPED_TASKS
@@ -36,7 +37,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # (reader/constraint.py): auto (a grammar to llama.cpp's server, nothing to others), gbnf,
     # json_schema or none.
     model_constraint: str
-    bind_hosts: dict[str, str]  # where the broker binds each endpoint (one network each in the lab)
+    # Where the broker binds each endpoint (one network each in the lab): an address, or
+    # subnet:CIDR, its own address in that subnet, found at start (airlock/bindhosts.py).
+    bind_hosts: dict[str, str]
     broker_host: str  # where services and the CLI find the broker
     ports: dict[str, int]
     max_email_bytes: int
@@ -72,6 +75,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def endpoint(self, name: str, *, bind: bool = False) -> str:
         host = self.bind_hosts[name] if bind else self.broker_host
         return f"tcp://{host}:{self.ports[name]}"
+
+    def with_bind_hosts_resolved(self, addresses: Iterable[bindhosts.Address] | None = None) -> Settings:
+        """These settings with every `subnet:CIDR` bind host replaced by this host's one
+        address in it (airlock/bindhosts.py): the broker's first step, before any bind."""
+        return msgspec.structs.replace(self, bind_hosts=bindhosts.resolve(self.bind_hosts, addresses))
 
     @property
     def trace_path(self) -> Path:
@@ -252,7 +260,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "model_timeout_s": read("AIRLOCK_MODEL_TIMEOUT_S", positive(float), "10"),
         "model_constraint": read("AIRLOCK_MODEL_CONSTRAINT", one_of(MODEL_CONSTRAINTS), "auto"),
         "bind_hosts": {
-            name: read(f"AIRLOCK_{name.upper()}_BIND_HOST", str, env.get("AIRLOCK_BIND_HOST", "127.0.0.1"))
+            name: read(f"AIRLOCK_{name.upper()}_BIND_HOST", bindhosts.parse,
+                       env.get("AIRLOCK_BIND_HOST", "127.0.0.1"))
             for name in DEFAULT_PORTS
         },
         "broker_host": read("AIRLOCK_BROKER_HOST", str, "127.0.0.1"),

@@ -1,5 +1,5 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
-pins, naive, model, corpus, bench, prompts and k8s, as `python -m lab COMMAND ...`.
+pins, naive, model, corpus, bench, prompts, k8s and swarm, as `python -m lab COMMAND ...`.
 
 `airlock COMMAND ...` becomes this process (airlock/cli.py run_in_lab), so the kernel the
 services import never imports `lab`. The kernel owns each command's one-line help
@@ -142,6 +142,32 @@ def cmd_k8s_class(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_swarm_render(args: argparse.Namespace) -> int:
+    from lab import swarm_deploy
+
+    keys_folder = Path(args.keys)
+    out = Path(args.out) if args.out else swarm_deploy.stack_file(keys_folder, args.stack)
+    made = swarm_deploy.render(args.stack, keys_folder, args.readers, out)
+    print(f"keys {made} in {keys_folder}\nwrote {out}   # airlock swarm up --stack {args.stack} --keys {keys_folder}")
+    return 0
+
+
+def cmd_swarm_up(args: argparse.Namespace) -> int:
+    from lab import swarm_deploy
+
+    made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers)
+    print(f"keys {made}; {len(created)} secret(s) created; deployed {out} as stack {args.stack}")
+    return 0
+
+
+def cmd_swarm_down(args: argparse.Namespace) -> int:
+    from lab import swarm_deploy
+
+    swarm_deploy.down(args.stack)
+    print(f"removed stack {args.stack}; its secrets stay (label {swarm_deploy.STACK_LABEL}={args.stack})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="airlock", description="the tools around the runtime, which no service runs")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -227,6 +253,24 @@ def build_parser() -> argparse.ArgumentParser:
     k8s_class.add_argument("--students", type=int, required=True, help="how many namespaces (1 to 99)")
     k8s_class.add_argument("--name", default="class", help="the class's name, in each namespace (default class)")
     k8s_class.add_argument("--out", default="airlock-class", help="the folder to write (default ./airlock-class)")
+
+    swarm = command("swarm", cmd_swarm_up, data_dir=False)
+    swarm_commands = swarm.add_subparsers(dest="swarm_command", required=True)
+    for name, handler, text in (
+            ("render", cmd_swarm_render, "make the keys in --keys if missing and write the stack file "
+                                         "(generated from compose.yaml); runs no docker"),
+            ("up", cmd_swarm_up, "render, turn each key file into a swarm secret, docker stack deploy "
+                                 "--resolve-image never (build the images first)"),
+            ("down", cmd_swarm_down, "docker stack rm (the secrets stay)")):
+        sub = swarm_commands.add_parser(name, help=text, description=text)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--stack", default="airlock", help="the stack's name (default airlock)")
+        if name != "down":
+            sub.add_argument("--keys", required=True, help="the CURVE key folder (made if missing); keep it out "
+                                                             "of any repository")
+            sub.add_argument("--readers", type=int, default=1, help="reader and model replicas (default 1)")
+        if name == "render":
+            sub.add_argument("--out", help="the stack file (default beside --keys: NAME.stack.yaml)")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,

@@ -1,0 +1,188 @@
+"""`airlock swarm render`: the compose lab as a Docker Swarm stack, generated from compose.yaml.
+
+compose.yaml stays the one description of the lab (services, images, environment, networks,
+hardening); this turns it into what `docker stack deploy` (3.9, Docker 20.10 to 28) accepts,
+rule by rule, and says what swarm cannot keep:
+
+    dropped, stack deploy ignores it    build, restart, depends_on, security_opt (so
+                                        no-new-privileges: the images run as uid 10001, have
+                                        no setuid binaries, and every capability is dropped)
+    dropped, stack deploy drops it      tmpfs (-> a tmpfs-typed mount), ipv4_address (-> the
+                                        broker binds on `subnet:` hosts, airlock/bindhosts.py)
+    dropped, stack deploy rejects it    mem_limit, memswap_limit (-> deploy.resources.limits;
+                                        swarm gives no swap setting), pids_limit (cannot be
+                                        set on 20.10: no pids limit on a swarm)
+    kept                                image, environment, read_only, user, cap_drop, healthcheck
+    replaced                            key folders -> one swarm secret per key file, at the
+                                        same path under /keys, owned by the services' user,
+                                        0400; data folders -> a named volume each (broker, actor)
+    ports                               host mode (the node's own port, no routing mesh); stack
+                                        deploy cannot bind 127.0.0.1: README "On Docker Swarm"
+    networks                            overlay, encrypted, internal (but edge), each on a pinned
+                                        subnet, so the broker finds its address in each
+
+Only the pipeline's services go in (broker, reader, validator, actor, model, intake,
+dashboard): `init` makes keys and hands folders over (here: `airlock swarm render` makes the
+keys, secrets need no owner), `inject` and `lab` are tools. Runs no docker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airlock import keys
+from airlock.bindhosts import SUBNET_PREFIX
+from airlock.errors import UsageError
+
+COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
+STACK_VERSION = "3.9"  # what 20.10's `docker stack deploy` needs for these keys
+SERVICES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard")
+SCALED = ("reader", "model")  # `deploy.replicas` from --readers: one model per reader, as compose's slots
+DATA_VOLUMES = {"broker": "broker-data", "actor": "actor-data"}  # compose's one ./airlock-data, split
+KEYS_MOUNT = "/keys"
+SECRET_MODE = 0o400  # the services' user reads its keys, nobody else, nobody writes
+EDGE = "edge"  # the one network that is not internal: host-mode ports need a way out of the overlay
+DEFAULT_SUBNETS = "10.231"  # the first two octets of the /24 each network gets (10.231.0.0/24 ...)
+NETWORK_ORDER = ("edge", "readers", "model", "validators", "actors")  # subnet N is 10.231.N.0/24
+# Service keys that stack deploy ignores, silently drops or rejects (issue 18): none may remain.
+UNSUPPORTED = frozenset({"build", "restart", "depends_on", "security_opt", "tmpfs", "mem_limit", "memswap_limit",
+                         "pids_limit", "profiles", "network_mode", "container_name", "cap_add"})
+KEPT = ("image", "environment", "read_only", "user", "cap_drop", "healthcheck", "entrypoint", "working_dir")
+STACK_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}")  # short: it prefixes every secret, volume and network
+INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>[^}]*))?\}")
+
+
+def interpolated(text: str, env: Mapping[str, str]) -> str:
+    """compose's ${NAME:-default} and ${NAME}, as compose reads them (an empty value takes
+    the default); only the forms compose.yaml uses."""
+    return INTERPOLATION.sub(lambda m: env.get(m["name"]) or (m["default"] or ""), text)
+
+
+def read_compose(env: Mapping[str, str], path: Path = COMPOSE) -> dict[str, Any]:
+    """compose.yaml, variables filled from `env` (default values when unset), anchors merged."""
+    loaded = yaml.safe_load(interpolated(path.read_text(encoding="utf-8"), env))
+    if not isinstance(loaded, dict) or "services" not in loaded:
+        raise UsageError(f"{path} is not the lab's compose file")
+    return loaded
+
+
+def subnets(first_octets: str) -> dict[str, ipaddress.IPv4Network]:
+    """Each network's pinned /24: NETWORK_ORDER's Nth is <first_octets>.N.0/24."""
+    return {name: ipaddress.IPv4Network(f"{first_octets}.{number}.0/24") for number, name in enumerate(NETWORK_ORDER)}
+
+
+def secret_name(stack: str, service: str, relative: Path, content: bytes) -> str:
+    """A swarm secret's name: stack, service and a digest of the file's path and content.
+    Secrets cannot change, so new keys (or a new file) get new names, and swarm's 64
+    characters hold any person's key file name (labels carry the readable path)."""
+    digest = hashlib.sha256(relative.as_posix().encode() + b"\0" + content).hexdigest()[:12]
+    return f"{stack}_{service}_{digest}"
+
+
+def key_secrets(stack: str, keys_folder: Path) -> dict[str, dict[str, tuple[Path, Path]]]:
+    """service -> secret name -> (the key file, its path under the service's /keys): every
+    file `airlock keys` put in keys/services/<service> (the model: none)."""
+    found: dict[str, dict[str, tuple[Path, Path]]] = {}
+    for service in SERVICES:
+        folder = keys_folder / "services" / service
+        files = sorted(p for p in folder.rglob("*") if p.is_file()) if service in keys.SERVICE_KEYS else []
+        found[service] = {secret_name(stack, service, p.relative_to(folder), p.read_bytes()):
+                          (p, p.relative_to(folder)) for p in files}
+    return found
+
+
+def published(short: str) -> dict[str, Any]:
+    """compose's "127.0.0.1:7401:7401" as a host-mode port: the node's own port, not the
+    routing mesh; the address cannot be kept (stack deploy binds every interface)."""
+    *_, host_port, container_port = short.split(":")
+    return {"target": int(container_port), "published": int(host_port), "protocol": "tcp", "mode": "host"}
+
+
+def user_ids(user: str) -> tuple[str, str]:
+    uid, _, gid = user.partition(":")
+    return uid, gid or uid
+
+
+def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path]], replicas: int) -> dict[str, Any]:
+    out = {key: spec[key] for key in KEPT if key in spec}
+    # As strings, as compose passes them (YAML reads AIRLOCK_MODEL_TIMEOUT_S: 30 as a number).
+    out["environment"] = {key: "" if value is None else str(value) for key, value in spec["environment"].items()}
+    uid, gid = user_ids(str(spec["user"]))
+    # /tmp as compose's tmpfs, with its size: a tmpfs-typed mount, which stack deploy keeps.
+    tmp_size = re.search(r"size=(\d+)m", " ".join(spec.get("tmpfs", [])))
+    volumes: list[dict[str, Any]] = [{"type": "tmpfs", "target": "/tmp",
+                                      "tmpfs": {"size": int(tmp_size[1] if tmp_size else 16) * 2**20}}]
+    if name in DATA_VOLUMES:
+        volumes.append({"type": "volume", "source": DATA_VOLUMES[name], "target": "/data"})
+    out["volumes"] = volumes
+    if secrets:  # the model holds no key
+        out["secrets"] = [{"source": secret, "target": f"{KEYS_MOUNT}/{relative.as_posix()}",
+                           "uid": uid, "gid": gid, "mode": SECRET_MODE} for secret, (_, relative) in secrets.items()]
+    networks = spec.get("networks", [])
+    out["networks"] = sorted(networks)  # a list or a mapping of name -> ipv4_address: the names only
+    if "ports" in spec:
+        out["ports"] = [published(str(port)) for port in spec["ports"]]
+    out["deploy"] = {"replicas": replicas, "resources": {"limits": {"memory": spec["mem_limit"]}}}
+    return out
+
+
+def broker_bind_hosts(compose_broker: dict[str, Any], pinned: dict[str, ipaddress.IPv4Network]) -> dict[str, str]:
+    """The broker's AIRLOCK_*_BIND_HOST, each compose address replaced by `subnet:` of the
+    network compose gave that address: the endpoint stays on its role's network."""
+    network_of = {str(attached["ipv4_address"]): network
+                  for network, attached in compose_broker["networks"].items()}
+    return {key: f"{SUBNET_PREFIX}{pinned[network_of[value]]}"
+            for key, value in compose_broker["environment"].items() if key.endswith("_BIND_HOST")}
+
+
+def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, str] | None = None,
+           first_octets: str = DEFAULT_SUBNETS, compose: Path = COMPOSE) -> dict[str, Any]:
+    """The stack, as a mapping for yaml.safe_dump; reads the key files (their names and
+    digests), writes nothing."""
+    if not STACK_NAME.fullmatch(stack):
+        raise UsageError(f"stack name {stack!r}: lower case letters, digits and -, starting with a letter, at most 20")
+    if readers < 1:
+        raise UsageError("--readers must be at least 1")
+    source = read_compose(os.environ if env is None else env, compose)
+    pinned = subnets(first_octets)
+    secrets = key_secrets(stack, keys_folder)
+    services = {name: service(name, source["services"][name], secrets[name], readers if name in SCALED else 1)
+                for name in SERVICES}
+    services["broker"]["environment"] = {**source["services"]["broker"]["environment"],
+                                         **broker_bind_hosts(source["services"]["broker"], pinned)}
+    networks = {name: {"driver": "overlay", "internal": name != EDGE, "driver_opts": {"encrypted": "true"},
+                       "ipam": {"config": [{"subnet": str(pinned[name])}]}} for name in NETWORK_ORDER}
+    return {
+        "version": STACK_VERSION,
+        "services": services,
+        "networks": networks,
+        "volumes": {volume: {} for volume in DATA_VOLUMES.values()},
+        "secrets": {secret: {"external": True} for named in secrets.values() for secret in named},
+    }
+
+
+HEADER = """\
+# Made by `airlock swarm render` from compose.yaml (lab/swarm.py says what changed and why).
+# Deploy with `airlock swarm up`, which makes the external secrets first. Host-mode ports
+# listen on every interface of the node: README "On Docker Swarm" says how to close them.
+# Secrets' mode 256 is 0400.
+"""
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Every list written out in full: the shared `cap_drop: [ALL]` as no &id001 anchor."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def write(stack_file: Path, stack: dict[str, Any]) -> None:
+    stack_file.write_text(HEADER + yaml.dump(stack, Dumper=_NoAliases, sort_keys=False, width=120), encoding="utf-8")
