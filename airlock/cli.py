@@ -120,11 +120,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         people = _approver_keys(settings, task)
         silence = preflight.model_silence(settings.model_url) if settings.model_url else None
         slots = preflight.model_slots(settings.model_url) if settings.model_url and not silence else None
-        readers = args.readers or min(slots or 1, preflight.MAX_AUTO_READERS)
-        why = ""
+        readers, why = args.readers or 1, ""
         if args.readers is None and slots:
-            capped = f"; {readers} chosen, --readers for more" if slots > readers else ""
-            why = f" (the model serves {slots} at once{capped})"
+            readers, because = preflight.readers_for_slots(slots)
+            why = f" ({because})"
         data = settings.data_dir.resolve()
         print(f"airlock {__version__}: task {settings.task.resolve()}, {readers} reader(s){why}")
         if not settings.model_url:

@@ -92,6 +92,15 @@ def model_slots(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
         return None
 
 
+def readers_for_slots(slots: int) -> tuple[int, str]:
+    """The readers to start for a server that serves `slots` at once, and why: one each, at
+    most MAX_AUTO_READERS (a server's word must not start a thousand processes). `airlock up`,
+    `airlock attack` and `airlock bench` say it the same way."""
+    readers = min(slots, MAX_AUTO_READERS)
+    capped = f"; {readers} chosen, --readers for more" if slots > readers else ""
+    return readers, f"the model serves {slots} at once{capped}"
+
+
 # The data dir may be writable by others: the compose lab's ./airlock-data is the services'
 # (uid 10001), and it is also `airlock up`'s default. Whatever they put there (run/ renamed
 # and made again, up.lock a link to ~/.bashrc) must not be written with this user's rights,

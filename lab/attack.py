@@ -227,18 +227,11 @@ def match_model(model_url: str | None, readers: int | None, in_flight: int | Non
     reader busy (the next email waits at the broker, not at the model). A server that does
     not say (not llama.cpp's) gets 2 readers; without a model, readers answer from recordings
     at memory speed: 2 readers, 4 emails each."""
-    slots = None
-    if model_url:
-        from reader import model  # the reader's own client: the campaign asks as a reader would
-
-        props = model.llama_cpp_props(model_url, 5.0)
-        slots = props.total_slots if isinstance(props, model.ServerProps) else None
+    slots = preflight.model_slots(model_url, 5.0) if model_url else None
     if readers is not None:
         why = "as asked"
     elif slots is not None:
-        readers = min(slots, preflight.MAX_AUTO_READERS)
-        capped = f"; {readers} chosen, --readers for more" if slots > readers else ""
-        why = f"the model serves {slots} at once{capped}"
+        readers, why = preflight.readers_for_slots(slots)
     else:
         readers, why = 2, "the model does not say how many it serves at once" if model_url else "no model"
     return Matched(readers, in_flight or (2 if model_url else 4) * readers, slots, why)

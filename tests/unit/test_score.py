@@ -142,17 +142,17 @@ def test_the_table_says_how_fast_and_with_how_many_readers() -> None:
 def test_readers_follow_what_the_model_serves_at_once(monkeypatch) -> None:
     """llama.cpp's /props says how many requests it serves at once: that many readers, two
     emails in flight each; a server that does not say gets 2; what the user asks wins."""
+    from airlock import preflight
     from lab import attack
-    from reader import model
 
-    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ServerProps(total_slots=3))
+    monkeypatch.setattr(preflight, "model_slots", lambda url, timeout_s: 3)
     assert attack.match_model("http://m:8080", None, None) == attack.Matched(3, 6, 3, "the model serves 3 at once")
     assert attack.match_model("http://m:8080", 1, 5) == attack.Matched(1, 5, 3, "as asked")
-    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ModelFailure("http_error", "404"))
+    monkeypatch.setattr(preflight, "model_slots", lambda url, timeout_s: None)  # /props a 404: not llama.cpp's
     matched = attack.match_model("http://m:8080", None, None)
     assert (matched.readers, matched.in_flight, matched.model_slots) == (2, 4, None)
     assert attack.match_model(None, None, None) == attack.Matched(2, 8, None, "no model")
     # A server that claims 500 slots gets at most MAX_AUTO_READERS reader processes.
-    monkeypatch.setattr(model, "llama_cpp_props", lambda url, timeout_s: model.ServerProps(total_slots=500))
+    monkeypatch.setattr(preflight, "model_slots", lambda url, timeout_s: 500)
     matched = attack.match_model("http://m:8080", None, None)
     assert (matched.readers, matched.in_flight) == (16, 32) and "16 chosen, --readers for more" in matched.why
