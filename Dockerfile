@@ -56,6 +56,9 @@ COPY broker/ /app/broker/
 COPY tasks/ /app/tasks/
 ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
 WORKDIR /app
+# /data owned by the services' user: a fresh named volume (swarm, Kubernetes) copies it, so
+# the service can write there with no root step before it; compose's bind mount hides it.
+RUN install -d -o 10001 -g 10001 -m 0700 /data
 USER 10001:10001
 CMD ["python3", "-m", "broker"]
 
@@ -86,6 +89,9 @@ COPY actor/ /app/actor/
 COPY tasks/ /app/tasks/
 ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
 WORKDIR /app
+# /data owned by the services' user: a fresh named volume (swarm, Kubernetes) copies it, so
+# the service can write there with no root step before it; compose's bind mount hides it.
+RUN install -d -o 10001 -g 10001 -m 0700 /data
 USER 10001:10001
 CMD ["python3", "-m", "actor"]
 

@@ -135,7 +135,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  model:      {settings.model_url}")
         print(f"  recordings: {describe_recordings(task)}")
         for name in settings.ports:
-            print(f"  {name + ':':<11} {settings.endpoint(name, bind=True)}")
+            print(f"  {name + ':':<11} {' '.join(settings.bind_endpoints(name))}")
         print(f"  trace:      {data / 'trace.jsonl'} (and, past {settings.trace_segment_bytes // 2**20} MiB, "
               f"segments trace.000001.jsonl, ... beside it)\n  calls:      {data / 'calls.jsonl'}")
         print(f"  keys:       {keys_folder.resolve()} (CURVE on every endpoint)"

@@ -28,7 +28,7 @@ from typing import Annotated
 
 import msgspec
 
-from airlock import locks
+from airlock import bindhosts, locks
 from airlock.errors import AlreadyRunning, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url, model_server_root
 
@@ -193,9 +193,10 @@ def check_ports(settings: Settings, extra: dict[str, tuple[str, int]] | None = N
     starts: a broker that cannot bind would only be started again and again. The broker
     still reports a bind it loses in a race (EX_CONFIG); this is the clear, early case."""
     bind_hosts = settings.with_bind_hosts_resolved().bind_hosts  # the addresses the broker will bind
-    wanted = {name: (bind_hosts[name], number) for name, number in settings.ports.items()}
-    wanted.update(extra or {})
-    for name, (host, number) in wanted.items():
+    wanted = [(name, (host, number)) for name, number in settings.ports.items()
+              for host in bindhosts.hosts(bind_hosts[name])]
+    wanted += list((extra or {}).items())
+    for name, (host, number) in wanted:
         host = "0.0.0.0" if host in ("*", "") else host  # noqa: PLW2901  the wildcard spelled as bind() needs it
         try:
             infos = socket.getaddrinfo(host, number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

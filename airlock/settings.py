@@ -72,9 +72,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace_segment_bytes: int  # the live trace.jsonl is closed into a segment at this size
     trace_keep_segments: int  # closed segments kept (oldest deleted beyond); 0: all kept
 
-    def endpoint(self, name: str, *, bind: bool = False) -> str:
-        host = self.bind_hosts[name] if bind else self.broker_host
-        return f"tcp://{host}:{self.ports[name]}"
+    def endpoint(self, name: str) -> str:
+        """Where a client connects for `name`."""
+        return f"tcp://{self.broker_host}:{self.ports[name]}"
+
+    def bind_endpoints(self, name: str) -> list[str]:
+        """Where the broker listens for `name`: one endpoint per bind host (airlock/bindhosts.py)."""
+        return [f"tcp://{host}:{self.ports[name]}" for host in bindhosts.hosts(self.bind_hosts[name])]
 
     def with_bind_hosts_resolved(self, addresses: Iterable[bindhosts.Address] | None = None) -> Settings:
         """These settings with every `subnet:CIDR` bind host replaced by this host's one

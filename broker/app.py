@@ -161,7 +161,8 @@ class Broker:
     def _started_line(self, secure: bool) -> bytes:
         settings = self.settings
         return records.encode(Started(
-            utc_now(), None, "broker", endpoints={name: settings.endpoint(name, bind=True) for name in settings.ports},
+            utc_now(), None, "broker",
+            endpoints={name: " ".join(settings.bind_endpoints(name)) for name in settings.ports},
             trace=str(settings.trace_path),
             authentication="CURVE, one key per role, ZAP allow lists" if secure else auth.OFF,
             sender_proofs=("kept from the SMTP intake's key only" if self.core.smtp_keys

@@ -88,13 +88,17 @@ class Endpoints:
         self.topics: set[bytes] = set()  # what subscribers asked for (XPUB tells each topic's first and last)
         serve_curve(self.publisher, server, "trace")  # only the dashboard's key may read the trace stream
         for name in (*ROLES, "trace"):
-            endpoint = settings.endpoint(name, bind=True)
+            first, *more = settings.bind_endpoints(name)  # more: a swarm's published port (bindhosts)
+            endpoint = first
             try:
                 if name == "trace":
-                    self.publisher.bind(endpoint)
+                    self.publisher.bind(first)
+                    sock = self.publisher
                 else:
-                    self.sockets[name] = router(ctx, endpoint, settings.max_frame_bytes, server, name,
-                                                **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
+                    sock = self.sockets[name] = router(ctx, first, settings.max_frame_bytes, server, name,
+                                                       **({"rcvhwm": INTAKE_RCVHWM} if name == "intake" else {}))
+                for endpoint in more:
+                    sock.bind(endpoint)
             except zmq.ZMQError as exc:
                 # A port in use stays in use: exit EX_CONFIG (never restarted), naming the port.
                 raise bind_error(name, endpoint, exc) from None

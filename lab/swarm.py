@@ -15,11 +15,12 @@ rule by rule, and says what swarm cannot keep:
     kept                                image, environment, read_only, user, cap_drop, healthcheck
     replaced                            key folders -> one swarm secret per key file, at the
                                         same path under /keys, owned by the services' user,
-                                        0400; data folders -> a named volume each (broker, actor)
+                                        0400; the data folder -> one named volume (broker, actor)
     ports                               host mode (the node's own port, no routing mesh); stack
                                         deploy cannot bind 127.0.0.1: README "On Docker Swarm"
     networks                            overlay, encrypted, internal (but edge), each on a pinned
-                                        subnet, so the broker finds its address in each
+                                        subnet, so the broker finds its address in each; names
+                                        resolve to tasks (dnsrr), not to a virtual IP
 
 Only the pipeline's services go in (broker, reader, validator, actor, model, intake,
 dashboard): `init` makes keys and hands folders over (here: `airlock swarm render` makes the
@@ -38,15 +39,15 @@ from typing import Any
 
 import yaml
 
-from airlock import keys
-from airlock.bindhosts import SUBNET_PREFIX
+from airlock import bindhosts, keys, settings as settings_module
 from airlock.errors import UsageError
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
 STACK_VERSION = "3.9"  # what 20.10's `docker stack deploy` needs for these keys
 SERVICES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard")
 SCALED = ("reader", "model")  # `deploy.replicas` from --readers: one model per reader, as compose's slots
-DATA_VOLUMES = {"broker": "broker-data", "actor": "actor-data"}  # compose's one ./airlock-data, split
+DATA_WRITERS = ("broker", "actor")  # compose's one ./airlock-data, as one named volume both mount
+DATA_VOLUME = "data"  # on one node, the same files as compose (the host CLI reads trace and calls there)
 KEYS_MOUNT = "/keys"
 SECRET_MODE = 0o400  # the services' user reads its keys, nobody else, nobody writes
 EDGE = "edge"  # the one network that is not internal: host-mode ports need a way out of the overlay
@@ -120,8 +121,8 @@ def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path
     tmp_size = re.search(r"size=(\d+)m", " ".join(spec.get("tmpfs", [])))
     volumes: list[dict[str, Any]] = [{"type": "tmpfs", "target": "/tmp",
                                       "tmpfs": {"size": int(tmp_size[1] if tmp_size else 16) * 2**20}}]
-    if name in DATA_VOLUMES:
-        volumes.append({"type": "volume", "source": DATA_VOLUMES[name], "target": "/data"})
+    if name in DATA_WRITERS:
+        volumes.append({"type": "volume", "source": DATA_VOLUME, "target": "/data"})
     out["volumes"] = volumes
     if secrets:  # the model holds no key
         out["secrets"] = [{"source": secret, "target": f"{KEYS_MOUNT}/{relative.as_posix()}",
@@ -130,17 +131,32 @@ def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path
     out["networks"] = sorted(networks)  # a list or a mapping of name -> ipv4_address: the names only
     if "ports" in spec:
         out["ports"] = [published(str(port)) for port in spec["ports"]]
-    out["deploy"] = {"replicas": replicas, "resources": {"limits": {"memory": spec["mem_limit"]}}}
+    # dnsrr: a service's name resolves to its tasks' own addresses. The default, a virtual IP
+    # balanced by IPVS, answered nothing on internal overlays (Docker 20.10, measured: "no
+    # route to host" from the reader to the broker's VIP), and host-mode ports need no VIP.
+    out["deploy"] = {"replicas": replicas, "endpoint_mode": "dnsrr",
+                     "resources": {"limits": {"memory": spec["mem_limit"]}}}
     return out
 
 
 def broker_bind_hosts(compose_broker: dict[str, Any], pinned: dict[str, ipaddress.IPv4Network]) -> dict[str, str]:
     """The broker's AIRLOCK_*_BIND_HOST, each compose address replaced by `subnet:` of the
-    network compose gave that address: the endpoint stays on its role's network."""
+    network compose gave that address: the endpoint stays on its role's network. An endpoint
+    whose port compose publishes (the intake) also binds on `default-route`: a host-mode
+    port arrives at the task's docker_gwbridge address, on no overlay (airlock/bindhosts.py)."""
     network_of = {str(attached["ipv4_address"]): network
                   for network, attached in compose_broker["networks"].items()}
-    return {key: f"{SUBNET_PREFIX}{pinned[network_of[value]]}"
-            for key, value in compose_broker["environment"].items() if key.endswith("_BIND_HOST")}
+    published_ports = {published(str(port))["target"] for port in compose_broker.get("ports", [])}
+    environment = compose_broker["environment"]
+    hosts = {}
+    for key, value in environment.items():
+        if not key.endswith("_BIND_HOST"):
+            continue
+        name = key.removeprefix("AIRLOCK_").removesuffix("_BIND_HOST").lower()
+        port = int(environment.get(f"AIRLOCK_{name.upper()}_PORT", settings_module.DEFAULT_PORTS[name]))
+        extra = f"{bindhosts.SEPARATOR}{bindhosts.DEFAULT_ROUTE}" if port in published_ports else ""
+        hosts[key] = f"{bindhosts.SUBNET_PREFIX}{pinned[network_of[value]]}{extra}"
+    return hosts
 
 
 def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, str] | None = None,
@@ -164,7 +180,7 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
         "version": STACK_VERSION,
         "services": services,
         "networks": networks,
-        "volumes": {volume: {} for volume in DATA_VOLUMES.values()},
+        "volumes": {DATA_VOLUME: {}},
         "secrets": {secret: {"external": True} for named in secrets.values() for secret in named},
     }
 

@@ -4,8 +4,9 @@ no /proc read."""
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
 
+import msgspec
 import pytest
 
 from airlock import bindhosts, settings as settings_module
@@ -98,5 +99,61 @@ def test_settings_resolve_their_bind_hosts_and_the_endpoint_names_the_address() 
     loaded = settings_module.load({"AIRLOCK_READER_BIND_HOST": READERS, "AIRLOCK_READER_PORT": "7402"})
     assert loaded.bind_hosts["reader"] == READERS
     resolved = loaded.with_bind_hosts_resolved(addresses("10.231.1.7"))
-    assert resolved.endpoint("reader", bind=True) == "tcp://10.231.1.7:7402"
+    assert resolved.bind_endpoints("reader") == ["tcp://10.231.1.7:7402"]
     assert resolved.bind_hosts["intake"] == loaded.bind_hosts["intake"] == "127.0.0.1"
+
+
+# /proc/net/route in a swarm task on the edge overlay (eth0) and docker_gwbridge (eth4), which
+# carries the default route: the node's host-mode ports arrive at eth4's address.
+ROUTES = """\
+Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+eth4\t00000000\t010012AC\t0003\t0\t0\t0\t00000000\t0\t0\t0
+eth0\t0000E70A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+eth2\t0001E70A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+eth4\t000012AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0
+"""
+GWBRIDGE = IPv4Network("172.18.0.0/16")
+
+
+def test_the_default_route_subnet_is_the_link_route_of_its_interface() -> None:
+    assert bindhosts.default_route_subnet(ROUTES) == GWBRIDGE
+
+
+@pytest.mark.parametrize("table", [
+    pytest.param(ROUTES.replace("eth4\t00000000\t010012AC", "eth9\t0000FFFF\t010012AC"), id="no-default-route"),
+    pytest.param(ROUTES + "eth2\t00000000\t0101E70A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", id="two-default-routes"),
+    pytest.param(ROUTES.replace("eth4\t000012AC", "eth7\t000012AC"), id="no-link-route-beside-it"),
+])
+def test_without_one_default_route_on_one_link_there_is_no_subnet(table: str) -> None:
+    assert bindhosts.default_route_subnet(table) is None
+
+
+def test_a_list_binds_on_each_host_resolved_and_default_route_is_where_published_ports_arrive() -> None:
+    """`subnet:...,default-route`: the edge overlay's address and docker_gwbridge's, in order."""
+    loaded = settings_module.load({"AIRLOCK_INTAKE_BIND_HOST": "subnet:10.231.0.0/24,default-route",
+                                   "AIRLOCK_INTAKE_PORT": "7401"})
+    bound = bindhosts.resolve(loaded.bind_hosts, addresses("10.231.0.7", "10.231.1.3", "172.18.0.5"), GWBRIDGE)
+    assert bound["intake"] == "10.231.0.7,172.18.0.5"
+    assert bound["reader"] == "127.0.0.1"
+    assert msgspec.structs.replace(loaded, bind_hosts=bound).bind_endpoints("intake") == [
+        "tcp://10.231.0.7:7401", "tcp://172.18.0.5:7401"]
+
+
+def test_default_route_without_one_or_outside_it_fails_naming_the_setting() -> None:
+    hosts = {"intake": "subnet:10.231.0.0/24,default-route"}
+    with pytest.raises(SettingsError, match="AIRLOCK_INTAKE_BIND_HOST=.*default-route needs exactly one default"):
+        bindhosts.resolve(hosts, addresses("10.231.0.7", "172.18.0.5"), None)
+    with pytest.raises(SettingsError, match=r"no address of this host is in 172\.18\.0\.0/16"):
+        bindhosts.resolve(hosts, addresses("10.231.0.7"), GWBRIDGE)
+
+
+@pytest.mark.parametrize("text", ["subnet:10.231.0.0/24,", ",default-route", "a,,b",
+                                  "subnet:10.231.0.5/24,default-route"])
+def test_a_bad_list_fails_at_load_naming_the_key(text: str) -> None:
+    with pytest.raises(SettingsError, match="AIRLOCK_INTAKE_BIND_HOST"):
+        settings_module.load({"AIRLOCK_INTAKE_BIND_HOST": text})
+
+
+def test_plain_lists_read_no_address_and_bind_each() -> None:
+    loaded = settings_module.load({"AIRLOCK_TRACE_BIND_HOST": "127.0.0.1,127.0.0.2", "AIRLOCK_TRACE_PORT": "7406"})
+    assert loaded.with_bind_hosts_resolved([]).bind_endpoints("trace") == ["tcp://127.0.0.1:7406", "tcp://127.0.0.2:7406"]

@@ -55,11 +55,13 @@ def test_every_service_keeps_the_hardening(stack: dict[str, Any]) -> None:
         assert spec["deploy"]["resources"]["limits"]["memory"] == ("1g" if name == "model" else "256m"), name
 
 
-def test_only_broker_and_actor_keep_data_each_on_a_volume_of_its_own(stack: dict[str, Any]) -> None:
-    """No bind mount of a host path anywhere; the broker's journal and the actor's ledger on named volumes."""
+def test_only_broker_and_actor_keep_data_on_the_one_data_volume(stack: dict[str, Any]) -> None:
+    """No bind mount of a host path anywhere; the broker's journal and the actor's ledger on
+    one named volume, as compose's one ./airlock-data (the host reads trace and calls there)."""
+    assert stack["volumes"] == {"data": {}}
     for name, spec in stack["services"].items():
         others = [v for v in spec["volumes"] if v["type"] != "tmpfs"]
-        data = {"type": "volume", "source": f"{name}-data", "target": "/data"}
+        data = {"type": "volume", "source": "data", "target": "/data"}
         expected = [data] if name in {"broker", "actor"} else []
         assert others == expected, name
 
@@ -107,11 +109,13 @@ def test_new_keys_get_new_secret_names(tmp_path: Path) -> None:
 
 def test_the_broker_binds_each_endpoint_on_its_roles_subnet(stack: dict[str, Any]) -> None:
     """compose's static address per network becomes `subnet:` of that network's pinned subnet,
-    and the broker's settings read it (the trace and intake endpoints on edge)."""
+    and the broker's settings read it (the trace and intake endpoints on edge). The intake,
+    whose port is published, also binds where host-mode ports arrive (default-route)."""
     subnet = {name: spec["ipam"]["config"][0]["subnet"] for name, spec in stack["networks"].items()}
     environment = stack["services"]["broker"]["environment"]
     loaded = settings_module.load(environment)
-    assert loaded.bind_hosts == {"intake": f"subnet:{subnet['edge']}", "trace": f"subnet:{subnet['edge']}",
+    assert loaded.bind_hosts == {"intake": f"subnet:{subnet['edge']},default-route",
+                                 "trace": f"subnet:{subnet['edge']}",
                                  "reader": f"subnet:{subnet['readers']}", "validator": f"subnet:{subnet['validators']}",
                                  "actor": f"subnet:{subnet['actors']}"}
 
