@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from airlock.errors import UsageError
-from lab import verify, verify_swarm
+from airlock.errors import EX_USAGE, UsageError
+from lab import cli as lab_cli, verify, verify_swarm
 from lab.verify import Check
 
 STACK = "sdev"
@@ -311,3 +311,42 @@ def test_a_missing_service_fails() -> None:
     checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
     assert ("actor", "running") in failing(checks)
 
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["verify", "--swarm"], "needs --stack NAME"),
+    (["verify", "--stack", "sdev"], "--swarm --stack NAME"),
+    (["verify", "--swarm", "--stack", "sdev", "--project", "lab"], "with --swarm, name the stack"),
+], ids=["swarm-without-stack", "stack-without-swarm", "swarm-with-project"])
+def test_verify_options_that_do_not_go_together_are_a_usage_error(argv: list[str], says: str, capsys) -> None:
+    """--stack goes with --swarm and only with it; the error says so, exit 2, before any engine is asked."""
+    assert lab_cli.main(argv) == EX_USAGE
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "target"), [
+    (["verify", "--swarm", "--stack", "sdev"], ("swarm", "sdev")),
+    (["verify", "-p", "lab"], ("compose", "lab")),
+    (["verify"], ("compose", None)),
+])
+def test_verify_target(argv: list[str], target: tuple) -> None:
+    assert lab_cli.verify_target(lab_cli.build_parser().parse_args(argv)) == target
+
+
+def test_swarm_json_carries_the_status_and_a_gap_exits_0(monkeypatch, capsys) -> None:
+    """A stack's JSON rows add the status (GAP); a GAP alone exits 0, a FAIL exits 1."""
+    checks = [Check("reader", "x", True, "r"), Check.judged("reader", "pids limit", "GAP", "r")]
+    monkeypatch.setattr(verify_swarm, "run", lambda stack: checks)
+    assert lab_cli.main(["verify", "--swarm", "--stack", "sdev", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["ok"], r["status"]) for r in rows] == [(True, "PASS"), (False, "GAP")]
+    checks.append(Check("actor", "y", False, "r"))
+    assert lab_cli.main(["verify", "--swarm", "--stack", "sdev"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("3 checks: 1 FAIL, 1 GAP")
+
+
+def test_compose_json_rows_are_as_they_were(monkeypatch, capsys) -> None:
+    """The compose path's JSON keeps its four keys."""
+    monkeypatch.setattr(verify, "run", lambda project: [Check("reader", "x", True, "r")])
+    assert lab_cli.main(["verify", "-p", "lab", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"service": "reader", "check": "x", "ok": True, "reason": "r"}]
