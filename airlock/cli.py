@@ -57,7 +57,7 @@ LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 # imports lab. lab/cli.py builds these commands' parsers and takes their help from here.
 LAB_COMMANDS = {
     "attack": "inject a corpus and score the side effects that ran",
-    "verify": "prove the running compose lab is isolated",
+    "verify": "prove the running lab (compose, or a swarm stack) is isolated",
     "record": "record a live model's answers as samples",
     "pins": "print the pin of each planned tool, to paste into the task's [[plan]] steps",
     "naive": "run the naive agent (email and tools in one model call) on emails",

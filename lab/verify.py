@@ -14,14 +14,15 @@ only when blocked; "cannot open an endpoint" passes when anything but connected.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ipaddress
 import os
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from airlock import keys, settings as settings_module
 from airlock.errors import UsageError
@@ -107,12 +108,29 @@ print(" ".join(others + files + code) or "clean")
 """
 
 
+Status = Literal["PASS", "GAP", "FAIL"]
+# What a GAP is, in the summary line: only the swarm path (lab/verify_swarm.py) gives one.
+GAP_MEANS = "what swarm cannot enforce; README 'On Docker Swarm'"
+
+
 @dataclass(frozen=True)
 class Check:
+    """One piece of evidence. A GAP is neither proof nor failure: a protection the platform
+    cannot give, compensated by another that was checked; it fails nothing (exit 0)."""
+
     service: str
     name: str
     ok: bool
     reason: str
+    gap: bool = False
+
+    @classmethod
+    def judged(cls, service: str, name: str, status: Status, reason: str) -> Check:
+        return cls(service, name, status == "PASS", reason, gap=status == "GAP")
+
+    @property
+    def status(self) -> Status:
+        return "PASS" if self.ok else "GAP" if self.gap else "FAIL"
 
 
 def _user(c: dict) -> tuple[bool, str]:
@@ -164,37 +182,30 @@ INSPECTIONS: dict[str, Callable[[dict], tuple[bool, str]]] = {
 }
 
 
-class Lab:
-    """The running compose project, read through the docker SDK."""
+def docker_client() -> Any:
+    """The local engine through the docker SDK, or a UsageError saying what is missing."""
+    try:
+        import docker
+    except ImportError:
+        raise UsageError("airlock verify needs the docker SDK: pip install 'airlock[lab]'") from None
+    client = None
+    try:
+        client = docker.from_env(version="auto")
+        client.ping()
+    except Exception as exc:  # noqa: BLE001  the SDK raises its own and requests' errors: no engine
+        if client is not None:
+            client.close()
+        raise UsageError(f"no Docker engine answers: {exc}") from None
+    return client
 
-    def __init__(self, project: str, client: Any = None) -> None:
-        if client is None:
-            try:
-                import docker
-            except ImportError:
-                raise UsageError("airlock verify needs the docker SDK: pip install 'airlock[lab]'") from None
-            try:
-                client = docker.from_env(version="auto")
-                client.ping()
-            except Exception as exc:  # noqa: BLE001  the SDK raises its own and requests' errors: no engine
-                if client is not None:
-                    client.close()
-                raise UsageError(f"no Docker engine answers: {exc}") from None
-        self.client, self.project = client, project
-        label = f"com.docker.compose.project={project}"
-        self.containers: dict[str, Any] = {}
-        self.init: Any = None  # the init service's container, which has exited by now
-        for container in client.containers.list(all=True, filters={"label": label}):
-            labels = container.labels
-            if labels.get("com.docker.compose.oneoff") == "True":
-                continue  # `docker compose run` tools are not part of the stack
-            service = labels.get("com.docker.compose.service", "")
-            if service == INIT:
-                self.init = container
-            elif container.status in ("running", "restarting"):  # what a plain list() gave
-                self.containers.setdefault(service, container)
-        self.networks = {n.attrs["Labels"].get("com.docker.compose.network", n.name): n.attrs
-                         for n in client.networks.list(filters={"label": label})}
+
+class RunningLab:
+    """What the checks read of a running lab, however it was found: one container per
+    service, the lab's networks by their logical names (compose.yaml's), and the init
+    service's container (None where there is none)."""
+
+    def __init__(self, client: Any, containers: dict[str, Any], networks: dict[str, dict], init: Any) -> None:
+        self.client, self.containers, self.networks, self.init = client, containers, networks, init
 
     def logical_networks(self, container: Any) -> dict[str, dict]:
         by_full = {attrs["Name"]: name for name, attrs in self.networks.items()}
@@ -218,6 +229,29 @@ class Lab:
                 gateway = config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
                 found.append(gateway)
         return found
+
+
+class Lab(RunningLab):
+    """The running compose project, read through the docker SDK."""
+
+    def __init__(self, project: str, client: Any = None) -> None:
+        client = client if client is not None else docker_client()
+        self.project = project
+        label = f"com.docker.compose.project={project}"
+        containers: dict[str, Any] = {}
+        init: Any = None  # the init service's container, which has exited by now
+        for container in client.containers.list(all=True, filters={"label": label}):
+            labels = container.labels
+            if labels.get("com.docker.compose.oneoff") == "True":
+                continue  # `docker compose run` tools are not part of the stack
+            service = labels.get("com.docker.compose.service", "")
+            if service == INIT:
+                init = container
+            elif container.status in ("running", "restarting"):  # what a plain list() gave
+                containers.setdefault(service, container)
+        networks = {n.attrs["Labels"].get("com.docker.compose.network", n.name): n.attrs
+                    for n in client.networks.list(filters={"label": label})}
+        super().__init__(client, containers, networks, init)
 
 
 def _bridge(network: dict) -> tuple[bool, str]:
@@ -304,8 +338,10 @@ def _mounts(service: str, attrs: dict) -> Check:
     return Check(service, "mounts", not problems, reason)
 
 
-def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
-    """Plan every connection attempt, run them in parallel (most end in a timeout), report in order."""
+def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
+           hints: Mapping[str, str] = HINTS) -> list[Check]:
+    """Plan every connection attempt, run them in parallel (most end in a timeout), report in order.
+    `hints` name the fix for a failed probe, by check name (compose's: scripts/lab-firewall)."""
     planned: list[tuple[str, str, str | None, int, str]] = []
 
     def expect(service: str, name: str, host: str | None, port: int, want: str) -> None:
@@ -344,7 +380,7 @@ def probes(lab: Lab, outside_ip: str | None, host_port: int) -> list[Check]:
             ok = got != "connected"
         else:  # "no route": not even a refusal, which would prove a route exists
             ok = got not in ("connected", "refused")
-        hint = "" if ok or name not in HINTS else f"; {HINTS[name]}"
+        hint = "" if ok or name not in hints else f"; {hints[name]}"
         return Check(service, name, ok, f"{host}:{port} -> {got} (want {want}){hint}")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
@@ -388,26 +424,39 @@ def default_project(cwd: Path | None = None) -> str:
     return re.sub(r"[^-_a-z0-9]", "", name.lower())
 
 
+@contextlib.contextmanager
+def host_listener() -> Iterator[int]:
+    """A listener on every host address, yielding its port: if a container can connect to it
+    through its network's gateway, that container can reach services on the host."""
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(16)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
 def run(project: str, lab: Lab | None = None) -> list[Check]:
     lab = lab or Lab(project)
     if not lab.containers:
         raise UsageError(f"no running containers in compose project {project!r} "
                          "(docker compose up -d first, or --project)")
-    # A listener on every host address: if a container can connect to it through its
-    # network's gateway, that container can reach services on the host.
-    listener = socket.socket()
-    listener.bind(("0.0.0.0", 0))
-    listener.listen(16)
-    try:
-        return inspect(lab) + probes(lab, outside_address(), listener.getsockname()[1])
-    finally:
-        listener.close()
+    with host_listener() as port:
+        return inspect(lab) + probes(lab, outside_address(), port)
 
 
 def table(checks: list[Check]) -> str:
     width = max(len(c.name) for c in checks)
     rows = [f"{'service':<10} {'check':<{width}}  result  reason"]
-    rows += [f"{c.service:<10} {c.name:<{width}}  {'PASS' if c.ok else 'FAIL':<6}  {c.reason}" for c in checks]
-    failed = sum(not c.ok for c in checks)
-    rows.append(f"{len(checks)} checks: " + (f"{failed} FAIL" if failed else "all PASS"))
+    rows += [f"{c.service:<10} {c.name:<{width}}  {c.status:<6}  {c.reason}" for c in checks]
+    failed = sum(c.status == "FAIL" for c in checks)
+    gaps = sum(c.gap for c in checks)
+    summary = f"{len(checks)} checks: " + (f"{failed} FAIL" if failed else "all PASS")
+    rows.append(summary + (f", {gaps} GAP ({GAP_MEANS})" if gaps else ""))
     return "\n".join(rows)
+
+
+def passed(checks: list[Check]) -> bool:
+    """The exit code's rule: only a FAIL fails; a GAP is reported, not failed."""
+    return all(c.status != "FAIL" for c in checks)

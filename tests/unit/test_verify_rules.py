@@ -93,6 +93,19 @@ def test_summary_line_is_not_a_test_runner_line() -> None:
     assert table.splitlines()[-1] == "2 checks: 1 FAIL"
 
 
+def test_table_counts_gaps_apart_and_only_fail_fails() -> None:
+    """GAP shows in the result column and the summary; it fails nothing, a FAIL does."""
+    gap = verify.Check.judged("reader", "pids limit", "GAP", "r")
+    passed, failed = verify.Check("reader", "x", True, "r"), verify.Check("actor", "y", False, "r")
+    assert gap.status == "GAP" and not gap.ok
+    assert verify.table([passed, gap]).splitlines()[2].split()[-2] == "GAP"
+    assert verify.table([passed, gap]).splitlines()[-1] == (
+        "2 checks: all PASS, 1 GAP (what swarm cannot enforce; README 'On Docker Swarm')")
+    assert verify.table([passed, gap, failed]).splitlines()[-1] == (
+        "3 checks: 1 FAIL, 1 GAP (what swarm cannot enforce; README 'On Docker Swarm')")
+    assert verify.passed([passed, gap]) and not verify.passed([passed, gap, failed])
+
+
 class FakeInit:
     """The init service's exited container, as the docker SDK shows it."""
 

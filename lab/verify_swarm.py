@@ -1,0 +1,313 @@
+"""`airlock verify --swarm --stack NAME`: verify's evidence, on a running Docker Swarm stack.
+
+The same checks as compose's (lab/verify.py) where swarm gives the same facts: user,
+read-only root, capabilities, privileged, network mode, the network policy, every probe.
+Where swarm differs, the evidence is read another way and said as it is:
+
+    no-new-privileges   stack deploy cannot set it: read from inside (/proc/1/status), PASS
+                        if NoNewPrivs is 1 (daemon.json "no-new-privileges": true gives it);
+                        GAP when compensated (bounding set empty, no setuid/setgid file on
+                        the image); else FAIL
+    pids limit          the engine takes one from API 1.41 (Docker 20.10: Resources.Limits.Pids,
+                        `deploy.resources.limits.pids`), so unset is a FAIL there, a GAP before
+    memory, no swap     a service has no swap setting: MemorySwap is docker's default, twice
+                        the memory (GAP); no memory limit, or any other swap, is a FAIL
+    mounts              keys are swarm secrets, absent from inspect's Mounts: read from inside
+                        (/proc/self/mountinfo) that each is read-only; the data folder is a
+                        named volume; any bind of the host is a problem
+    networks            overlays, not bridges: scripts/lab-firewall's al-* names do not apply.
+                        Each must be encrypted and internal, but edge, whose task containers
+                        leave by docker_gwbridge: its NAT is read, and `no route outside` probed
+    host services       an overlay's gateway address is the bridge inside that overlay's own
+                        namespace, not the host; the host is docker_gwbridge's gateway (for
+                        containers on it) and the node's address, so those are probed, and
+                        each overlay's gateway is probed apart for what it is
+
+There is no init service on a swarm (`airlock swarm render` makes the keys), so no init checks.
+Scaled services (reader, model) are inspected replica by replica; probes run from one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airlock.errors import UsageError
+from lab import verify
+from lab.verify import Check, RunningLab, Status
+
+STACK_LABEL = "com.docker.stack.namespace"
+SERVICE_LABEL = "com.docker.swarm.service.name"  # <stack>_<service>
+TASK_LABEL = "com.docker.swarm.task.name"  # <stack>_<service>.<slot>.<task id>
+GWBRIDGE = "docker_gwbridge"  # where a task on a non-internal overlay leaves the node
+EDGE = "edge"
+SWARM_PIDS_API = (1, 41)  # the first engine API whose services take Resources.Limits.Pids
+SETID = 0o6000  # setuid | setgid
+SHOWN_SETID = 4  # setuid/setgid files named in a reason before "and N more"
+# What to do about a failed probe on a swarm: scripts/lab-firewall covers compose's al-* bridges only.
+HINTS = {
+    "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out (README 'On Docker Swarm')",
+    "cannot reach host services": f"its route out is {GWBRIDGE}, on the host; scripts/lab-firewall covers al-* only",
+}
+
+# Run in each task container: what the kernel holds of its process 1, every setuid or setgid
+# file under the root given (default /; not /proc, /sys, /dev), the mount options of each key secret.
+PRIVILEGES = r"""
+import json, os, stat, sys
+top = sys.argv[1] if len(sys.argv) > 1 else "/"
+status = dict(line.split(":", 1) for line in open("/proc/1/status") if ":" in line)
+setid = []
+for root, dirs, files in os.walk(top):
+    if root == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and mode & 0o6000:
+            setid.append(path)
+keys = {}
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    if fields[4] == "/keys" or fields[4].startswith("/keys/"):
+        keys[fields[4]] = fields[5]
+print(json.dumps({"NoNewPrivs": status.get("NoNewPrivs", "").strip(), "CapBnd": status.get("CapBnd", "").strip(),
+                  "CapEff": status.get("CapEff", "").strip(), "setid": sorted(setid), "keys": keys}))
+"""
+
+
+def api_version(text: str) -> tuple[int, int]:
+    """'1.41' -> (1, 41); anything unreadable is (0, 0), the oldest."""
+    major, _, minor = text.partition(".")
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (0, 0)
+
+
+def task_slot(container: Any) -> str:
+    """The replica's slot from its task name (sdev_reader.2.x1z8... -> "2")."""
+    parts = container.labels.get(TASK_LABEL, "").split(".")
+    return parts[1] if len(parts) == 3 else ""
+
+
+class SwarmLab(RunningLab):
+    """A running stack, read through the docker SDK from a manager of its swarm: each
+    service's running task containers (by the stack's labels), the stack's networks by the
+    name the stack gave them (sdev_edge -> edge), docker_gwbridge, the node's address."""
+
+    def __init__(self, stack: str, client: Any = None) -> None:
+        client = client if client is not None else verify.docker_client()
+        swarm = client.info().get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active":
+            raise UsageError("this Docker engine is in no swarm: verify --swarm needs a node of the stack's swarm")
+        self.stack, prefix, label = stack, f"{stack}_", f"{STACK_LABEL}={stack}"
+        replicas: dict[str, list[Any]] = {}
+        for container in client.containers.list(filters={"label": label}):
+            full = container.labels.get(SERVICE_LABEL, "")
+            if full.startswith(prefix) and container.status == "running":
+                replicas.setdefault(full.removeprefix(prefix), []).append(container)
+        # Lowest slot first (the one probes run from); a slot's old and new task by name.
+        self.replicas = {service: sorted(found, key=lambda c: (len(task_slot(c)), task_slot(c), c.name))
+                         for service, found in replicas.items()}
+        networks = {n.name.removeprefix(prefix): n.attrs for n in client.networks.list(filters={"label": label})
+                    if n.name.startswith(prefix)}
+        super().__init__(client, {s: found[0] for s, found in self.replicas.items()}, networks, init=None)
+        # greedy: the full inspect, whose Containers say which task containers are on it
+        self.gwbridge: dict = next((n.attrs for n in client.networks.list(names=[GWBRIDGE], greedy=True)
+                              if n.name == GWBRIDGE), {})
+        self.node_address: str | None = swarm.get("NodeAddr") or None
+        self.api = api_version(str(client.version().get("ApiVersion", "")))
+
+    def on_gwbridge(self, container: Any) -> bool:
+        return container.id in (self.gwbridge.get("Containers") or {})
+
+    def gateways(self, service: str) -> list[str]:
+        """The host's addresses a task container could try: docker_gwbridge's gateway when it
+        is on that bridge, and the node's own address."""
+        found = []
+        if self.on_gwbridge(self.containers[service]):
+            found += [c["Gateway"] for c in (self.gwbridge.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")]
+        if self.node_address:
+            found.append(self.node_address)
+        return found
+
+    def overlay_gateway(self, network: str) -> str | None:
+        configs = (self.networks.get(network, {}).get("IPAM") or {}).get("Config") or []
+        return next((c["Gateway"] for c in configs if c.get("Gateway")), None)
+
+
+def replica_name(service: str, container: Any, replicas: int) -> str:
+    """How a row names a replica: the service alone, or with its slot when scaled (reader.2)."""
+    return f"{service}.{task_slot(container)}" if replicas > 1 else service
+
+
+def service_of(name: str) -> str:
+    """A row's service: reader.2 -> reader."""
+    return name.partition(".")[0]
+
+
+def privileges_seen(output: str) -> dict | None:
+    """PRIVILEGES' one JSON line, or None when it did not run (the reason then shows the output)."""
+    try:
+        seen = json.loads(output)
+    except ValueError:
+        return None
+    return seen if isinstance(seen, dict) and {"NoNewPrivs", "CapBnd", "setid", "keys"} <= set(seen) else None
+
+
+def no_new_privileges(security_opt: list[str], seen: dict) -> tuple[Status, str]:
+    # Data: SecurityOpt (what the engine was told), process 1's NoNewPrivs and CapBnd, the
+    # image's setuid/setgid files. Rationale: without no-new-privileges, exec of a setuid
+    # file can gain privileges; with no capability left to gain and no such file, nothing can.
+    if verify._no_new_privileges({"HostConfig": {"SecurityOpt": security_opt}})[0] or seen["NoNewPrivs"] == "1":
+        return "PASS", f"NoNewPrivs={seen['NoNewPrivs']} SecurityOpt={security_opt}"
+    bounded = seen["CapBnd"] != "" and seen["CapBnd"].strip("0") == ""  # hex, every bit clear
+    setid: list[str] = seen["setid"]
+    more = len(setid) - SHOWN_SETID
+    named = ", ".join(setid[:SHOWN_SETID]) + (f" and {more} more" if more > 0 else "")
+    if bounded and not setid:
+        return "GAP", (f"NoNewPrivs={seen['NoNewPrivs']} (stack deploy cannot set it); compensated: "
+                       "CapBnd=0, no setuid/setgid file on the image")
+    return "FAIL", (f"NoNewPrivs={seen['NoNewPrivs']}, not compensated: CapBnd={seen['CapBnd']}; "
+                    f"setuid/setgid: {named or 'none'}")
+
+
+def pids_limit(attrs: dict, api: tuple[int, int]) -> tuple[Status, str]:
+    value = attrs["HostConfig"].get("PidsLimit")
+    if value and value > 0:
+        return "PASS", f"PidsLimit={value}"
+    if api < SWARM_PIDS_API:
+        return "GAP", f"PidsLimit={value}: engine API {api[0]}.{api[1]} cannot give a service one (1.41 can)"
+    return "FAIL", (f"PidsLimit={value}: engine API {api[0]}.{api[1]} takes deploy.resources.limits.pids; "
+                    "the stack sets none")
+
+
+def memory(attrs: dict) -> tuple[Status, str]:
+    memory, swap = attrs["HostConfig"].get("Memory") or 0, attrs["HostConfig"].get("MemorySwap")
+    shown = f"Memory={memory} MemorySwap={swap}"
+    if memory > 0 and swap == memory:
+        return "PASS", f"{shown} (equal: no swap)"
+    if memory > 0 and swap == 2 * memory:
+        return "GAP", f"{shown}: a service has no swap setting, docker's default swaps as much again"
+    return "FAIL", f"{shown} (want a memory limit and no swap)"
+
+
+def mounts(name: str, attrs: dict) -> Check:
+    """Only /tmp's tmpfs and, for the data writers, the data volume: keys are secrets, which
+    inspect does not list, so a bind of the host (at /keys or anywhere) is not the stack's."""
+    service, problems = service_of(name), []
+    for mount in attrs.get("Mounts") or []:
+        source, target, kind = mount.get("Source", ""), mount.get("Destination", ""), mount.get("Type")
+        if "docker.sock" in source or "docker.sock" in target:
+            problems.append(f"Docker socket at {target}")
+        elif kind == "volume" and service in verify.DATA_WRITERS and target == verify.DATA_MOUNT:
+            continue
+        elif kind in ("bind", "volume"):
+            problems.append(f"{kind} {source} -> {target}" + (" (keys are secrets on a swarm)"
+                                                               if target.startswith(verify.KEYS_MOUNT) else ""))
+    if service in verify.DATA_WRITERS and not any(
+            m.get("Destination") == verify.DATA_MOUNT and m.get("Type") == "volume" for m in attrs.get("Mounts") or []):
+        problems.append(f"no data volume at {verify.DATA_MOUNT}")
+    held = "the data volume at /data, " if service in verify.DATA_WRITERS else ""
+    return Check(name, "mounts", not problems, "; ".join(problems) or f"{held}no host paths (keys: secrets)")
+
+
+def keys_read_only(name: str, seen: dict) -> Check:
+    """Each secret under /keys mounted read-only, as /proc/self/mountinfo shows it; the model
+    holds none (verify.OWN_SECRETS), every other service some."""
+    keys: dict[str, str] = seen["keys"]
+    writable = sorted(path for path, options in keys.items() if "ro" not in options.split(","))
+    if writable:
+        return Check(name, "keys read-only", False, f"writable: {', '.join(writable)}")
+    if bool(keys) != bool(verify.OWN_SECRETS.get(service_of(name))):
+        return Check(name, "keys read-only", False, f"{len(keys)} secrets under /keys; policy: "
+                     + ("none, it holds no key" if keys else "its own keys"))
+    return Check(name, "keys read-only", True, f"{len(keys)} secrets under /keys, all read-only" if keys
+                 else "no secret under /keys: it holds no key")
+
+
+def network_checks(lab: SwarmLab, service: str, container: Any) -> list[Check]:
+    checks = []
+    for name in sorted(lab.logical_networks(container)):
+        attrs = lab.networks.get(name, {})
+        options = attrs.get("Options") or {}
+        encrypted = "encrypted" in options and options["encrypted"] != "false"
+        checks.append(Check(service, f"network {name}: encrypted overlay",
+                            attrs.get("Driver") == "overlay" and encrypted,
+                            f"driver={attrs.get('Driver')} encrypted={options.get('encrypted', '(unset)')}"))
+        if name != EDGE:
+            internal = bool(attrs.get("Internal"))
+            checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
+        elif lab.on_gwbridge(container):
+            masquerade = (lab.gwbridge.get("Options") or {}).get("com.docker.network.bridge.enable_ip_masquerade")
+            checks.append(Check(service, f"network {name}: no NAT out", masquerade == "false",
+                                f"leaves by {GWBRIDGE}: enable_ip_masquerade={masquerade}"))
+        else:
+            checks.append(Check(service, f"network {name}: no NAT out", True, f"not on {GWBRIDGE}"))
+    return checks
+
+
+def inspections(name: str, attrs: dict, api: tuple[int, int], seen: dict | None, output: str) -> list[Check]:
+    """verify.INSPECTIONS in their order, the three swarm cannot keep judged by their swarm rules."""
+    checks = []
+    for check, rule in verify.INSPECTIONS.items():
+        if check == "no-new-privileges" and seen is None:
+            checks.append(Check(name, check, False, f"privileges probe did not run: {output[:200]}"))
+        elif check == "no-new-privileges" and seen is not None:
+            checks.append(Check.judged(name, check, *no_new_privileges(attrs["HostConfig"].get("SecurityOpt") or [],
+                                                                         seen)))
+        elif check == "pids limit":
+            checks.append(Check.judged(name, check, *pids_limit(attrs, api)))
+        elif check == "memory, no swap":
+            checks.append(Check.judged(name, check, *memory(attrs)))
+        else:
+            checks.append(Check(name, check, *rule(attrs)))
+    return checks
+
+
+def inspect(lab: SwarmLab) -> list[Check]:
+    checks = []
+    for service, expected in verify.NETWORKS.items():
+        replicas = lab.replicas.get(service) or []
+        if not replicas:
+            checks.append(Check(service, "running", False, "no running task container for this service"))
+        for container in replicas:
+            name = replica_name(service, container, len(replicas))
+            container.reload()
+            attrs = container.attrs
+            # as root: the service's user cannot list root's 0700 folders, where a setuid file could hide
+            output = container.exec_run(["python3", "-c", PRIVILEGES], user="0").output.decode(errors="replace").strip()
+            seen = privileges_seen(output)
+            checks += inspections(name, attrs, lab.api, seen, output)
+            checks.append(mounts(name, attrs))
+            if seen is not None:
+                checks.append(keys_read_only(name, seen))
+            networks = set(lab.logical_networks(container))
+            checks.append(Check(name, "networks", networks == expected,
+                                f"on {sorted(networks)}; policy {sorted(expected)}"))
+            checks += network_checks(lab, name, container)
+    return checks
+
+
+def overlay_gateways(lab: SwarmLab, host_port: int) -> list[Check]:
+    """Each overlay's gateway, from the first service on it: its own namespace's bridge, so
+    anything but `connected` to the host's listener shows it is not the host."""
+    checks = []
+    for network in sorted(lab.networks):
+        service = next((s for s, c in lab.containers.items() if network in lab.logical_networks(c)), None)
+        gateway = lab.overlay_gateway(network)
+        if service is None or gateway is None:
+            continue
+        got = lab.probe(service, gateway, host_port)
+        checks.append(Check(service, f"network {network}: gateway not the host", got != "connected",
+                            f"{gateway}:{host_port} -> {got} (want no connection: the overlay's own bridge)"))
+    return checks
+
+
+def run(stack: str, lab: SwarmLab | None = None) -> list[Check]:
+    lab = lab or SwarmLab(stack)
+    if not lab.containers:
+        raise UsageError(f"no running task containers in stack {stack!r} (airlock swarm up first, or --stack)")
+    with verify.host_listener() as port:
+        return (inspect(lab) + verify.probes(lab, verify.outside_address(), port, HINTS)
+                + overlay_gateways(lab, port))

@@ -1,0 +1,352 @@
+"""airlock verify --swarm, without a Docker engine: discovery from a stack's labels, the rules
+for what swarm cannot set (each can FAIL), the GAP in the table and the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airlock.errors import EX_USAGE, UsageError
+from lab import cli as lab_cli, verify, verify_swarm
+from lab.verify import Check
+
+STACK = "sdev"
+GIB = 1 << 30
+NETWORK_OF = {"edge": 0, "readers": 1, "model": 2, "validators": 3, "actors": 4}  # swarm.py's pinned subnets
+SETID_FREE = {"NoNewPrivs": "0", "CapBnd": "0000000000000000", "CapEff": "0000000000000000", "setid": [], "keys": {}}
+
+
+class FakeContainer:
+    """A swarm task container as the docker SDK shows it; exec_run answers the privileges probe."""
+
+    def __init__(self, service: str, slot: int = 1, stack: str = STACK, host: dict | None = None) -> None:
+        self.id = f"{service}{slot}" + "0" * 58
+        self.name = f"{stack}_{service}.{slot}.task{slot}"
+        self.status = "running"
+        self.labels = {verify_swarm.STACK_LABEL: stack, verify_swarm.SERVICE_LABEL: f"{stack}_{service}",
+                       verify_swarm.TASK_LABEL: self.name}
+        config = {"ReadonlyRootfs": True, "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
+                  "SecurityOpt": None, "PidsLimit": None, "Memory": 256 << 20, "MemorySwap": 512 << 20,
+                  "NetworkMode": "default"}
+        mounts = [{"Type": "tmpfs", "Source": "", "Destination": "/tmp", "RW": True}]
+        if service in verify.DATA_WRITERS:
+            mounts.append({"Type": "volume", "Name": f"{stack}_data", "Source": f"/var/lib/docker/volumes/{stack}_data",
+                           "Destination": "/data", "RW": True})
+        addresses = {f"{stack}_{n}": {"IPAddress": f"10.231.{NETWORK_OF[n]}.{10 + slot}"}
+                     for n in sorted(verify.NETWORKS[service])}
+        self.attrs: dict[str, Any] = {"Config": {"User": "10001:10001"}, "HostConfig": {**config, **(host or {})},
+                                      "Mounts": mounts, "NetworkSettings": {"Networks": addresses}}
+        keys = {} if service == "model" else {f"/keys/{service}.key": "ro,relatime"}
+        self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys}
+
+    def reload(self) -> None:
+        pass
+
+    def exec_run(self, command: list[str], user: str = "") -> SimpleNamespace:
+        return SimpleNamespace(output=json.dumps(self.seen).encode(), exit_code=0)
+
+
+def overlay(name: str, stack: str = STACK, **changes: Any) -> SimpleNamespace:
+    number = NETWORK_OF[name]
+    attrs = {"Name": f"{stack}_{name}", "Driver": "overlay", "Internal": name != "edge",
+             "Options": {"encrypted": "true"}, "Labels": {verify_swarm.STACK_LABEL: stack},
+             "IPAM": {"Config": [{"Subnet": f"10.231.{number}.0/24", "Gateway": f"10.231.{number}.1"}]}, **changes}
+    return SimpleNamespace(name=attrs["Name"], attrs=attrs)
+
+
+def gwbridge(containers: list[FakeContainer], masquerade: str = "true") -> SimpleNamespace:
+    attrs = {"Name": "docker_gwbridge", "Options": {"com.docker.network.bridge.enable_ip_masquerade": masquerade},
+             "IPAM": {"Config": [{"Subnet": "172.18.0.0/16", "Gateway": "172.18.0.1"}]},
+             "Containers": {c.id: {"Name": f"gateway_{c.id[:12]}"} for c in containers}}
+    return SimpleNamespace(name="docker_gwbridge", attrs=attrs)
+
+
+class FakeClient:
+    """The SDK calls SwarmLab makes, with docker's label and name filters."""
+
+    def __init__(self, containers: list[FakeContainer], networks: list[SimpleNamespace],
+                 state: str = "active", api: str = "1.41") -> None:
+        self._containers, self._networks, self._state, self._api = containers, networks, state, api
+        self.containers = SimpleNamespace(list=self._list_containers)
+        self.networks = SimpleNamespace(list=self._list_networks)
+
+    def info(self) -> dict:
+        return {"Swarm": {"LocalNodeState": self._state, "NodeAddr": "192.0.2.2"}}
+
+    def version(self) -> dict:
+        return {"ApiVersion": self._api}
+
+    def _list_containers(self, filters: dict) -> list[FakeContainer]:
+        key, _, value = filters["label"].partition("=")
+        return [c for c in self._containers if c.labels.get(key) == value]
+
+    def _list_networks(self, filters: dict | None = None, names: list[str] | None = None,
+                       greedy: bool = False) -> list[SimpleNamespace]:
+        if names is not None:  # docker matches names by substring
+            return [n for n in self._networks if any(name in n.name for name in names)]
+        key, _, value = (filters or {})["label"].partition("=")
+        return [n for n in self._networks if (n.attrs.get("Labels") or {}).get(key) == value]
+
+
+def the_stack(readers: int = 1, masquerade: str = "true", **host: object) -> tuple[FakeClient, list[FakeContainer]]:
+    """The lab as `airlock swarm up` deploys it, on Docker 20.10, plus another stack's reader."""
+    containers = [FakeContainer(service, slot, host=host) for service in verify.NETWORKS
+                  for slot in range(1, (readers if service in ("reader", "model") else 1) + 1)]
+    stranger = FakeContainer("reader", stack="other")
+    on_edge = [c for c in containers if "edge" in verify.NETWORKS[c.labels[verify_swarm.SERVICE_LABEL][5:]]]
+    networks = [overlay(name) for name in NETWORK_OF] + [overlay("edge", stack="other"), gwbridge(on_edge, masquerade)]
+    return FakeClient(containers + [stranger], networks), containers
+
+
+def test_discovery_names_services_and_networks_without_the_stack_prefix() -> None:
+    """Task containers by the stack's labels, one per service (slot 1 if scaled); networks by the stack's names."""
+    client, _ = the_stack(readers=2)
+    lab = verify_swarm.SwarmLab(STACK, client)
+    assert set(lab.containers) == set(verify.NETWORKS)
+    assert [c.name for c in lab.replicas["reader"]] == ["sdev_reader.1.task1", "sdev_reader.2.task2"]
+    assert lab.containers["reader"].name == "sdev_reader.1.task1"
+    assert set(lab.networks) == set(NETWORK_OF) and lab.networks["edge"]["Name"] == "sdev_edge"
+    assert lab.init is None and lab.api == (1, 41) and lab.node_address == "192.0.2.2"
+    assert set(lab.logical_networks(lab.containers["broker"])) == verify.NETWORKS["broker"]
+    assert lab.ip("reader", "readers") == "10.231.1.11" and lab.ip("reader", "actors") is None
+
+
+def test_a_stack_name_that_prefixes_another_is_not_mixed_in() -> None:
+    """Stack `sdev` does not pick up a service named by another stack, even under its label."""
+    client, containers = the_stack()
+    containers[0].labels[verify_swarm.SERVICE_LABEL] = "sdevx_broker"
+    lab = verify_swarm.SwarmLab(STACK, client)
+    assert "broker" not in lab.containers and "x_broker" not in lab.containers
+
+
+def test_an_engine_in_no_swarm_is_a_usage_error() -> None:
+    """verify --swarm on an engine that is in no swarm says so rather than finding nothing."""
+    client, _ = the_stack()
+    client._state = "inactive"
+    with pytest.raises(UsageError, match="in no swarm"):
+        verify_swarm.SwarmLab(STACK, client)
+
+
+def test_an_empty_stack_is_a_usage_error() -> None:
+    """A stack name with no running task containers names the stack."""
+    client, _ = the_stack()
+    with pytest.raises(UsageError, match="'nosuch'"):
+        verify_swarm.run("nosuch", verify_swarm.SwarmLab("nosuch", client))
+
+
+def test_host_addresses_are_the_gwbridge_gateway_and_the_node() -> None:
+    """Only a container on docker_gwbridge is probed at its gateway; every one at the node's address."""
+    client, _ = the_stack()
+    lab = verify_swarm.SwarmLab(STACK, client)
+    assert lab.gateways("intake") == ["172.18.0.1", "192.0.2.2"]
+    assert lab.gateways("reader") == ["192.0.2.2"]
+    assert lab.overlay_gateway("readers") == "10.231.1.1"
+
+
+@pytest.mark.parametrize(("seen", "opts", "status"), [
+    ({"NoNewPrivs": "1"}, [], "PASS"),
+    ({"NoNewPrivs": "1", "setid": ["/usr/bin/su"]}, [], "PASS"),
+    ({}, ["no-new-privileges:true"], "PASS"),
+    ({}, [], "GAP"),
+    ({"CapBnd": "00000000a80425fb"}, [], "FAIL"),
+    ({"setid": ["/usr/bin/su"]}, [], "FAIL"),
+    ({"CapBnd": ""}, [], "FAIL"),
+], ids=["kernel-says-so", "kernel-says-so-despite-setuid", "security-opt", "compensated", "capabilities-left",
+        "setuid-file", "unreadable"])
+def test_no_new_privileges_is_a_gap_only_when_compensated(seen: dict, opts: list, status: str) -> None:
+    """NoNewPrivs 1 passes; 0 is a GAP with an empty bounding set and no setuid/setgid file, else a FAIL."""
+    got, reason = verify_swarm.no_new_privileges(opts, {**SETID_FREE, **seen})
+    assert got == status
+    assert "compensated" in reason if status == "GAP" else True
+
+
+def test_a_failed_no_new_privileges_names_the_setuid_files() -> None:
+    """The reason names the first setuid files and counts the rest."""
+    files = [f"/usr/bin/s{n}" for n in range(6)]
+    _, reason = verify_swarm.no_new_privileges([], {**SETID_FREE, "setid": files})
+    assert "/usr/bin/s0, /usr/bin/s1, /usr/bin/s2, /usr/bin/s3 and 2 more" in reason
+
+
+@pytest.mark.parametrize(("limit", "api", "status"), [
+    (64, (1, 41), "PASS"),
+    (None, (1, 40), "GAP"),
+    (0, (1, 39), "GAP"),
+    (None, (1, 41), "FAIL"),
+    (-1, (1, 45), "FAIL"),
+])
+def test_pids_limit_is_a_gap_only_where_the_engine_cannot_set_one(limit: int | None, api: tuple, status: str) -> None:
+    """Engine API 1.41 (Docker 20.10) gives a service a pids limit: unset there is a FAIL, before it a GAP."""
+    assert verify_swarm.pids_limit({"HostConfig": {"PidsLimit": limit}}, api)[0] == status
+
+
+@pytest.mark.parametrize(("memory", "swap", "status"), [
+    (GIB, GIB, "PASS"),
+    (GIB, 2 * GIB, "GAP"),
+    (GIB, -1, "FAIL"),
+    (GIB, 3 * GIB, "FAIL"),
+    (0, 0, "FAIL"),
+    (None, None, "FAIL"),
+], ids=["no-swap", "docker-default", "unlimited-swap", "more-swap", "no-limit", "unset"])
+def test_swap_is_a_gap_only_at_dockers_default(memory: int | None, swap: int | None, status: str) -> None:
+    """Swarm has no swap setting, so docker's default (swap as much again) is a GAP; else short of equal FAILs."""
+    assert verify_swarm.memory({"HostConfig": {"Memory": memory, "MemorySwap": swap}})[0] == status
+
+
+@pytest.mark.parametrize(("name", "extra", "drop_data", "ok"), [
+    ("broker", [], False, True),
+    ("reader.2", [], False, True),
+    ("actor", [], True, False),
+    ("reader", [{"Type": "volume", "Source": "/v/sdev_data", "Destination": "/data"}], False, False),
+    ("reader", [{"Type": "bind", "Source": "/x/keys/services/reader", "Destination": "/keys", "RW": False}],
+     False, False),
+    ("actor", [{"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/run/docker.sock"}], False, False),
+], ids=["writer-with-volume", "scaled-reader", "writer-without-volume", "reader-with-data", "keys-bind", "socket"])
+def test_swarm_mounts_are_tmpfs_and_the_data_volume(name: str, extra: list, drop_data: bool, ok: bool) -> None:
+    """Keys come as secrets, so any bind of the host fails, /keys included; only writers hold the data volume."""
+    attrs = FakeContainer(verify_swarm.service_of(name)).attrs
+    if drop_data:
+        attrs["Mounts"] = [m for m in attrs["Mounts"] if m["Destination"] != "/data"]
+    attrs["Mounts"] += extra
+    assert verify_swarm.mounts(name, attrs).ok is ok
+
+
+def test_a_bind_at_data_fails_even_for_a_writer() -> None:
+    """On a swarm the data folder is a named volume; a host path there is not the stack's."""
+    attrs = FakeContainer("actor").attrs
+    attrs["Mounts"][1] = {"Type": "bind", "Source": "/home/x/airlock-data", "Destination": "/data", "RW": True}
+    check = verify_swarm.mounts("actor", attrs)
+    assert not check.ok and "no data volume" in check.reason
+
+
+@pytest.mark.parametrize(("name", "keys", "ok"), [
+    ("reader", {"/keys/reader.key": "ro,relatime", "/keys/reader.key_secret": "ro"}, True),
+    ("model", {}, True),
+    ("reader", {"/keys/reader.key": "rw,relatime"}, False),
+    ("reader", {}, False),
+    ("model", {"/keys/x.key": "ro"}, False),
+])
+def test_keys_are_read_only_secrets(name: str, keys: dict, ok: bool) -> None:
+    """Every mount under /keys is read-only; the model has none, every other service some."""
+    assert verify_swarm.keys_read_only(name, {**SETID_FREE, "keys": keys}).ok is ok
+
+
+@pytest.mark.parametrize("output", ["", "Traceback (most recent call last):", "[]", '{"NoNewPrivs": "1"}'])
+def test_a_privileges_probe_that_did_not_run_is_no_evidence(output: str) -> None:
+    assert verify_swarm.privileges_seen(output) is None
+
+
+def test_the_privileges_probe_finds_a_setuid_file(tmp_path: Path) -> None:
+    """The probe reads this process 1's status and lists a setuid file under the root it walks, not a plain one."""
+    (tmp_path / "bin").mkdir()
+    for name, mode in (("su", 0o4755), ("ls", 0o755), ("wall", 0o2755)):
+        (tmp_path / "bin" / name).write_bytes(b"")
+        os.chmod(tmp_path / "bin" / name, mode)
+    if not os.stat(tmp_path / "bin" / "su").st_mode & stat.S_ISUID:
+        pytest.skip("this filesystem drops the setuid bit")
+    done = subprocess.run([sys.executable, "-S", "-c", verify_swarm.PRIVILEGES, str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    seen = verify_swarm.privileges_seen(done.stdout)
+    assert seen is not None and seen["NoNewPrivs"] in ("0", "1")
+    assert seen["setid"] == [str(tmp_path / "bin" / "su"), str(tmp_path / "bin" / "wall")]
+
+
+def failing(checks: list[Check]) -> set[tuple[str, str]]:
+    return {(c.service, c.name) for c in checks if c.status == "FAIL"}
+
+
+def test_the_stack_on_2010_fails_pids_and_gaps_swap_and_privileges() -> None:
+    """As deployed on Docker 20.10, with docker_gwbridge's NAT: the edge FAILs, swap and no-new-privileges are GAPs."""
+    client, _ = the_stack()
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert not [c for c in checks if c.service == "init"]
+    assert failing(checks) == {(s, "pids limit") for s in verify.NETWORKS} | {
+        (s, "network edge: no NAT out") for s in ("broker", "intake", "dashboard")}
+    assert {(c.service, c.name) for c in checks if c.gap} == {
+        (s, name) for s in verify.NETWORKS for name in ("no-new-privileges", "memory, no swap")}
+
+
+def test_the_stack_with_every_setting_it_can_take_passes() -> None:
+    """A pids limit, no swap, NoNewPrivs from the daemon and a gwbridge without NAT: every check PASSes."""
+    client, containers = the_stack(masquerade="false", PidsLimit=128, MemorySwap=256 << 20)
+    for container in containers:
+        container.seen["NoNewPrivs"] = "1"
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert [c for c in checks if c.status != "PASS"] == []
+
+
+def test_scaled_replicas_are_each_inspected_under_their_slot() -> None:
+    """Two readers give rows reader.1 and reader.2, each with every inspection."""
+    client, _ = the_stack(readers=2)
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    services = {c.service for c in checks}
+    assert {"reader.1", "reader.2", "model.1", "model.2"} <= services and "reader" not in services
+    assert sum(c.name == "read-only root" and c.service.startswith("reader") for c in checks) == 2
+
+
+@pytest.mark.parametrize(("change", "check"), [
+    ({"Options": {}}, "network readers: encrypted overlay"),
+    ({"Driver": "bridge"}, "network readers: encrypted overlay"),
+    ({"Internal": False}, "network readers: internal"),
+])
+def test_each_network_weakening_fails_its_check(change: dict, check: str) -> None:
+    """An unencrypted, non-overlay or non-internal readers network fails for the services on it."""
+    client, _ = the_stack(masquerade="false", PidsLimit=128, MemorySwap=256 << 20)
+    client._networks[NETWORK_OF["readers"]].attrs.update(change)
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert {c.name for c in checks if c.status == "FAIL"} == {check}
+    assert {c.service for c in checks if c.status == "FAIL"} == {"broker", "reader"}
+
+
+def test_a_missing_service_fails() -> None:
+    client, containers = the_stack()
+    client._containers = [c for c in containers if not c.name.startswith("sdev_actor.")]
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert ("actor", "running") in failing(checks)
+
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["verify", "--swarm"], "needs --stack NAME"),
+    (["verify", "--stack", "sdev"], "--swarm --stack NAME"),
+    (["verify", "--swarm", "--stack", "sdev", "--project", "lab"], "with --swarm, name the stack"),
+], ids=["swarm-without-stack", "stack-without-swarm", "swarm-with-project"])
+def test_verify_options_that_do_not_go_together_are_a_usage_error(argv: list[str], says: str, capsys) -> None:
+    """--stack goes with --swarm and only with it; the error says so, exit 2, before any engine is asked."""
+    assert lab_cli.main(argv) == EX_USAGE
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "target"), [
+    (["verify", "--swarm", "--stack", "sdev"], ("swarm", "sdev")),
+    (["verify", "-p", "lab"], ("compose", "lab")),
+    (["verify"], ("compose", None)),
+])
+def test_verify_target(argv: list[str], target: tuple) -> None:
+    assert lab_cli.verify_target(lab_cli.build_parser().parse_args(argv)) == target
+
+
+def test_swarm_json_carries_the_status_and_a_gap_exits_0(monkeypatch, capsys) -> None:
+    """A stack's JSON rows add the status (GAP); a GAP alone exits 0, a FAIL exits 1."""
+    checks = [Check("reader", "x", True, "r"), Check.judged("reader", "pids limit", "GAP", "r")]
+    monkeypatch.setattr(verify_swarm, "run", lambda stack: checks)
+    assert lab_cli.main(["verify", "--swarm", "--stack", "sdev", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["ok"], r["status"]) for r in rows] == [(True, "PASS"), (False, "GAP")]
+    checks.append(Check("actor", "y", False, "r"))
+    assert lab_cli.main(["verify", "--swarm", "--stack", "sdev"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("3 checks: 1 FAIL, 1 GAP")
+
+
+def test_compose_json_rows_are_as_they_were(monkeypatch, capsys) -> None:
+    """The compose path's JSON keeps its four keys."""
+    monkeypatch.setattr(verify, "run", lambda project: [Check("reader", "x", True, "r")])
+    assert lab_cli.main(["verify", "-p", "lab", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"service": "reader", "check": "x", "ok": True, "reason": "r"}]
