@@ -34,7 +34,11 @@ RUN python3 -m venv /opt/venv \
 
 # --- what every airlock image shares: the user, the environment -----------------------------
 FROM ${AIRLOCK_BASE} AS runtime
-RUN useradd --system --uid 10001 --user-group --no-create-home airlock
+# No setuid or setgid file (su, passwd, mount, ... from the base image): where an engine
+# cannot set no-new-privileges (a swarm service), there is then nothing to gain privileges
+# by; compose sets it too, so this is a second wall there.
+RUN useradd --system --uid 10001 --user-group --no-create-home airlock \
+    && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 
 FROM runtime AS kernel
@@ -89,9 +93,7 @@ COPY actor/ /app/actor/
 COPY tasks/ /app/tasks/
 ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
 WORKDIR /app
-# /data owned by the services' user: a fresh named volume (swarm, Kubernetes) copies it, so
-# the service can write there with no root step before it; compose's bind mount hides it.
-RUN install -d -o 10001 -g 10001 -m 0700 /data
+RUN install -d -o 10001 -g 10001 -m 0700 /data  # as the broker's
 USER 10001:10001
 CMD ["python3", "-m", "actor"]
 

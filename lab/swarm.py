@@ -9,9 +9,9 @@ rule by rule, and says what swarm cannot keep:
                                         no setuid binaries, and every capability is dropped)
     dropped, stack deploy drops it      tmpfs (-> a tmpfs-typed mount), ipv4_address (-> the
                                         broker binds on `subnet:` hosts, airlock/bindhosts.py)
-    dropped, stack deploy rejects it    mem_limit, memswap_limit (-> deploy.resources.limits;
-                                        swarm gives no swap setting), pids_limit (cannot be
-                                        set on 20.10: no pids limit on a swarm)
+    dropped, stack deploy rejects it    mem_limit, memswap_limit, pids_limit (-> deploy.resources
+                                        .limits memory and pids, which 20.10 applies; swarm
+                                        gives no swap setting)
     kept                                image, environment, read_only, user, cap_drop, healthcheck
     replaced                            key folders -> one swarm secret per key file, at the
                                         same path under /keys, owned by the services' user,
@@ -135,7 +135,7 @@ def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path
     # balanced by IPVS, answered nothing on internal overlays (Docker 20.10, measured: "no
     # route to host" from the reader to the broker's VIP), and host-mode ports need no VIP.
     out["deploy"] = {"replicas": replicas, "endpoint_mode": "dnsrr",
-                     "resources": {"limits": {"memory": spec["mem_limit"]}}}
+                     "resources": {"limits": {"memory": spec["mem_limit"], "pids": spec["pids_limit"]}}}
     return out
 
 

@@ -17,7 +17,8 @@ Where swarm differs, the evidence is read another way and said as it is:
                         named volume; any bind of the host is a problem
     networks            overlays, not bridges: scripts/lab-firewall's al-* names do not apply.
                         Each must be encrypted and internal, but edge, whose task containers
-                        leave by docker_gwbridge: its NAT is read, and `no route outside` probed
+                        leave by docker_gwbridge: its NAT (on, as swarm init makes it) is a GAP
+                        that scripts/lab-firewall --swarm closes, proven by the probes
     host services       an overlay's gateway address is the bridge inside that overlay's own
                         namespace, not the host; the host is docker_gwbridge's gateway (for
                         containers on it) and the node's address, so those are probed, and
@@ -44,10 +45,10 @@ EDGE = "edge"
 SWARM_PIDS_API = (1, 41)  # the first engine API whose services take Resources.Limits.Pids
 SETID = 0o6000  # setuid | setgid
 SHOWN_SETID = 4  # setuid/setgid files named in a reason before "and N more"
-# What to do about a failed probe on a swarm: scripts/lab-firewall covers compose's al-* bridges only.
+# What to do about a failed probe on a swarm: the firewall's --swarm covers docker_gwbridge too.
 HINTS = {
-    "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out (README 'On Docker Swarm')",
-    "cannot reach host services": f"its route out is {GWBRIDGE}, on the host; scripts/lab-firewall covers al-* only",
+    "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out: run scripts/lab-firewall --swarm",
+    "cannot reach host services": f"its route out is {GWBRIDGE}, on the host: run scripts/lab-firewall --swarm",
 }
 
 # Run in each task container: what the kernel holds of its process 1, every setuid or setgid
@@ -240,8 +241,13 @@ def network_checks(lab: SwarmLab, service: str, container: Any) -> list[Check]:
             checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
         elif lab.on_gwbridge(container):
             masquerade = (lab.gwbridge.get("Options") or {}).get("com.docker.network.bridge.enable_ip_masquerade")
-            checks.append(Check(service, f"network {name}: no NAT out", masquerade == "false",
-                                f"leaves by {GWBRIDGE}: enable_ip_masquerade={masquerade}"))
+            # swarm init makes docker_gwbridge with NAT on, for the whole node: a GAP, which
+            # the firewall closes and the probes (no route outside, host services) prove.
+            checks.append(Check.judged(service, f"network {name}: no NAT out",
+                                       "PASS" if masquerade == "false" else "GAP",
+                                       f"leaves by {GWBRIDGE}: enable_ip_masquerade={masquerade}"
+                                       + ("" if masquerade == "false" else
+                                          "; scripts/lab-firewall --swarm drops what a task starts: see the probes")))
         else:
             checks.append(Check(service, f"network {name}: no NAT out", True, f"not on {GWBRIDGE}"))
     return checks

@@ -46,13 +46,19 @@ def test_no_service_keeps_a_key_stack_deploy_ignores_or_rejects(stack: dict[str,
     assert REFUSED_BY_STACK_DEPLOY <= swarm.UNSUPPORTED
 
 
+def compose_pids(name: str) -> int:
+    """compose.yaml's own pids_limit for the service: the stack must keep compose's number."""
+    return int(swarm.read_compose({})["services"][name]["pids_limit"])
+
+
 def test_every_service_keeps_the_hardening(stack: dict[str, Any]) -> None:
-    """Read-only root, uid 10001, every capability dropped, /tmp a tmpfs, memory under deploy."""
+    """Read-only root, uid 10001, every capability dropped, /tmp a tmpfs, memory and pids under deploy."""
     assert set(stack["services"]) == set(NETWORKS)
     for name, spec in stack["services"].items():
         assert spec["read_only"] is True and spec["user"] == "10001:10001" and spec["cap_drop"] == ["ALL"], name
         assert {"type": "tmpfs", "target": "/tmp", "tmpfs": {"size": 16 * 2**20}} in spec["volumes"], name
         assert spec["deploy"]["resources"]["limits"]["memory"] == ("1g" if name == "model" else "256m"), name
+        assert spec["deploy"]["resources"]["limits"]["pids"] == compose_pids(name), name
 
 
 def test_only_broker_and_actor_keep_data_on_the_one_data_volume(stack: dict[str, Any]) -> None:
