@@ -238,7 +238,10 @@ def match_model(model_url: str | None, readers: int | None, in_flight: int | Non
 
 
 def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int | None, timeout_s: float,
-        running: bool, progress: Progress, in_flight: int | None = None) -> dict[str, Any]:
+        running: bool, progress: Progress, in_flight: int | None = None,
+        settings: settings_module.Settings | None = None) -> dict[str, Any]:
+    """`settings`: the running stack's, as the command line gave them (its --data-dir is
+    where that stack's trace and calls are read); default: $AIRLOCK_*."""
     emails = campaign.load(paths)
     matched = match_model(model_url if mode == "separated" and not running else None, readers, in_flight)
     last_outcome = [0.0]
@@ -252,8 +255,8 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
         if mode == "naive":
             results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, noted)
         elif running:
-            results, stragglers = run_separated(emails, settings_module.load(), timeout_s, matched.in_flight,
-                                                noted)
+            results, stragglers = run_separated(emails, settings or settings_module.load(), timeout_s,
+                                                matched.in_flight, noted)
         else:
             # A private stack models production's mail: each sender's domain signs, the intake
             # verifies (lab/mail_signing.py); on --running, emails go in as inject sends them.

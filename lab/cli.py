@@ -44,7 +44,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.mode == "naive" and not model_url:
         raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
     result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
-                        attack.progress_bar(), args.in_flight)
+                        attack.progress_bar(), args.in_flight, settings)
     if args.report:
         Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
     print(score.table(result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,3 +114,26 @@ def test_a_private_stack_that_cannot_start_says_why_at_once(tmp_path: Path) -> N
             pass
     assert time.monotonic() - started < UP_TIMEOUT_S / 4
     assert "broken.toml" in str(caught.value)
+
+
+def test_running_reads_the_stack_its_data_dir_names(tmp_path: Path) -> None:
+    """--running against a stack started apart (a swarm's, a compose lab's; here without a
+    model, so the email is one with a recorded answer): the values and
+    latencies come from the trace in --data-dir, where that stack writes, not from the
+    environment's default (the running mode once read ./airlock-data whatever was given)."""
+    from lab import attack as attack_module
+
+    task = ROOT / "tasks" / "order_status.toml"
+    stack = attack_module.PrivateStack(tmp_path / "stack", task, None, 1)
+    with stack:
+        report = tmp_path / "report.json"
+        ports = {key: value for key, value in stack.env.items() if key.endswith("_PORT")}
+        env = {**os.environ, **ports, "AIRLOCK_DATA_DIR": str(tmp_path / "elsewhere"), "AIRLOCK_MODEL_URL": ""}
+        email_file = ROOT / "samples" / "seed_4411_de.eml"
+        done = subprocess.run([sys.executable, "-m", "airlock", "attack", "--running", "--data-dir",
+                               str(tmp_path / "stack"), "--report", str(report), str(email_file)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (email,) = json.loads(report.read_text())["emails"]
+    assert email["outcome"] == "completed" and email["value"] == "4411" and email["ms"] is not None
+    assert [c["tool"] for c in email["calls"]] == ["lookup_order", "send_status"]
