@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -163,12 +164,16 @@ def cmd_k8s_class(args: argparse.Namespace) -> int:
     return 0
 
 
+def _swarm_shape(args: argparse.Namespace) -> dict[str, Any]:
+    return {"model_cpus": args.model_cpus, "first_octets": args.subnets}
+
+
 def cmd_swarm_render(args: argparse.Namespace) -> int:
     from lab import swarm_deploy
 
     keys_folder = Path(args.keys)
     out = Path(args.out) if args.out else swarm_deploy.stack_file(keys_folder, args.stack)
-    made = swarm_deploy.render(args.stack, keys_folder, args.readers, out)
+    made = swarm_deploy.render(args.stack, keys_folder, args.readers, out, **_swarm_shape(args))
     print(f"keys {made} in {keys_folder}\nwrote {out}   # airlock swarm up --stack {args.stack} --keys {keys_folder}")
     return 0
 
@@ -176,7 +181,7 @@ def cmd_swarm_render(args: argparse.Namespace) -> int:
 def cmd_swarm_up(args: argparse.Namespace) -> int:
     from lab import swarm_deploy
 
-    made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers)
+    made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers, **_swarm_shape(args))
     print(f"keys {made}; {len(created)} secret(s) created; deployed {out} as stack {args.stack}")
     return 0
 
@@ -294,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--keys", required=True, help="the CURVE key folder (made if missing); keep it out "
                                                              "of any repository")
             sub.add_argument("--readers", type=int, default=1, help="reader and model replicas (default 1)")
+            sub.add_argument("--model-cpus", type=float, help="each model replica's CPU limit, which its threads "
+                                                              "follow (default none: every CPU of the node)")
+            sub.add_argument("--subnets", default="10.231", help="first two octets of the networks' /24s "
+                                                                 "(default 10.231: 10.231.0.0/24 ...)")
         if name == "render":
             sub.add_argument("--out", help="the stack file (default beside --keys: NAME.stack.yaml)")
 

@@ -58,6 +58,8 @@ UNSUPPORTED = frozenset({"build", "restart", "depends_on", "security_opt", "tmpf
                          "pids_limit", "profiles", "network_mode", "container_name", "cap_add"})
 KEPT = ("image", "environment", "read_only", "user", "cap_drop", "healthcheck", "entrypoint", "working_dir")
 STACK_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}")  # short: it prefixes every secret, volume and network
+FIRST_OCTETS = re.compile(r"\d{1,3}\.\d{1,3}")
+MAX_CPUS = 256.0
 INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>[^}]*))?\}")
 
 
@@ -160,18 +162,28 @@ def broker_bind_hosts(compose_broker: dict[str, Any], pinned: dict[str, ipaddres
 
 
 def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, str] | None = None,
-           first_octets: str = DEFAULT_SUBNETS, compose: Path = COMPOSE) -> dict[str, Any]:
+           first_octets: str = DEFAULT_SUBNETS, compose: Path = COMPOSE,
+           model_cpus: float | None = None) -> dict[str, Any]:
     """The stack, as a mapping for yaml.safe_dump; reads the key files (their names and
-    digests), writes nothing."""
+    digests), writes nothing. `model_cpus`: each model replica's CPU limit, which its
+    llama-server's threads follow (model/serve.sh); none: the node's CPUs, each."""
     if not STACK_NAME.fullmatch(stack):
         raise UsageError(f"stack name {stack!r}: lower case letters, digits and -, starting with a letter, at most 20")
     if readers < 1:
         raise UsageError("--readers must be at least 1")
+    if model_cpus is not None and not 0 < model_cpus <= MAX_CPUS:
+        raise UsageError(f"--model-cpus must be above 0 and at most {MAX_CPUS}")
+    if not FIRST_OCTETS.fullmatch(first_octets) or not all(int(octet) < 256 for octet in first_octets.split(".")):
+        raise UsageError(f"--subnets {first_octets!r}: the first two octets of the networks' /24s, such as 10.231")
     source = read_compose(os.environ if env is None else env, compose)
     pinned = subnets(first_octets)
     secrets = key_secrets(stack, keys_folder)
     services = {name: service(name, source["services"][name], secrets[name], readers if name in SCALED else 1)
                 for name in SERVICES}
+    if model_cpus is not None:
+        # Several models on one node each take every CPU without this: 3 replicas on 2 cores
+        # ran at a third of one replica's pace (measured, README "On Docker Swarm").
+        services["model"]["deploy"]["resources"]["limits"]["cpus"] = f"{model_cpus:g}"
     services["broker"]["environment"] = {**source["services"]["broker"]["environment"],
                                          **broker_bind_hosts(source["services"]["broker"], pinned)}
     networks = {name: {"driver": "overlay", "internal": name != EDGE, "driver_opts": {"encrypted": "true"},

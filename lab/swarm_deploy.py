@@ -1,7 +1,8 @@
 """`airlock swarm up` and `down`: thin helpers over the docker CLI, no orchestrator.
 
-    up      keys in DIR (made if missing), the stack file rendered beside them, one swarm
-            secret per key file that swarm does not hold yet (`docker secret create`), then
+    up      keys in DIR (made if missing), the stack file rendered beside them, each image
+            the engine lacks built from this checkout, one swarm secret per key file that
+            swarm does not hold yet (`docker secret create`), then
             `docker stack deploy --resolve-image never` (the images you built, never pulled)
     down    `docker stack rm`; the secrets stay (the same keys deploy again with the same
             names), removable by their label: docker secret rm $(docker secret ls -q
@@ -13,9 +14,11 @@ run no docker.
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from airlock import keys
 from airlock.errors import UsageError
@@ -41,10 +44,11 @@ def stack_file(keys_folder: Path, stack: str) -> Path:
     return keys_folder.parent / f"{stack}.stack.yaml"
 
 
-def render(stack: str, keys_folder: Path, readers: int, out: Path) -> str:
-    """Make the keys if missing, write the stack file; returns what happened to the keys."""
+def render(stack: str, keys_folder: Path, readers: int, out: Path, **shape: Any) -> str:
+    """Make the keys if missing, write the stack file; returns what happened to the keys.
+    `shape`: swarm.render's model_cpus and first_octets."""
     made = keys.ensure(keys_folder)
-    swarm.write(out, swarm.render(stack, keys_folder, readers))
+    swarm.write(out, swarm.render(stack, keys_folder, readers, **shape))
     return made
 
 
@@ -64,10 +68,29 @@ def create_secrets(stack: str, keys_folder: Path, run: Run) -> list[str]:
     return created
 
 
-def up(stack: str, keys_folder: Path, readers: int, run: Run = run_docker) -> tuple[str, list[str], Path]:
-    """Keys, stack file, secrets, deploy; returns (keys made or kept, secrets created, stack file)."""
+def build_missing(run: Run, env: Mapping[str, str] | None = None) -> list[str]:
+    """`docker build` each image the stack runs that this engine does not hold, from this
+    checkout, as compose.yaml builds it (its target and AIRLOCK_BASE); returns those built.
+    Stack deploy neither builds nor, with --resolve-image never, pulls."""
+    held = set(run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).split())
+    source = swarm.read_compose(os.environ if env is None else env)["services"]
+    built = []
+    for name in swarm.SERVICES:
+        image, build = source[name]["image"], source[name]["build"]
+        if image in held or image in built:
+            continue
+        base = [arg for key, value in build.get("args", {}).items() for arg in ("--build-arg", f"{key}={value}")]
+        run(["docker", "build", "--target", build["target"], *base, "-t", image, str(swarm.COMPOSE.parent)])
+        built.append(image)
+    return built
+
+
+def up(stack: str, keys_folder: Path, readers: int, run: Run = run_docker, **shape: Any) -> tuple[str, list[str], Path]:
+    """Keys, stack file, missing images, secrets, deploy; returns (keys made or kept, secrets
+    created, stack file)."""
     out = stack_file(keys_folder, stack)
-    made = render(stack, keys_folder, readers, out)
+    made = render(stack, keys_folder, readers, out, **shape)
+    build_missing(run)
     created = create_secrets(stack, keys_folder, run)
     run(["docker", "stack", "deploy", "--resolve-image", "never", "-c", str(out), stack])
     return made, created, out

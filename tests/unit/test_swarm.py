@@ -5,6 +5,7 @@ the commands go to a recording runner."""
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -150,16 +151,41 @@ def test_a_bad_stack_name_is_refused(key_folder: Path, stack_name: str) -> None:
         swarm.render(stack_name, key_folder, env={})
 
 
+IMAGES = tuple(f"airlock/{name}:latest" for name in swarm.SERVICES)  # compose's names with no AIRLOCK_TAG
+
+
 class Recorder:
     """A docker runner that runs nothing: it keeps each command line and answers `secret ls`."""
 
-    def __init__(self, held: Sequence[str] = ()) -> None:
+    def __init__(self, held: Sequence[str] = (), images: Sequence[str] | None = None) -> None:
+        """`images`: what the engine holds; default every image the stack names as this
+        environment tags them."""
+        services = swarm.read_compose(os.environ)["services"]
         self.held = held
+        self.images = [services[name]["image"] for name in swarm.SERVICES] if images is None else images
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str]) -> str:
         self.calls.append(list(argv))
+        if argv[:3] == ["docker", "image", "ls"]:
+            return "\n".join(self.images) + "\n"
         return "\n".join(self.held) + "\n" if argv[:3] == ["docker", "secret", "ls"] else ""
+
+
+def test_up_builds_only_the_images_the_engine_lacks_as_compose_does(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image missing (the model) is built from this checkout with compose's target and
+    base; the ones held are not; nothing is pulled."""
+    for name in ("AIRLOCK_BASE", "AIRLOCK_TAG"):  # .ci/run sets AIRLOCK_BASE: the defaults here
+        monkeypatch.delenv(name, raising=False)
+    recorder = Recorder(images=[image for image in IMAGES if "model" not in image])
+    swarm_deploy.up("lab", tmp_path / "keys", readers=1, run=recorder)
+    builds = [call for call in recorder.calls if call[:2] == ["docker", "build"]]
+    assert builds == [["docker", "build", "--target", "model", "--build-arg", "AIRLOCK_BASE=python:3.12-slim",
+                       "-t", "airlock/model:latest", str(swarm.COMPOSE.parent)]]
+    base = swarm_deploy.build_missing(Recorder(images=[]), env={"AIRLOCK_BASE": "airlock/base:bookworm",
+                                                               "AIRLOCK_TAG": "t1"})
+    assert base == [f"airlock/{name}:t1" for name in swarm.SERVICES]
 
 
 def test_up_makes_keys_creates_missing_secrets_and_deploys_without_pulling(tmp_path: Path) -> None:
@@ -175,7 +201,8 @@ def test_up_makes_keys_creates_missing_secrets_and_deploys_without_pulling(tmp_p
     assert first.calls[-1] == ["docker", "stack", "deploy", "--resolve-image", "never", "-c", str(out), "lab"]
     again = Recorder(held=created)
     assert swarm_deploy.up("lab", folder, readers=2, run=again)[:2] == ("kept", [])
-    assert [call[:3] for call in again.calls] == [["docker", "secret", "ls"], ["docker", "stack", "deploy"]]
+    assert [call[:3] for call in again.calls] == [["docker", "image", "ls"], ["docker", "secret", "ls"],
+                                                  ["docker", "stack", "deploy"]]
 
 
 def test_down_removes_the_stack_only() -> None:
