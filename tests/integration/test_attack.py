@@ -134,6 +134,8 @@ def test_running_reads_the_stack_its_data_dir_names(tmp_path: Path) -> None:
                                str(tmp_path / "stack"), "--report", str(report), str(email_file)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
-    (email,) = json.loads(report.read_text())["emails"]
+    result = json.loads(report.read_text())
+    assert result["model_url"] == "the running stack's"  # not this process's AIRLOCK_MODEL_URL
+    (email,) = result["emails"]
     assert email["outcome"] == "completed" and email["value"] == "4411" and email["ms"] is not None
     assert [c["tool"] for c in email["calls"]] == ["lookup_order", "send_status"]
