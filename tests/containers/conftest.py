@@ -51,13 +51,18 @@ def taken_names(client) -> set[str]:
     return (projects | interfaces) - {""}
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def require_engine() -> None:
+    """Skip with one line when no engine answers; fail instead under AIRLOCK_REQUIRE_DOCKER=1."""
     if not engine_answers():
         message = "no Docker engine answers: container tests skipped (.ci/run starts one and makes them mandatory)"
         if os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1":
             pytest.fail(message.replace("skipped", "REQUIRED but"))
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_engine()
     import docker
 
     client = docker.from_env(version="auto")

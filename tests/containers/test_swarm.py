@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from lab.attack import free_ports
-from tests.containers.conftest import engine_answers
+from tests.containers.conftest import require_engine
 from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, host_routes
 
 STACK_PREFIX = "atest"
@@ -115,11 +115,7 @@ def swarm_state() -> tuple[str, bool]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    if not engine_answers():
-        message = "no Docker engine answers: the swarm test skipped (.ci/run starts one and makes it mandatory)"
-        if os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1":
-            pytest.fail(message.replace("skipped", "REQUIRED but"))
-        pytest.skip(message)
+    require_engine()
     state, manager = swarm_state()
     started_swarm = state == "inactive"
     if started_swarm:
