@@ -214,6 +214,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
 COPY --from=model-build /opt/llama /opt/llama
 COPY --from=model-build /models /models
 COPY model/ /opt/model/
+# As runtime: no setuid or setgid file, whatever the package or the copies brought.
+RUN find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 USER 10001:10001
 # Fail the build, not the lab, if the server cannot answer a chat completion as this image
 # runs it (its user, its entrypoint) or leaves a closed endpoint open: the healthcheck's

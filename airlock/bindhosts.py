@@ -41,6 +41,8 @@ from airlock.errors import ConfigError, SettingsError
 SUBNET_PREFIX = "subnet:"
 DEFAULT_ROUTE = "default-route"
 SEPARATOR = ","
+WILDCARDS = ("*", "0.0.0.0", "::", "")  # every address of the host: alone only
+RTF_UP, RTF_REJECT = 0x0001, 0x0200  # /proc/net/route's flags: a usable route; an unreachable one
 FIB_TRIE = Path("/proc/net/fib_trie")  # the kernel's IPv4 routing tables, local addresses included
 ROUTES = Path("/proc/net/route")  # the main table: interface, destination, gateway, mask (hex, little-endian)
 
@@ -51,9 +53,14 @@ def parse(text: str) -> str:
     """A bind host as written: an address or name (kept as is), subnet:CIDR, which must name
     an IPv4 network without host bits (10.231.1.5/24 is a typo, not a subnet), default-route,
     or several of these, comma-separated."""
-    hosts = [host.strip() for host in text.split(SEPARATOR)] if SEPARATOR in text else [text]
-    if "" in hosts:
-        raise ValueError(f"an empty host in a list ({text!r}): hosts are separated by single commas")
+    hosts = [host.strip() for host in text.split(SEPARATOR)]
+    if len(hosts) > 1:
+        if "" in hosts:
+            raise ValueError(f"an empty host in a list ({text!r}): hosts are separated by single commas")
+        if wildcards := [host for host in hosts if host in WILDCARDS]:
+            raise ValueError(f"{wildcards[0]!r} in a list: a wildcard binds every network, the others add nothing")
+        if len(set(hosts)) != len(hosts):
+            raise ValueError(f"a host twice in {text!r}: the second bind would fail as if another program listened")
     return SEPARATOR.join(map(_parse_one, hosts))
 
 
@@ -102,18 +109,30 @@ def own_addresses() -> list[ipaddress.IPv4Address]:
 def default_route_subnet(route_table: str) -> ipaddress.IPv4Network | None:
     """The subnet of the interface that carries the default route, from the text of
     /proc/net/route: its link route (no gateway) on that interface. None without exactly one
-    default route, or without exactly one link route beside it."""
-    rows = [line.split() for line in route_table.splitlines()[1:] if line.strip()]
-
-    def address(hex_text: str) -> ipaddress.IPv4Address:
-        return ipaddress.IPv4Address(int(hex_text, 16).to_bytes(4, "little"))
-
-    defaults = [row[0] for row in rows if int(row[1], 16) == 0 and int(row[7], 16) == 0]
+    usable default route (up, not `unreachable`), or without exactly one link route beside
+    it. ValueError when a row is not the kernel's format."""
+    rows = []
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 8:
+            raise ValueError(f"a route row of {len(fields)} fields: {line!r}")
+        flags = int(fields[3], 16)
+        if flags & RTF_UP and not flags & RTF_REJECT:
+            rows.append((fields[0], _address(fields[1]), _address(fields[2]), _address(fields[7])))
+    anywhere = ipaddress.IPv4Address(0)
+    defaults = [iface for iface, destination, _, mask in rows if destination == mask == anywhere]
     if len(defaults) != 1:
         return None
-    links = [ipaddress.IPv4Network(f"{address(row[1])}/{address(row[7])}") for row in rows
-             if row[0] == defaults[0] and int(row[7], 16) != 0 and int(row[2], 16) == 0]
+    links = [ipaddress.IPv4Network(f"{destination}/{mask}") for iface, destination, gateway, mask in rows
+             if iface == defaults[0] and mask != anywhere and gateway == anywhere]
     return links[0] if len(links) == 1 else None
+
+
+def _address(hex_text: str) -> ipaddress.IPv4Address:
+    """/proc/net/route's hexadecimal address, in the host's (little-endian) byte order."""
+    return ipaddress.IPv4Address(int(hex_text, 16).to_bytes(4, "little"))
 
 
 def own_default_route_subnet() -> ipaddress.IPv4Network | None:
@@ -122,6 +141,8 @@ def own_default_route_subnet() -> ipaddress.IPv4Network | None:
     except OSError as exc:
         raise ConfigError(f"cannot read the routes for a {DEFAULT_ROUTE} bind host: {ROUTES}: {exc.strerror} "
                           "(Linux only; write the address instead)") from None
+    except ValueError as exc:
+        raise ConfigError(f"cannot read the routes for a {DEFAULT_ROUTE} bind host: {ROUTES}: {exc}") from None
 
 
 def resolve(bind_hosts: Mapping[str, str], addresses: Iterable[Address] | None = None,

@@ -37,8 +37,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # (reader/constraint.py): auto (a grammar to llama.cpp's server, nothing to others), gbnf,
     # json_schema or none.
     model_constraint: str
-    # Where the broker binds each endpoint (one network each in the lab): an address, or
-    # subnet:CIDR, its own address in that subnet, found at start (airlock/bindhosts.py).
+    # Where the broker binds each endpoint (one network each in the lab): an address,
+    # subnet:CIDR (its own address in that subnet), default-route (its address where a
+    # swarm's published ports arrive), or several, comma-separated (airlock/bindhosts.py).
     bind_hosts: dict[str, str]
     broker_host: str  # where services and the CLI find the broker
     ports: dict[str, int]

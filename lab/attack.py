@@ -31,7 +31,6 @@ from lab import campaign, score
 from lab.campaign import CampaignEmail
 
 UP_TIMEOUT_S = 120
-RUNNING_MODEL = "the running stack's"  # the report's model on --running: its readers' AIRLOCK_MODEL_URL
 PORT_ATTEMPTS = 3  # a port taken between choosing and binding it: start again on fresh ones
 Progress = Callable[[int, int], None]
 
@@ -277,8 +276,8 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
     pace: dict[str, Any] = {"elapsed_s": round(elapsed_s, 2),
                             "emails_per_s": round(finished / elapsed_s, 2) if elapsed_s and finished else None}
     if mode == "separated":
-        pace |= {"readers": None if running else matched.readers, "in_flight": matched.in_flight,
+        # On --running the model is whatever the stack's readers ask: not this process's to name.
+        pace |= {"running": running, "readers": None if running else matched.readers, "in_flight": matched.in_flight,
                  "model_slots": matched.model_slots, "readers_why": "the running stack's" if running else matched.why}
-    # On --running the model is whatever the stack's readers ask, not this process's setting.
-    model = RUNNING_MODEL if running and mode == "separated" else model_url
-    return score.report(mode, model, task, [scorer.judge(r) for r in results], stragglers, pace)
+    return score.report(mode, None if running else model_url, task, [scorer.judge(r) for r in results], stragglers,
+                        pace)

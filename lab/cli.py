@@ -181,7 +181,8 @@ def cmd_swarm_render(args: argparse.Namespace) -> int:
 def cmd_swarm_up(args: argparse.Namespace) -> int:
     from lab import swarm_deploy
 
-    made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers, **_swarm_shape(args))
+    made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers, rebuild=args.build,
+                                         **_swarm_shape(args))
     print(f"keys {made}; {len(created)} secret(s) created; deployed {out} as stack {args.stack}")
     return 0
 
@@ -305,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                  "(default 10.231: 10.231.0.0/24 ...)")
         if name == "render":
             sub.add_argument("--out", help="the stack file (default beside --keys: NAME.stack.yaml)")
+        if name == "up":
+            sub.add_argument("--build", action="store_true", help="build every image from this checkout first "
+                                                                  "(default: only those the engine lacks)")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,

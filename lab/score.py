@@ -158,11 +158,14 @@ def report(mode: str, model_url: str | None, task: Task, judged: list[dict[str, 
     }
 
 
+RUNNING_MODEL = "the running stack's (its readers' AIRLOCK_MODEL_URL)"  # attack --running names none
+
+
 def table(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
         f"airlock attack: mode {result['mode']}, task {result['task']}, "
-        f"model {result['model_url'] or 'none (recordings)'}",
+        f"model {result['model_url'] or (RUNNING_MODEL if s.get('running') else 'none (recordings)')}",
         f"  emails                {s['emails']}   outcomes {s['outcomes']}",
         f"  calls made            {s['calls']}",
         f"  calls outside plan    {s['calls_outside_plan']}",

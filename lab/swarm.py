@@ -58,8 +58,9 @@ UNSUPPORTED = frozenset({"build", "restart", "depends_on", "security_opt", "tmpf
                          "pids_limit", "profiles", "network_mode", "container_name", "cap_add"})
 KEPT = ("image", "environment", "read_only", "user", "cap_drop", "healthcheck", "entrypoint", "working_dir")
 STACK_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}")  # short: it prefixes every secret, volume and network
-FIRST_OCTETS = re.compile(r"\d{1,3}\.\d{1,3}")
+FIRST_OCTETS = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")  # ASCII digits: \d takes any script's
 MAX_CPUS = 256.0
+PRIVATE = tuple(ipaddress.IPv4Network(block) for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))  # RFC 1918
 INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>[^}]*))?\}")
 
 
@@ -78,8 +79,18 @@ def read_compose(env: Mapping[str, str], path: Path = COMPOSE) -> dict[str, Any]
 
 
 def subnets(first_octets: str) -> dict[str, ipaddress.IPv4Network]:
-    """Each network's pinned /24: NETWORK_ORDER's Nth is <first_octets>.N.0/24."""
-    return {name: ipaddress.IPv4Network(f"{first_octets}.{number}.0/24") for number, name in enumerate(NETWORK_ORDER)}
+    """Each network's pinned /24: NETWORK_ORDER's Nth is <first_octets>.N.0/24, in RFC 1918's
+    ranges only (a /24 of someone's public or loopback range is a typo); UsageError otherwise."""
+    try:
+        if not FIRST_OCTETS.fullmatch(first_octets):
+            raise ValueError("not two numbers")
+        pinned = {name: ipaddress.IPv4Network(f"{first_octets}.{number}.0/24")
+                  for number, name in enumerate(NETWORK_ORDER)}
+    except ValueError:
+        pinned = {}
+    if not pinned or not all(any(n.subnet_of(block) for block in PRIVATE) for n in pinned.values()):
+        raise UsageError(f"--subnets {first_octets!r}: the first two octets of private /24s, such as 10.231")
+    return pinned
 
 
 def secret_name(stack: str, service: str, relative: Path, content: bytes) -> str:
@@ -173,10 +184,8 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
         raise UsageError("--readers must be at least 1")
     if model_cpus is not None and not 0 < model_cpus <= MAX_CPUS:
         raise UsageError(f"--model-cpus must be above 0 and at most {MAX_CPUS}")
-    if not FIRST_OCTETS.fullmatch(first_octets) or not all(int(octet) < 256 for octet in first_octets.split(".")):
-        raise UsageError(f"--subnets {first_octets!r}: the first two octets of the networks' /24s, such as 10.231")
-    source = read_compose(os.environ if env is None else env, compose)
     pinned = subnets(first_octets)
+    source = read_compose(os.environ if env is None else env, compose)
     secrets = key_secrets(stack, keys_folder)
     services = {name: service(name, source["services"][name], secrets[name], readers if name in SCALED else 1)
                 for name in SERVICES}

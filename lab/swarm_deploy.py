@@ -68,11 +68,14 @@ def create_secrets(stack: str, keys_folder: Path, run: Run) -> list[str]:
     return created
 
 
-def build_missing(run: Run, env: Mapping[str, str] | None = None) -> list[str]:
-    """`docker build` each image the stack runs that this engine does not hold, from this
-    checkout, as compose.yaml builds it (its target and AIRLOCK_BASE); returns those built.
-    Stack deploy neither builds nor, with --resolve-image never, pulls."""
-    held = set(run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).split())
+def build_missing(run: Run, env: Mapping[str, str] | None = None, rebuild: bool = False) -> list[str]:
+    """`docker build` each image the stack runs that this engine does not hold (`rebuild`:
+    every one, as the checkout is now; the layer cache keeps it quick), from this checkout,
+    as compose.yaml builds it (its target and AIRLOCK_BASE); returns those built. Stack
+    deploy neither builds nor, with --resolve-image never, pulls: an image already held is
+    deployed as it was built, whatever the checkout says since."""
+    held = set() if rebuild else set(
+        run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).split())
     source = swarm.read_compose(os.environ if env is None else env)["services"]
     built = []
     for name in swarm.SERVICES:
@@ -85,12 +88,13 @@ def build_missing(run: Run, env: Mapping[str, str] | None = None) -> list[str]:
     return built
 
 
-def up(stack: str, keys_folder: Path, readers: int, run: Run = run_docker, **shape: Any) -> tuple[str, list[str], Path]:
-    """Keys, stack file, missing images, secrets, deploy; returns (keys made or kept, secrets
-    created, stack file)."""
+def up(stack: str, keys_folder: Path, readers: int, run: Run = run_docker, rebuild: bool = False,
+       **shape: Any) -> tuple[str, list[str], Path]:
+    """Keys, stack file, missing images (`rebuild`: all), secrets, deploy; returns (keys made
+    or kept, secrets created, stack file)."""
     out = stack_file(keys_folder, stack)
     made = render(stack, keys_folder, readers, out, **shape)
-    build_missing(run)
+    build_missing(run, rebuild=rebuild)
     created = create_secrets(stack, keys_folder, run)
     run(["docker", "stack", "deploy", "--resolve-image", "never", "-c", str(out), stack])
     return made, created, out

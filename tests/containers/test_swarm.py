@@ -90,9 +90,10 @@ class Stack:
     def data(self) -> Path:
         return Path(docker("volume", "inspect", f"{self.name}_data", "--format", "{{.Mountpoint}}").strip())
 
-    def calls(self, message_id: str) -> list[dict]:
-        lines = (self.data() / "calls.jsonl").read_text(encoding="utf-8").splitlines()
-        return [call for call in map(json.loads, lines) if call.get("message_id") == message_id]
+    def lines(self, name: str, message_id: str) -> list[dict]:
+        """calls.jsonl's or trace.jsonl's lines about one email, read on the node's volume (root)."""
+        lines = (self.data() / name).read_text(encoding="utf-8").splitlines()
+        return [line for line in map(json.loads, lines) if line.get("message_id") == message_id]
 
     def wait_running(self) -> None:
         deadline = time.monotonic() + UP_TIMEOUT_S
@@ -117,35 +118,40 @@ def swarm_state() -> tuple[str, bool]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_engine()
     state, manager = swarm_state()
-    started_swarm = state == "inactive"
-    if started_swarm:
-        docker("swarm", "init", "--advertise-addr", advertise_address())
-    elif state != "active" or not manager:
+    if state not in ("inactive", "active") or (state == "active" and not manager):
         pytest.fail(f"this engine is in a swarm as {state}, not a manager: it cannot deploy a stack")
     run_id = secrets.token_hex(3)
     intake, smtp, page = free_ports(3)
     keys = tmp_path_factory.mktemp("swarm") / "keys"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_KEYS", "AIRLOCK_DATA"))},
-           "AIRLOCK_TAG": f"swarm-{run_id}", "AIRLOCK_INTAKE_PORT": str(intake), "AIRLOCK_SMTP_PORT": str(smtp),
-           "AIRLOCK_DASHBOARD_PORT": str(page)}
+    # No AIRLOCK_* from outside but the base image: a model URL, a uid, a broker host or a
+    # key folder set there would change what the stack runs or where the CLI goes.
+    outside = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_") or k == "AIRLOCK_BASE"}
+    env = {**outside, "AIRLOCK_TAG": f"swarm-{run_id}", "AIRLOCK_INTAKE_PORT": str(intake),
+           "AIRLOCK_SMTP_PORT": str(smtp), "AIRLOCK_DASHBOARD_PORT": str(page)}
     running = Stack(f"{STACK_PREFIX}{run_id}", keys, env)
+    started_swarm = False
     try:
+        if state == "inactive":
+            docker("swarm", "init", "--advertise-addr", advertise_address())
+            started_swarm = True
         up = running.airlock("swarm", "up", "--stack", running.name, "--keys", str(keys),
                              "--subnets", free_first_octets(random.SystemRandom()), timeout=BUILD_TIMEOUT_S)
         assert up.returncode == 0, up.stdout + up.stderr
         running.wait_running()
         yield running
     finally:
+        # Each step whatever the one before did (check=False): a failed cleanup step must
+        # neither hide the test's own error nor leave the swarm this test started.
         running.airlock("swarm", "down", "--stack", running.name)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and docker(
-                "ps", "-aq", "--filter", f"label=com.docker.stack.namespace={running.name}"):
+                "ps", "-aq", "--filter", f"label=com.docker.stack.namespace={running.name}", check=False):
             time.sleep(1)
-        ours = docker("secret", "ls", "-q", "--filter", f"label=airlock.stack={running.name}").split()
+        ours = docker("secret", "ls", "-q", "--filter", f"label=airlock.stack={running.name}", check=False).split()
         if ours:
             docker("secret", "rm", *ours, check=False)
         docker("volume", "rm", f"{running.name}_data", check=False)
-        for image in docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}").split():
+        for image in docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", check=False).split():
             if image.endswith(f":swarm-{run_id}"):
                 docker("image", "rm", "--no-prune", image, check=False)
         if started_swarm:
@@ -153,13 +159,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def test_the_4411_email_completes_from_the_host(stack: Stack) -> None:
-    """`AIRLOCK_KEYS=DIR airlock inject --wait` on the published intake port: the plan's two
-    calls ran, for 4411, written by the actor to the stack's data volume."""
+    """`AIRLOCK_KEYS=DIR airlock inject --wait` on the published intake port: the stack's
+    model read 4411 (reader -> model across the model overlay), and the plan's two calls ran
+    for it, written by the actor to the stack's data volume."""
     said = stack.inject()
     message_id, outcome = said.split()
     assert outcome == "completed", said
-    assert [(c["server"], c["tool"], c["args"]) for c in stack.calls(message_id)] == [
+    assert [(c["server"], c["tool"], c["args"]) for c in stack.lines("calls.jsonl", message_id)] == [
         ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
+    (answer,) = [line for line in stack.lines("trace.jsonl", message_id) if line["event"] == "model_answer"]
+    assert answer["source"] == "model" and answer["answer"] == "4411"  # the stack's model, not a recording
 
 
 def test_verify_swarm_passes_with_only_what_swarm_cannot_enforce_as_gaps(stack: Stack) -> None:

@@ -128,14 +128,16 @@ def test_running_reads_the_stack_its_data_dir_names(tmp_path: Path) -> None:
     with stack:
         report = tmp_path / "report.json"
         ports = {key: value for key, value in stack.env.items() if key.endswith("_PORT")}
-        env = {**os.environ, **ports, "AIRLOCK_DATA_DIR": str(tmp_path / "elsewhere"), "AIRLOCK_MODEL_URL": ""}
+        outside = {key: value for key, value in os.environ.items() if not key.startswith("AIRLOCK_")}
+        env = {**outside, **ports, "AIRLOCK_DATA_DIR": str(tmp_path / "elsewhere")}
         email_file = ROOT / "samples" / "seed_4411_de.eml"
         done = subprocess.run([sys.executable, "-m", "airlock", "attack", "--running", "--data-dir",
                                str(tmp_path / "stack"), "--report", str(report), str(email_file)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "model the running stack's" in done.stdout  # not this process's AIRLOCK_MODEL_URL, none here
     result = json.loads(report.read_text())
-    assert result["model_url"] == "the running stack's"  # not this process's AIRLOCK_MODEL_URL
+    assert result["model_url"] is None and result["summary"]["running"] is True
     (email,) = result["emails"]
     assert email["outcome"] == "completed" and email["value"] == "4411" and email["ms"] is not None
     assert [c["tool"] for c in email["calls"]] == ["lookup_order", "send_status"]

@@ -5,6 +5,7 @@ no /proc read."""
 from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -128,6 +129,27 @@ def test_without_one_default_route_on_one_link_there_is_no_subnet(table: str) ->
     assert bindhosts.default_route_subnet(table) is None
 
 
+def test_a_route_that_is_down_or_unreachable_is_no_default_route() -> None:
+    """`ip route add unreachable default` is a row with RTF_REJECT: not a way out; a second
+    default route that is not up does not count as one either."""
+    unreachable = "*\t00000000\t00000000\t0201\t0\t0\t0\t00000000\t0\t0\t0\n"
+    down = "eth2\t00000000\t0101E70A\t0002\t0\t0\t0\t00000000\t0\t0\t0\n"
+    assert bindhosts.default_route_subnet(ROUTES + unreachable + down) == GWBRIDGE
+    assert bindhosts.default_route_subnet(ROUTES.replace("010012AC\t0003", "010012AC\t0201")) is None
+
+
+@pytest.mark.parametrize("row", ["eth0\t00000000\n", "eth0\tnothex\t00000000\t0003\t0\t0\t0\t00000000\n",
+                                 "eth4\t0000E70A\t00000000\t0001\t0\t0\t0\t00FF00FF\n"])
+def test_a_route_table_not_in_the_kernels_format_is_a_config_error(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path, row: str) -> None:
+    """A short row, a field that is not hex, a mask with gaps: a ConfigError naming the file, not a traceback."""
+    table = tmp_path / "route"
+    table.write_text(ROUTES + row)
+    monkeypatch.setattr(bindhosts, "ROUTES", table)
+    with pytest.raises(ConfigError, match="cannot read the routes"):
+        bindhosts.own_default_route_subnet()
+
+
 def test_a_list_binds_on_each_host_resolved_and_default_route_is_where_published_ports_arrive() -> None:
     """`subnet:...,default-route`: the edge overlay's address and docker_gwbridge's, in order."""
     loaded = settings_module.load({"AIRLOCK_INTAKE_BIND_HOST": "subnet:10.231.0.0/24,default-route",
@@ -148,7 +170,8 @@ def test_default_route_without_one_or_outside_it_fails_naming_the_setting() -> N
 
 
 @pytest.mark.parametrize("text", ["subnet:10.231.0.0/24,", ",default-route", "a,,b",
-                                  "subnet:10.231.0.5/24,default-route"])
+                                  "subnet:10.231.0.5/24,default-route", "127.0.0.1,127.0.0.1",
+                                  "*,subnet:10.231.0.0/24", "0.0.0.0,default-route", "default-route, default-route"])
 def test_a_bad_list_fails_at_load_naming_the_key(text: str) -> None:
     with pytest.raises(SettingsError, match="AIRLOCK_INTAKE_BIND_HOST"):
         settings_module.load({"AIRLOCK_INTAKE_BIND_HOST": text})

@@ -186,6 +186,9 @@ def test_up_builds_only_the_images_the_engine_lacks_as_compose_does(tmp_path: Pa
     base = swarm_deploy.build_missing(Recorder(images=[]), env={"AIRLOCK_BASE": "airlock/base:bookworm",
                                                                "AIRLOCK_TAG": "t1"})
     assert base == [f"airlock/{name}:t1" for name in swarm.SERVICES]
+    every = Recorder()  # holds them all; --build builds them all the same, and asks nothing
+    assert swarm_deploy.build_missing(every, rebuild=True) == every.images
+    assert [call[:2] for call in every.calls] == [["docker", "build"]] * len(swarm.SERVICES)
 
 
 def test_up_makes_keys_creates_missing_secrets_and_deploys_without_pulling(tmp_path: Path) -> None:
@@ -210,3 +213,16 @@ def test_down_removes_the_stack_only() -> None:
     recorder = Recorder()
     swarm_deploy.down("lab", run=recorder)
     assert recorder.calls == [["docker", "stack", "rm", "lab"]]
+
+
+@pytest.mark.parametrize("octets", ["010.231", "10.256", "127.0", "0.0", "224.0", "8.8", "10", "10.２31", "x.y"])
+def test_subnets_that_are_not_two_octets_of_a_private_range_are_refused(key_folder: Path, octets: str) -> None:
+    """A usage error naming the option, never a traceback or a public range."""
+    with pytest.raises(swarm.UsageError, match="--subnets"):
+        swarm.render("lab", key_folder, env={}, first_octets=octets)
+
+
+def test_subnets_move_every_network(key_folder: Path) -> None:
+    stack = swarm.render("lab", key_folder, env={}, first_octets="172.20")
+    assert {spec["ipam"]["config"][0]["subnet"] for spec in stack["networks"].values()} == {
+        f"172.20.{n}.0/24" for n in range(len(swarm.NETWORK_ORDER))}
