@@ -9,7 +9,8 @@ Where swarm differs, the evidence is read another way and said as it is:
                         GAP when compensated (bounding set empty, no setuid/setgid file on
                         the image); else FAIL
     pids limit          the engine takes one from API 1.41 (Docker 20.10: Resources.Limits.Pids,
-                        `deploy.resources.limits.pids`), so unset is a FAIL there, a GAP before
+                        `deploy.resources.limits.pids`); nothing stands in for it, so unset is a
+                        FAIL, and before 1.41 too (the engine cannot set it: upgrade)
     memory, no swap     a service has no swap setting: MemorySwap is docker's default, twice
                         the memory (GAP); no memory limit, or any other swap, is a FAIL
     mounts              keys are swarm secrets, absent from inspect's Mounts: read from inside
@@ -177,8 +178,9 @@ def pids_limit(attrs: dict, api: tuple[int, int]) -> tuple[Status, str]:
     value = attrs["HostConfig"].get("PidsLimit")
     if value and value > 0:
         return "PASS", f"PidsLimit={value}"
-    if api < SWARM_PIDS_API:
-        return "GAP", f"PidsLimit={value}: engine API {api[0]}.{api[1]} cannot give a service one (1.41 can)"
+    if api < SWARM_PIDS_API:  # not a GAP: nothing checked stands in for a fork bomb's limit
+        return "FAIL", (f"PidsLimit={value}: engine API {api[0]}.{api[1]} cannot set it for a service; "
+                        "upgrade the engine (API 1.41, Docker 20.10)")
     return "FAIL", (f"PidsLimit={value}: engine API {api[0]}.{api[1]} takes deploy.resources.limits.pids; "
                     "the stack sets none")
 

@@ -177,14 +177,20 @@ def test_a_failed_no_new_privileges_names_the_setuid_files() -> None:
 
 @pytest.mark.parametrize(("limit", "api", "status"), [
     (64, (1, 41), "PASS"),
-    (None, (1, 40), "GAP"),
-    (0, (1, 39), "GAP"),
+    (None, (1, 40), "FAIL"),
+    (0, (1, 39), "FAIL"),
     (None, (1, 41), "FAIL"),
     (-1, (1, 45), "FAIL"),
 ])
-def test_pids_limit_is_a_gap_only_where_the_engine_cannot_set_one(limit: int | None, api: tuple, status: str) -> None:
-    """Engine API 1.41 (Docker 20.10) gives a service a pids limit: unset there is a FAIL, before it a GAP."""
+def test_pids_limit_is_never_a_gap(limit: int | None, api: tuple, status: str) -> None:
+    """Nothing stands in for a pids limit: unset FAILs, on an engine that cannot set one too."""
     assert verify_swarm.pids_limit({"HostConfig": {"PidsLimit": limit}}, api)[0] == status
+
+
+def test_an_engine_too_old_for_a_pids_limit_says_upgrade() -> None:
+    """Below API 1.41 the reason says the engine cannot set it and to upgrade."""
+    status, reason = verify_swarm.pids_limit({"HostConfig": {"PidsLimit": None}}, (1, 40))
+    assert status == "FAIL" and "cannot set it" in reason and "upgrade" in reason
 
 
 @pytest.mark.parametrize(("memory", "swap", "status"), [
