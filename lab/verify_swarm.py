@@ -279,6 +279,11 @@ def inspect(lab: SwarmLab) -> list[Check]:
         replicas = lab.replicas.get(service) or []
         if not replicas:
             checks.append(Check(service, "running", False, "no running task container for this service"))
+        if service == "broker":
+            # the workers find the broker by name (dnsrr): a second task would split the
+            # messages, the call log and the trace between two brokers that know nothing of each other
+            checks.append(Check(service, "one broker", len(replicas) == 1,
+                                f"{len(replicas)} running task(s); policy exactly one"))
         for container in replicas:
             name = replica_name(service, container, len(replicas))
             container.reload()

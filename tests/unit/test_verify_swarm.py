@@ -320,6 +320,22 @@ def test_a_missing_service_fails() -> None:
     assert ("actor", "running") in failing(checks)
 
 
+@pytest.mark.parametrize(("brokers", "ok"), [(1, True), (2, False)])
+def test_the_broker_runs_exactly_one_task(brokers: int, ok: bool) -> None:
+    """One broker: a second task would split the pipeline's state, so any other count FAILs."""
+    client, containers = the_stack()
+    client._containers += [FakeContainer("broker", slot) for slot in range(2, brokers + 1)]
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    one = [c for c in checks if c.name == "one broker"]
+    assert len(one) == 1 and one[0].ok is ok and one[0].reason.startswith(f"{brokers} running task")
+
+
+def test_no_broker_fails_one_broker() -> None:
+    client, containers = the_stack()
+    client._containers = [c for c in containers if not c.name.startswith("sdev_broker.")]
+    assert ("broker", "one broker") in failing(verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client)))
+
+
 
 @pytest.mark.parametrize(("argv", "says"), [
     (["verify", "--swarm"], "needs --stack NAME"),
