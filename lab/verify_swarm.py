@@ -6,16 +6,18 @@ Where swarm differs, the evidence is read another way and said as it is:
 
     no-new-privileges   stack deploy cannot set it: read from inside (/proc/1/status), PASS
                         if NoNewPrivs is 1 (daemon.json "no-new-privileges": true gives it);
-                        GAP when compensated (bounding set empty, no setuid/setgid file on
-                        the image); else FAIL
+                        GAP when compensated (bounding set empty, no setuid/setgid file the
+                        service's user could exec, by a scan that listed every folder that
+                        user can read or search); else FAIL
     pids limit          the engine takes one from API 1.41 (Docker 20.10: Resources.Limits.Pids,
                         `deploy.resources.limits.pids`); nothing stands in for it, so unset is a
                         FAIL, and before 1.41 too (the engine cannot set it: upgrade)
     memory, no swap     a service has no swap setting: MemorySwap is docker's default, twice
                         the memory (GAP); no memory limit, or any other swap, is a FAIL
     mounts              keys are swarm secrets, absent from inspect's Mounts: read from inside
-                        (/proc/self/mountinfo) that each is read-only; the data folder is a
-                        named volume; any bind of the host is a problem
+                        that each is mounted read-only (/proc/self/mountinfo) and each file
+                        under /keys is mode 0400 and the container user's (stat); the data
+                        folder is a named volume; any bind of the host is a problem
     networks            overlays, not bridges: scripts/lab-firewall's al-* names do not apply.
                         Each must be encrypted and internal, but edge, whose task containers
                         leave by docker_gwbridge: its NAT (on, as swarm init makes it) is a GAP
@@ -45,21 +47,27 @@ GWBRIDGE = "docker_gwbridge"  # where a task on a non-internal overlay leaves th
 EDGE = "edge"
 SWARM_PIDS_API = (1, 41)  # the first engine API whose services take Resources.Limits.Pids
 SETID = 0o6000  # setuid | setgid
-SHOWN_SETID = 4  # setuid/setgid files named in a reason before "and N more"
+SHOWN_SETID = 4  # setuid/setgid files (or unlisted folders) named in a reason before "and N more"
+KEY_MODE = 0o400  # a secret's mode as `airlock swarm render` sets it (lab/swarm.py SECRET_MODE)
 # What to do about a failed probe on a swarm: the firewall's --swarm covers docker_gwbridge too.
 HINTS = {
     "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out: run scripts/lab-firewall --swarm",
     "cannot reach host services": f"its route out is {GWBRIDGE}, on the host: run scripts/lab-firewall --swarm",
 }
 
-# Run in each task container: what the kernel holds of its process 1, every setuid or setgid
-# file under the root given (default /; not /proc, /sys, /dev), the mount options of each key secret.
+# Run in each task container, as its user: what the kernel holds of its process 1, every
+# setuid or setgid file under the root given (default /; not /proc, /sys, /dev), each folder the
+# walk could not list with whether this user may read it and search it, the mount options of
+# each key secret, the mode and owner of each file under the keys folder (default /keys), its uid.
 PRIVILEGES = r"""
 import json, os, stat, sys
 top = sys.argv[1] if len(sys.argv) > 1 else "/"
+keys_top = sys.argv[2] if len(sys.argv) > 2 else "/keys"
 status = dict(line.split(":", 1) for line in open("/proc/1/status") if ":" in line)
-setid = []
-for root, dirs, files in os.walk(top):
+setid, unread = [], []
+def failed(error):
+    unread.append([error.filename, os.access(error.filename, os.R_OK), os.access(error.filename, os.X_OK)])
+for root, dirs, files in os.walk(top, onerror=failed):
     if root == "/":
         dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
     for name in files:
@@ -75,8 +83,20 @@ for line in open("/proc/self/mountinfo"):
     fields = line.split()
     if fields[4] == "/keys" or fields[4].startswith("/keys/"):
         keys[fields[4]] = fields[5]
+keyfiles = {}
+def unlisted(error):
+    keyfiles[error.filename] = None
+for root, dirs, files in os.walk(keys_top, onerror=unlisted):
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            found = os.stat(path)
+            keyfiles[path] = [stat.S_IMODE(found.st_mode), found.st_uid]
+        except OSError:
+            keyfiles[path] = None
 print(json.dumps({"NoNewPrivs": status.get("NoNewPrivs", "").strip(), "CapBnd": status.get("CapBnd", "").strip(),
-                  "CapEff": status.get("CapEff", "").strip(), "setid": sorted(setid), "keys": keys}))
+                  "CapEff": status.get("CapEff", "").strip(), "setid": sorted(setid), "unread": sorted(unread),
+                  "keys": keys, "keyfiles": keyfiles, "uid": os.getuid()}))
 """
 
 
@@ -154,24 +174,42 @@ def privileges_seen(output: str) -> dict | None:
         seen = json.loads(output)
     except ValueError:
         return None
-    return seen if isinstance(seen, dict) and {"NoNewPrivs", "CapBnd", "setid", "keys"} <= set(seen) else None
+    wanted = {"NoNewPrivs", "CapBnd", "setid", "unread", "keys", "keyfiles", "uid"}
+    return seen if isinstance(seen, dict) and wanted <= set(seen) else None
+
+
+def named(paths: list[str]) -> str:
+    more = len(paths) - SHOWN_SETID
+    return ", ".join(paths[:SHOWN_SETID]) + (f" and {more} more" if more > 0 else "")
+
+
+def scan_gaps(unread: list[list]) -> tuple[list[str], int]:
+    """The folders the scan could not list, as (those that leave it incomplete, how many it may skip).
+    Rationale: the scan runs as the service's user. To exec a file, that user must search
+    (x) every folder on its path; a folder it can neither read nor search hides nothing it
+    could exec, so it is skipped (root's /root, /etc/ssl/private). One it may read or search
+    yet could not list may hold a setuid file it can exec: the scan is incomplete."""
+    incomplete = sorted(path for path, readable, searchable in unread if readable or searchable)
+    return incomplete, len(unread) - len(incomplete)
 
 
 def no_new_privileges(security_opt: list[str], seen: dict) -> tuple[Status, str]:
     # Data: SecurityOpt (what the engine was told), process 1's NoNewPrivs and CapBnd, the
-    # image's setuid/setgid files. Rationale: without no-new-privileges, exec of a setuid
-    # file can gain privileges; with no capability left to gain and no such file, nothing can.
+    # image's setuid/setgid files and the folders the scan could not list. Rationale: without
+    # no-new-privileges, exec of a setuid file can gain privileges; with no capability left to
+    # gain and no such file the service's user can reach, nothing can (scan_gaps).
     if verify._no_new_privileges({"HostConfig": {"SecurityOpt": security_opt}})[0] or seen["NoNewPrivs"] == "1":
         return "PASS", f"NoNewPrivs={seen['NoNewPrivs']} SecurityOpt={security_opt}"
     bounded = seen["CapBnd"] != "" and seen["CapBnd"].strip("0") == ""  # hex, every bit clear
     setid: list[str] = seen["setid"]
-    more = len(setid) - SHOWN_SETID
-    named = ", ".join(setid[:SHOWN_SETID]) + (f" and {more} more" if more > 0 else "")
-    if bounded and not setid:
+    incomplete, skipped = scan_gaps(seen["unread"])
+    if bounded and not setid and not incomplete:
         return "GAP", (f"NoNewPrivs={seen['NoNewPrivs']} (stack deploy cannot set it); compensated: "
-                       "CapBnd=0, no setuid/setgid file on the image")
+                       f"CapBnd=0, no setuid/setgid file on the image ({skipped} folders its user can "
+                       "neither read nor search skipped: it cannot exec what they hold)")
     return "FAIL", (f"NoNewPrivs={seen['NoNewPrivs']}, not compensated: CapBnd={seen['CapBnd']}; "
-                    f"setuid/setgid: {named or 'none'}")
+                    f"setuid/setgid: {named(setid) or 'none'}"
+                    + (f"; scan incomplete, could not list: {named(incomplete)}" if incomplete else ""))
 
 
 def pids_limit(attrs: dict, api: tuple[int, int]) -> tuple[Status, str]:
@@ -216,16 +254,28 @@ def mounts(name: str, attrs: dict) -> Check:
 
 
 def keys_read_only(name: str, seen: dict) -> Check:
-    """Each secret under /keys mounted read-only, as /proc/self/mountinfo shows it; the model
-    holds none (verify.OWN_SECRETS), every other service some."""
+    """Each secret under /keys mounted read-only, as /proc/self/mountinfo shows it, and each
+    file there mode 0400 and owned by the container's uid (what the probe ran as), as stat
+    shows it; the model holds none (verify.OWN_SECRETS), every other service some."""
     keys: dict[str, str] = seen["keys"]
+    files: dict[str, list[int] | None] = seen["keyfiles"]
     writable = sorted(path for path, options in keys.items() if "ro" not in options.split(","))
     if writable:
         return Check(name, "keys read-only", False, f"writable: {', '.join(writable)}")
+    wrong = [f"{path} not stat'ed" for path in sorted(set(keys) - set(files))]
+    for path, found in sorted(files.items()):
+        if found is None:
+            wrong.append(f"{path} cannot be stat'ed")
+        elif found != [KEY_MODE, seen["uid"]]:
+            wrong.append(f"{path} mode {found[0]:04o} uid {found[1]}")
+    if wrong:
+        return Check(name, "keys read-only", False,
+                     f"want mode {KEY_MODE:04o}, uid {seen['uid']}: " + "; ".join(wrong))
     if bool(keys) != bool(verify.OWN_SECRETS.get(service_of(name))):
         return Check(name, "keys read-only", False, f"{len(keys)} secrets under /keys; policy: "
                      + ("none, it holds no key" if keys else "its own keys"))
-    return Check(name, "keys read-only", True, f"{len(keys)} secrets under /keys, all read-only" if keys
+    return Check(name, "keys read-only", True, f"{len(keys)} secrets under /keys, all read-only, "
+                 f"mode {KEY_MODE:04o}, uid {seen['uid']}" if keys
                  else "no secret under /keys: it holds no key")
 
 
@@ -288,8 +338,8 @@ def inspect(lab: SwarmLab) -> list[Check]:
             name = replica_name(service, container, len(replicas))
             container.reload()
             attrs = container.attrs
-            # as root: the service's user cannot list root's 0700 folders, where a setuid file could hide
-            output = container.exec_run(["python3", "-c", PRIVILEGES], user="0").output.decode(errors="replace").strip()
+            # as the container's user: a folder it cannot search hides nothing it can exec (scan_gaps)
+            output = container.exec_run(["python3", "-c", PRIVILEGES]).output.decode(errors="replace").strip()
             seen = privileges_seen(output)
             checks += inspections(name, attrs, lab.api, seen, output)
             checks.append(mounts(name, attrs))

@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +23,9 @@ from lab.verify import Check
 STACK = "sdev"
 GIB = 1 << 30
 NETWORK_OF = {"edge": 0, "readers": 1, "model": 2, "validators": 3, "actors": 4}  # swarm.py's pinned subnets
-SETID_FREE = {"NoNewPrivs": "0", "CapBnd": "0000000000000000", "CapEff": "0000000000000000", "setid": [], "keys": {}}
+SETID_FREE = {"NoNewPrivs": "0", "CapBnd": "0000000000000000", "CapEff": "0000000000000000", "setid": [],
+              "unread": [], "keys": {}, "keyfiles": {}, "uid": 10001}
+NOBODY = 65534  # the user the privileges probe runs as in a test run by root, who can read every folder
 
 
 class FakeContainer:
@@ -45,12 +49,14 @@ class FakeContainer:
         self.attrs: dict[str, Any] = {"Config": {"User": "10001:10001"}, "HostConfig": {**config, **(host or {})},
                                       "Mounts": mounts, "NetworkSettings": {"Networks": addresses}}
         keys = {} if service == "model" else {f"/keys/{service}.key": "ro,relatime"}
-        self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys}
+        self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys, "keyfiles": {k: [0o400, 10001] for k in keys}}
+        self.exec_users: list[str] = []
 
     def reload(self) -> None:
         pass
 
     def exec_run(self, command: list[str], user: str = "") -> SimpleNamespace:
+        self.exec_users.append(user)
         return SimpleNamespace(output=json.dumps(self.seen).encode(), exit_code=0)
 
 
@@ -168,6 +174,24 @@ def test_no_new_privileges_is_a_gap_only_when_compensated(seen: dict, opts: list
     assert "compensated" in reason if status == "GAP" else True
 
 
+@pytest.mark.parametrize(("unread", "status"), [
+    ([["/root", False, False], ["/etc/ssl/private", False, False]], "GAP"),
+    ([["/data/x", False, True]], "FAIL"),
+    ([["/opt/odd", True, False]], "FAIL"),
+    ([["/root", False, False], ["/srv", True, True]], "FAIL"),
+], ids=["unsearchable-skipped", "searchable-unlisted", "readable-unlisted", "one-of-each"])
+def test_no_new_privileges_needs_a_complete_scan(unread: list, status: str) -> None:
+    """A folder the service's user can neither read nor search is skipped (nothing under it can
+    be exec'd by that user); one it could read or search but the scan could not list FAILs."""
+    got, reason = verify_swarm.no_new_privileges([], {**SETID_FREE, "unread": unread})
+    assert got == status
+    if status == "GAP":
+        assert "2 folders its user can neither read nor search skipped" in reason
+    else:
+        assert all(path in reason for path, readable, searchable in unread if readable or searchable)
+        assert "/root" not in reason
+
+
 def test_a_failed_no_new_privileges_names_the_setuid_files() -> None:
     """The reason names the first setuid files and counts the rest."""
     files = [f"/usr/bin/s{n}" for n in range(6)]
@@ -241,7 +265,26 @@ def test_a_bind_at_data_fails_even_for_a_writer() -> None:
 ])
 def test_keys_are_read_only_secrets(name: str, keys: dict, ok: bool) -> None:
     """Every mount under /keys is read-only; the model has none, every other service some."""
-    assert verify_swarm.keys_read_only(name, {**SETID_FREE, "keys": keys}).ok is ok
+    files = {path: [0o400, 10001] for path in keys}
+    assert verify_swarm.keys_read_only(name, {**SETID_FREE, "keys": keys, "keyfiles": files}).ok is ok
+
+
+@pytest.mark.parametrize(("stat_of", "bad"), [
+    ({"/keys/reader.key_secret": [0o444, 10001]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": [0o400, 0]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": [0o600, 10001]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": None}, "/keys/reader.key_secret"),
+    ({"/keys/other/x.key": [0o444, 0]}, "/keys/other/x.key"),
+    ({"/keys/reader.key": "missing"}, "/keys/reader.key"),
+], ids=["world-readable", "root-owned", "writable", "cannot-stat", "file-without-its-mount", "mount-not-stated"])
+def test_each_key_file_is_0400_and_its_users(stat_of: dict, bad: str) -> None:
+    """Each file under /keys, stat'ed from inside, is mode 0400 and owned by the container's uid;
+    otherwise the check FAILs naming it."""
+    keys = {"/keys/reader.key": "ro", "/keys/reader.key_secret": "ro"}
+    files = {path: [0o400, 10001] for path in keys} | stat_of
+    files = {path: found for path, found in files.items() if found != "missing"}
+    check = verify_swarm.keys_read_only("reader", {**SETID_FREE, "keys": keys, "keyfiles": files})
+    assert not check.ok and bad in check.reason
 
 
 @pytest.mark.parametrize("output", ["", "Traceback (most recent call last):", "[]", '{"NoNewPrivs": "1"}'])
@@ -262,6 +305,66 @@ def test_the_privileges_probe_finds_a_setuid_file(tmp_path: Path) -> None:
     seen = verify_swarm.privileges_seen(done.stdout)
     assert seen is not None and seen["NoNewPrivs"] in ("0", "1")
     assert seen["setid"] == [str(tmp_path / "bin" / "su"), str(tmp_path / "bin" / "wall")]
+
+
+def python_for(uid: int) -> str | None:
+    """A Python that `uid` may run (this one may sit in root's 0700 home), or None."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            subprocess.run([candidate, "-S", "-c", "pass"], user=uid, capture_output=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return candidate
+    return None
+
+
+@pytest.fixture
+def walked(tmp_path: Path) -> Iterator[tuple[Path, str, int | None]]:
+    """A folder the probe's user may reach, a Python it may run, and that user when not this
+    one: as root, which may read anything, nobody, in a folder of /tmp (pytest's is root's, 0700)."""
+    if os.geteuid() != 0:
+        yield tmp_path, sys.executable, None
+        return
+    python = python_for(NOBODY)
+    if python is None:
+        pytest.skip("no Python that nobody may run")
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        yield Path(folder), python, NOBODY
+
+
+def test_the_privileges_probe_reports_the_folders_it_could_not_list(walked: tuple[Path, str, int | None]) -> None:
+    """A folder the probe cannot list is reported with whether its user may read or search it,
+    and each key file with its mode and owner."""
+    base, python, user = walked
+    top, keys = base / "top", base / "keys"
+    for name, mode in (("open", 0o755), ("locked", 0o000), ("searchable", 0o111)):
+        (top / name).mkdir(parents=True)
+        (top / name / "f").write_bytes(b"")
+        os.chmod(top / name, mode)
+    keys.mkdir()
+    (keys / "a.key").write_bytes(b"")
+    os.chmod(keys / "a.key", 0o400)
+    if user is not None:
+        os.chown(keys / "a.key", user, user)
+    try:
+        done = subprocess.run([python, "-S", "-c", verify_swarm.PRIVILEGES, str(top), str(keys)],
+                              capture_output=True, text=True, check=True, user=user)
+    finally:
+        for name in ("locked", "searchable"):
+            os.chmod(top / name, 0o755)
+    seen = verify_swarm.privileges_seen(done.stdout)
+    assert seen is not None
+    assert seen["unread"] == [[str(top / "locked"), False, False], [str(top / "searchable"), False, True]]
+    assert seen["keyfiles"] == {str(keys / "a.key"): [0o400, os.getuid() if user is None else user]}
+    assert seen["uid"] == (os.getuid() if user is None else user)
+
+
+def test_the_privileges_probe_runs_as_the_containers_user() -> None:
+    """Not as root: what the scan skips is then what the service's own user cannot reach."""
+    client, containers = the_stack()
+    verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert {user for c in containers for user in c.exec_users} == {""}
 
 
 def failing(checks: list[Check]) -> set[tuple[str, str]]:
@@ -323,7 +426,7 @@ def test_a_missing_service_fails() -> None:
 @pytest.mark.parametrize(("brokers", "ok"), [(1, True), (2, False)])
 def test_the_broker_runs_exactly_one_task(brokers: int, ok: bool) -> None:
     """One broker: a second task would split the pipeline's state, so any other count FAILs."""
-    client, containers = the_stack()
+    client, _ = the_stack()
     client._containers += [FakeContainer("broker", slot) for slot in range(2, brokers + 1)]
     checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
     one = [c for c in checks if c.name == "one broker"]
