@@ -20,8 +20,14 @@ Where swarm differs, the evidence is read another way and said as it is:
                         folder is a named volume; any bind of the host is a problem
     networks            overlays, not bridges: scripts/lab-firewall's al-* names do not apply.
                         Each must be encrypted and internal, but edge, whose task containers
-                        leave by docker_gwbridge: its NAT (on, as swarm init makes it) is a GAP
-                        that scripts/lab-firewall --swarm closes, proven by the probes
+                        leave by docker_gwbridge (each must be on it): its NAT (on, as swarm
+                        init makes it) is a GAP that scripts/lab-firewall --swarm closes, judged
+                        after the probes: only if that service's "no route outside" and
+                        "cannot reach host services" probes ran and passed, else a FAIL
+    intake on gwbridge  host-mode published ports arrive at the broker task's docker_gwbridge
+                        address, where the broker also binds its intake: from this process,
+                        the intake there connects and no other endpoint does; from the reader,
+                        validator and actor, that address has no route
     host services       an overlay's gateway address is the bridge inside that overlay's own
                         namespace, not the host; the host is docker_gwbridge's gateway (for
                         containers on it) and the node's address, so those are probed, and
@@ -33,7 +39,11 @@ Scaled services (reader, model) are inspected replica by replica; probes run fro
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
 import json
+import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airlock.errors import UsageError
@@ -147,11 +157,18 @@ class SwarmLab(RunningLab):
         """The host's addresses a task container could try: docker_gwbridge's gateway when it
         is on that bridge, and the node's own address."""
         found = []
-        if self.on_gwbridge(self.containers[service]):
+        container = self.containers[service]
+        if self.on_gwbridge(container) or EDGE in self.logical_networks(container):  # edge's must be on it
             found += [c["Gateway"] for c in (self.gwbridge.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")]
         if self.node_address:
             found.append(self.node_address)
         return found
+
+    def gwbridge_address(self, service: str) -> str | None:
+        """The service's (first) task container's address on docker_gwbridge, without its /prefix."""
+        container = self.containers.get(service)
+        found = (self.gwbridge.get("Containers") or {}).get(container.id, {}) if container is not None else {}
+        return str(found.get("IPv4Address") or "").partition("/")[0] or None
 
     def overlay_gateway(self, network: str) -> str | None:
         configs = (self.networks.get(network, {}).get("IPAM") or {}).get("Config") or []
@@ -279,29 +296,47 @@ def keys_read_only(name: str, seen: dict) -> Check:
                  else "no secret under /keys: it holds no key")
 
 
-def network_checks(lab: SwarmLab, service: str, container: Any) -> list[Check]:
+def edge_nat(name: str, on_gwbridge: bool, masquerade: str | None, evidence: Sequence[Check]) -> tuple[Status, str]:
+    # Data: whether the task container is on docker_gwbridge, that bridge's masquerade option,
+    # the service's probe rows. Rationale: edge is not internal, so each task on it leaves by
+    # docker_gwbridge; swarm init turns its NAT on for the whole node, which only the
+    # firewall closes: a GAP only where the probes from that service show it closed.
+    if not on_gwbridge:
+        return "FAIL", (f"not on {GWBRIDGE}: edge is not internal, so each of its tasks must leave by it "
+                        "(and be probed there)")
+    shown = f"leaves by {GWBRIDGE}: enable_ip_masquerade={masquerade}"
+    if masquerade == "false":
+        return "PASS", shown
+    service, missing = service_of(name), []
+    for probe in ("no route outside", "cannot reach host services"):
+        rows = [c for c in evidence if c.service == service and c.name == probe]
+        if not rows:
+            missing.append(f"'{probe}' not probed" + (f" ({verify.OUTSIDE_HOST} did not resolve?)"
+                                                      if probe == "no route outside" else ""))
+        elif not all(c.ok for c in rows):
+            missing.append(f"'{probe}' failed")
+    if missing:
+        return "FAIL", f"{shown}; nothing shows it closed: {'; '.join(missing)}"
+    return "GAP", (f"{shown}; closed for what a task starts (scripts/lab-firewall --swarm): "
+                   "'no route outside' and 'cannot reach host services' passed")
+
+
+def network_checks(lab: SwarmLab, name: str, container: Any, evidence: Sequence[Check] = ()) -> list[Check]:
     checks = []
-    for name in sorted(lab.logical_networks(container)):
-        attrs = lab.networks.get(name, {})
+    for network in sorted(lab.logical_networks(container)):
+        attrs = lab.networks.get(network, {})
         options = attrs.get("Options") or {}
         encrypted = "encrypted" in options and options["encrypted"] != "false"
-        checks.append(Check(service, f"network {name}: encrypted overlay",
+        checks.append(Check(name, f"network {network}: encrypted overlay",
                             attrs.get("Driver") == "overlay" and encrypted,
                             f"driver={attrs.get('Driver')} encrypted={options.get('encrypted', '(unset)')}"))
-        if name != EDGE:
+        if network != EDGE:
             internal = bool(attrs.get("Internal"))
-            checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
-        elif lab.on_gwbridge(container):
-            masquerade = (lab.gwbridge.get("Options") or {}).get("com.docker.network.bridge.enable_ip_masquerade")
-            # swarm init makes docker_gwbridge with NAT on, for the whole node: a GAP, which
-            # the firewall closes and the probes (no route outside, host services) prove.
-            checks.append(Check.judged(service, f"network {name}: no NAT out",
-                                       "PASS" if masquerade == "false" else "GAP",
-                                       f"leaves by {GWBRIDGE}: enable_ip_masquerade={masquerade}"
-                                       + ("" if masquerade == "false" else
-                                          "; scripts/lab-firewall --swarm drops what a task starts: see the probes")))
+            checks.append(Check(name, f"network {network}: internal", internal, f"Internal={internal}"))
         else:
-            checks.append(Check(service, f"network {name}: no NAT out", True, f"not on {GWBRIDGE}"))
+            masquerade = (lab.gwbridge.get("Options") or {}).get("com.docker.network.bridge.enable_ip_masquerade")
+            checks.append(Check.judged(name, f"network {network}: no NAT out",
+                                       *edge_nat(name, lab.on_gwbridge(container), masquerade, evidence)))
     return checks
 
 
@@ -323,7 +358,8 @@ def inspections(name: str, attrs: dict, api: tuple[int, int], seen: dict | None,
     return checks
 
 
-def inspect(lab: SwarmLab) -> list[Check]:
+def inspect(lab: SwarmLab, evidence: Sequence[Check] = ()) -> list[Check]:
+    """Every replica's inspections; `evidence`, the probes' rows, decides the edge's NAT (edge_nat)."""
     checks = []
     for service, expected in verify.NETWORKS.items():
         replicas = lab.replicas.get(service) or []
@@ -348,7 +384,7 @@ def inspect(lab: SwarmLab) -> list[Check]:
             networks = set(lab.logical_networks(container))
             checks.append(Check(name, "networks", networks == expected,
                                 f"on {sorted(networks)}; policy {sorted(expected)}"))
-            checks += network_checks(lab, name, container)
+            checks += network_checks(lab, name, container, evidence)
     return checks
 
 
@@ -367,10 +403,59 @@ def overlay_gateways(lab: SwarmLab, host_port: int) -> list[Check]:
     return checks
 
 
-def run(stack: str, lab: SwarmLab | None = None) -> list[Check]:
+def connect(host: str, port: int) -> str:
+    """A connection from this process, said in verify.PROBE's words (connected, refused,
+    timeout, no-name, unreachable:ERRNO): what a container's probe would print."""
+    try:
+        socket.create_connection((host, port), timeout=verify.PROBE_TIMEOUT_S).close()
+    except TimeoutError:  # socket.timeout
+        return "timeout"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.gaierror:
+        return "no-name"
+    except OSError as exc:
+        return "unreachable:" + errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return "connected"
+
+
+def reached(want: str, got: str) -> bool:
+    """verify's rule for a probe: "no route" passes only when blocked, not even refused."""
+    if want == "connected":
+        return got == "connected"
+    if want == "no connection":
+        return got != "connected"
+    return got not in ("connected", "refused")
+
+
+def intake_on_gwbridge(lab: SwarmLab, connect: Callable[[str, int], str] = connect) -> list[Check]:
+    """The broker's intake bound on its docker_gwbridge address (where host-mode published ports
+    arrive): from this process (the host, on that bridge) the intake connects and no other
+    endpoint does; from the reader, validator and actor, the address has no route."""
+    address = lab.gwbridge_address("broker")
+    planned = [("host", "reaches the broker's intake on docker_gwbridge", verify.PORTS["intake"], "connected")]
+    planned += [("host", f"{role} endpoint not bound on docker_gwbridge", verify.PORTS[role], "no connection")
+                for role in ("reader", "validator", "actor", "trace")]
+    planned += [(service, "cannot reach the broker on docker_gwbridge", verify.PORTS["intake"], "no route")
+                for service in ("reader", "validator", "actor") if service in lab.containers]
+
+    def attempt(plan: tuple[str, str, int, str]) -> Check:
+        service, name, port, want = plan
+        if address is None:
+            return Check(service, name, False, f"the broker has no address on {GWBRIDGE} (is it running, on edge?)")
+        got = connect(address, port) if service == "host" else lab.probe(service, address, port)
+        return Check(service, name, reached(want, got), f"{address}:{port} -> {got} (want {want})")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(attempt, planned))
+
+
+def run(stack: str, lab: SwarmLab | None = None, connect: Callable[[str, int], str] = connect) -> list[Check]:
+    """The probes first, since the edge's NAT is judged on them; the inspections' rows first in the table."""
     lab = lab or SwarmLab(stack)
     if not lab.containers:
         raise UsageError(f"no running task containers in stack {stack!r} (airlock swarm up first, or --stack)")
     with verify.host_listener() as port:
-        return (inspect(lab) + verify.probes(lab, verify.outside_address(), port, HINTS)
-                + overlay_gateways(lab, port))
+        found = (verify.probes(lab, verify.outside_address(), port, HINTS) + intake_on_gwbridge(lab, connect)
+                 + overlay_gateways(lab, port))
+    return inspect(lab, found) + found

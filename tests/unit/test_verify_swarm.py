@@ -3,8 +3,11 @@ for what swarm cannot set (each can FAIL), the GAP in the table and the exit cod
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -51,12 +54,16 @@ class FakeContainer:
         keys = {} if service == "model" else {f"/keys/{service}.key": "ro,relatime"}
         self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys, "keyfiles": {k: [0o400, 10001] for k in keys}}
         self.exec_users: list[str] = []
+        self.answers: dict[tuple[str, int], str] = {}  # verify.PROBE's answer by (host, port); else timeout
 
     def reload(self) -> None:
         pass
 
     def exec_run(self, command: list[str], user: str = "") -> SimpleNamespace:
         self.exec_users.append(user)
+        if command[2] == verify.PROBE:
+            return SimpleNamespace(output=self.answers.get((command[3], int(command[4])), "timeout").encode(),
+                                   exit_code=0)
         return SimpleNamespace(output=json.dumps(self.seen).encode(), exit_code=0)
 
 
@@ -71,7 +78,8 @@ def overlay(name: str, stack: str = STACK, **changes: Any) -> SimpleNamespace:
 def gwbridge(containers: list[FakeContainer], masquerade: str = "true") -> SimpleNamespace:
     attrs = {"Name": "docker_gwbridge", "Options": {"com.docker.network.bridge.enable_ip_masquerade": masquerade},
              "IPAM": {"Config": [{"Subnet": "172.18.0.0/16", "Gateway": "172.18.0.1"}]},
-             "Containers": {c.id: {"Name": f"gateway_{c.id[:12]}"} for c in containers}}
+             "Containers": {c.id: {"Name": f"gateway_{c.id[:12]}", "IPv4Address": f"172.18.0.{n}/16"}
+                            for n, c in enumerate(containers, start=2)}}
     return SimpleNamespace(name="docker_gwbridge", attrs=attrs)
 
 
@@ -371,12 +379,28 @@ def failing(checks: list[Check]) -> set[tuple[str, str]]:
     return {(c.service, c.name) for c in checks if c.status == "FAIL"}
 
 
+EDGE_SERVICES = ("broker", "intake", "dashboard")
+
+
+def probed(services: tuple[str, ...] = EDGE_SERVICES, outside: bool | None = True,
+           host: bool | None = True) -> list[Check]:
+    """The probe rows the edge's NAT is judged on, each passed (True), failed (False) or not run (None)."""
+    rows = []
+    for service in services:
+        if outside is not None:
+            rows.append(Check(service, "no route outside", outside, "r"))
+        if host is not None:
+            rows += [Check(service, "cannot reach host services", True, "r"),
+                     Check(service, "cannot reach host services", host, "r")]
+    return rows
+
+
 def test_the_stack_without_pids_fails_them_and_gaps_swap_privileges_and_the_nat() -> None:
     """A stack without a pids limit on Docker 20.10, with docker_gwbridge's NAT (as swarm init
-    makes it): pids FAIL; swap, no-new-privileges and the edge's NAT are GAPs (the NAT's
-    closing is for the probes to prove)."""
+    makes it) and the probes that show it closed: pids FAIL; swap, no-new-privileges and the
+    edge's NAT are GAPs."""
     client, _ = the_stack()
-    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client), probed())
     assert not [c for c in checks if c.service == "init"]
     assert failing(checks) == {(s, "pids limit") for s in verify.NETWORKS}
     edge_nat = {(s, "network edge: no NAT out") for s in ("broker", "intake", "dashboard")}
@@ -400,6 +424,132 @@ def test_scaled_replicas_are_each_inspected_under_their_slot() -> None:
     services = {c.service for c in checks}
     assert {"reader.1", "reader.2", "model.1", "model.2"} <= services and "reader" not in services
     assert sum(c.name == "read-only root" and c.service.startswith("reader") for c in checks) == 2
+
+
+@pytest.mark.parametrize(("evidence", "says"), [
+    ([], "'no route outside' not probed (pypi.org did not resolve?); 'cannot reach host services' not probed"),
+    (probed(outside=None), "'no route outside' not probed"),
+    (probed(outside=False), "'no route outside' failed"),
+    (probed(host=None), "'cannot reach host services' not probed"),
+    (probed(host=False), "'cannot reach host services' failed"),
+    (probed(("broker", "dashboard")), "'no route outside' not probed"),
+], ids=["no-probes", "outside-not-probed", "outside-failed", "host-not-probed", "host-failed", "other-services"])
+def test_the_nat_is_a_fail_without_the_probes_that_show_it_closed(evidence: list[Check], says: str) -> None:
+    """docker_gwbridge's NAT is a GAP only when that service's probes out and to the host ran and
+    passed; else a FAIL whose reason says which evidence is missing."""
+    status, reason = verify_swarm.edge_nat("intake", True, "true", evidence)
+    assert status == "FAIL" and says in reason
+    assert verify_swarm.edge_nat("intake", True, "true", probed())[0] == "GAP"
+    assert verify_swarm.edge_nat("intake.2", True, "true", probed())[0] == "GAP"
+    assert verify_swarm.edge_nat("intake", True, "false", [])[0] == "PASS"
+
+
+def test_an_edge_task_not_on_gwbridge_fails_and_is_still_probed_there() -> None:
+    """Edge is not internal, so a task on it missing from docker_gwbridge FAILs (NAT off or on),
+    and its gateway is probed all the same."""
+    client, containers = the_stack(masquerade="false")
+    intake = next(c for c in containers if c.name.startswith("sdev_intake."))
+    del client._networks[-1].attrs["Containers"][intake.id]
+    lab = verify_swarm.SwarmLab(STACK, client)
+    nat = [c for c in verify_swarm.inspect(lab, probed()) if c.name == "network edge: no NAT out"]
+    assert {c.service for c in nat if c.status == "FAIL"} == {"intake"}
+    assert "not on docker_gwbridge" in next(c.reason for c in nat if c.service == "intake")
+    assert "172.18.0.1" in lab.gateways("intake")
+
+
+def test_verify_fails_the_nat_when_the_outside_does_not_resolve(monkeypatch) -> None:
+    """With pypi.org unresolved no "no route outside" probe is planned, so the NAT has no
+    evidence: a FAIL and exit 1, however the other probes went."""
+    client, _ = the_stack()
+    monkeypatch.setattr(verify, "outside_address", lambda: None)
+    monkeypatch.setattr(verify, "host_listener", lambda: contextlib.nullcontext(40000))
+    checks = verify_swarm.run(STACK, verify_swarm.SwarmLab(STACK, client), connect=lambda host, port: "refused")
+    nat = {c.service: c for c in checks if c.name == "network edge: no NAT out"}
+    assert set(nat) == set(EDGE_SERVICES) and all(c.status == "FAIL" for c in nat.values())
+    assert "'no route outside' not probed" in nat["intake"].reason
+    assert not verify.passed(checks)
+
+
+def test_verify_gaps_the_nat_when_the_probes_show_it_closed(monkeypatch) -> None:
+    """The same run with the outside resolved and every probe blocked: the NAT is a GAP."""
+    client, _ = the_stack()
+    monkeypatch.setattr(verify, "outside_address", lambda: "192.0.2.80")
+    monkeypatch.setattr(verify, "host_listener", lambda: contextlib.nullcontext(40000))
+    checks = verify_swarm.run(STACK, verify_swarm.SwarmLab(STACK, client), connect=lambda host, port: "refused")
+    nat = [c for c in checks if c.name == "network edge: no NAT out"]
+    assert len(nat) == 3 and all(c.status == "GAP" for c in nat)
+
+
+def intake_lab(**answers: dict[tuple[str, int], str]) -> verify_swarm.SwarmLab:
+    """The stack with the given probe answers, by service, from its containers."""
+    client, containers = the_stack()
+    for container in containers:
+        container.answers = answers.get(container.labels[verify_swarm.SERVICE_LABEL][len(STACK) + 1:], {})
+    return verify_swarm.SwarmLab(STACK, client)
+
+
+BROKER_GW = "172.18.0.2"  # the broker's docker_gwbridge address in the_stack (its first container on it)
+INTAKE = verify.PORTS["intake"]
+
+
+def only_intake(host: str, port: int) -> str:
+    """This process's view: the broker's intake listens on its gwbridge address, nothing else does."""
+    return "connected" if (host, port) == (BROKER_GW, INTAKE) else "refused"
+
+
+def test_the_intake_on_gwbridge_is_bound_and_nothing_else() -> None:
+    """From this process the broker's gwbridge address takes the intake and no other endpoint;
+    from the reader, validator and actor it has no route."""
+    calls: list[tuple[str, int]] = []
+
+    def connect(host: str, port: int) -> str:
+        calls.append((host, port))
+        return only_intake(host, port)
+
+    checks = verify_swarm.intake_on_gwbridge(intake_lab(), connect)
+    assert [c for c in checks if c.status != "PASS"] == []
+    assert sorted(calls) == [(BROKER_GW, verify.PORTS[r]) for r in ("intake", "reader", "validator", "actor", "trace")]
+    assert {(c.service, c.name) for c in checks} >= {(s, "cannot reach the broker on docker_gwbridge")
+                                                      for s in ("reader", "validator", "actor")}
+    assert len(checks) == 8
+
+
+@pytest.mark.parametrize(("connect", "answers", "failed"), [
+    (lambda host, port: "refused", {}, ("host", "reaches the broker's intake on docker_gwbridge")),
+    (lambda host, port: "connected", {}, ("host", "actor endpoint not bound on docker_gwbridge")),
+    (only_intake, {"reader": {(BROKER_GW, INTAKE): "connected"}},
+     ("reader", "cannot reach the broker on docker_gwbridge")),
+    (only_intake, {"actor": {(BROKER_GW, INTAKE): "refused"}}, ("actor", "cannot reach the broker on docker_gwbridge")),
+], ids=["intake-not-bound", "other-endpoints-bound", "reader-connects", "actor-has-a-route"])
+def test_each_intake_on_gwbridge_breach_fails(connect: Any, answers: dict, failed: tuple[str, str]) -> None:
+    assert failed in failing(verify_swarm.intake_on_gwbridge(intake_lab(**answers), connect))
+
+
+def test_a_broker_not_on_gwbridge_fails_the_intake_probes() -> None:
+    """No gwbridge address for the broker: every row FAILs saying so, and nothing is connected to."""
+    lab = intake_lab()
+    lab.gwbridge["Containers"].pop(lab.containers["broker"].id)
+    checks = verify_swarm.intake_on_gwbridge(lab, lambda host, port: pytest.fail("connected"))
+    assert len(checks) == 8 and all(c.status == "FAIL" and "no address on docker_gwbridge" in c.reason
+                                    for c in checks)
+
+
+@pytest.mark.parametrize("outcome", [None, TimeoutError(), ConnectionRefusedError(), socket.gaierror(),
+                                     OSError(errno.EHOSTUNREACH, "no route")],
+                         ids=["connected", "timeout", "refused", "no-name", "unreachable"])
+def test_this_processs_connect_says_what_the_probe_script_says(outcome: Exception | None, monkeypatch,
+                                                                capsys) -> None:
+    """connect() and verify.PROBE name each socket outcome alike (no socket opened: create_connection is faked)."""
+    def create_connection(address: tuple, timeout: float) -> SimpleNamespace:
+        assert timeout == verify.PROBE_TIMEOUT_S
+        if outcome is not None:
+            raise outcome
+        return SimpleNamespace(close=lambda: None)
+
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    monkeypatch.setattr(sys, "argv", ["-c", "192.0.2.9", "7401", str(verify.PROBE_TIMEOUT_S)])
+    exec(verify.PROBE, {})  # the probe script itself, run here with the socket faked
+    assert verify_swarm.connect("192.0.2.9", 7401) == capsys.readouterr().out.strip()
 
 
 @pytest.mark.parametrize(("change", "check"), [
