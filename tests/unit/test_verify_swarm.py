@@ -3,11 +3,16 @@ for what swarm cannot set (each can FAIL), the GAP in the table and the exit cod
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +26,9 @@ from lab.verify import Check
 STACK = "sdev"
 GIB = 1 << 30
 NETWORK_OF = {"edge": 0, "readers": 1, "model": 2, "validators": 3, "actors": 4}  # swarm.py's pinned subnets
-SETID_FREE = {"NoNewPrivs": "0", "CapBnd": "0000000000000000", "CapEff": "0000000000000000", "setid": [], "keys": {}}
+SETID_FREE = {"NoNewPrivs": "0", "CapBnd": "0000000000000000", "CapEff": "0000000000000000", "setid": [],
+              "unread": [], "keys": {}, "keyfiles": {}, "uid": 10001}
+NOBODY = 65534  # the user the privileges probe runs as in a test run by root, who can read every folder
 
 
 class FakeContainer:
@@ -45,12 +52,18 @@ class FakeContainer:
         self.attrs: dict[str, Any] = {"Config": {"User": "10001:10001"}, "HostConfig": {**config, **(host or {})},
                                       "Mounts": mounts, "NetworkSettings": {"Networks": addresses}}
         keys = {} if service == "model" else {f"/keys/{service}.key": "ro,relatime"}
-        self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys}
+        self.seen: dict[str, Any] = {**SETID_FREE, "keys": keys, "keyfiles": {k: [0o400, 10001] for k in keys}}
+        self.exec_users: list[str] = []
+        self.answers: dict[tuple[str, int], str] = {}  # verify.PROBE's answer by (host, port); else timeout
 
     def reload(self) -> None:
         pass
 
     def exec_run(self, command: list[str], user: str = "") -> SimpleNamespace:
+        self.exec_users.append(user)
+        if command[2] == verify.PROBE:
+            return SimpleNamespace(output=self.answers.get((command[3], int(command[4])), "timeout").encode(),
+                                   exit_code=0)
         return SimpleNamespace(output=json.dumps(self.seen).encode(), exit_code=0)
 
 
@@ -65,7 +78,8 @@ def overlay(name: str, stack: str = STACK, **changes: Any) -> SimpleNamespace:
 def gwbridge(containers: list[FakeContainer], masquerade: str = "true") -> SimpleNamespace:
     attrs = {"Name": "docker_gwbridge", "Options": {"com.docker.network.bridge.enable_ip_masquerade": masquerade},
              "IPAM": {"Config": [{"Subnet": "172.18.0.0/16", "Gateway": "172.18.0.1"}]},
-             "Containers": {c.id: {"Name": f"gateway_{c.id[:12]}"} for c in containers}}
+             "Containers": {c.id: {"Name": f"gateway_{c.id[:12]}", "IPv4Address": f"172.18.0.{n}/16"}
+                            for n, c in enumerate(containers, start=2)}}
     return SimpleNamespace(name="docker_gwbridge", attrs=attrs)
 
 
@@ -168,6 +182,24 @@ def test_no_new_privileges_is_a_gap_only_when_compensated(seen: dict, opts: list
     assert "compensated" in reason if status == "GAP" else True
 
 
+@pytest.mark.parametrize(("unread", "status"), [
+    ([["/root", False, False], ["/etc/ssl/private", False, False]], "GAP"),
+    ([["/data/x", False, True]], "FAIL"),
+    ([["/opt/odd", True, False]], "FAIL"),
+    ([["/root", False, False], ["/srv", True, True]], "FAIL"),
+], ids=["unsearchable-skipped", "searchable-unlisted", "readable-unlisted", "one-of-each"])
+def test_no_new_privileges_needs_a_complete_scan(unread: list, status: str) -> None:
+    """A folder the service's user can neither read nor search is skipped (nothing under it can
+    be exec'd by that user); one it could read or search but the scan could not list FAILs."""
+    got, reason = verify_swarm.no_new_privileges([], {**SETID_FREE, "unread": unread})
+    assert got == status
+    if status == "GAP":
+        assert "2 folders its user can neither read nor search skipped" in reason
+    else:
+        assert all(path in reason for path, readable, searchable in unread if readable or searchable)
+        assert "/root" not in reason
+
+
 def test_a_failed_no_new_privileges_names_the_setuid_files() -> None:
     """The reason names the first setuid files and counts the rest."""
     files = [f"/usr/bin/s{n}" for n in range(6)]
@@ -177,14 +209,20 @@ def test_a_failed_no_new_privileges_names_the_setuid_files() -> None:
 
 @pytest.mark.parametrize(("limit", "api", "status"), [
     (64, (1, 41), "PASS"),
-    (None, (1, 40), "GAP"),
-    (0, (1, 39), "GAP"),
+    (None, (1, 40), "FAIL"),
+    (0, (1, 39), "FAIL"),
     (None, (1, 41), "FAIL"),
     (-1, (1, 45), "FAIL"),
 ])
-def test_pids_limit_is_a_gap_only_where_the_engine_cannot_set_one(limit: int | None, api: tuple, status: str) -> None:
-    """Engine API 1.41 (Docker 20.10) gives a service a pids limit: unset there is a FAIL, before it a GAP."""
+def test_pids_limit_is_never_a_gap(limit: int | None, api: tuple, status: str) -> None:
+    """Nothing stands in for a pids limit: unset FAILs, on an engine that cannot set one too."""
     assert verify_swarm.pids_limit({"HostConfig": {"PidsLimit": limit}}, api)[0] == status
+
+
+def test_an_engine_too_old_for_a_pids_limit_says_upgrade() -> None:
+    """Below API 1.41 the reason says the engine cannot set it and to upgrade."""
+    status, reason = verify_swarm.pids_limit({"HostConfig": {"PidsLimit": None}}, (1, 40))
+    assert status == "FAIL" and "cannot set it" in reason and "upgrade" in reason
 
 
 @pytest.mark.parametrize(("memory", "swap", "status"), [
@@ -235,7 +273,26 @@ def test_a_bind_at_data_fails_even_for_a_writer() -> None:
 ])
 def test_keys_are_read_only_secrets(name: str, keys: dict, ok: bool) -> None:
     """Every mount under /keys is read-only; the model has none, every other service some."""
-    assert verify_swarm.keys_read_only(name, {**SETID_FREE, "keys": keys}).ok is ok
+    files = {path: [0o400, 10001] for path in keys}
+    assert verify_swarm.keys_read_only(name, {**SETID_FREE, "keys": keys, "keyfiles": files}).ok is ok
+
+
+@pytest.mark.parametrize(("stat_of", "bad"), [
+    ({"/keys/reader.key_secret": [0o444, 10001]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": [0o400, 0]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": [0o600, 10001]}, "/keys/reader.key_secret"),
+    ({"/keys/reader.key_secret": None}, "/keys/reader.key_secret"),
+    ({"/keys/other/x.key": [0o444, 0]}, "/keys/other/x.key"),
+    ({"/keys/reader.key": "missing"}, "/keys/reader.key"),
+], ids=["world-readable", "root-owned", "writable", "cannot-stat", "file-without-its-mount", "mount-not-stated"])
+def test_each_key_file_is_0400_and_its_users(stat_of: dict, bad: str) -> None:
+    """Each file under /keys, stat'ed from inside, is mode 0400 and owned by the container's uid;
+    otherwise the check FAILs naming it."""
+    keys = {"/keys/reader.key": "ro", "/keys/reader.key_secret": "ro"}
+    files = {path: [0o400, 10001] for path in keys} | stat_of
+    files = {path: found for path, found in files.items() if found != "missing"}
+    check = verify_swarm.keys_read_only("reader", {**SETID_FREE, "keys": keys, "keyfiles": files})
+    assert not check.ok and bad in check.reason
 
 
 @pytest.mark.parametrize("output", ["", "Traceback (most recent call last):", "[]", '{"NoNewPrivs": "1"}'])
@@ -258,16 +315,92 @@ def test_the_privileges_probe_finds_a_setuid_file(tmp_path: Path) -> None:
     assert seen["setid"] == [str(tmp_path / "bin" / "su"), str(tmp_path / "bin" / "wall")]
 
 
+def python_for(uid: int) -> str | None:
+    """A Python that `uid` may run (this one may sit in root's 0700 home), or None."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            subprocess.run([candidate, "-S", "-c", "pass"], user=uid, capture_output=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        return candidate
+    return None
+
+
+@pytest.fixture
+def walked(tmp_path: Path) -> Iterator[tuple[Path, str, int | None]]:
+    """A folder the probe's user may reach, a Python it may run, and that user when not this
+    one: as root, which may read anything, nobody, in a folder of /tmp (pytest's is root's, 0700)."""
+    if os.geteuid() != 0:
+        yield tmp_path, sys.executable, None
+        return
+    python = python_for(NOBODY)
+    if python is None:
+        pytest.skip("no Python that nobody may run")
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        yield Path(folder), python, NOBODY
+
+
+def test_the_privileges_probe_reports_the_folders_it_could_not_list(walked: tuple[Path, str, int | None]) -> None:
+    """A folder the probe cannot list is reported with whether its user may read or search it,
+    and each key file with its mode and owner."""
+    base, python, user = walked
+    top, keys = base / "top", base / "keys"
+    for name, mode in (("open", 0o755), ("locked", 0o000), ("searchable", 0o111)):
+        (top / name).mkdir(parents=True)
+        (top / name / "f").write_bytes(b"")
+        os.chmod(top / name, mode)
+    keys.mkdir()
+    (keys / "a.key").write_bytes(b"")
+    os.chmod(keys / "a.key", 0o400)
+    if user is not None:
+        os.chown(keys / "a.key", user, user)
+    try:
+        done = subprocess.run([python, "-S", "-c", verify_swarm.PRIVILEGES, str(top), str(keys)],
+                              capture_output=True, text=True, check=True, user=user)
+    finally:
+        for name in ("locked", "searchable"):
+            os.chmod(top / name, 0o755)
+    seen = verify_swarm.privileges_seen(done.stdout)
+    assert seen is not None
+    assert seen["unread"] == [[str(top / "locked"), False, False], [str(top / "searchable"), False, True]]
+    assert seen["keyfiles"] == {str(keys / "a.key"): [0o400, os.getuid() if user is None else user]}
+    assert seen["uid"] == (os.getuid() if user is None else user)
+
+
+def test_the_privileges_probe_runs_as_the_containers_user() -> None:
+    """Not as root: what the scan skips is then what the service's own user cannot reach."""
+    client, containers = the_stack()
+    verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    assert {user for c in containers for user in c.exec_users} == {""}
+
+
 def failing(checks: list[Check]) -> set[tuple[str, str]]:
     return {(c.service, c.name) for c in checks if c.status == "FAIL"}
 
 
+EDGE_SERVICES = ("broker", "intake", "dashboard")
+
+
+def probed(services: tuple[str, ...] = EDGE_SERVICES, outside: bool | None = True,
+           host: bool | None = True) -> list[Check]:
+    """The probe rows the edge's NAT is judged on, each passed (True), failed (False) or not run (None)."""
+    rows = []
+    for service in services:
+        if outside is not None:
+            rows.append(Check(service, "no route outside", outside, "r"))
+        if host is not None:
+            rows += [Check(service, "cannot reach host services", True, "r"),
+                     Check(service, "cannot reach host services", host, "r")]
+    return rows
+
+
 def test_the_stack_without_pids_fails_them_and_gaps_swap_privileges_and_the_nat() -> None:
     """A stack without a pids limit on Docker 20.10, with docker_gwbridge's NAT (as swarm init
-    makes it): pids FAIL; swap, no-new-privileges and the edge's NAT are GAPs (the NAT's
-    closing is for the probes to prove)."""
+    makes it) and the probes that show it closed: pids FAIL; swap, no-new-privileges and the
+    edge's NAT are GAPs."""
     client, _ = the_stack()
-    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client), probed())
     assert not [c for c in checks if c.service == "init"]
     assert failing(checks) == {(s, "pids limit") for s in verify.NETWORKS}
     edge_nat = {(s, "network edge: no NAT out") for s in ("broker", "intake", "dashboard")}
@@ -293,6 +426,132 @@ def test_scaled_replicas_are_each_inspected_under_their_slot() -> None:
     assert sum(c.name == "read-only root" and c.service.startswith("reader") for c in checks) == 2
 
 
+@pytest.mark.parametrize(("evidence", "says"), [
+    ([], "'no route outside' not probed (pypi.org did not resolve?); 'cannot reach host services' not probed"),
+    (probed(outside=None), "'no route outside' not probed"),
+    (probed(outside=False), "'no route outside' failed"),
+    (probed(host=None), "'cannot reach host services' not probed"),
+    (probed(host=False), "'cannot reach host services' failed"),
+    (probed(("broker", "dashboard")), "'no route outside' not probed"),
+], ids=["no-probes", "outside-not-probed", "outside-failed", "host-not-probed", "host-failed", "other-services"])
+def test_the_nat_is_a_fail_without_the_probes_that_show_it_closed(evidence: list[Check], says: str) -> None:
+    """docker_gwbridge's NAT is a GAP only when that service's probes out and to the host ran and
+    passed; else a FAIL whose reason says which evidence is missing."""
+    status, reason = verify_swarm.edge_nat("intake", True, "true", evidence)
+    assert status == "FAIL" and says in reason
+    assert verify_swarm.edge_nat("intake", True, "true", probed())[0] == "GAP"
+    assert verify_swarm.edge_nat("intake.2", True, "true", probed())[0] == "GAP"
+    assert verify_swarm.edge_nat("intake", True, "false", [])[0] == "PASS"
+
+
+def test_an_edge_task_not_on_gwbridge_fails_and_is_still_probed_there() -> None:
+    """Edge is not internal, so a task on it missing from docker_gwbridge FAILs (NAT off or on),
+    and its gateway is probed all the same."""
+    client, containers = the_stack(masquerade="false")
+    intake = next(c for c in containers if c.name.startswith("sdev_intake."))
+    del client._networks[-1].attrs["Containers"][intake.id]
+    lab = verify_swarm.SwarmLab(STACK, client)
+    nat = [c for c in verify_swarm.inspect(lab, probed()) if c.name == "network edge: no NAT out"]
+    assert {c.service for c in nat if c.status == "FAIL"} == {"intake"}
+    assert "not on docker_gwbridge" in next(c.reason for c in nat if c.service == "intake")
+    assert "172.18.0.1" in lab.gateways("intake")
+
+
+def test_verify_fails_the_nat_when_the_outside_does_not_resolve(monkeypatch) -> None:
+    """With pypi.org unresolved no "no route outside" probe is planned, so the NAT has no
+    evidence: a FAIL and exit 1, however the other probes went."""
+    client, _ = the_stack()
+    monkeypatch.setattr(verify, "outside_address", lambda: None)
+    monkeypatch.setattr(verify, "host_listener", lambda: contextlib.nullcontext(40000))
+    checks = verify_swarm.run(STACK, verify_swarm.SwarmLab(STACK, client), connect=lambda host, port: "refused")
+    nat = {c.service: c for c in checks if c.name == "network edge: no NAT out"}
+    assert set(nat) == set(EDGE_SERVICES) and all(c.status == "FAIL" for c in nat.values())
+    assert "'no route outside' not probed" in nat["intake"].reason
+    assert not verify.passed(checks)
+
+
+def test_verify_gaps_the_nat_when_the_probes_show_it_closed(monkeypatch) -> None:
+    """The same run with the outside resolved and every probe blocked: the NAT is a GAP."""
+    client, _ = the_stack()
+    monkeypatch.setattr(verify, "outside_address", lambda: "192.0.2.80")
+    monkeypatch.setattr(verify, "host_listener", lambda: contextlib.nullcontext(40000))
+    checks = verify_swarm.run(STACK, verify_swarm.SwarmLab(STACK, client), connect=lambda host, port: "refused")
+    nat = [c for c in checks if c.name == "network edge: no NAT out"]
+    assert len(nat) == 3 and all(c.status == "GAP" for c in nat)
+
+
+def intake_lab(**answers: dict[tuple[str, int], str]) -> verify_swarm.SwarmLab:
+    """The stack with the given probe answers, by service, from its containers."""
+    client, containers = the_stack()
+    for container in containers:
+        container.answers = answers.get(container.labels[verify_swarm.SERVICE_LABEL][len(STACK) + 1:], {})
+    return verify_swarm.SwarmLab(STACK, client)
+
+
+BROKER_GW = "172.18.0.2"  # the broker's docker_gwbridge address in the_stack (its first container on it)
+INTAKE = verify.PORTS["intake"]
+
+
+def only_intake(host: str, port: int) -> str:
+    """This process's view: the broker's intake listens on its gwbridge address, nothing else does."""
+    return "connected" if (host, port) == (BROKER_GW, INTAKE) else "refused"
+
+
+def test_the_intake_on_gwbridge_is_bound_and_nothing_else() -> None:
+    """From this process the broker's gwbridge address takes the intake and no other endpoint;
+    from the reader, validator and actor it has no route."""
+    calls: list[tuple[str, int]] = []
+
+    def connect(host: str, port: int) -> str:
+        calls.append((host, port))
+        return only_intake(host, port)
+
+    checks = verify_swarm.intake_on_gwbridge(intake_lab(), connect)
+    assert [c for c in checks if c.status != "PASS"] == []
+    assert sorted(calls) == [(BROKER_GW, verify.PORTS[r]) for r in ("intake", "reader", "validator", "actor", "trace")]
+    assert {(c.service, c.name) for c in checks} >= {(s, "cannot reach the broker on docker_gwbridge")
+                                                      for s in ("reader", "validator", "actor")}
+    assert len(checks) == 8
+
+
+@pytest.mark.parametrize(("connect", "answers", "failed"), [
+    (lambda host, port: "refused", {}, ("host", "reaches the broker's intake on docker_gwbridge")),
+    (lambda host, port: "connected", {}, ("host", "actor endpoint not bound on docker_gwbridge")),
+    (only_intake, {"reader": {(BROKER_GW, INTAKE): "connected"}},
+     ("reader", "cannot reach the broker on docker_gwbridge")),
+    (only_intake, {"actor": {(BROKER_GW, INTAKE): "refused"}}, ("actor", "cannot reach the broker on docker_gwbridge")),
+], ids=["intake-not-bound", "other-endpoints-bound", "reader-connects", "actor-has-a-route"])
+def test_each_intake_on_gwbridge_breach_fails(connect: Any, answers: dict, failed: tuple[str, str]) -> None:
+    assert failed in failing(verify_swarm.intake_on_gwbridge(intake_lab(**answers), connect))
+
+
+def test_a_broker_not_on_gwbridge_fails_the_intake_probes() -> None:
+    """No gwbridge address for the broker: every row FAILs saying so, and nothing is connected to."""
+    lab = intake_lab()
+    lab.gwbridge["Containers"].pop(lab.containers["broker"].id)
+    checks = verify_swarm.intake_on_gwbridge(lab, lambda host, port: pytest.fail("connected"))
+    assert len(checks) == 8 and all(c.status == "FAIL" and "no address on docker_gwbridge" in c.reason
+                                    for c in checks)
+
+
+@pytest.mark.parametrize("outcome", [None, TimeoutError(), ConnectionRefusedError(), socket.gaierror(),
+                                     OSError(errno.EHOSTUNREACH, "no route")],
+                         ids=["connected", "timeout", "refused", "no-name", "unreachable"])
+def test_this_processs_connect_says_what_the_probe_script_says(outcome: Exception | None, monkeypatch,
+                                                                capsys) -> None:
+    """connect() and verify.PROBE name each socket outcome alike (no socket opened: create_connection is faked)."""
+    def create_connection(address: tuple, timeout: float) -> SimpleNamespace:
+        assert timeout == verify.PROBE_TIMEOUT_S
+        if outcome is not None:
+            raise outcome
+        return SimpleNamespace(close=lambda: None)
+
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    monkeypatch.setattr(sys, "argv", ["-c", "192.0.2.9", "7401", str(verify.PROBE_TIMEOUT_S)])
+    exec(verify.PROBE, {})  # the probe script itself, run here with the socket faked
+    assert verify_swarm.connect("192.0.2.9", 7401) == capsys.readouterr().out.strip()
+
+
 @pytest.mark.parametrize(("change", "check"), [
     ({"Options": {}}, "network readers: encrypted overlay"),
     ({"Driver": "bridge"}, "network readers: encrypted overlay"),
@@ -312,6 +571,22 @@ def test_a_missing_service_fails() -> None:
     client._containers = [c for c in containers if not c.name.startswith("sdev_actor.")]
     checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
     assert ("actor", "running") in failing(checks)
+
+
+@pytest.mark.parametrize(("brokers", "ok"), [(1, True), (2, False)])
+def test_the_broker_runs_exactly_one_task(brokers: int, ok: bool) -> None:
+    """One broker: a second task would split the pipeline's state, so any other count FAILs."""
+    client, _ = the_stack()
+    client._containers += [FakeContainer("broker", slot) for slot in range(2, brokers + 1)]
+    checks = verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client))
+    one = [c for c in checks if c.name == "one broker"]
+    assert len(one) == 1 and one[0].ok is ok and one[0].reason.startswith(f"{brokers} running task")
+
+
+def test_no_broker_fails_one_broker() -> None:
+    client, containers = the_stack()
+    client._containers = [c for c in containers if not c.name.startswith("sdev_broker.")]
+    assert ("broker", "one broker") in failing(verify_swarm.inspect(verify_swarm.SwarmLab(STACK, client)))
 
 
 
