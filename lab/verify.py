@@ -452,7 +452,7 @@ def table(checks: list[Check]) -> str:
     rows += [f"{c.service:<10} {c.name:<{width}}  {c.status:<6}  {c.reason}" for c in checks]
     failed = sum(c.status == "FAIL" for c in checks)
     gaps = sum(c.gap for c in checks)
-    summary = f"{len(checks)} checks: " + (f"{failed} FAIL" if failed else "all PASS")
+    summary = f"{len(checks)} checks: " + (f"{failed} FAIL" if failed else "no FAIL" if gaps else "all PASS")
     rows.append(summary + (f", {gaps} GAP ({GAP_MEANS})" if gaps else ""))
     return "\n".join(rows)
 
