@@ -95,7 +95,8 @@ for line in open("/proc/self/mountinfo"):
         keys[fields[4]] = fields[5]
 keyfiles = {}
 def unlisted(error):
-    keyfiles[error.filename] = None
+    if not (isinstance(error, FileNotFoundError) and error.filename == keys_top):  # no folder: no key (the model)
+        keyfiles[error.filename] = None
 for root, dirs, files in os.walk(keys_top, onerror=unlisted):
     for name in files:
         path = os.path.join(root, name)

@@ -627,3 +627,22 @@ def test_compose_json_rows_are_as_they_were(monkeypatch, capsys) -> None:
     monkeypatch.setattr(verify, "run", lambda project: [Check("reader", "x", True, "r")])
     assert lab_cli.main(["verify", "-p", "lab", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"service": "reader", "check": "x", "ok": True, "reason": "r"}]
+
+
+def test_no_key_folder_is_no_key_and_an_unreadable_one_is_named(tmp_path: Path) -> None:
+    """The model has no /keys at all: the probe reports no key file (the policy check then
+    says whether that is right), not a folder it could not stat; a key file is stat'ed."""
+    def keyfiles(keys_top: Path) -> dict:
+        done = subprocess.run([sys.executable, "-S", "-c", verify_swarm.PRIVILEGES, str(tmp_path / "empty"),
+                               str(keys_top)], capture_output=True, text=True, check=True)
+        seen = verify_swarm.privileges_seen(done.stdout)
+        assert seen is not None
+        return seen["keyfiles"]
+
+    (tmp_path / "empty").mkdir()
+    assert keyfiles(tmp_path / "no-keys") == {}
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "reader.key_secret").write_bytes(b"")
+    os.chmod(tmp_path / "keys" / "reader.key_secret", 0o400)
+    assert keyfiles(tmp_path / "keys") == {str(tmp_path / "keys" / "reader.key_secret"): [0o400, os.getuid()]}
+    assert verify_swarm.keys_read_only("model", {"keys": {}, "keyfiles": {}, "uid": 10001}).ok
