@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,20 +60,40 @@ def test_inject_into_a_paused_broker_prints_what_was_accepted(stack, fake_model,
     files = [folder / f"{n:03}.eml" for n in range(700)]  # past the client window of 500: some stay unsent
     for path in files:
         path.write_bytes(SEED.read_bytes())
-    rest = tmp_path / "rest.txt"
-    injecting = subprocess.Popen(
-        [sys.executable, "-m", "airlock", "inject", "--json", "--timeout", "3", "--rest", str(rest), str(folder)],
-        env=s.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rest, errors = tmp_path / "rest.txt", tmp_path / "stderr.txt"
+    with errors.open("w") as stderr:
+        injecting = subprocess.Popen(
+            [sys.executable, "-m", "airlock", "inject", "--json", "--timeout", "3", "--rest", str(rest), str(folder)],
+            env=s.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    printed_lines: list[str] = []
+    one_printed = threading.Event()
+
+    def read_stdout() -> None:  # as the client prints them: each accepted line is flushed at once
+        assert injecting.stdout is not None
+        for line in injecting.stdout:
+            printed_lines.append(line)
+            one_printed.set()
+
+    reading = threading.Thread(target=read_stdout, daemon=True)
+    reading.start()
     broker = s.pid("broker")
     try:
         assert wait_until(lambda: len(s.trace(event="received")) >= 5, timeout_s=60)
+        # and one acceptance printed: in a CI run the trace held 5 `received` while no ack had
+        # reached the client yet, and the pause then left it nothing to print. The old
+        # client, which printed at the end only, would never get past this.
+        assert one_printed.wait(60), "the client printed no accepted email while the broker ran"
         os.kill(broker, signal.SIGSTOP)
-        out, err = injecting.communicate(timeout=60)
+        injecting.wait(timeout=60)
     finally:
         os.kill(broker, signal.SIGCONT)
         if injecting.poll() is None:
             injecting.kill()
-            injecting.communicate()
+            injecting.wait()
+        reading.join(10)
+        if injecting.stdout is not None:
+            injecting.stdout.close()
+    out, err = "".join(printed_lines), errors.read_text()
     assert injecting.returncode == 1, err
     lines = [json.loads(line) for line in out.splitlines()]
     printed = {line["id"]: line["file"] for line in lines if "id" in line}
