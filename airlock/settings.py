@@ -82,8 +82,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return [f"tcp://{host}:{self.ports[name]}" for host in bindhosts.hosts(self.bind_hosts[name])]
 
     def with_bind_hosts_resolved(self, addresses: Iterable[bindhosts.Address] | None = None) -> Settings:
-        """These settings with every `subnet:CIDR` bind host replaced by this host's one
-        address in it (airlock/bindhosts.py): the broker's first step, before any bind."""
+        """These settings with every `subnet:CIDR` and `default-route` bind host replaced by
+        this host's one address there (airlock/bindhosts.py): the broker's first step, before any bind."""
         return msgspec.structs.replace(self, bind_hosts=bindhosts.resolve(self.bind_hosts, addresses))
 
     @property

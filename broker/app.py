@@ -41,8 +41,8 @@ IDLE_POLL_S = 0.1  # the longest a turn waits for a frame: ticks (heartbeats, de
 def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     """Run until `stop` is set. The broker needs no task: it routes by message type only.
     One broker per data dir, whoever started it: a second raises LockHeld (exit 78) naming
-    the first, before any port opens (airlock.locks). A `subnet:` bind host (a swarm, with
-    no static addresses) becomes this host's address in that subnet first, or ConfigError."""
+    the first, before any port opens (airlock.locks). A `subnet:` or `default-route` bind
+    host (a swarm, with no static addresses) becomes this host's address there first, or ConfigError."""
     settings = settings.with_bind_hosts_resolved()
     with locks.hold(settings.data_dir / locks.BROKER_LOCK, "broker", "stop it first, or set another AIRLOCK_DATA_DIR"):
         _serve(settings, stop)

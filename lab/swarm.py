@@ -64,6 +64,11 @@ PRIVATE = tuple(ipaddress.IPv4Network(block) for block in ("10.0.0.0/8", "172.16
 INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>[^}]*))?\}")
 
 
+def check_stack_name(stack: str) -> None:
+    if not STACK_NAME.fullmatch(stack):
+        raise UsageError(f"stack name {stack!r}: lower case letters, digits and -, starting with a letter, at most 20")
+
+
 def interpolated(text: str, env: Mapping[str, str]) -> str:
     """compose's ${NAME:-default} and ${NAME}, as compose reads them (an empty value takes
     the default); only the forms compose.yaml uses."""
@@ -178,8 +183,7 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
     """The stack, as a mapping for yaml.safe_dump; reads the key files (their names and
     digests), writes nothing. `model_cpus`: each model replica's CPU limit, which its
     llama-server's threads follow (model/serve.sh); none: the node's CPUs, each."""
-    if not STACK_NAME.fullmatch(stack):
-        raise UsageError(f"stack name {stack!r}: lower case letters, digits and -, starting with a letter, at most 20")
+    check_stack_name(stack)
     if readers < 1:
         raise UsageError("--readers must be at least 1")
     if model_cpus is not None and not 0 < model_cpus <= MAX_CPUS:

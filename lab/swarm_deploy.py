@@ -101,6 +101,5 @@ def up(stack: str, keys_folder: Path, readers: int, run: Run = run_docker, rebui
 
 
 def down(stack: str, run: Run = run_docker) -> None:
-    if not swarm.STACK_NAME.fullmatch(stack):
-        raise UsageError(f"stack name {stack!r}: lower case letters, digits and -, starting with a letter, at most 20")
+    swarm.check_stack_name(stack)
     run(["docker", "stack", "rm", stack])

@@ -338,6 +338,16 @@ def _mounts(service: str, attrs: dict) -> Check:
     return Check(service, "mounts", not problems, reason)
 
 
+def reached(want: str, got: str) -> bool:
+    """A probe's rule: "connected" must connect, "no connection" must not, and "no route"
+    must be blocked: not even a refusal, which would prove a route exists."""
+    if want == "connected":
+        return got == "connected"
+    if want == "no connection":
+        return got != "connected"
+    return got not in ("connected", "refused")
+
+
 def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
            hints: Mapping[str, str] = HINTS) -> list[Check]:
     """Plan every connection attempt, run them in parallel (most end in a timeout), report in order.
@@ -374,12 +384,7 @@ def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
         if host is None:
             return Check(service, name, False, "target address unknown (is every service running?)")
         got = lab.probe(service, host, port)
-        if want == "connected":
-            ok = got == "connected"
-        elif want == "no connection":
-            ok = got != "connected"
-        else:  # "no route": not even a refusal, which would prove a route exists
-            ok = got not in ("connected", "refused")
+        ok = reached(want, got)
         hint = "" if ok or name not in hints else f"; {hints[name]}"
         return Check(service, name, ok, f"{host}:{port} -> {got} (want {want}){hint}")
 

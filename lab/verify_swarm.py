@@ -420,15 +420,6 @@ def connect(host: str, port: int) -> str:
     return "connected"
 
 
-def reached(want: str, got: str) -> bool:
-    """verify's rule for a probe: "no route" passes only when blocked, not even refused."""
-    if want == "connected":
-        return got == "connected"
-    if want == "no connection":
-        return got != "connected"
-    return got not in ("connected", "refused")
-
-
 def intake_on_gwbridge(lab: SwarmLab, connect: Callable[[str, int], str] = connect) -> list[Check]:
     """The broker's intake bound on its docker_gwbridge address (where host-mode published ports
     arrive): from this process (the host, on that bridge) the intake connects and no other
@@ -445,7 +436,7 @@ def intake_on_gwbridge(lab: SwarmLab, connect: Callable[[str, int], str] = conne
         if address is None:
             return Check(service, name, False, f"the broker has no address on {GWBRIDGE} (is it running, on edge?)")
         got = connect(address, port) if service == "host" else lab.probe(service, address, port)
-        return Check(service, name, reached(want, got), f"{address}:{port} -> {got} (want {want})")
+        return Check(service, name, verify.reached(want, got), f"{address}:{port} -> {got} (want {want})")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         return list(pool.map(attempt, planned))

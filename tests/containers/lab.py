@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
 PROJECT_PREFIX = "airlocktest"
 IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli", "lab")  # compose.yaml's
-SUBNET_POOL = ipaddress.ip_network("172.31.0.0/16")  # each run takes one free /24 of it
+SUBNET_POOL = ipaddress.IPv4Network("172.31.0.0/16")  # each run takes one free /24 of it
 # Set outside, these would point the lab or the host CLI somewhere else than the README says.
 NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",
                  "AIRLOCK_GID", "AIRLOCK_TAG", "AIRLOCK_SUBNET", "AIRLOCK_BRIDGE", "COMPOSE_PROJECT_NAME",
@@ -48,14 +48,20 @@ def compose_command() -> list[str]:
     return ["docker", "compose"]
 
 
-def free_subnet(used: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network], rng: random.Random) -> str:
-    """A /24 of SUBNET_POOL overlapping none of `used`, at random (two runs starting at once
-    rarely pick the same), as the three octets compose.yaml's AIRLOCK_SUBNET takes."""
+def free_network(used: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network], rng: random.Random,
+                 pool: ipaddress.IPv4Network, prefix: int) -> ipaddress.IPv4Network:
+    """A /`prefix` of `pool` overlapping none of `used`, at random (two runs starting at once
+    rarely pick the same)."""
     taken = [net for net in used if net.version == 4]
-    free = [net for net in SUBNET_POOL.subnets(new_prefix=24) if not any(net.overlaps(t) for t in taken)]
+    free = [net for net in pool.subnets(new_prefix=prefix) if not any(net.overlaps(t) for t in taken)]
     if not free:
-        raise RuntimeError(f"no free /24 left in {SUBNET_POOL} on this engine and host")
-    return str(rng.choice(free).network_address).rsplit(".", 1)[0]
+        raise RuntimeError(f"no free /{prefix} left in {pool} on this engine and host")
+    return rng.choice(free)
+
+
+def free_subnet(used: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network], rng: random.Random) -> str:
+    """A free /24 of SUBNET_POOL, as the three octets compose.yaml's AIRLOCK_SUBNET takes."""
+    return str(free_network(used, rng, SUBNET_POOL, 24).network_address).rsplit(".", 1)[0]
 
 
 def host_routes() -> list[ipaddress.IPv4Network]:

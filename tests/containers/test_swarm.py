@@ -30,9 +30,10 @@ import pytest
 
 from lab.attack import free_ports
 from tests.containers.conftest import require_engine
-from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, host_routes
+from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, free_network, host_routes
 
 STACK_PREFIX = "atest"
+SWARM_TEST_POOL = ipaddress.IPv4Network("10.128.0.0/9")  # a run's networks: one free /16 of it
 UP_TIMEOUT_S = 240  # every task running and the model loaded, after the images exist
 # What swarm cannot enforce and verify reports as GAP when compensated (lab/verify_swarm.py).
 ALLOWED_GAPS = {"no-new-privileges", "memory, no swap", "network edge: no NAT out"}
@@ -54,7 +55,8 @@ def advertise_address() -> str:
 
 
 def free_first_octets(rng: random.Random) -> str:
-    """10.X, whose 10.X.0.0/16 no engine network or host route overlaps."""
+    """10.X, whose 10.X.0.0/16 no engine network or host route overlaps; X from 128 up, clear
+    of the /24s `swarm init` takes from the bottom of 10.0.0.0/8 (its ingress, 10.0.0.0/24)."""
     import docker as docker_sdk
 
     client = docker_sdk.from_env(version="auto")
@@ -62,11 +64,8 @@ def free_first_octets(rng: random.Random) -> str:
         taken = [*engine_subnets(client), *host_routes()]
     finally:
         client.close()
-    free = [x for x in range(100, 250)
-            if not any(ipaddress.ip_network(f"10.{x}.0.0/16").overlaps(t) for t in taken if t.version == 4)]
-    if not free:
-        raise AssertionError("no free 10.X.0.0/16 on this engine and host")
-    return f"10.{rng.choice(free)}"
+    picked = free_network(taken, rng, SWARM_TEST_POOL, 16)
+    return str(picked.network_address).rsplit(".", 2)[0]
 
 
 @dataclass
