@@ -1,39 +1,49 @@
-"""A student's functions, run in a child process under a deadline: the labs' plug points.
+"""A student's functions, run in a confined child process under a deadline.
 
-A lab replaces one piece of one service with a student's code: the validator's check, the
-actor's tool selection, its checks before a side effect, its precondition decision. That
-code is the student's, not the project's: it may hang, crash, print, exit or eat memory.
-So it never runs in the service's own process. A child process loads the file and calls
-the function; the service waits at most `timeout_s`, then kills the child and starts a new
-one for the next call. Whatever went wrong is a StudentFailed value, never an exception.
+A lab replaces one piece of one service with a student's code (the validator's check, the
+actor's tool selection, its checks before a side effect, its precondition decision), and a
+lab's grader calls a student's functions on cases. That code is the student's, not the
+project's: it may hang, crash, print, exit, eat memory, or be written to attack whoever runs
+it. So it never runs in the service's or the grader's own process. A warden process starts
+the student's process (airlock.student_child), which confines itself (airlock.sandbox:
+Landlock, seccomp, rlimits) before it reads the file, and kills every descendant when it
+ends (airlock.warden). The caller waits at most `timeout_s` per call, then stops the child
+and starts a new one for the next call. Whatever went wrong is a StudentFailed value,
+never an exception.
 
-Arguments go to the child pickled (they are the service's own values); results come back
-as msgpack, so only plain data (dict, list, str, int, float, bool, None; dataclasses and
-Structs as maps) crosses back, and the service never unpickles anything the student made.
-The child's stdout is the service's stderr: a student's print() reaches the log, not the
-reply pipe. The child gets none of the service's settings (no keys folder, no data dir in
-its environment), runs in a session of its own (a stop kills whatever it started) and under
-a memory cap. That contains a student's mistakes; it is not a sandbox for hostile code,
-which runs as the service's user: the compose lab's container is that boundary.
+Arguments go to the child pickled (they are the caller's own values); a callable among them
+stays here and runs here when the student's code calls it (its stub in the child sends the
+call back). Results come back as msgpack, so only plain data crosses back and the caller
+never unpickles anything the student made: in "plain" mode (the services) dataclasses and
+Structs arrive as maps; in "shapes" mode (the graders) tuples, sets and objects keep their
+shape (airlock.shapes). The child gets none of the caller's environment (no keys folder, no
+data dir), a private workspace as its only writable folder, and its own session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import os
 import pickle
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from airlock import sandbox, shapes, warden
 from airlock.errors import SettingsError
 
 # Each plug point: the service whose piece it replaces, and the functions the student's
@@ -48,9 +58,11 @@ PLUG_POINTS: dict[str, tuple[str, tuple[str, ...]]] = {
 START_TIMEOUT_S = 20.0  # interpreter start and the file's import; not counted per call
 MAX_REPLY_BYTES = 1024 * 1024  # one answer of the student's; larger is a typed failure
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024  # the child's address space: a runaway list dies, not the host
+STOP_GRACE_S = 2.0  # the warden's time to kill the student's processes before its session is killed
 DETAIL_LIMIT_CHARS = 300
 _HEADER = struct.Struct(">I")
 
+Mode = Literal["plain", "shapes"]
 Kind = Literal["todo", "raised", "timeout", "crashed", "not_plain_data", "too_large", "unloadable", "missing"]
 
 
@@ -93,6 +105,8 @@ class StudentFailed(msgspec.Struct, frozen=True):
     function: str
     kind: Kind
     detail: str
+    exception: str = ""  # "raised" in shapes mode: the exception's class name and its message
+    message: str = ""
 
     def describe(self) -> str:
         return f"your {self.function}() {_KIND_WORDS[self.kind]}: {self.detail}" if self.detail else \
@@ -114,11 +128,31 @@ _KIND_WORDS: dict[str, str] = {
 class StudentCode:
     """One student's file behind a process boundary. Thread-safe; one call at a time."""
 
-    def __init__(self, path: Path, timeout_s: float = 2.0) -> None:
-        self.path, self.timeout_s = Path(path), timeout_s
-        self._child: subprocess.Popen[bytes] | None = None
+    def __init__(self, path: Path, timeout_s: float = 2.0, *, mode: Mode = "plain",
+                 limits: sandbox.Limits | None = None) -> None:
+        self.path, self.timeout_s, self.mode = Path(path), timeout_s, mode
+        self.limits = limits or sandbox.Limits(memory_bytes=MEMORY_LIMIT_BYTES)
+        self.confinement = ""  # what the last child said was in force (airlock.sandbox)
+        self.functions: tuple[str, ...] = ()  # the names the student's file defines as functions
+        self._child: _Child | None = None
         self._lock = threading.Lock()
-        self._decoder = msgspec.msgpack.Decoder()
+        self._references: list[tuple[list[str], Path]] = []
+        self._callables: list[Callable[..., Any]] = []
+        self._decode: Callable[[bytes], Any] = shapes.decode if mode == "shapes" else msgspec.msgpack.Decoder().decode
+
+    def load(self) -> list[str] | StudentFailed:
+        """Start the child now (if it is not running): the names of the file's functions,
+        or why it cannot be loaded."""
+        with self._lock:
+            child = self._child or self._start("the file")
+            return child if isinstance(child, StudentFailed) else list(self.functions)
+
+    def use_reference(self, names: list[str], reference: Path) -> None:
+        """From the next start on, the child puts these functions of `reference` (the
+        project's own solution) in place of the student's."""
+        with self._lock:
+            self._references.append((list(names), Path(reference).resolve()))
+            self._stop()
 
     def call(self, function: str, *args: Any) -> Any | StudentFailed:
         with self._lock:
@@ -127,8 +161,12 @@ class StudentCode:
                 return child
             try:
                 deadline = time.monotonic() + self.timeout_s
-                _send(child, pickle.dumps((function, args)), deadline)
-                reply = _receive(child, deadline)
+                child.send(self._pickled(("call", function, args)), deadline)
+                while True:
+                    kind, value = self._message(_receive(child.process, deadline))
+                    if kind != "callback":
+                        break
+                    self._call_back(child, value)
             except _Timeout:
                 self._stop()
                 return StudentFailed(function, "timeout", f"no answer within {self.timeout_s:g} s; it was stopped")
@@ -137,69 +175,199 @@ class StudentCode:
                 return StudentFailed(function, "too_large", str(exc))
             except (_Ended, OSError):
                 code = self._stop()
-                return StudentFailed(function, "crashed", f"exit code {code}")
-            return self._answer(function, reply)
+                return StudentFailed(function, "crashed", warden.describe_ending(code))
+            except _Garbled:
+                self._stop()
+                return StudentFailed(function, "crashed", "its process sent a reply that is not an answer; "
+                                                          "it was stopped")
+            return self._answer(function, kind, value)
 
-    def _answer(self, function: str, reply: bytes) -> Any | StudentFailed:
-        """The child's reply, checked: the student's code shares the child with the reply
-        pipe and can write anything into it, so a reply that is not a well-formed answer of
-        plain data is a crashed child, never an exception in the service."""
+    def _message(self, reply: bytes) -> tuple[str, Any]:
+        """One frame from the child, checked: the student's code shares the child with the
+        reply pipe and can write anything into it."""
         try:
-            kind, value = self._decoder.decode(reply)
-            if kind == "ok":
+            message = self._decode(reply)
+        except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
+            raise _Garbled from None
+        if not isinstance(message, list | tuple) or len(message) != 2 or not isinstance(message[0], str):
+            raise _Garbled
+        return message[0], message[1]
+
+    def _answer(self, function: str, kind: str, value: Any) -> Any | StudentFailed:
+        if kind == "ok":
+            if self.mode == "plain":
                 try:
                     msgspec.json.encode(value)  # plain data: no msgpack extensions, no odd keys
                 except (TypeError, ValueError) as exc:
                     return StudentFailed(function, "not_plain_data", _cut(str(exc)))
-                return value
-            if kind in _KIND_WORDS and isinstance(value, str):
-                return StudentFailed(function, kind, value)
-        except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
-            pass
+            return value
+        if kind == "raised" and self.mode == "shapes" and isinstance(value, list) and len(value) == 2 \
+                and all(isinstance(part, str) for part in value):
+            return StudentFailed(function, "raised", _cut(f"{value[0]}: {value[1]}"), exception=value[0],
+                                 message=value[1])
+        if kind in _KIND_WORDS and isinstance(value, str):
+            return StudentFailed(function, kind, value)  # type: ignore[arg-type]  # kind checked against the words
         self._stop()
         return StudentFailed(function, "crashed", "its process sent a reply that is not an answer; it was stopped")
 
-    def _start(self, function: str) -> subprocess.Popen[bytes] | StudentFailed:
+    def _pickled(self, message: tuple[Any, ...]) -> bytes:
+        buffer = io.BytesIO()
+        _StubbingPickler(buffer, self._callables).dump(message)
+        return buffer.getvalue()
+
+    def _call_back(self, child: _Child, value: Any) -> None:
+        """The student's code called one of our callables: run it here, in a thread (the
+        student's code may give up waiting, and its answer must still be read), and send
+        the result or the exception back."""
+        if not (isinstance(value, list) and len(value) == 4 and type(value[0]) is int and type(value[1]) is int
+                and isinstance(value[2], list) and isinstance(value[3], dict)
+                and 0 <= value[1] < len(self._callables)):
+            raise _Garbled
+        number, target, args, kwargs = value[0], self._callables[value[1]], value[2], value[3]
+
+        def run() -> None:
+            try:
+                result: tuple[Any, ...] = ("result", number, True, target(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001  the callable's own failure goes to the student's code
+                result = ("result", number, False, exc)
+            try:
+                payload = self._pickled(result)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                payload = self._pickled(("result", number, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            with contextlib.suppress(_Timeout, OSError):
+                child.send(payload, time.monotonic() + self.timeout_s)
+
+        threading.Thread(target=run, daemon=True, name=f"student-callback-{number}").start()
+
+    def _start(self, function: str) -> _Child | StudentFailed:
         # PYTHONPATH is this process's path, so the child imports the same airlock and the
         # service's own modules (a student's file may import the actor's types).
-        # Nothing else of the service's environment: its AIRLOCK_* settings (the keys folder,
-        # the data dir) are not the student's business. Its own session, so that a stop kills
-        # whatever the student's code started too.
+        # Nothing else of the caller's environment: its AIRLOCK_* settings (the keys folder,
+        # the data dir) are not the student's business.
+        workspace = Path(tempfile.mkdtemp(prefix="airlock-student-"))
         paths = [entry for entry in sys.path if entry and Path(entry).is_dir()]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths),
-               "PYTHONDONTWRITEBYTECODE": "1"}
-        child = subprocess.Popen([sys.executable, "-c", "from airlock.student import child_main; child_main()",
-                                  str(self.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                 cwd=self.path.parent if self.path.parent.is_dir() else None,
-                                 start_new_session=True)
-        self._child = child
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": str(workspace),
+               "TMPDIR": str(workspace), "LANG": "C.UTF-8"}
+        lifeline, keep = os.pipe()
         try:
-            kind, detail = self._decoder.decode(_receive(child, time.monotonic() + START_TIMEOUT_S))
-        except (_Timeout, _TooLarge, _Ended, OSError, msgspec.DecodeError, TypeError, ValueError):
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-c", "from airlock.student_child import main; main()", str(self.path),
+                 self.mode, str(workspace), str(lifeline), str(self.limits.cpu_s), str(self.limits.memory_bytes),
+                 str(self.limits.file_bytes)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=workspace, pass_fds=(lifeline,),
+                start_new_session=True)
+        finally:
+            os.close(lifeline)
+        child = self._child = _Child(process, keep, workspace)
+        started = self._loaded(child, function, time.monotonic() + START_TIMEOUT_S)
+        if isinstance(started, StudentFailed):
+            return started
+        self.confinement, self.functions = started
+        for names, reference in self._references:
+            child.send(self._pickled(("use_reference", names, str(reference))), time.monotonic() + START_TIMEOUT_S)
+            swapped = self._swapped(child, function, time.monotonic() + START_TIMEOUT_S)
+            if swapped is not None:
+                return swapped
+        return child
+
+    def _loaded(self, child: _Child, function: str, deadline: float) -> tuple[str, tuple[str, ...]] | StudentFailed:
+        try:
+            kind, detail = self._message(_receive(child.process, deadline))
+        except (_Timeout, _TooLarge, _Ended, _Garbled, OSError):
             code = self._stop()
-            return StudentFailed(function, "unloadable", f"loading {self.path.name} did not finish (exit code {code})")
+            return StudentFailed(function, "unloadable",
+                                 f"loading {self.path.name} did not finish ({warden.describe_ending(code)})")
         if kind != "ok":
             self._stop()
             if kind not in _KIND_WORDS or not isinstance(detail, str):
                 return StudentFailed(function, "unloadable", f"loading {self.path.name} sent no proper answer")
-            return StudentFailed(function, kind, detail)
-        return child
+            return StudentFailed(function, kind, detail)  # type: ignore[arg-type]  # kind checked against the words
+        if isinstance(detail, list) and len(detail) == 2 and isinstance(detail[0], str) \
+                and isinstance(detail[1], list) and all(isinstance(name, str) for name in detail[1]):
+            return detail[0], tuple(detail[1])
+        return "", ()
+
+    def _swapped(self, child: _Child, function: str, deadline: float) -> StudentFailed | None:
+        try:
+            kind, detail = self._message(_receive(child.process, deadline))
+        except (_Timeout, _TooLarge, _Ended, _Garbled, OSError):
+            code = self._stop()
+            return StudentFailed(function, "unloadable", f"the reference did not load ({warden.describe_ending(code)})")
+        if kind != "ok":
+            self._stop()
+            return StudentFailed(function, "unloadable", f"the reference did not load: {detail!r}")
+        return None
 
     def _stop(self) -> int | None:
         child, self._child = self._child, None
-        if child is None:
-            return None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)  # the child and anything it started
-        code = child.wait()
-        for pipe in (child.stdin, child.stdout):
-            if pipe:
-                pipe.close()
-        return code
+        return child.stop() if child is not None else None
 
     def close(self) -> None:
         with self._lock:
             self._stop()
+
+
+class _Child:
+    """A running warden with the student's process under it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], lifeline: int, workspace: Path) -> None:
+        self.process, self.lifeline, self.workspace = process, lifeline, workspace
+        self._send_lock = threading.Lock()
+
+    def send(self, payload: bytes, deadline: float) -> None:
+        with self._send_lock:
+            _send(self.process, payload, deadline)
+
+    def stop(self) -> int | None:
+        """Let go of the lifeline (the warden kills the student's processes and exits),
+        then make sure: the whole session, by SIGKILL, if the warden is slow."""
+        with contextlib.suppress(OSError):
+            os.close(self.lifeline)
+        try:
+            code = self.process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        shutil.rmtree(self.workspace, ignore_errors=True)
+        return code
+
+
+class _StubbingPickler(pickle.Pickler):
+    """Pickles the caller's arguments; a callable of the caller's own (a lambda, a closure,
+    a bound method, a callable object, a function of the lab's graders) is sent as a
+    numbered stub instead, so that it runs here when the student's code calls it. A
+    function of a library goes by reference, as pickle always sends it."""
+
+    def __init__(self, file: io.BytesIO, callables: list[Callable[..., Any]]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._callables = callables
+
+    def persistent_id(self, obj: Any) -> Any:
+        if not _runs_here(obj):
+            return None
+        for index, known in enumerate(self._callables):
+            if known is obj:
+                return ("callable", index)
+        self._callables.append(obj)
+        return ("callable", len(self._callables) - 1)
+
+
+def _runs_here(obj: Any) -> bool:
+    if isinstance(obj, type) or not callable(obj):
+        return False
+    if isinstance(obj, types.MethodType | functools.partial):
+        return True
+    if isinstance(obj, types.FunctionType):
+        return "<locals>" in obj.__qualname__ or obj.__name__ == "<lambda>" or obj.__module__.startswith("lab.")
+    if isinstance(obj, types.BuiltinFunctionType | types.BuiltinMethodType):
+        return False
+    return type(obj).__module__ != "builtins"  # an object of a class with __call__
 
 
 class _Timeout(Exception):
@@ -211,6 +379,10 @@ class _Ended(Exception):
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class _Garbled(Exception):
     pass
 
 
@@ -251,66 +423,6 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
-
-
-# --- the child's side ---------------------------------------------------------------------
-
-def child_main() -> None:
-    """Runs in the child: load the file, then answer calls until the pipe closes."""
-    import importlib.util
-    import resource
-
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # the student's print() goes to stderr, never into the reply pipe
-    sys.stdout = sys.stderr
-    requests = sys.stdin.buffer
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-    except (ValueError, OSError):  # a lower hard limit is already stricter
-        pass
-    encode = msgspec.msgpack.Encoder().encode
-    path = Path(sys.argv[1])
-
-    def reply(kind: str, value: Any) -> None:
-        try:
-            payload = encode((kind, value))
-        except (TypeError, msgspec.EncodeError, OverflowError) as exc:
-            payload = encode(("not_plain_data", _cut(f"{type(exc).__name__}: {exc}")))
-        replies.write(_HEADER.pack(len(payload)) + payload)
-        replies.flush()
-
-    try:
-        spec = importlib.util.spec_from_file_location(f"student_{path.stem}", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"{path.name} is not a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # as an import does: @dataclass looks its module up there
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001 (anything a file does at import is the student's)
-        reply("unloadable", _cut(f"{path.name}: {type(exc).__name__}: {exc}"))
-        return
-    reply("ok", None)
-    while True:
-        try:
-            header = requests.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return
-            function, args = pickle.loads(requests.read(_HEADER.unpack(header)[0]))
-        except (OSError, EOFError):
-            return
-        target = getattr(module, function, None)
-        if not callable(target):
-            reply("missing", f"{path.name} has no function {function}()")
-            continue
-        try:
-            result = target(*args)
-        except NotImplementedError:
-            reply("todo", "")
-            continue
-        except BaseException as exc:  # noqa: BLE001 (SystemExit too: a student's exit is an answer)
-            reply("raised", _cut(f"{type(exc).__name__}: {exc}"))
-            continue
-        reply("ok", result)
 
 
 def _cut(text: str) -> str:

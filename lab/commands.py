@@ -119,8 +119,17 @@ def _print_check(lab: Lab, progress: Progress) -> None:
             print("       " + shown(result.verdict.message))
             for line in result.printed.splitlines():
                 print("       printed: " + shown(line))
+    print(shown(f"sandbox: {sandbox_in_force(progress)}"))
     if progress.passed < progress.total:
         print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
+
+
+def sandbox_in_force(progress: Progress) -> str:
+    """The boundaries the student's processes reported (airlock.sandbox), in one line."""
+    said = list(dict.fromkeys(text for result in progress.checkpoints for text in result.sandbox))
+    if not said:
+        return "no student process was started (nothing was loaded)"
+    return " | ".join(said) + "; a warden kills every process your code starts when it ends"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -1,16 +1,25 @@
-"""What a checkpoint's grader returns, and how it loads the student's code.
+"""What a checkpoint's grader returns, and how it calls the student's code.
 
 A grader is a plain function `grade(student_dir: Path) -> Verdict`, named in the lab's
 `lab.toml` as "module:function". It judges behaviour only: what the student's functions
 return or raise on cases (hidden ones generated where a contract has many edges), or what
 ran in a private stack, read from calls.jsonl and the trace, never from what a model said.
-The lab runner calls each grader in its own process with a time limit, so a student
-function that crashes, hangs or prints is a Failed verdict, never a crashed grader.
+
+The grader never imports a student's file. `student_module` gives a StudentModule whose
+functions run in a confined child process (airlock.student in "shapes" mode, behind
+airlock.sandbox and a warden); what they return crosses back as plain values with their
+shape kept (airlock.shapes), what they raise arrives as a StudentRaised named after the
+student's exception, and a hang, a crash or an answer that is not data as StudentStopped.
+A callable the grader passes in the arguments stays in the grader and runs there when the
+student's code calls it, so what it counts is the grader's own memory. The verdict is
+built in the grader's process, which the student's code cannot reach.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import keyword
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +27,11 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+
+from airlock import sandbox
+from airlock.student import StudentCode, StudentFailed
+
+CALL_TIMEOUT_S = 10.0  # one call of a student's function; the checkpoint's own limit is the runner's
 
 
 class Passed(msgspec.Struct, frozen=True, tag=True):
@@ -33,17 +47,138 @@ class Failed(msgspec.Struct, frozen=True, tag=True):
 Verdict = Passed | Failed
 
 
+class GraderReport(msgspec.Struct, frozen=True):
+    """What lab.grade hands the runner over its pipe: the verdict, and the boundaries the
+    student's processes said were in force (airlock.sandbox), one text per process kind."""
+
+    verdict: Verdict
+    sandbox: list[str] = []
+
+
 class StudentCodeMissing(Exception):
     """The student's file is not in their folder."""
 
 
-def load_student(student_dir: Path, filename: str) -> ModuleType:
-    """Import one of the student's files by path, fresh each time (never from a cache), under
-    a private module name so it cannot shadow or be shadowed by a project module."""
+class StudentRaised(Exception):
+    """The student's function raised: `type(exc).__name__` is the student's exception's
+    class name, `str(exc)` its message. SystemExit arrives as one too."""
+
+
+class StudentStopped(Exception):
+    """The student's function gave no answer: no return within the deadline, its process
+    ended (a signal, os._exit), or what it returned is not plain data or too large."""
+
+
+@functools.lru_cache(maxsize=256)
+def _raised_class(name: str) -> type[StudentRaised]:
+    safe = name if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__") else "Exception"
+    return type(safe, (StudentRaised,), {})
+
+
+def _as_exception(failed: StudentFailed) -> Exception:
+    if failed.kind == "todo":
+        return NotImplementedError(f"{failed.function}() is still a TODO")
+    if failed.kind == "raised":
+        name, message = (failed.exception, failed.message) if failed.exception else ("Exception", failed.detail)
+        return _raised_class(name)(message)
+    return StudentStopped(failed.describe())
+
+
+class _Limits:
+    """The caps for every student process this grader starts (set by lab.grade)."""
+
+    limits = sandbox.Limits()
+    opened: list[StudentCode] = []  # noqa: RUF012  one process-wide list, closed by lab.grade at the end
+
+
+def configure(limits: sandbox.Limits) -> None:
+    _Limits.limits = limits
+
+
+def close_all() -> list[str]:
+    """Stop every student process this grader started; what each said was in force."""
+    said = []
+    for code in _Limits.opened:
+        if code.confinement and code.confinement not in said:
+            said.append(code.confinement)
+        code.close()
+    _Limits.opened.clear()
+    return said
+
+
+class RemoteFunction:
+    """One of the student's functions, called in the student's process."""
+
+    def __init__(self, code: StudentCode, name: str) -> None:
+        self._code, self.__name__ = code, name
+
+    def __call__(self, *args: Any) -> Any:
+        answer = self._code.call(self.__name__, *args)
+        if isinstance(answer, StudentFailed):
+            raise _as_exception(answer)
+        return answer
+
+    def __repr__(self) -> str:
+        return f"<the student's {self.__name__}()>"
+
+
+class StudentModule:
+    """A student's file, loaded in its own confined process: its functions as attributes."""
+
+    __file__: str
+    _code: StudentCode
+    functions: frozenset[str]
+
+    def __init__(self, path: Path, code: StudentCode, functions: frozenset[str]) -> None:
+        object.__setattr__(self, "__file__", str(path))
+        object.__setattr__(self, "_code", code)
+        object.__setattr__(self, "functions", functions)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"the student's functions run in their own process: to put the reference's {name} "
+                             "in place, use use_reference()")
+
+    def __getattr__(self, name: str) -> RemoteFunction:
+        if name.startswith("_") or name not in self.functions:
+            raise AttributeError(f"{Path(self.__file__).name} has no function {name}()")
+        return RemoteFunction(self._code, name)
+
+    def use_reference(self, names: list[str], reference: Path) -> None:
+        """In the student's process, these functions become the reference solution's."""
+        self._code.use_reference(names, reference)
+
+    @property
+    def confinement(self) -> str:
+        return self._code.confinement
+
+
+def open_student(student_dir: Path, filename: str) -> StudentModule:
+    """The student's file, loaded behind the sandbox: StudentCodeMissing when it is not
+    there, StudentStopped (or StudentRaised) when it does not load."""
     path = student_dir / filename
     if not path.is_file():
         raise StudentCodeMissing(f"{path} does not exist (airlock lab start copies the starter there)")
-    name = f"_airlock_student_{path.stem}"
+    code = StudentCode(path.resolve(), CALL_TIMEOUT_S, mode="shapes", limits=_Limits.limits)
+    _Limits.opened.append(code)
+    loaded = code.load()
+    if isinstance(loaded, StudentFailed):
+        if loaded.kind == "unloadable":
+            raise StudentStopped(loaded.detail)
+        raise _as_exception(loaded)
+    return StudentModule(path, code, frozenset(loaded))
+
+
+def load_student(student_dir: Path, filename: str) -> StudentModule:
+    """The student's file behind the sandbox (open_student); the name graders know."""
+    return open_student(student_dir, filename)
+
+
+def load_reference(path: Path) -> ModuleType:
+    """Import the project's own reference solution by path, fresh each time, under a
+    private module name. Never a student's file: those are opened with open_student."""
+    if not path.is_file():
+        raise StudentCodeMissing(f"{path} does not exist")
+    name = f"_airlock_reference_{path.stem}"
     sys.modules.pop(name, None)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None  # a .py path always has a loader
@@ -77,17 +212,17 @@ def shown_value(value: object, limit: int = SHOWN_VALUE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def student_module(student_dir: Path, filename: str) -> ModuleType:
-    """The student's file imported, or CaseFailed naming the file and what went wrong."""
+def student_module(student_dir: Path, filename: str) -> StudentModule:
+    """The student's file loaded behind the sandbox, or CaseFailed naming the file and what went wrong."""
     try:
-        return load_student(student_dir, filename)
+        return open_student(student_dir, filename)
     except StudentCodeMissing as exc:
         raise CaseFailed(filename, str(exc)) from None
     except Exception as exc:  # noqa: BLE001  SyntaxError, NameError at import, ...: the student's to fix
         raise CaseFailed(f"importing {filename}", f"{type(exc).__name__}: {exc}") from None
 
 
-def student_function(module: ModuleType, name: str) -> Callable[..., Any]:
+def student_function(module: StudentModule, name: str) -> Callable[..., Any]:
     function = getattr(module, name, None)
     if not callable(function):
         raise CaseFailed(f"{name}()", f"{Path(module.__file__ or '?').name} has no function {name}")
@@ -155,11 +290,11 @@ def unstable(checkpoint: str, function: str, exc: Exception) -> Failed:
                                               f"does {function} give the same answer every time for the same input?")
 
 
-def module_or_failed(checkpoint: str, student_dir: Path, filename: str, function: str) -> ModuleType | Failed:
+def module_or_failed(checkpoint: str, student_dir: Path, filename: str, function: str) -> StudentModule | Failed:
     """The student's module holding `function`, or the Failed verdict saying why it cannot
     be graded (missing, not importable, or without that function)."""
     try:
-        module = load_student(student_dir, filename)
+        module = open_student(student_dir, filename)
     except Exception as exc:  # noqa: BLE001  missing or not importable: the student's problem, named
         return Failed(checkpoint, filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}")
     if not callable(getattr(module, function, None)):

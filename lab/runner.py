@@ -1,18 +1,16 @@
 """Run a lab's checkpoints, each in its own process with limits, and keep the progress.
 
-Each checkpoint runs as `python -m lab.grade` (lab/grade.py) in a fresh process, so one
-student function that hangs, eats memory, exits or crashes costs only its own checkpoint,
-and the grader's state never leaks from one checkpoint into the next. The process gets:
+Each checkpoint runs as `python -m lab.grade` (lab/grade.py) in a fresh process, so the
+grader's state never leaks from one checkpoint into the next. The grader never runs the
+student's code itself: each student function runs in a confined child of its own
+(airlock.student, airlock.sandbox), with the CPU, memory and file caps passed here, under a
+warden that kills every process it started. The grader process gets:
 - a wall-clock limit; its whole process group is killed when it runs over, and also when
-  it ends, so a process the student's code started never outlives the checkpoint;
-- a CPU-time limit, an address-space cap and a file-size cap, which lab.grade sets on
-  itself (resource.setrlimit) before it imports the student's code: the runner starts
-  graders from worker threads, where a preexec_fn can deadlock the child;
-- stdin from /dev/null (input() ends at once), stdout and stderr into files that are
-  never read as a verdict (a student's print cannot forge one);
-- a private temporary working folder, so the student's code writes there (hypothesis
-  keeps only its Unicode tables, in the user's cache folder).
-Its verdict is read from a file the runner names, and must decode as exactly one Verdict.
+  it ends (the wardens, in sessions of their own, see their lifeline close and clean up);
+- stdin from /dev/null, stdout and stderr into a file: a student's print lands there and
+  is shown as printed lines, never read as a verdict;
+- a pipe of its own for the verdict, which no student process inherits, read with a bound.
+Its verdict must decode as exactly one GraderReport for this checkpoint.
 
 Progress: every `check` writes <dir>/.airlock-lab/progress.json, the last result per
 checkpoint, which `airlock lab progress` collects for a trainer.
@@ -21,6 +19,7 @@ checkpoint, which `airlock lab progress` collects for a trainer.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -34,8 +33,9 @@ from typing import NamedTuple
 
 import msgspec
 
+from airlock import warden
 from lab.catalog import LABS_ROOT, Checkpoint, Lab
-from lab.grading import Failed, Passed, Verdict
+from lab.grading import Failed, GraderReport, Passed, Verdict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATE_FOLDER = ".airlock-lab"
@@ -59,6 +59,7 @@ class CheckpointResult(msgspec.Struct, frozen=True):
     title: str
     verdict: Verdict
     printed: str = ""  # the last lines the student's code printed
+    sandbox: list[str] = []  # the boundaries the student's processes said were in force
 
 
 class Progress(msgspec.Struct, frozen=True):
@@ -71,14 +72,14 @@ class Progress(msgspec.Struct, frozen=True):
     checkpoints: list[CheckpointResult]
 
 
-_verdict = msgspec.json.Decoder(Verdict)
+_report = msgspec.json.Decoder(GraderReport)
 _progress = msgspec.json.Decoder(Progress)
 
 
 def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
     """Every checkpoint; the result is also saved as the folder's progress."""
     graded = _in_parallel(lab, student_dir, limits, root)
-    results = [CheckpointResult(c.id, c.title, g.verdict, g.printed)
+    results = [CheckpointResult(c.id, c.title, g.verdict, g.printed, g.sandbox)
                for c, g in zip(lab.checkpoints, graded, strict=True)]
     progress = Progress(lab=lab.id, checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
@@ -105,6 +106,7 @@ def _in_parallel(lab: Lab, student_dir: Path, limits: Limits, root: Path) -> lis
 class Graded(NamedTuple):
     verdict: Verdict
     printed: str  # the last lines the code wrote to stdout: shown to help, never read as a verdict
+    sandbox: list[str] = []  # noqa: RUF012  a NamedTuple's default, never mutated
 
 
 def run_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits: Limits = Limits(),
@@ -116,50 +118,72 @@ def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits
                      root: Path = LABS_ROOT) -> Graded:
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as work:
         workdir = Path(work)
-        verdict_path = workdir / "verdict.json"
-        command = [sys.executable, "-m", "lab.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
-                   "--verdict", str(verdict_path), "--labs-root", str(root.resolve()), *_limit_options(limits)]
-        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
-            started = time.monotonic()
-            process = subprocess.Popen(command, cwd=workdir, env=_environment(), stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=err, start_new_session=True)
-            try:
-                code = process.wait(timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
-                return Graded(Failed(checkpoint.id, "time limit",
-                                     f"the code did not finish within {limits.wall_s:g} s: a loop that never "
-                                     f"ends, or a wait for input that never comes"), _printed(workdir / "stdout"))
-            elapsed = time.monotonic() - started
-            _kill_group(process)  # what the student's code started (a `sleep 1d`) ends with it
-        return Graded(_read_verdict(checkpoint, verdict_path, code, elapsed, limits, workdir),
-                      _printed(workdir / "stdout"))
+        verdict_in, verdict_out = os.pipe()
+        command = [sys.executable, "-P", "-m", "lab.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
+                   "--verdict-fd", str(verdict_out), "--labs-root", str(root.resolve()), *_limit_options(limits)]
+        try:
+            with open(workdir / "output", "wb") as out:
+                process = subprocess.Popen(command, cwd=workdir, env=_environment(), stdin=subprocess.DEVNULL,
+                                           stdout=out, stderr=out, start_new_session=True, pass_fds=(verdict_out,))
+        finally:
+            os.close(verdict_out)
+        started = time.monotonic()
+        try:
+            raw = _read_bounded(verdict_in, VERDICT_MAX_BYTES + 1, started + limits.wall_s)
+            code = process.wait(timeout=max(0.0, started + limits.wall_s - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            return Graded(Failed(checkpoint.id, "time limit",
+                                 f"the code did not finish within {limits.wall_s:g} s: a loop that never "
+                                 f"ends, or a wait for input that never comes"), _printed(workdir / "output"))
+        finally:
+            os.close(verdict_in)
+        elapsed = time.monotonic() - started
+        _kill_group(process)
+        verdict, sandbox = _read_verdict(checkpoint, raw, code, elapsed, limits, workdir)
+        return Graded(verdict, _printed(workdir / "output"), sandbox)
 
 
-def _read_verdict(checkpoint: Checkpoint, path: Path, code: int, elapsed: float, limits: Limits,
-                  workdir: Path) -> Verdict:
-    raw = path.read_bytes()[:VERDICT_MAX_BYTES + 1] if path.is_file() else b""
+def _read_bounded(fd: int, limit: int, deadline: float) -> bytes:
+    """At most `limit` bytes from the verdict pipe, until it closes or the deadline passes
+    (subprocess.TimeoutExpired, as a wait would raise)."""
+    chunks, got = [], 0
+    while got < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise subprocess.TimeoutExpired("lab.grade", 0)
+        chunk = os.read(fd, min(65536, limit - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_verdict(checkpoint: Checkpoint, raw: bytes, code: int, elapsed: float, limits: Limits,
+                  workdir: Path) -> tuple[Verdict, list[str]]:
+    if len(raw) > VERDICT_MAX_BYTES:
+        return Failed(checkpoint.id, "the grader", f"wrote a verdict over {VERDICT_MAX_BYTES} bytes"), []
     if raw:
         try:
-            verdict = _verdict.decode(raw)
+            report = _report.decode(raw)
         except msgspec.DecodeError as exc:
-            return Failed(checkpoint.id, "the grader", f"wrote no readable verdict ({exc})")
-        if verdict.checkpoint != checkpoint.id:
-            return Failed(checkpoint.id, "the grader", f"wrote a verdict for {verdict.checkpoint!r}")
-        return verdict
+            return Failed(checkpoint.id, "the grader", f"wrote no readable verdict ({exc})"), []
+        if report.verdict.checkpoint != checkpoint.id:
+            return Failed(checkpoint.id, "the grader", f"wrote a verdict for {report.verdict.checkpoint!r}"), []
+        return report.verdict, report.sandbox
     if code < 0:
-        signal_name = signal.Signals(-code).name
+        name = warden.signal_name(-code)
         why = {"SIGXCPU": f"used more than {limits.cpu_s} s of CPU time",
-               "SIGKILL": "was killed, most likely for using more memory than allowed"}.get(signal_name, "")
-        return Failed(checkpoint.id, "crash", f"the process ended on {signal_name} {why}".rstrip())
-    tail = _tail(workdir / "stderr")
+               "SIGKILL": "was killed, most likely for using more memory than allowed"}.get(name, "")
+        return Failed(checkpoint.id, "crash", f"the grader's process ended on {name} {why}".rstrip()), []
+    tail = _tail(workdir / "output")
     if "MemoryError" in tail:
         return Failed(checkpoint.id, "memory limit",
-                      f"the code used more than {limits.memory_bytes // 1024**2} MiB of memory")
+                      f"the grader used more than {limits.memory_bytes // 1024**2} MiB of memory"), []
     detail = f"; last output: {tail}" if tail else ""
-    return Failed(checkpoint.id, "exit",
-                  f"the process ended with exit code {code} after {elapsed:.1f} s without a verdict "
-                  f"(os._exit, closed file descriptors, or a crash inside Python){detail}")
+    return Failed(checkpoint.id, "exit", f"the grader's process ended with exit code {code} after {elapsed:.1f} s "
+                                         f"without a verdict{detail}"), []
 
 
 def _environment() -> dict[str, str]:
@@ -188,7 +212,7 @@ def _hypothesis_cache() -> Path | None:
 
 
 def _limit_options(limits: Limits) -> list[str]:
-    """The caps lab.grade sets on itself (lab.grade.apply_limits)."""
+    """The caps lab.grade gives every student process it starts (airlock.sandbox.Limits)."""
     return ["--cpu-s", str(limits.cpu_s), "--memory-bytes", str(limits.memory_bytes),
             "--file-bytes", str(limits.file_bytes)]
 

@@ -33,6 +33,7 @@ from lab.grading import (
     StudentCodeMissing,
     Verdict,
     find_settings,
+    load_reference,
     load_student,
     module_or_failed,
     todo,
@@ -399,7 +400,7 @@ def _timeout_case(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
 
 
 def _reference() -> ModuleType:
-    return load_student(LAB_DIR / "solution", FILE)
+    return load_reference(LAB_DIR / "solution" / FILE)
 
 
 def execute(student_dir: Path) -> Verdict:

@@ -20,7 +20,6 @@ import email.policy
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hypothesis import find, strategies as st
@@ -40,9 +39,10 @@ from lab.grading import (
     Failed,
     Passed,
     StillTodo,
+    StudentModule,
     Verdict,
     find_settings,
-    load_student,
+    load_reference,
     module_or_failed,
     todo,
     unstable,
@@ -412,7 +412,7 @@ def decide(student_dir: Path) -> Verdict:
     module = module_or_failed(checkpoint, student_dir, FILE, "decide")
     if isinstance(module, Failed):
         return module
-    reference = load_student(LABS_ROOT / "preconditions" / "solution", FILE)
+    reference = load_reference(LABS_ROOT / "preconditions" / "solution" / FILE)
     # This checkpoint judges decide alone: the rules it calls are the reference ones.
     for rule in ("evidence", "corroboration", "approval"):
         setattr(module, rule, getattr(reference, rule))
@@ -439,7 +439,7 @@ def decide(student_dir: Path) -> Verdict:
 class _StudentGate(Gate):
     """The actor's gate with the student's decide in its place."""
 
-    def __init__(self, preconditions: list[Precondition], principals: Principals, module: ModuleType) -> None:
+    def __init__(self, preconditions: list[Precondition], principals: Principals, module: StudentModule) -> None:
         super().__init__(preconditions, principals)
         self.module = module
 
@@ -461,7 +461,7 @@ def _corpus(category: str) -> list[tuple[str, str, str, str]]:
     return found
 
 
-def _executor(task_file: str, module: ModuleType, data: Path) -> tuple[Executor, CallLog]:
+def _executor(task_file: str, module: StudentModule, data: Path) -> tuple[Executor, CallLog]:
     task = task_module.load(ROOT / "tasks" / task_file)
     catalog = catalog_module.load()
     gate = _StudentGate(task.preconditions, PRINCIPALS, module)
@@ -491,7 +491,7 @@ def pipeline(student_dir: Path) -> Verdict:
             return Failed(checkpoint, "a call in the executor", f"{exc}; the executor cannot decide")
 
 
-def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
+def _guarded(checkpoint: str, module: StudentModule, data: Path) -> Failed | None:
     executor, tools = _executor("order_status_guarded.toml", module, data)
     try:
         for name, sender, _expect, goal in _corpus("data-only"):
@@ -523,7 +523,7 @@ def _guarded(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
     return None
 
 
-def _refund(checkpoint: str, module: ModuleType, data: Path) -> Failed | None:
+def _refund(checkpoint: str, module: StudentModule, data: Path) -> Failed | None:
     refund = data / "refund"
     refund.mkdir()
     executor, tools = _executor("refund_with_approval.toml", module, refund)

@@ -27,7 +27,6 @@ import email.policy
 import tempfile
 from email.message import EmailMessage
 from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any
 
 import msgspec
@@ -102,7 +101,7 @@ class BadFile(Exception):
 
 def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
-        module: ModuleType = load_student(student_dir, filename)
+        module = load_student(student_dir, filename)
     except Exception as exc:  # noqa: BLE001  missing or not importable: the student's to fix, named
         raise BadFile(filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, function, None)
