@@ -149,7 +149,8 @@ def running_phases(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | 
             else:
                 reports.append(run_phase(last.enter_context(stack_of_phase), phase, judge))
         yield PhasedReport(lab=lab.id, model=chosen, data_dir=data_dir, phases=reports)
-    reports[-1].audit(stopped=True)
+    for phase_report in reports[-1:]:  # the last phase's stack has stopped now
+        phase_report.audit(stopped=True)
 
 
 def run_phase(stack: Stack, phase: Phase, judge: Judge) -> PhaseReport:

@@ -13,6 +13,8 @@ trace (every closed segment, then the live file) and calls.jsonl.
 Checked:
 - every email the trace names is one the run sent; one received that the run did not send
   is named with its sender, origin and claimed proof, as the broker recorded them;
+- each of the run's emails has at most one `received` line and one final outcome, as the
+  broker writes them;
 - every trace line decodes to a record this version knows (records.decode already reads a
   known event from a stage that may not say it as a damaged line);
 - every calls.jsonl line decodes, names one of the run's emails, is the only line for its
@@ -35,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from airlock import records, tracefiles
-from airlock.records import Authorization, Call, Damaged, Received, Recovered, Unrecognized
+from airlock.records import (
+    Authorization,
+    Call,
+    Damaged,
+    OutcomeLine,
+    Received,
+    Recovered,
+    TraceRecord,
+    Unrecognized,
+)
 
 TRACE, CALLS = "trace", "calls.jsonl"
 SAID_LIMIT = 200  # characters of a foreign record a finding keeps
@@ -118,6 +129,7 @@ def _trace(path: Path, sent: set[str], stopped: bool, found: Audit) -> dict[tupl
     """Check the trace's lines; return what it says of each step of the run's emails."""
     steps: dict[tuple[str, int], _Step] = {}
     unsent: dict[str, _Unsent] = {}
+    once: set[tuple[str, str]] = set()  # (event, message id) of the lines the broker writes once per email
     for number, raw in _numbered(tracefiles.History(path, whole_only=not stopped)):
         for record in records.expand(records.decode(raw)):
             if isinstance(record, Damaged):
@@ -142,9 +154,21 @@ def _trace(path: Path, sent: set[str], stopped: bool, found: Audit) -> dict[tupl
                 step.allowed = step.allowed or record.decision.get("verdict") == "allow"
             elif isinstance(record, Call):
                 steps.setdefault((message_id, record.step), _Step()).ran.append(record)
+            elif _once_per_email(record):
+                event = "received" if isinstance(record, Received) else "final outcome"
+                if (event, message_id) in once:
+                    found.add(Foreign(TRACE, number, f"a second {event} line for one email",
+                                      _said(f"{message_id}: {raw.decode('utf-8', 'replace')}")))
+                once.add((event, message_id))
     for message_id, email in unsent.items():
         found.add(Foreign(TRACE, email.line, NOT_SENT, _said(_unsent_text(message_id, email))))
     return steps
+
+
+def _once_per_email(record: TraceRecord) -> bool:
+    """A line the broker writes once per email: its receipt, and its final outcome (an
+    `escalated` outcome waits for a person and is followed by another)."""
+    return isinstance(record, Received) or (isinstance(record, OutcomeLine) and record.outcome != "escalated")
 
 
 def _unsent_text(message_id: str, email: _Unsent) -> str:

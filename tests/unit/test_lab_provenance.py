@@ -124,6 +124,16 @@ def test_a_foreign_trace_line_is_named(files: tuple[Path, Path], line: bytes, wh
     assert (finding.file, finding.line, finding.why) == ("trace", 22, why)
 
 
+@pytest.mark.parametrize(("number", "event"), [(5, "received"), (14, "final outcome")])
+def test_a_second_receipt_or_final_outcome_for_one_email_is_named(files: tuple[Path, Path], number: int,
+                                                                   event: str) -> None:
+    """The broker writes one receipt and one final outcome per email: a copy of either is named."""
+    trace, calls = files
+    appended(trace, recorded_line(trace, number))
+    [finding] = audit(trace, calls, SENT, stopped=True).found
+    assert (finding.file, finding.line, finding.why) == ("trace", 22, f"a second {event} line for one email")
+
+
 def test_an_unterminated_last_call_line_counts_once_the_stack_stopped(files: tuple[Path, Path]) -> None:
     """While the stack is up a last line with no newline may be being written; once it stopped it is foreign."""
     trace, calls = files
