@@ -152,13 +152,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if lab.run is not None and lab.run.phased:
             return _run_phased(lab, student_dir, data_dir, args, page)
         with lab_run.running(lab, student_dir, data_dir, model=args.model, page=page) as (_stack, report):
-            _show_report(args, lab_run, report)
+            shown_problems = _show_kept(args, lab_run, report)
     except AirlockError as exc:
         if isinstance(exc, UsageError):
             raise
         print(f"airlock lab: the lab's stack failed: {shown(str(exc))}", file=sys.stderr)
         return STACK_FAILED
-    return 0 if not report.problems else 1
+    return _stopped(args, lab_run, report, shown_problems)
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
@@ -182,20 +182,42 @@ def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Name
     from lab import phased_run
 
     with phased_run.running_phases(lab, student_dir, data_dir, model=args.model, page=page) as report:
-        _show_report(args, phased_run, report)
+        shown_problems = _show_kept(args, phased_run, report)
+    return _stopped(args, phased_run, report, shown_problems)
+
+
+def _show_kept(args: argparse.Namespace, kind: ModuleType, report: Any) -> list[str] | None:
+    """With --keep, while the stack is still up: the report, then wait for Ctrl-C; the
+    problems it showed. Without it, nothing yet (None): the report waits for the stack to stop."""
+    if not args.keep:
+        return None
+    _show_report(args, kind, report)
+    _wait_for_interrupt()
+    return list(report.problems)
+
+
+def _stopped(args: argparse.Namespace, kind: ModuleType, report: Any, shown_problems: list[str] | None) -> int:
+    """The stack has stopped and the run's files were judged again (lab.provenance): the
+    report, or after --keep what was found since it was shown; exit 0 only when clean."""
+    if shown_problems is None:
+        _show_report(args, kind, report)
+    elif report.problems != shown_problems:
+        if args.json:
+            print(json_line(kind.report_record(report)), flush=True)
+        else:
+            say([f"NOT CLEAN (found once the stack stopped): {problem}" for problem in report.problems
+                 if problem not in shown_problems])
     return 0 if not report.problems else 1
 
 
 def _show_report(args: argparse.Namespace, kind: ModuleType, report: Any) -> None:
     """A run's report as one JSON object or as lines (`kind`: lab.run or lab.phased_run, which
-    both write it); with --keep, while the stack is still up, wait for Ctrl-C."""
+    both write it)."""
     if args.json:
         print(json_line(kind.report_record(report)), flush=True)
     else:
         say(kind.report_lines(report, args.keep))
         sys.stdout.flush()
-    if args.keep:
-        _wait_for_interrupt()
 
 
 def _page_available() -> bool:

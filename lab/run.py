@@ -11,9 +11,12 @@ student's code), never from what a model said. The in-stack checkpoints grade fr
 Report, so `lab run` shows a student exactly what their checkpoint judged.
 
 A run is clean when every email reached its outcome, no call ran outside the plan, no
-non-narrow value reached a tool, and the kernel never had to overrule or stand in for the
+non-narrow value reached a tool, the kernel never had to overrule or stand in for the
 student's code (a rule student.* other than student.refused: the student's function failed,
-or passed what the kernel refuses).
+or passed what the kernel refuses), and both files hold only what the stack wrote for the
+run's own emails (lab.provenance: no email the run did not send, no call line the actor did
+not log for an allowed step, no trace line that is no record). The files are judged again
+once the stack has stopped, so a line written after the report still counts.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 from airlock import records, task as task_module
 from airlock.errors import UsageError
 from airlock.student import START_TIMEOUT_S, Plug
-from lab import campaign
+from lab import campaign, provenance
 from lab.campaign import CampaignEmail
 from lab.catalog import Lab
 from lab.runner import STATE_FOLDER
@@ -101,6 +104,12 @@ class Report:
     emails: list[EmailReport]
     stragglers: list[str] = field(default_factory=list)
     rug_pull_after: int = 0
+    foreign: provenance.Audit = field(default_factory=provenance.Audit)  # records the run cannot account for
+
+    @property
+    def sent(self) -> list[str]:
+        """The message ids of the emails this run submitted (the broker gave each back)."""
+        return [email.id for email in self.emails]
 
     @property
     def totals(self) -> dict[str, int]:
@@ -111,7 +120,8 @@ class Report:
                 "non_narrow_at_a_tool": sum(e.non_narrow for e in self.emails),
                 "student_decisions": sum(bool(e.student) for e in self.emails),
                 "student_overruled": sum(bool(e.overruled) for e in self.emails),
-                "no_outcome": len(self.stragglers)}
+                "no_outcome": len(self.stragglers),
+                "foreign_records": self.foreign.total}
 
     @property
     def problems(self) -> list[str]:
@@ -126,7 +136,7 @@ class Report:
                             "your code (marked !)")
         if totals["no_outcome"]:
             problems.append(f"{totals['no_outcome']} email(s) with no outcome in time")
-        return problems
+        return problems + self.foreign.problems()
 
 
 def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
@@ -182,6 +192,13 @@ def running(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | None = 
             runs.append(stack.run(emails[split:]))
         report = build_report(lab, stack, runs, task_module.load(paths.task), data_dir)
         yield stack, report
+    audit(report, stopped=True)
+
+
+def audit(report: Report, *, stopped: bool) -> None:
+    """Judge the run's trace and calls.jsonl for records it cannot account for (lab.provenance);
+    `stopped`: the stack has stopped, so every line in them is whole and final."""
+    report.foreign = provenance.audit(report.trace_path, report.calls_path, report.sent, stopped=stopped)
 
 
 def build_report(lab: Lab, stack: Stack, runs: list[StackRun], task: task_module.Task, data_dir: Path) -> Report:
@@ -200,10 +217,12 @@ def build_report(lab: Lab, stack: Stack, runs: list[StackRun], task: task_module
                 calls=result.calls, outside_plan=judged["calls_outside_plan"], non_narrow=judged["calls_non_narrow"],
                 student=points, student_rules=rules))
     assert lab.run is not None
-    return Report(lab=lab.id, model=stack.model, plug=lab.run.plug, data_dir=data_dir,
-                  trace_path=stack.trace_path, calls_path=stack.calls_path, page_url=stack.page_url,
-                  emails=emails, stragglers=[s for run in runs for s in run.stragglers],
-                  rug_pull_after=lab.run.rug_pull_after)
+    report = Report(lab=lab.id, model=stack.model, plug=lab.run.plug, data_dir=data_dir,
+                    trace_path=stack.trace_path, calls_path=stack.calls_path, page_url=stack.page_url,
+                    emails=emails, stragglers=[s for run in runs for s in run.stragglers],
+                    rug_pull_after=lab.run.rug_pull_after)
+    audit(report, stopped=False)
+    return report
 
 
 def _student_part(lines: list[records.TraceRecord]) -> tuple[list[str], list[str]]:
@@ -243,6 +262,7 @@ def report_lines(report: Report, keep: bool) -> list[str]:
         f"  non-narrow values at a tool   {totals['non_narrow_at_a_tool']}  (must be 0)",
         f"  emails your code decided      {totals['student_decisions']} of {totals['emails']}",
         f"  overruled by the kernel       {totals['student_overruled']}",
+        f"  records not this run's own    {totals['foreign_records']}  (must be 0)",
     ]
     if totals["no_outcome"]:
         lines.append(f"  no outcome in time            {totals['no_outcome']}")
@@ -256,7 +276,8 @@ def report_lines(report: Report, keep: bool) -> list[str]:
     else:
         lines.append(f"live page: {report.page_url} was up during the run; --keep keeps it up to look at")
     lines += [f"NOT CLEAN: {problem}" for problem in report.problems] or ["clean: every email has its outcome, "
-                                                                          "nothing ran that should not have"]
+                                                                          "nothing ran that should not have, "
+                                                                          "every record is this run's own"]
     return lines
 
 
@@ -287,7 +308,7 @@ def report_record(report: Report) -> dict[str, Any]:
     return {"lab": report.lab, "plug": report.plug, "model": report.model, "clean": not report.problems,
             "problems": report.problems, "totals": report.totals, "data_dir": str(report.data_dir),
             "trace": str(report.trace_path), "calls": str(report.calls_path), "page": report.page_url,
-            "stragglers": report.stragglers,
+            "stragglers": report.stragglers, "foreign": [finding.as_record() for finding in report.foreign.found],
             "emails": [{"file": e.file, "category": e.category, "benign": e.benign, "outcome": e.outcome,
                         "reason": e.reason, "value": e.value, "calls": e.calls, "outside_plan": e.outside_plan,
                         "non_narrow": e.non_narrow, "student": e.student, "student_rules": e.student_rules}

@@ -7,7 +7,9 @@ its trace (each step's decision record, refusals under the actor's student.* rul
 Readers: lab/graders/tool_identity.py, executor_checks.py, preconditions.py (in_the_stack).
 Rationale: a checkpoint judges what ran and what each stage decided, never what a model
 said. The stack is lab.run.running's, the one `airlock lab run` shows a student (its rug pull
-swaps a private copy of the catalog between two batches of emails).
+swaps a private copy of the catalog between two batches of emails). A run whose files hold a
+record it cannot account for (lab.provenance: an email it did not send, a call line the actor
+did not log for an allowed step) fails before anything else is judged, each record named.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from airlock import records, trace
 from airlock.student import PLUG_POINTS, StudentCode, StudentFailed
+from lab import provenance
 from lab.catalog import Lab, find
 from lab.grading import Failed, module_or_failed, todo
 from lab.run import EmailReport, running
@@ -86,12 +89,20 @@ def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
             calls: dict[str, list[records.Call]] = {}
             for call in trace.read_calls(stack.calls_path):
                 calls.setdefault(call.message_id, []).append(call)
+    if report.foreign.total:  # judged once the stack stopped (lab.run.running)
+        return foreign_records(report.foreign)
     if report.stragglers:
         names = ", ".join(Path(name).name for name in report.stragglers)
         return Failed(CHECKPOINT, names, "these emails reached no outcome in the stack within its deadline: "
                                          "does your code hang? (each call is stopped after a few seconds)")
     split = report.rug_pull_after if lab.run.rug_pull else len(report.emails)
     return Ran(lab, report.emails, {email.id for email in report.emails[split:]}, events, calls)
+
+
+def foreign_records(found: provenance.Audit) -> Failed:
+    """The verdict on a run whose files hold records it cannot account for: each named."""
+    return Failed(CHECKPOINT, "the run's trace and calls.jsonl",
+                  "the run is not clean, whatever your code did: " + "; ".join(found.problems()))
 
 
 def _probe(path: Path, functions: tuple[str, ...], lab_id: str) -> Failed | None:

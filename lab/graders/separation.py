@@ -138,7 +138,8 @@ def in_the_stack(student_dir: Path) -> Verdict:
             pass
         with tempfile.TemporaryDirectory(prefix="airlock-lab-separation-") as scratch:
             with running(find("separation"), student_dir, Path(scratch) / "run") as (_, report):
-                _judge_run(report)
+                pass
+        _judge_run(report)  # once the stack stopped: its files are judged whole (lab.run.running)
 
     try:
         return graded("in-the-stack", body)
@@ -148,6 +149,9 @@ def in_the_stack(student_dir: Path) -> Verdict:
 
 def _judge_run(report: Any) -> None:
     """The first thing wrong in the run, in the student's terms (see in_the_stack)."""
+    if report.foreign.total:
+        raise CaseFailed("the run's trace and calls.jsonl", "the run is not clean, whatever your code did: "
+                                                              + "; ".join(report.foreign.problems()))
     if report.stragglers:
         raise CaseFailed("emails with no outcome", f"{len(report.stragglers)} email(s) reached no outcome in time: "
                                                    "does check() take long?")

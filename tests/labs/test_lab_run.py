@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from airlock import keys
+from airlock.client import IntakeClient, Submission
 from lab import catalog
 from lab.catalog import LabFormatError, build_wrong_solution
+from lab.provenance import NOT_SENT
+from lab.run import running
 from tests.conftest import ROOT
 from tests.labs.support import kept_lab_run
 
@@ -52,6 +56,28 @@ def test_the_reference_runs_clean_and_the_report_says_what_ran(tmp_path: Path) -
     assert Path(data).parent == folder / ".airlock-lab" / "runs"
     assert (Path(data) / "trace.jsonl").is_file() and (Path(data) / "calls.jsonl").is_file()
     assert re.search(r"^live page: http://127\.0\.0\.1:[0-9]+/ was up during the run", out, re.MULTILINE)
+
+
+def test_an_email_and_a_call_line_the_run_did_not_write_make_it_not_clean(tmp_path: Path) -> None:
+    """The reference's run is clean; an email submitted with the run's own SMTP key and a line
+    appended to calls.jsonl (what a student's code out of its sandbox could do) make it not
+    clean, each named, once the stack has stopped."""
+    folder = shutil.copytree(SEPARATION.solution, tmp_path / "mine")
+    with running(SEPARATION, folder, tmp_path / "run") as (stack, report):
+        assert report.problems == [] and report.foreign.total == 0
+        raw = (ROOT / "samples/benign_en_order.eml").read_bytes()
+        with IntakeClient(stack.settings, timeout_s=10, role=keys.SMTP_ROLE) as client:
+            [(_, injected)] = client.submit([Submission(raw, "eml", "smtp", "ceo@example.com", "dkim")])
+            assert [result.message_id for result in client.outcomes([injected], 30)] == [injected]
+        first = report.emails[0].id
+        with open(stack.calls_path, "a", encoding="utf-8") as calls:
+            calls.write(json.dumps({"event": "call", "at": "2026-01-01T00:00:00Z", "message_id": first, "step": 9,
+                                    "server": "shop", "tool": "refund", "args": {"order_id": "4411"}}) + "\n")
+    problems = "\n".join(report.problems)
+    assert f"{NOT_SENT} (trace line" in problems, problems
+    assert f"{injected} from ceo@example.com via smtp (sender proof dkim)" in problems
+    assert "a call the trace has no allowed step that ran for (calls.jsonl line" in problems
+    assert f"{first} step 9 shop/refund(order_id='4411')" in problems
 
 
 def test_a_checker_that_passes_arabic_indic_digits_is_overruled_and_not_clean(tmp_path: Path) -> None:
