@@ -168,8 +168,13 @@ def _reader(pipe: BinaryIO, calls: queue.Queue[Any], callbacks: _Callbacks) -> N
 
 def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> None:
     replies = _Replies(os.fdopen(os.dup(1), "wb"), mode)
+    requests = os.fdopen(os.dup(0), "rb")
     os.dup2(2, 1)  # the student's print() goes to stderr, never into the reply pipe
     sys.stdout = sys.stderr
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # input() meets end of file, never the requests
+    os.close(null)
+    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115  the process's stdin for its whole life
     os.chdir(workspace)
     for package in IMPORTABLE:
         with contextlib.suppress(ImportError):
@@ -183,7 +188,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> 
     except BaseException as exc:  # noqa: BLE001 (anything a file does at import is the student's)
         replies.send("unloadable", cut(f"{path.name}: {type(exc).__name__}: {exc}"))
         return
-    threading.Thread(target=_reader, args=(sys.stdin.buffer, calls, callbacks), daemon=True).start()
+    threading.Thread(target=_reader, args=(requests, calls, callbacks), daemon=True).start()
     functions = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_"))
     replies.send("ok", [confinement.describe(), functions])
     while (message := calls.get()) is not None:

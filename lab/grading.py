@@ -230,12 +230,19 @@ def student_function(module: StudentModule, name: str) -> Callable[..., Any]:
 
 
 def student_call(case: str, function: Callable[..., Any], *args: Any) -> Any:
-    """Call one student function on one case. A TODO or any exception is CaseFailed naming
-    the case; SystemExit is left to the grade process, which names it."""
+    """Call one student function on one case. A TODO, an exception, a sys.exit, a crash or a
+    hang is CaseFailed naming the case."""
     try:
         return function(*args)
     except NotImplementedError:
         raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
+    except StudentStopped as exc:
+        raise CaseFailed(case, f"{exc}: a function returns its answer") from None
+    except StudentRaised as exc:
+        if type(exc).__name__ == "SystemExit":
+            raise CaseFailed(case, f"{function.__name__} called sys.exit({exc}); a function returns its answer, "
+                                   "it never ends the program") from None
+        raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  the student's function: any error is a failed case, named
         raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
 

@@ -1,0 +1,253 @@
+"""airlock.student behind airlock.sandbox and airlock.warden: what a hostile student's file can no
+longer reach, what it cannot leave behind, and what crosses back to a grader."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airlock.student import StudentCode, StudentFailed
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's boundaries are Linux's")
+
+HOSTILE = '''
+import os, signal, socket, time
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Error:
+    kind: str
+    detail: str
+
+def read(path):
+    with open(path, "rb") as file:
+        return file.read()
+
+def write(path):
+    with open(path, "w") as file:
+        file.write("written by the student")
+    return "written"
+
+def parent_environ():
+    return read(f"/proc/{os.getppid()}/environ")
+
+def connect(family):
+    kinds = {"inet": socket.AF_INET, "inet6": socket.AF_INET6, "unix": socket.AF_UNIX}
+    socket.socket(kinds[family], socket.SOCK_STREAM)
+    return "a socket"
+
+def signal_process(pid):
+    os.kill(pid, signal.SIGKILL)
+    return "sent"
+
+def escape():
+    """Double-fork and setsid: the grandchild leaves the process group and reports its pid."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write_end, str(os.getpid()).encode())
+            time.sleep(600)
+            os._exit(0)
+        os._exit(0)
+    os.close(write_end)
+    time.sleep(0.2)
+    return int(os.read(read_end, 32))
+
+def realtime_signal():
+    os.kill(os.getpid(), signal.SIGRTMIN + 6)
+
+def shapes():
+    return (1, "a"), {2}, frozenset({3}), Error("range", "too big"), {("shop", "x"): 1}, 2 ** 80, math_nan()
+
+def math_nan():
+    return float("nan")
+
+def run_tool(tool, args):
+    first = tool(args)
+    return [first, tool(args)]
+
+def give_up(tool):
+    import threading
+    worker = threading.Thread(target=tool, args=({},), daemon=True)
+    worker.start()
+    worker.join(0.2)
+    return "gave up" if worker.is_alive() else "waited"
+
+def catch(tool):
+    try:
+        tool({})
+    except ValueError as exc:
+        return f"caught {exc}"
+    return "nothing raised"
+
+def evil_text():
+    class Liar(str):
+        def __eq__(self, other):
+            return True
+        __hash__ = str.__hash__
+    return Liar("no")
+'''
+
+
+@pytest.fixture
+def student(tmp_path: Path) -> Iterator[StudentCode]:
+    """The hostile file in a student's folder, in shapes mode (as a grader calls it)."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "hostile.py").write_text(HOSTILE)
+    code = StudentCode(folder / "hostile.py", timeout_s=10.0, mode="shapes")
+    yield code
+    code.close()
+
+
+def raised(answer: object) -> str:
+    assert isinstance(answer, StudentFailed) and answer.kind == "raised", answer
+    return answer.exception
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_child_says_which_boundaries_are_in_force(student: StudentCode) -> None:
+    """The first answer reports Landlock, seccomp and the rlimits as applied."""
+    assert student.call("math_nan") != student.call("math_nan")  # nan, and the child is up
+    assert "landlock ABI" in student.confinement and "seccomp" in student.confinement
+    assert "rlimits" in student.confinement and "not in force" not in student.confinement
+
+
+def test_another_processes_environment_cannot_be_read(student: StudentCode) -> None:
+    """/proc/<parent>/environ, where the run's keys were, is refused."""
+    assert raised(student.call("parent_environ")) == "PermissionError"
+
+
+def test_only_the_students_own_files_can_be_read(student: StudentCode, tmp_path: Path) -> None:
+    """Its own file reads; keys in a subfolder, a neighbour's file and the project's root do not."""
+    folder = tmp_path / "student"
+    keys = folder / ".airlock-lab" / "runs" / "1" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "smtp.key").write_text("secret")
+    neighbour = tmp_path / "another-student"
+    neighbour.mkdir()
+    (neighbour / "checker.py").write_text("def check(a): return a\n")
+    assert student.call("read", str(folder / "hostile.py")) == HOSTILE.encode()
+    for path in (keys / "smtp.key", neighbour / "checker.py", Path(__file__).resolve().parents[2] / "pyproject.toml"):
+        assert raised(student.call("read", str(path))) == "PermissionError", path
+
+
+def test_writes_land_only_in_the_private_workspace(student: StudentCode, tmp_path: Path) -> None:
+    """A relative path is the workspace's; the student's folder and /tmp are refused."""
+    assert student.call("write", "notes.txt") == "written"
+    for path in (tmp_path / "student" / "progress.json", tmp_path / "owned.txt"):
+        assert raised(student.call("write", str(path))) == "PermissionError"
+        assert not path.exists()
+
+
+@pytest.mark.parametrize("family", ["inet", "inet6", "unix"])
+def test_no_socket_of_any_kind(student: StudentCode, family: str) -> None:
+    """No network and no local service: socket() itself is refused."""
+    assert raised(student.call("connect", family)) == "PermissionError"
+
+
+def test_no_signal_to_another_process(student: StudentCode) -> None:
+    """SIGKILL to this test's process (the grader's place) is refused; the test lives on."""
+    assert raised(student.call("signal_process", os.getpid())) == "PermissionError"
+
+
+def test_a_double_forked_setsid_grandchild_dies_with_the_code(student: StudentCode) -> None:
+    """The warden is a subreaper: what left the process group is killed all the same."""
+    grandchild = student.call("escape")
+    assert isinstance(grandchild, int) and alive(grandchild)
+    student.close()
+    deadline = time.monotonic() + 5.0
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not alive(grandchild), "a process the student's code started outlived it"
+    finally:
+        if alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_realtime_signal_is_a_crash_named_by_its_signal(student: StudentCode) -> None:
+    """SIGRTMIN+6 has no name in signal.Signals: the failure names it anyway."""
+    answer = student.call("realtime_signal")
+    assert isinstance(answer, StudentFailed) and answer.kind == "crashed"
+    assert answer.detail == "signal SIGRTMIN+6"
+
+
+def test_shapes_cross_back_as_plain_values(student: StudentCode) -> None:
+    """Tuples, sets, a dataclass's class name and fields, big ints and nan keep their shape."""
+    pair, numbers, frozen, error, keyed, big, nan = student.call("shapes")
+    assert pair == (1, "a") and type(pair) is tuple and numbers == {2} and frozen == frozenset({3})
+    assert type(error).__name__ == "Error" and error.kind == "range" and error.fields["detail"] == "too big"
+    assert keyed == {("shop", "x"): 1} and big == 2**80 and math.isnan(nan)
+
+
+def test_a_str_subclass_arrives_as_its_characters(student: StudentCode) -> None:
+    """A str whose __eq__ says yes to everything is judged by what it holds."""
+    answer = student.call("evil_text")
+    assert type(answer) is str and answer == "no" and answer != "yes"
+
+
+def test_a_callable_in_the_arguments_runs_in_the_caller(student: StudentCode) -> None:
+    """The tool's counter is this process's memory: two calls by the student, two here."""
+    seen: list[dict[str, object]] = []
+
+    def tool(args: dict[str, object]) -> dict[str, int]:
+        seen.append(args)
+        return {"runs": len(seen)}
+
+    assert student.call("run_tool", tool, {"order_id": "1"}) == [{"runs": 1}, {"runs": 2}]
+    assert seen == [{"order_id": "1"}, {"order_id": "1"}] and threading.current_thread().is_alive()
+
+
+def test_a_callables_exception_reaches_the_student_as_itself(student: StudentCode) -> None:
+    """A tool that raises ValueError here raises ValueError in the student's code."""
+    def failing(args: dict[str, object]) -> None:
+        raise ValueError("the tool broke")
+
+    assert student.call("catch", failing) == "caught the tool broke"
+
+
+def test_a_slow_callable_does_not_hold_the_answer(student: StudentCode) -> None:
+    """The student's code may stop waiting for a slow tool; its answer still arrives."""
+    release = threading.Event()
+    try:
+        started = time.monotonic()
+        assert student.call("give_up", lambda args: release.wait(5.0)) == "gave up"
+        assert time.monotonic() - started < 3.0
+    finally:
+        release.set()
+
+
+def test_plain_mode_still_gives_maps(tmp_path: Path) -> None:
+    """The services' mode is unchanged: a dataclass arrives as a map."""
+    path = tmp_path / "plug.py"
+    path.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        @dataclass
+        class Verdict:
+            verdict: str
+        def decide():
+            return Verdict("allow")
+    """))
+    code = StudentCode(path, timeout_s=10.0)
+    try:
+        assert code.call("decide") == {"verdict": "allow"}
+    finally:
+        code.close()
