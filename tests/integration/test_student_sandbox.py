@@ -192,7 +192,9 @@ def test_a_realtime_signal_is_a_crash_named_by_its_signal(student: StudentCode) 
 
 def test_shapes_cross_back_as_plain_values(student: StudentCode) -> None:
     """Tuples, sets, a dataclass's class name and fields, big ints and nan keep their shape."""
-    pair, numbers, frozen, error, keyed, big, nan = student.call("shapes")
+    answer = student.call("shapes")
+    assert not isinstance(answer, StudentFailed), answer
+    pair, numbers, frozen, error, keyed, big, nan = answer
     assert pair == (1, "a") and type(pair) is tuple and numbers == {2} and frozen == frozenset({3})
     assert type(error).__name__ == "Error" and error.kind == "range" and error.fields["detail"] == "too big"
     assert keyed == {("shop", "x"): 1} and big == 2**80 and math.isnan(nan)
