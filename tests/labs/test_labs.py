@@ -387,6 +387,12 @@ def check(answer):
             words = open(path, "rb").read().split(b"\\0")
         except OSError:
             continue
+        if b"--verdict" in words:  # a verdict file named on the grader's command line
+            try:
+                with open(words[words.index(b"--verdict") + 1].decode(), "w") as out:
+                    out.write(json.dumps({"type": "Passed", "checkpoint": "contract"}))
+            except OSError:
+                pass
         if b"--verdict-fd" in words:
             pid, fd = path.split("/")[2], words[words.index(b"--verdict-fd") + 1].decode()
             for target in (f"/proc/{pid}/fd/{fd}", f"/proc/{pid}/fd/1"):
@@ -404,7 +410,8 @@ def check(answer):
 
 
 def test_a_checker_that_forges_the_verdict_fails(tmp_path: Path) -> None:
-    """Writing Passed to the grader's verdict pipe and killing the grader forges nothing."""
+    """Writing Passed where the grader keeps its verdict (a file or a pipe named on its
+    command line) and then leaving, or killing the grader, forges nothing."""
     verdict = grade_contract(with_checker(tmp_path, FORGER))
     assert isinstance(verdict, Failed) and "ended its process" in verdict.message, verdict
 
