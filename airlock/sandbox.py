@@ -18,6 +18,13 @@ output prints them:
 The fourth boundary, every descendant killed when the student's process ends, is the
 warden's (airlock.warden): a subreaper the student's processes cannot signal.
 
+The kernel refuses quietly: an open() that Landlock denies is a PermissionError the student's
+code may catch and go on from, and nobody would know it tried. So `Watch` also listens to
+Python's audit events for the same rules and remembers the first attempt to reach past
+them (a file outside what it may read or write, a socket, a signal to another process, a
+program to run); the child reports it with the call's answer, and the answer does not count.
+The kernel's boundaries are the wall; the watch is how an attempt gets a name.
+
 Data: the workspace and readable paths the caller names, and sys.path.
 Rationale: each boundary is the kernel's, reached through kept libraries (`landlock`,
 `pyseccomp`); where the kernel or the platform lacks one, confine says so rather than
@@ -112,6 +119,18 @@ def python_paths() -> list[Path]:
     return sorted(paths)
 
 
+def narrow_import_path() -> None:
+    """Keep on sys.path only the folders Landlock will let the interpreter read: the
+    project's packages are imported by then and find their modules through their own
+    __path__, and a folder it may not list (the project's root) would only be refused."""
+    allowed = [str(p.resolve()) for p in python_paths()]
+    sys.path[:] = [entry for entry in sys.path if entry and _inside(str(Path(entry).resolve()), allowed)]
+
+
+def _inside(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
 def _project_roots() -> list[Path]:
     roots = []
     for package in PROJECT_PACKAGES:
@@ -193,3 +212,60 @@ def _seccomp(seccomp: Any) -> str:
     except (RuntimeError, ValueError, OSError) as exc:
         raise _Unavailable(f"the filter could not be loaded ({exc})") from None
     return "seccomp (no sockets, no signals but to itself, no ptrace, namespaces or mounts)"
+
+
+class Watch:
+    """The first attempt of the student's code to reach past its boundaries, by Python's
+    audit events (sys.addaudithook: it cannot be removed once added)."""
+
+    def __init__(self, workspace: Path, readable: Iterable[Path]) -> None:
+        self._write = (str(workspace.resolve()),)
+        files = list(readable)
+        # the loader looks for a cached .pyc beside each file it reads, and may be refused
+        caches = [Path(importlib.util.cache_from_source(str(p))) for p in files if p.suffix == ".py"]
+        reads = [str(p.resolve()) for p in (*python_paths(), *files, *caches)]
+        self._read = (*self._write, *reads, *DEVICES_READ, *DEVICES_WRITE)
+        self._me = os.getpid()
+        self.attempt: str | None = None
+
+    def install(self) -> None:
+        sys.addaudithook(self._event)
+
+    def take(self) -> str | None:
+        attempt, self.attempt = self.attempt, None
+        return attempt
+
+    def _event(self, event: str, args: tuple[object, ...]) -> None:
+        if event == "open":
+            self._opening(args)
+        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], str | bytes | os.PathLike):
+            self._check(os.fsdecode(args[0]) or ".", write=False, what="list")
+        elif event in ("socket.__new__", "socket.socket"):
+            self._refuse("open a socket")
+        elif event == "os.kill" and args and args[0] != self._me:
+            self._refuse(f"send a signal to process {args[0]}")
+        elif event in ("os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system"):
+            self._refuse(f"run a program ({_short(args[0] if args else '?')})")
+
+    def _opening(self, args: tuple[object, ...]) -> None:
+        path, mode, flags = (list(args) + [None, None, None])[:3]
+        if not isinstance(path, str | bytes | os.PathLike):
+            return  # an open file descriptor: already the student's
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+            (isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND) != 0)
+        self._check(os.fsdecode(path), write=writing, what="write" if writing else "read")
+
+    def _check(self, path: str, *, write: bool, what: str) -> None:
+        if _inside(os.path.realpath(path), self._write if write else self._read):
+            return
+        self._refuse(f"{what} {_short(path)}")
+
+    def _refuse(self, what: str) -> None:
+        if self.attempt is None:
+            self.attempt = what
+        raise PermissionError(f"the sandbox refuses to {what}")
+
+
+def _short(value: object, limit: int = 120) -> str:
+    text = repr(os.fsdecode(value) if isinstance(value, str | bytes | os.PathLike) else value)
+    return text if len(text) <= limit else text[:limit] + "…"

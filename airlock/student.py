@@ -63,7 +63,8 @@ DETAIL_LIMIT_CHARS = 300
 _HEADER = struct.Struct(">I")
 
 Mode = Literal["plain", "shapes"]
-Kind = Literal["todo", "raised", "timeout", "crashed", "not_plain_data", "too_large", "unloadable", "missing"]
+Kind = Literal["todo", "raised", "timeout", "crashed", "not_plain_data", "too_large", "unloadable", "missing",
+               "sandbox"]
 
 
 class Plug(msgspec.Struct, frozen=True):
@@ -122,6 +123,7 @@ _KIND_WORDS: dict[str, str] = {
     "too_large": "returned too much",
     "unloadable": "could not be loaded",
     "missing": "is not defined in your file",
+    "sandbox": "tried to reach outside its sandbox, so its answer does not count",
 }
 
 

@@ -180,13 +180,19 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> 
         with contextlib.suppress(ImportError):
             importlib.import_module(package)
     readable = [path] + [p for p in _files_beside(path) if p != path]
+    sandbox.narrow_import_path()
     confinement = sandbox.confine(workspace, readable, limits)
+    watch = sandbox.Watch(workspace, readable)
+    watch.install()
     callbacks = _Callbacks(replies)
     calls: queue.Queue[Any] = queue.Queue()
     try:
         module = _load(path, f"student_{path.stem}")
     except BaseException as exc:  # noqa: BLE001 (anything a file does at import is the student's)
         replies.send("unloadable", cut(f"{path.name}: {type(exc).__name__}: {exc}"))
+        return
+    if (attempt := watch.take()) is not None:
+        replies.send("sandbox", cut(f"{path.name}, when loaded, tried to {attempt}"))
         return
     threading.Thread(target=_reader, args=(requests, calls, callbacks), daemon=True).start()
     functions = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_"))
@@ -195,7 +201,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> 
         if message[0] == "use_reference":
             _use_reference(module, message[1], Path(message[2]), replies)
         else:
-            _serve(module, path, message[1], message[2], replies)
+            _serve(module, path, message[1], message[2], replies, watch)
 
 
 def _files_beside(path: Path) -> list[Path]:
@@ -230,23 +236,29 @@ def _use_reference(module: ModuleType, names: list[str], reference: Path, replie
     replies.send("ok", None)
 
 
-def _serve(module: ModuleType, path: Path, function: str, args: tuple[Any, ...], replies: _Replies) -> None:
+def _serve(module: ModuleType, path: Path, function: str, args: tuple[Any, ...], replies: _Replies,
+           watch: sandbox.Watch) -> None:
     target = getattr(module, function, None)
     if not callable(target):
         replies.send("missing", f"{path.name} has no function {function}()")
         return
+    watch.take()  # an attempt belongs to the call it happened in
+    failure: BaseException | None = None
     try:
         result = target(*args)
-    except NotImplementedError:
-        replies.send("todo", "")
-        return
     except BaseException as exc:  # noqa: BLE001 (SystemExit too: a student's exit is an answer)
-        if replies.shapes:
-            replies.send("raised", [type(exc).__name__, cut(_text(exc), MESSAGE_LIMIT_CHARS)])
-        else:
-            replies.send("raised", cut(f"{type(exc).__name__}: {_text(exc)}"))
-        return
-    replies.send("ok", result)
+        failure = exc
+    attempt = watch.take()
+    if attempt is not None:  # whatever the code did after it, caught or not
+        replies.send("sandbox", cut(f"tried to {attempt}"))
+    elif failure is None:
+        replies.send("ok", result)
+    elif isinstance(failure, NotImplementedError):
+        replies.send("todo", "")
+    elif replies.shapes:
+        replies.send("raised", [type(failure).__name__, cut(_text(failure), MESSAGE_LIMIT_CHARS)])
+    else:
+        replies.send("raised", cut(f"{type(failure).__name__}: {_text(failure)}"))
 
 
 def _text(exc: BaseException) -> str:

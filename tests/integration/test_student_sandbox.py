@@ -3,6 +3,7 @@ longer reach, what it cannot leave behind, and what crosses back to a grader."""
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -20,8 +21,34 @@ from airlock.student import StudentCode, StudentFailed
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's boundaries are Linux's")
 
 HOSTILE = '''
-import os, signal, socket, time
+import ctypes, os, signal, socket, time
 from dataclasses import dataclass
+
+LIBC = ctypes.CDLL(None, use_errno=True)  # libc straight: Python's audit events never see these calls
+
+def raw(call, *args):
+    """A system call through libc: 0 when the kernel allowed it, else its errno."""
+    ctypes.set_errno(0)
+    return ctypes.get_errno() if getattr(LIBC, call)(*args) < 0 else 0
+
+def raw_open(path, write):
+    flags = os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY
+    return raw("open", path.encode(), flags, 0o600)
+
+def raw_socket(family):
+    return raw("socket", {"inet": socket.AF_INET, "inet6": socket.AF_INET6, "unix": socket.AF_UNIX}[family],
+               socket.SOCK_STREAM, 0)
+
+def raw_kill(pid):
+    return raw("kill", pid, 0)
+
+def caught(path):
+    """A correct answer after a quiet try at a secret: the try is what counts."""
+    try:
+        read(path)
+    except OSError:
+        pass
+    return "4411"
 
 @dataclass(frozen=True)
 class Error:
@@ -110,9 +137,11 @@ def student(tmp_path: Path) -> Iterator[StudentCode]:
     code.close()
 
 
-def raised(answer: object) -> str:
-    assert isinstance(answer, StudentFailed) and answer.kind == "raised", answer
-    return answer.exception
+def refused(answer: object, *words: str) -> str:
+    """The answer is the sandbox's refusal, naming what was tried."""
+    assert isinstance(answer, StudentFailed) and answer.kind == "sandbox", answer
+    assert all(word in answer.detail for word in words), answer.detail
+    return answer.detail
 
 
 def alive(pid: int) -> bool:
@@ -131,8 +160,9 @@ def test_the_child_says_which_boundaries_are_in_force(student: StudentCode) -> N
 
 
 def test_another_processes_environment_cannot_be_read(student: StudentCode) -> None:
-    """/proc/<parent>/environ, where the run's keys were, is refused."""
-    assert raised(student.call("parent_environ")) == "PermissionError"
+    """/proc/<parent>/environ, where the run's keys were: the kernel refuses it, and the try is named."""
+    refused(student.call("parent_environ"), "read", "/proc/", "/environ")
+    assert student.call("raw_open", f"/proc/{os.getpid()}/environ", False) == errno.EACCES
 
 
 def test_only_the_students_own_files_can_be_read(student: StudentCode, tmp_path: Path) -> None:
@@ -146,26 +176,35 @@ def test_only_the_students_own_files_can_be_read(student: StudentCode, tmp_path:
     (neighbour / "checker.py").write_text("def check(a): return a\n")
     assert student.call("read", str(folder / "hostile.py")) == HOSTILE.encode()
     for path in (keys / "smtp.key", neighbour / "checker.py", Path(__file__).resolve().parents[2] / "pyproject.toml"):
-        assert raised(student.call("read", str(path))) == "PermissionError", path
+        refused(student.call("read", str(path)), "read", path.name)
+        assert student.call("raw_open", str(path), False) == errno.EACCES, path
+
+
+def test_a_caught_try_still_voids_the_answer(student: StudentCode, tmp_path: Path) -> None:
+    """A function that tries a secret, catches the refusal and answers well gets no credit."""
+    refused(student.call("caught", f"/proc/{os.getpid()}/environ"), "environ")
 
 
 def test_writes_land_only_in_the_private_workspace(student: StudentCode, tmp_path: Path) -> None:
     """A relative path is the workspace's; the student's folder and /tmp are refused."""
     assert student.call("write", "notes.txt") == "written"
     for path in (tmp_path / "student" / "progress.json", tmp_path / "owned.txt"):
-        assert raised(student.call("write", str(path))) == "PermissionError"
+        refused(student.call("write", str(path)), "write", path.name)
+        assert student.call("raw_open", str(path), True) == errno.EACCES
         assert not path.exists()
 
 
 @pytest.mark.parametrize("family", ["inet", "inet6", "unix"])
 def test_no_socket_of_any_kind(student: StudentCode, family: str) -> None:
     """No network and no local service: socket() itself is refused."""
-    assert raised(student.call("connect", family)) == "PermissionError"
+    refused(student.call("connect", family), "socket")
+    assert student.call("raw_socket", family) == errno.EACCES
 
 
 def test_no_signal_to_another_process(student: StudentCode) -> None:
-    """SIGKILL to this test's process (the grader's place) is refused; the test lives on."""
-    assert raised(student.call("signal_process", os.getpid())) == "PermissionError"
+    """A signal to this test's process (the grader's place) is refused; the test lives on."""
+    refused(student.call("signal_process", os.getpid()), "signal", str(os.getpid()))
+    assert student.call("raw_kill", os.getpid()) == errno.EPERM
 
 
 def test_a_double_forked_setsid_grandchild_dies_with_the_code(student: StudentCode) -> None:
