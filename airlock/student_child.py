@@ -244,6 +244,7 @@ def _serve(module: ModuleType, path: Path, function: str, args: tuple[Any, ...],
         return
     watch.take()  # an attempt belongs to the call it happened in
     failure: BaseException | None = None
+    result: Any = None
     try:
         result = target(*args)
     except BaseException as exc:  # noqa: BLE001 (SystemExit too: a student's exit is an answer)
