@@ -94,6 +94,31 @@ def test_a_checker_that_passes_arabic_indic_digits_is_overruled_and_not_clean(tm
     assert "NOT CLEAN: " in done.stdout and "overruled" in done.stdout
 
 
+KEY_READER = """
+import os, re
+
+def check(answer):
+    try:  # the run's secrets, as the service's environment held them; quietly
+        open(f"/proc/{os.getppid()}/environ", "rb").read()
+    except OSError:
+        pass
+    return answer if type(answer) is str and re.fullmatch(r"[0-9]{1,6}", answer) else None
+"""
+
+
+def test_a_correct_checker_that_reaches_for_the_keys_is_not_clean(tmp_path: Path) -> None:
+    """Reading the service's environment is refused, and the try, even caught, voids every
+    answer: the run is not clean, and each email's line says why."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "checker.py").write_text(KEY_READER)
+    done = lab_run("separation", "--dir", str(folder))
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = line_of(done.stdout, "reply-seven-digits.eml")
+    assert line.startswith("  ! ") and "outside its sandbox" in line and "/proc" in line
+    assert re.search(r"calls outside the plan +0 ", done.stdout) and "NOT CLEAN: " in done.stdout
+
+
 def test_json_report_and_the_todo_starter(tmp_path: Path) -> None:
     """--json is one object; the untouched starter fails closed on every email (student.failed)."""
     folder = shutil.copytree(SEPARATION.starter, tmp_path / "mine")
