@@ -17,6 +17,7 @@ built in the grader's process, which the student's code cannot reach.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib.util
 import keyword
@@ -63,6 +64,9 @@ class StudentRaised(Exception):
     """The student's function raised: `type(exc).__name__` is the student's exception's
     class name, `str(exc)` its message. SystemExit arrives as one too."""
 
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
 
 class StudentStopped(Exception):
     """The student's function gave no answer: no return within the deadline, its process
@@ -71,7 +75,15 @@ class StudentStopped(Exception):
 
 @functools.lru_cache(maxsize=256)
 def _raised_class(name: str) -> type[StudentRaised]:
+    """The exception the grader sees: named like the student's, and an instance of the
+    built-in of that name too where there is one (`except ValueError` in a grader works)."""
     safe = name if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__") else "Exception"
+    builtin = getattr(builtins, safe, None)
+    if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin is not Exception:
+        try:
+            return type(safe, (StudentRaised, builtin), {})
+        except TypeError:  # a built-in whose layout cannot be mixed in
+            pass
     return type(safe, (StudentRaised,), {})
 
 
@@ -80,7 +92,10 @@ def _as_exception(failed: StudentFailed) -> Exception:
         return NotImplementedError(f"{failed.function}() is still a TODO")
     if failed.kind == "raised":
         name, message = (failed.exception, failed.message) if failed.exception else ("Exception", failed.detail)
-        return _raised_class(name)(message)
+        try:
+            return _raised_class(name)(message)
+        except TypeError:  # a built-in that wants more than a message (UnicodeDecodeError)
+            return type(_raised_class(name).__name__, (StudentRaised,), {})(message)
     return StudentStopped(failed.describe())
 
 
