@@ -44,6 +44,7 @@ from airlock.errors import (
     UsageError,
     exit_code,
 )
+from airlock.interpreter import python_command
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -374,7 +375,7 @@ def run_in_lab(argv: Sequence[str]) -> NoReturn:
         sys.exit(EX_CONFIG)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)])
+    os.execv(sys.executable, python_command("-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)))
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
