@@ -29,6 +29,15 @@ from typing import Any
 from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
 from airlock.terminal import json_line, shown
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
+from lab.context import (
+    CONTAINER_COMMAND,
+    for_student,
+    in_container,
+    lab_command,
+    lab_path,
+    page_missing,
+    require_grader_modules,
+)
 from lab.grading import Failed
 from lab.runner import (
     STATE_FOLDER,
@@ -47,9 +56,10 @@ PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, 
 
 
 def say(lines: Sequence[str]) -> None:
-    """Print lines for a person; lab text and paths are shown escaped, like all CLI output."""
+    """Print lines for a person, each `airlock lab` command in them as the student types it
+    where they are; lab text and paths are shown escaped, like all CLI output."""
     for line in lines:
-        print(shown(line))
+        print(shown(for_student(line)))
 
 
 def summary(lab: Lab) -> dict[str, object]:
@@ -77,13 +87,14 @@ def cmd_start(args: argparse.Namespace) -> int:
     present = _student_files_in(lab, target)
     if present and not args.force:
         raise UsageError(f"{target} already holds {', '.join(present)}: your work is kept. "
-                         f"`lab check {lab.id} --dir {target}` grades it; --force replaces it with the starter "
-                         f"(`lab reset` does the same and keeps a backup)")
+                         f"`{lab_command(f'check {lab.id} --dir {target}')}` grades it; --force replaces it with "
+                         f"the starter (`{lab_command(f'reset {lab.id} --dir {target}')}` does the same and keeps "
+                         f"a backup)")
     target.mkdir(parents=True, exist_ok=True)
     _copy_starter(lab, target)
     lines = [lab.title, f"the starter is in {target}: write {', '.join(lab.student_files)}, then run",
-             f"  airlock lab check {lab.id} --dir {target}",
-             f"the lesson: {lab.folder / 'README.md'}" + "".join(
+             f"  {lab_command(f'check {lab.id} --dir {target}')}",
+             f"the lesson: {lab_path(lab.folder / 'README.md')}" + "".join(
                  f" ({lang}: README.{lang}.md)" for lang in lab.languages if lang != "en")]
     say(lines)
     return 0
@@ -93,7 +104,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     student_dir = Path(args.dir)
     if not student_dir.is_dir():
-        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
+        raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
+                         f"makes it")
     if not 0 < args.time_limit <= MAX_TIME_LIMIT_S:
         raise UsageError(f"--time-limit is seconds per checkpoint, more than 0 and at most {MAX_TIME_LIMIT_S:g}")
     limits = Limits(wall_s=args.time_limit, cpu_s=int(args.time_limit) + 1)
@@ -116,11 +128,11 @@ def _print_check(lab: Lab, progress: Progress) -> None:
         print(shown(f"  {mark} {result.id}: {result.title}"))
         if isinstance(result.verdict, Failed):
             print("       case: " + shown(result.verdict.case))
-            print("       " + shown(result.verdict.message))
+            print("       " + shown(for_student(result.verdict.message)))
             for line in result.printed.splitlines():
                 print("       printed: " + shown(line))
     if progress.passed < progress.total:
-        print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
+        print(shown(f"stuck? {lab_command(f'hint {lab.id} 1')} (levels 1 to 3)"))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -130,13 +142,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     student_dir = Path(args.dir)
     if not student_dir.is_dir():
-        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
+        raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
+                         f"makes it")
     if args.model is not None and args.model not in ("hostile", "recorded") and "://" not in args.model:
         raise UsageError(f"--model is hostile, recorded or a model's URL (http://...), not {args.model!r}")
     page = _page_available()
     if not page and not args.json:
-        print("airlock lab: the live page needs the dashboard extra (pip install 'airlock[dashboard]'); "
-              "running without it", file=sys.stderr)
+        print(f"airlock lab: no live page ({page_missing()}); running without it", file=sys.stderr)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
     try:
@@ -164,7 +176,8 @@ def cmd_compose(args: argparse.Namespace) -> int:
          *(f"  {line}" for line in lines),
          "then inject an email (docker compose run --rm inject samples/seed_4411_de.eml) and watch the live "
          "page: the steps that ran your code are marked \"student code\"",
-         f"(`airlock verify` names the extra mounts: {compose_override.STUDENT_MOUNT} and the lab's own files)"])
+         f"(`airlock verify`{', on a host with Python,' if in_container() else ''} names the extra mounts: "
+         f"{compose_override.STUDENT_MOUNT} and the lab's own files)"])
     return 0
 
 
@@ -217,7 +230,7 @@ def cmd_hint(args: argparse.Namespace) -> int:
     if args.level not in (1, 2, 3):
         raise UsageError(f"hint levels are 1 (a nudge), 2 (the idea) and 3 (nearly the answer), not {args.level}")
     for text in lab.hints_at(args.level):
-        print(shown(f"hint {args.level}/3: {text}"))
+        print(shown(f"hint {args.level}/3: {for_student(text)}"))
     return 0
 
 
@@ -268,7 +281,7 @@ def cmd_wrong(args: argparse.Namespace) -> int:
         raise UsageError(f"{target} already holds {', '.join(present)}: kept; --force replaces it")
     build_wrong_solution(wrong, target)
     for line in (f"{target} holds {lab.id}'s wrong solution {wrong.name}: {wrong.why}",
-                 f"  airlock lab check {lab.id} --dir {target}   fails checkpoint {wrong.checkpoint.id}"):
+                 f"  {lab_command(f'check {lab.id} --dir {target}')}   fails checkpoint {wrong.checkpoint.id}"):
         print(shown(line))
     return 0
 
@@ -404,22 +417,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_grader_modules()
         return args.handler(args)
     except UnknownLab as exc:
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
         return EX_USAGE
     except LabFormatError as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
         return EX_CONFIG
     except AirlockError as exc:  # a usage error (2), a task file that will not load (78), ...
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return EX_INTERRUPTED
     except BrokenPipeError:
         return 0
     except PermissionError as exc:  # most often the compose `lab` tool run without -u
+        how = (f"run the lab container as yourself: {CONTAINER_COMMAND} ..." if in_container() else
+               f"in the container lab, run it as yourself: {CONTAINER_COMMAND} ...")
         print(f"airlock lab: cannot write {shown(str(exc.filename))}: permission denied; this user "
-              f"(uid {os.getuid()}) may not write there (in the container lab, run it as yourself: "
-              f'docker compose run --rm -u "$(id -u):$(id -g)" lab ...)', file=sys.stderr)
+              f"(uid {os.getuid()}) may not write there ({how})", file=sys.stderr)
         return 1

@@ -34,6 +34,7 @@ from airlock.student import START_TIMEOUT_S, Plug
 from lab import campaign
 from lab.campaign import CampaignEmail
 from lab.catalog import Lab
+from lab.context import lab_path, page_missing, trace_command
 from lab.runner import STATE_FOLDER
 from lab.score import Scorer
 from lab.stack import Stack, StackRun, lab_stack
@@ -246,11 +247,11 @@ def report_lines(report: Report, keep: bool) -> list[str]:
     ]
     if totals["no_outcome"]:
         lines.append(f"  no outcome in time            {totals['no_outcome']}")
-    lines += [f"data: {report.data_dir}",
-              f"  trace: {report.trace_path}  (AIRLOCK_DATA_DIR={report.data_dir} airlock trace)",
-              f"  calls: {report.calls_path}"]
+    lines += [f"data: {lab_path(report.data_dir)}",
+              f"  trace: {lab_path(report.trace_path)}  ({trace_command(report.data_dir)})",
+              f"  calls: {lab_path(report.calls_path)}"]
     if report.page_url is None:
-        lines.append("live page: not started (it needs the dashboard extra: pip install 'airlock[dashboard]')")
+        lines.append(f"live page: not started ({page_missing()})")
     elif keep:
         lines.append(f"live page: {report.page_url}  (up until Ctrl-C)")
     else:
