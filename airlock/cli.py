@@ -370,7 +370,7 @@ def run_in_lab(argv: Sequence[str]) -> NoReturn:
 
     if importlib.util.find_spec("lab") is None:  # a top-level name: it looks, it does not import
         print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
-              "(the service images and the CLI image hold the kernel only): pip install -e . in a checkout",
+              "(the service images and the CLI image hold the kernel only): pip install -e '.[lab]' in a checkout",
               file=sys.stderr)
         sys.exit(EX_CONFIG)
     sys.stdout.flush()
