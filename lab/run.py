@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 
 from airlock import records, task as task_module
 from airlock.errors import UsageError
+from airlock.interpreter import python_command
 from airlock.student import START_TIMEOUT_S, Plug
 from lab import campaign
 from lab.campaign import CampaignEmail
@@ -136,7 +136,7 @@ def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
     if not path.is_file():
         raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), *functions], capture_output=True,
+        done = subprocess.run(python_command("-c", _LOAD_CHECK, str(path), *functions), capture_output=True,
                               text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL,
                               check=False)
     except subprocess.TimeoutExpired:
