@@ -44,6 +44,7 @@ from airlock.errors import (
     UsageError,
     exit_code,
 )
+from airlock.interpreter import python_command
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -65,7 +66,7 @@ LAB_COMMANDS = {
     "corpus": "build attack emails from the public corpora",
     "bench": "measure what the separation costs",
     "prompts": "compare prompt variants of a task on a corpus, with a live model",
-    "lab": "hands-on labs: list, start, check, run, compose, hint, reset, progress",
+    "lab": "hands-on labs: list, start, check, run, compose, hint, notes, reset, progress, wrong, grade",
     "k8s": "Kubernetes: write a namespace per student (kustomize overlays with their own keys)",
     "swarm": "Docker Swarm: render the lab as a stack (keys as secrets), deploy it, remove it",
 }
@@ -369,12 +370,12 @@ def run_in_lab(argv: Sequence[str]) -> NoReturn:
 
     if importlib.util.find_spec("lab") is None:  # a top-level name: it looks, it does not import
         print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
-              "(the service images and the CLI image hold the kernel only): pip install -e . in a checkout",
+              "(the service images and the CLI image hold the kernel only): pip install -e '.[lab]' in a checkout",
               file=sys.stderr)
         sys.exit(EX_CONFIG)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)])
+    os.execv(sys.executable, python_command("-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)))
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import zmq
 from airlock import records, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
+from airlock.interpreter import python_command
 from airlock.preflight import own_file, own_folder
 from airlock.settings import Settings
 from airlock.task import Task
@@ -123,7 +123,7 @@ class Supervisor:
         child.started, child.restart_at, child.progress, child.progress_at = time.monotonic(), None, None, 0.0
         try:
             child.process = subprocess.Popen(
-                [sys.executable, "-m", "airlock.lifeline", str(os.getpid()), child.module], env=self.env)
+                python_command("-m", "airlock.lifeline", str(os.getpid()), child.module), env=self.env)
         except OSError as exc:
             child.process = None
             child.restart_at = child.started + child.backoff_s

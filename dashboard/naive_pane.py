@@ -15,10 +15,11 @@ import asyncio
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from airlock.interpreter import python_command
 
 MAX_PARALLEL = 2  # naive runs at once; the rest wait their turn
 MAX_WAITING = 16  # beyond this, an injected email is not given to the naive agent
@@ -55,8 +56,8 @@ class NaivePane:
             email = Path(folder) / ("email.eml" if fmt == "eml" else "email.txt")
             email.write_bytes(raw)
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "lab.naive", "--model-url", str(self.model_url),
-                "--data-dir", str(Path(folder) / "data"), str(email),
+                *python_command("-m", "lab.naive", "--model-url", str(self.model_url),
+                                "--data-dir", str(Path(folder) / "data"), str(email)),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=folder)
             try:

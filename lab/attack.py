@@ -25,6 +25,7 @@ from typing import Any
 from airlock import keys, preflight, settings as settings_module, sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
+from airlock.interpreter import python_command
 from airlock.records import OutcomeLine, Verdict
 from airlock.task import Task
 from lab import campaign, score
@@ -96,7 +97,7 @@ class PrivateStack:
         self.env = {**self.base_env, **{f"AIRLOCK_{name}_PORT": str(port) for name, port in ports.items()}}
         self.page_url = f"http://127.0.0.1:{ports['DASHBOARD']}/" if self.dashboard else None
         self.output = []
-        command = [sys.executable, "-m", "airlock", "up", "--readers", str(self.readers)]
+        command = python_command("-m", "airlock", "up", "--readers", str(self.readers))
         self.process = subprocess.Popen(command + (["--dashboard"] if self.dashboard else []), env=self.env,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ready, ended = threading.Event(), threading.Event()
@@ -169,7 +170,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
               progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
     files = campaign.materialize(emails, data_dir / "emails")
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
-    process = subprocess.Popen([sys.executable, "-m", "lab.naive", *map(str, files)], env=env,
+    process = subprocess.Popen(python_command("-m", "lab.naive", *map(str, files)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()

@@ -1,4 +1,5 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress and wrong.
+"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong
+and grade.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -10,8 +11,9 @@ a tool, the kernel overruling the student's code, an email with no outcome; for 
 (red-and-blue): an attack that got through, or an honest email not answered, where the phase
 holds); 2 a usage error (unknown lab, a folder that holds work and no --force, a hint level
 not 1-3, a lab with no [run] table, a student file that does not load or is still a TODO a
-phased run needs); 3 the lab's stack could not start; 78 a
-broken lab.toml; 130 Ctrl-C.
+phased run needs, a grade's history inside its class folder); 3 the lab's stack could not
+start; 78 a broken lab.toml, or the graders' packages not installed; 130 Ctrl-C. `grade`
+exits 0 once the class's table is written, whatever the students' results.
 """
 
 from __future__ import annotations
@@ -26,9 +28,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
+
 from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
 from airlock.terminal import json_line, shown
+from lab import class_grades
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
+from lab.context import (
+    CONTAINER_COMMAND,
+    for_student,
+    in_container,
+    lab_command,
+    lab_path,
+    page_missing,
+    require_grader_modules,
+)
 from lab.grading import Failed
 from lab.runner import (
     STATE_FOLDER,
@@ -47,9 +61,10 @@ PROGRESS_SEARCH_DEPTH = 3  # CLASS/student/lab: deep enough for a class folder, 
 
 
 def say(lines: Sequence[str]) -> None:
-    """Print lines for a person; lab text and paths are shown escaped, like all CLI output."""
+    """Print lines for a person, each `airlock lab` command in them as the student types it
+    where they are; lab text and paths are shown escaped, like all CLI output."""
     for line in lines:
-        print(shown(line))
+        print(shown(for_student(line)))
 
 
 def summary(lab: Lab) -> dict[str, object]:
@@ -77,13 +92,14 @@ def cmd_start(args: argparse.Namespace) -> int:
     present = _student_files_in(lab, target)
     if present and not args.force:
         raise UsageError(f"{target} already holds {', '.join(present)}: your work is kept. "
-                         f"`lab check {lab.id} --dir {target}` grades it; --force replaces it with the starter "
-                         f"(`lab reset` does the same and keeps a backup)")
+                         f"`{lab_command(f'check {lab.id} --dir {target}')}` grades it; --force replaces it with "
+                         f"the starter (`{lab_command(f'reset {lab.id} --dir {target}')}` does the same and keeps "
+                         f"a backup)")
     target.mkdir(parents=True, exist_ok=True)
     _copy_starter(lab, target)
     lines = [lab.title, f"the starter is in {target}: write {', '.join(lab.student_files)}, then run",
-             f"  airlock lab check {lab.id} --dir {target}",
-             f"the lesson: {lab.folder / 'README.md'}" + "".join(
+             f"  {lab_command(f'check {lab.id} --dir {target}')}",
+             f"the lesson: {lab_path(lab.folder / 'README.md')}" + "".join(
                  f" ({lang}: README.{lang}.md)" for lang in lab.languages if lang != "en")]
     say(lines)
     return 0
@@ -93,20 +109,72 @@ def cmd_check(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     student_dir = Path(args.dir)
     if not student_dir.is_dir():
-        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
-    if not 0 < args.time_limit <= MAX_TIME_LIMIT_S:
-        raise UsageError(f"--time-limit is seconds per checkpoint, more than 0 and at most {MAX_TIME_LIMIT_S:g}")
-    limits = Limits(wall_s=args.time_limit, cpu_s=int(args.time_limit) + 1)
+        raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
+                         f"makes it")
+    limits = _limits(args)
+    lab = _only(lab, args.only)
     try:
-        progress = check(lab, student_dir, limits, args.labs_root)
+        progress = check(lab, student_dir, limits, args.labs_root, save=not args.only)
     except ProgressNotSaved as exc:
         progress = exc.progress
         print(f"airlock lab: progress not saved ({shown(str(exc))}); the result below stands", file=sys.stderr)
+    if args.junit:
+        row = class_grades.Row(student_dir.resolve().name, student_dir, progress)
+        _write(Path(args.junit), class_grades.junit(lab, [row]))
     if args.json:
-        print(json_line(_progress_record(student_dir, progress)))
+        print(json_line(class_grades.progress_record(student_dir, progress)))
     else:
         _print_check(lab, progress)
     return 0 if progress.passed == progress.total else 1
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    """For a trainer: every student folder under --class rerun, nothing read from or written
+    into them; the class's table, and one attempt per student in the trainer's history."""
+    lab = _only(find(args.id, args.labs_root), args.only)
+    class_dir = Path(args.class_dir)
+    history = Path(args.history) if args.history else class_grades.default_history(lab.id)
+    class_grades.refuse_history_inside(history, class_dir)
+    limits = _limits(args)
+    folders = class_grades.student_folders(class_dir)
+    print(shown(f"airlock lab: grading {len(folders)} student folder(s) under {class_dir}, "
+                f"{len(lab.checkpoints)} checkpoint(s) each"), file=sys.stderr, flush=True)
+    rows = class_grades.grade_class(lab, class_dir, limits, args.labs_root, graded=lambda row: print(
+        f"  {row.student}: {row.progress.passed} / {row.progress.total}", file=sys.stderr, flush=True))
+    rows = class_grades.record_attempts(history, rows)
+    if args.junit:
+        _write(Path(args.junit), class_grades.junit(lab, rows))
+    if args.json:
+        print(json_line(class_grades.records(rows)))
+    else:
+        for line in class_grades.table(lab, rows):
+            print(line)
+        print(shown(f"history: {history} (one line per student per run)"))
+    return 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    if not 0 < args.time_limit <= MAX_TIME_LIMIT_S:
+        raise UsageError(f"--time-limit is seconds per checkpoint, more than 0 and at most {MAX_TIME_LIMIT_S:g}")
+    return Limits(wall_s=args.time_limit, cpu_s=int(args.time_limit) + 1)
+
+
+def _only(lab: Lab, checkpoint_ids: list[str] | None) -> Lab:
+    """The lab with only the named checkpoints, in the lab's order (all of them for none)."""
+    if not checkpoint_ids:
+        return lab
+    known = [c.id for c in lab.checkpoints]
+    unknown = [c for c in checkpoint_ids if c not in known]
+    if unknown:
+        raise UsageError(f"--only {', '.join(unknown)}: {lab.id} has the checkpoints {', '.join(known)}")
+    return msgspec.structs.replace(lab, checkpoints=[c for c in lab.checkpoints if c.id in checkpoint_ids])
+
+
+def _write(path: Path, data: bytes) -> None:
+    """A report file, whole or not at all (a CI reading it mid-write never sees half)."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
 
 
 def _print_check(lab: Lab, progress: Progress) -> None:
@@ -116,12 +184,12 @@ def _print_check(lab: Lab, progress: Progress) -> None:
         print(shown(f"  {mark} {result.id}: {result.title}"))
         if isinstance(result.verdict, Failed):
             print("       case: " + shown(result.verdict.case))
-            print("       " + shown(result.verdict.message))
+            print("       " + shown(for_student(result.verdict.message)))
             for line in result.printed.splitlines():
                 print("       printed: " + shown(line))
     print(shown(f"sandbox: {sandbox_in_force(progress)}"))
     if progress.passed < progress.total:
-        print(shown(f"stuck? airlock lab hint {lab.id} 1 (levels 1 to 3)"))
+        print(shown(f"stuck? {lab_command(f'hint {lab.id} 1')} (levels 1 to 3)"))
 
 
 def sandbox_in_force(progress: Progress) -> str:
@@ -139,13 +207,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     lab = find(args.id, args.labs_root)
     student_dir = Path(args.dir)
     if not student_dir.is_dir():
-        raise UsageError(f"{student_dir} is not a folder; `lab start {lab.id} --dir {student_dir}` makes it")
+        raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
+                         f"makes it")
     if args.model is not None and args.model not in ("hostile", "recorded") and "://" not in args.model:
         raise UsageError(f"--model is hostile, recorded or a model's URL (http://...), not {args.model!r}")
     page = _page_available()
     if not page and not args.json:
-        print("airlock lab: the live page needs the dashboard extra (pip install 'airlock[dashboard]'); "
-              "running without it", file=sys.stderr)
+        print(f"airlock lab: no live page ({page_missing()}); running without it", file=sys.stderr)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     data_dir = Path(args.data) if args.data else lab_run.run_data_dir(student_dir, stamp)
     try:
@@ -173,7 +241,8 @@ def cmd_compose(args: argparse.Namespace) -> int:
          *(f"  {line}" for line in lines),
          "then inject an email (docker compose run --rm inject samples/seed_4411_de.eml) and watch the live "
          "page: the steps that ran your code are marked \"student code\"",
-         f"(`airlock verify` names the extra mounts: {compose_override.STUDENT_MOUNT} and the lab's own files)"])
+         f"(`airlock verify`{', on a host with Python,' if in_container() else ''} names the extra mounts: "
+         f"{compose_override.STUDENT_MOUNT} and the lab's own files)"])
     return 0
 
 
@@ -248,7 +317,7 @@ def cmd_hint(args: argparse.Namespace) -> int:
     if args.level not in (1, 2, 3):
         raise UsageError(f"hint levels are 1 (a nudge), 2 (the idea) and 3 (nearly the answer), not {args.level}")
     for text in lab.hints_at(args.level):
-        print(shown(f"hint {args.level}/3: {text}"))
+        print(shown(f"hint {args.level}/3: {for_student(text)}"))
     return 0
 
 
@@ -299,13 +368,13 @@ def cmd_wrong(args: argparse.Namespace) -> int:
         raise UsageError(f"{target} already holds {', '.join(present)}: kept; --force replaces it")
     build_wrong_solution(wrong, target)
     for line in (f"{target} holds {lab.id}'s wrong solution {wrong.name}: {wrong.why}",
-                 f"  airlock lab check {lab.id} --dir {target}   fails checkpoint {wrong.checkpoint.id}"):
+                 f"  {lab_command(f'check {lab.id} --dir {target}')}   fails checkpoint {wrong.checkpoint.id}"):
         print(shown(line))
     return 0
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    records: list[dict[str, Any]] = [_progress_record(folder, progress) if isinstance(progress, Progress)
+    records: list[dict[str, Any]] = [class_grades.progress_record(folder, progress) if isinstance(progress, Progress)
                else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
     if args.json:
         print(json_line(records))
@@ -348,15 +417,6 @@ def _collect(root: Path) -> list[tuple[Path, Progress | str]]:
     return found
 
 
-def _progress_record(folder: Path, progress: Progress) -> dict[str, object]:
-    return {"dir": str(folder), "lab": progress.lab, "checked_at": progress.checked_at,
-            "passed": progress.passed, "total": progress.total,
-            "checkpoints": [{"id": r.id, "title": r.title, "passed": not isinstance(r.verdict, Failed),
-                             **({"case": r.verdict.case, "message": r.verdict.message}
-                                if isinstance(r.verdict, Failed) else {})}
-                            for r in progress.checkpoints]}
-
-
 def _student_files_in(lab: Lab, target: Path) -> list[str]:
     return [name for name in lab.student_files if (target / name).exists()]
 
@@ -393,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help='one JSON object: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}')
     checking.add_argument("--time-limit", type=float, default=60.0,
                           help="seconds each checkpoint may run before it fails (default 60)")
+    checking.add_argument("--only", action="append", metavar="CHECKPOINT",
+                          help="run only this checkpoint (repeatable); a partial check saves no progress")
+    checking.add_argument("--junit", metavar="FILE",
+                          help="also write the result as JUnit XML (a course's CI): one testcase per checkpoint")
     running = command("run", cmd_run, "run your code in a private airlock on the lab's emails, with the live "
                       "page, and report what ran")
     running.add_argument("id", help="the lab's id, from `lab list`")
@@ -418,11 +482,30 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("id", help="the lab's id, from `lab list`")
     reset.add_argument("--dir", required=True,
                        help=f"your folder for this lab (backup in {STATE_FOLDER}/backup-<time>/)")
-    progress = command("progress", cmd_progress, "show the last check of every student folder under a folder")
+    progress = command("progress", cmd_progress, "show the last check every student folder saved under a "
+                       "folder (the students' own files: `lab grade` reruns their code instead)")
     progress.add_argument("--dir", default=".", help="a student's folder or a class folder (default: here)")
     progress.add_argument("--json", action="store_true",
                           help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
                                'or {"dir", "error"} for a progress file that cannot be read')
+    grading = command("grade", cmd_grade, "for a trainer: rerun every student folder under a class folder and "
+                      "write the class's table (never reading or writing a student's files)")
+    grading.add_argument("id", help="the lab's id, from `lab list`")
+    grading.add_argument("--class", dest="class_dir", required=True, metavar="CLASS",
+                         help="the class folder: one folder per student, named for the student, holding the "
+                              "lab's files")
+    grading.add_argument("--json", action="store_true",
+                         help='one JSON array: {"student", "attempts", "dir", "lab", "checked_at", "passed", '
+                              '"total", "checkpoints"}')
+    grading.add_argument("--junit", metavar="FILE",
+                         help="also write JUnit XML: one testsuite per student, one testcase per checkpoint")
+    grading.add_argument("--history", metavar="FILE",
+                         help=f"the attempts' history, one JSON line per student per run (default "
+                              f"{class_grades.HISTORY_FOLDER}/<lab>.jsonl here; never inside CLASS)")
+    grading.add_argument("--only", action="append", metavar="CHECKPOINT",
+                         help="rerun only this checkpoint (repeatable)")
+    grading.add_argument("--time-limit", type=float, default=60.0,
+                         help="seconds each checkpoint may run before it fails (default 60)")
     wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
                     "into a folder to check")
     wrong.add_argument("id", help="the lab's id, from `lab list`")
@@ -435,22 +518,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_grader_modules()
         return args.handler(args)
     except UnknownLab as exc:
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
         return EX_USAGE
     except LabFormatError as exc:
         print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
         return EX_CONFIG
     except AirlockError as exc:  # a usage error (2), a task file that will not load (78), ...
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
+        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return EX_INTERRUPTED
     except BrokenPipeError:
         return 0
     except PermissionError as exc:  # most often the compose `lab` tool run without -u
+        how = (f"run the lab container as yourself: {CONTAINER_COMMAND} ..." if in_container() else
+               f"in the container lab, run it as yourself: {CONTAINER_COMMAND} ...")
         print(f"airlock lab: cannot write {shown(str(exc.filename))}: permission denied; this user "
-              f"(uid {os.getuid()}) may not write there (in the container lab, run it as yourself: "
-              f'docker compose run --rm -u "$(id -u):$(id -g)" lab ...)', file=sys.stderr)
+              f"(uid {os.getuid()}) may not write there ({how})", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ from airlock.errors import UsageError
 from lab import phases as phases_module, provenance
 from lab.campaign import CampaignEmail
 from lab.catalog import Lab
+from lab.context import page_missing
 from lab.phases import Judged, Phase, PhaseEmail
 from lab.run import calls_text, cut
 from lab.score import EmailResult, Scorer
@@ -243,7 +244,7 @@ def _email_line(email: PhaseEmailReport) -> str:
 
 def _page_lines(report: PhasedReport, keep: bool) -> list[str]:
     if any(phase.page_url is None for phase in report.phases):
-        return ["live page: not started (it needs the dashboard extra: pip install 'airlock[dashboard]')"]
+        return [f"live page: not started ({page_missing()})"]
     lines = ["live page: one per phase, each its own stack"]
     for i, phase in enumerate(report.phases):
         if keep and i == len(report.phases) - 1:

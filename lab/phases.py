@@ -26,13 +26,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import msgspec
 
 from airlock.errors import UsageError
+from airlock.interpreter import python_command
 from lab.catalog import CHECKOUT
 
 BUILD_TIMEOUT_S = 30.0  # the student's functions return a few dicts; longer is a loop
@@ -113,8 +113,8 @@ def build(builder: str, student_dir: Path, folder: Path, timeout_s: float = BUIL
 def _build(builder: str, student_dir: Path, folder: Path, timeout_s: float) -> list[Phase]:
     with tempfile.TemporaryDirectory(prefix="airlock-lab-phases-") as scratch:
         out = Path(scratch) / "built.json"
-        process = subprocess.Popen([sys.executable, "-c", _BUILD, builder, str(student_dir.absolute()),
-                                    str(folder.absolute()), str(out)], cwd=scratch, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(python_command("-c", _BUILD, builder, str(student_dir.absolute()),
+                                    str(folder.absolute()), str(out)), cwd=scratch, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True, env=_environment())
         try:

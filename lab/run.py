@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,10 +32,12 @@ from typing import Any
 
 from airlock import records, task as task_module
 from airlock.errors import UsageError
+from airlock.interpreter import python_command
 from airlock.student import START_TIMEOUT_S, Plug
 from lab import campaign, provenance
 from lab.campaign import CampaignEmail
 from lab.catalog import Lab
+from lab.context import lab_path, page_missing, trace_command
 from lab.runner import STATE_FOLDER
 from lab.score import Scorer
 from lab.stack import Stack, StackRun, lab_stack
@@ -145,7 +146,7 @@ def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
     if not path.is_file():
         raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD_CHECK, str(path), *functions], capture_output=True,
+        done = subprocess.run(python_command("-c", _LOAD_CHECK, str(path), *functions), capture_output=True,
                               text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL,
                               check=False)
     except subprocess.TimeoutExpired:
@@ -266,11 +267,11 @@ def report_lines(report: Report, keep: bool) -> list[str]:
     ]
     if totals["no_outcome"]:
         lines.append(f"  no outcome in time            {totals['no_outcome']}")
-    lines += [f"data: {report.data_dir}",
-              f"  trace: {report.trace_path}  (AIRLOCK_DATA_DIR={report.data_dir} airlock trace)",
-              f"  calls: {report.calls_path}"]
+    lines += [f"data: {lab_path(report.data_dir)}",
+              f"  trace: {lab_path(report.trace_path)}  ({trace_command(report.data_dir)})",
+              f"  calls: {lab_path(report.calls_path)}"]
     if report.page_url is None:
-        lines.append("live page: not started (it needs the dashboard extra: pip install 'airlock[dashboard]')")
+        lines.append(f"live page: not started ({page_missing()})")
     elif keep:
         lines.append(f"live page: {report.page_url}  (up until Ctrl-C)")
     else:

@@ -12,8 +12,9 @@ warden that kills every process it started. The grader process gets:
 - a pipe of its own for the verdict, which no student process inherits, read with a bound.
 Its verdict must decode as exactly one GraderReport for this checkpoint.
 
-Progress: every `check` writes <dir>/.airlock-lab/progress.json, the last result per
-checkpoint, which `airlock lab progress` collects for a trainer.
+Progress: a student's `check` writes <dir>/.airlock-lab/progress.json, the last result per
+checkpoint, which `airlock lab progress` shows. It is the student's own file and can say
+anything: a trainer grades by rerunning (lab/class_grades.py, check(save=False)).
 """
 
 from __future__ import annotations
@@ -76,14 +77,18 @@ _report = msgspec.json.Decoder(GraderReport)
 _progress = msgspec.json.Decoder(Progress)
 
 
-def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT) -> Progress:
-    """Every checkpoint; the result is also saved as the folder's progress."""
+def check(lab: Lab, student_dir: Path, limits: Limits = Limits(), root: Path = LABS_ROOT,
+          save: bool = True) -> Progress:
+    """Every checkpoint. With save (a student's own check) the result is also saved as the
+    folder's progress; without it nothing is written into the folder (a trainer's rerun)."""
     graded = _in_parallel(lab, student_dir, limits, root)
     results = [CheckpointResult(c.id, c.title, g.verdict, g.printed, g.sandbox)
                for c, g in zip(lab.checkpoints, graded, strict=True)]
     progress = Progress(lab=lab.id, checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
                         passed=sum(isinstance(r.verdict, Passed) for r in results),
                         total=len(results), checkpoints=results)
+    if not save:
+        return progress
     try:
         save_progress(student_dir, progress)
     except OSError as exc:  # a folder mounted read-only (the container lab) is graded all the same

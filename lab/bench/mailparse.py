@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from airlock import mailbounds
+from airlock.interpreter import python_command
 
 SIZE_LIMIT = 256 * 1024  # AIRLOCK_MAX_EMAIL_BYTES' default
 BOUNDED_MB = 100  # what the reader may reach, interpreter included
@@ -208,7 +209,7 @@ def _reader_child(rounds: int) -> None:
 
 def measure_reader(rounds: int) -> dict[str, object]:
     """Every shape through one reader's handle(), `rounds` times, in a fresh child process."""
-    argv = [sys.executable, "-m", "lab.bench.mailparse", "--reader-rounds", str(rounds)]
+    argv = python_command("-m", "lab.bench.mailparse", "--reader-rounds", str(rounds))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 4, check=False)
     if done.returncode != 0:
         return {"error": f"child died ({done.returncode}): {done.stderr.strip()[-300:]}"}
@@ -217,7 +218,7 @@ def measure_reader(rounds: int) -> dict[str, object]:
 
 def measure(shape: str, stdlib: bool = False) -> dict[str, object]:
     """One parse of `shape` in a fresh child process: its outcome, CPU seconds and peak MB."""
-    argv = [sys.executable, "-m", "lab.bench.mailparse", "--child", shape] + (["--stdlib"] if stdlib else [])
+    argv = python_command("-m", "lab.bench.mailparse", "--child", shape) + (["--stdlib"] if stdlib else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:

@@ -36,6 +36,7 @@ from typing import Any
 from airlock import records, settings as settings_module, trace
 from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
+from airlock.interpreter import python_command
 from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router
@@ -129,7 +130,7 @@ def serve(folder: Path) -> dict[str, object]:
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(folder), **ports}
     settings = settings_module.load(env)
     started = time.monotonic()
-    broker = subprocess.Popen([sys.executable, "-m", "broker", "--insecure"], env=env)
+    broker = subprocess.Popen(python_command("-m", "broker", "--insecure"), env=env)
     try:
         with IntakeClient(settings, timeout_s=1.0) as client:
             while True:

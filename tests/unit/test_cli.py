@@ -66,15 +66,16 @@ class Became(Exception):
     pytest.param(["lab", "check", "separation", "--dir", "d"], ["check", "separation", "--dir", "d"], id="lab"),
 ])
 def test_a_tool_becomes_python_m_lab_in_place(monkeypatch, argv: list[str], becomes: list[str]) -> None:
-    """`airlock TOOL ...` replaces itself with `python -m lab TOOL ...` (`airlock lab X` with
-    `python -m lab X`): its arguments untouched, nothing of lab imported here."""
+    """`airlock TOOL ...` replaces itself with `python -P -m lab TOOL ...` (`airlock lab X` with
+    `python -P -m lab X`; -P: never the working folder's packages): its arguments untouched,
+    nothing of lab imported here."""
     def execv(path: str, args: list[str]) -> None:
         raise Became(path, args)
 
     monkeypatch.setattr(cli.os, "execv", execv)
     with pytest.raises(Became) as became:
         cli.main(argv)
-    assert became.value.args == (cli.sys.executable, [cli.sys.executable, "-m", "lab", *becomes])
+    assert became.value.args == (cli.sys.executable, [cli.sys.executable, "-P", "-m", "lab", *becomes])
 
 
 @pytest.mark.parametrize("argv", [["pins"], ["model", "--hostile"], ["lab", "list"]], ids=["pins", "model", "lab"])

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from actor.catalog import Tool
-from actor.preconditions import Approval, Fact, Principals, RuleResult, Verdict
+from actor.decisions import Approval, Fact, Principals, RuleResult, Verdict
 from airlock import senders
 from airlock.task import Precondition
 

@@ -28,7 +28,7 @@ so that months later the decision can be rebuilt. Each function is checked on it
 from __future__ import annotations
 
 from actor.catalog import Tool
-from actor.preconditions import Approval, Fact, Principals, RuleResult, Verdict
+from actor.decisions import Approval, Fact, Principals, RuleResult, Verdict
 from airlock import senders  # noqa: F401  for your corroboration: senders.normalized, senders.UNVERIFIED
 from airlock.task import Precondition
 
