@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,8 +31,7 @@ from typing import Any
 
 from airlock import records, task as task_module
 from airlock.errors import UsageError
-from airlock.interpreter import python_command
-from airlock.student import START_TIMEOUT_S, Plug
+from airlock.student import START_TIMEOUT_S, Plug, StudentCode, StudentFailed
 from lab import campaign, provenance
 from lab.campaign import CampaignEmail
 from lab.catalog import Lab
@@ -48,21 +46,6 @@ OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
 # the kernel overruled the student's code, or stood in for it.
 STUDENT_REFUSED = "student.refused"
 STUDENTS_OWN_REFUSALS = (STUDENT_REFUSED, "student.checks")
-
-# Loads the student's file in a child process (a file may hang or exit at import) and names
-# the plug point's functions it does not define.
-_LOAD_CHECK = """
-import importlib.util, sys
-path, names = sys.argv[1], sys.argv[2:]
-spec = importlib.util.spec_from_file_location("student_file", path)
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module  # as an import does: @dataclass looks its module up there
-sys.stdout = sys.stderr
-spec.loader.exec_module(module)
-missing = [n for n in names if not callable(getattr(module, n, None))]
-sys.__stdout__.write(" ".join(missing))
-"""
-
 
 class StudentFileProblem(UsageError):
     """The student's file is missing, does not load, or lacks a function its plug point needs."""
@@ -145,17 +128,17 @@ def check_student_file(plug: Plug, functions: tuple[str, ...]) -> None:
     path = plug.path
     if not path.is_file():
         raise StudentFileProblem(f"{path} does not exist (`airlock lab start` copies the starter there)")
+    code = StudentCode(path, START_TIMEOUT_S)  # the same confined child the service will start
     try:
-        done = subprocess.run(python_command("-c", _LOAD_CHECK, str(path), *functions), capture_output=True,
-                              text=True, timeout=START_TIMEOUT_S, cwd=path.parent, stdin=subprocess.DEVNULL,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise StudentFileProblem(f"{path.name} did not finish loading within {START_TIMEOUT_S:g} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise StudentFileProblem(f"{path.name} does not load: {last}")
-    if done.stdout.strip():
-        raise StudentFileProblem(f"{path.name} has no function {', '.join(done.stdout.split())}() "
+        loaded = code.load()
+    finally:
+        code.close()
+    if isinstance(loaded, StudentFailed):
+        why = loaded.detail.removeprefix(f"{path.name}: ") or loaded.describe()
+        raise StudentFileProblem(f"{path.name} does not load: {why}")
+    missing = [name for name in functions if name not in loaded]
+    if missing:
+        raise StudentFileProblem(f"{path.name} has no function {', '.join(missing)}() "
                                  f"(the plug point {plug.point} calls it)")
 
 
