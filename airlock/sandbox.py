@@ -12,7 +12,8 @@ output prints them:
                Landlock also keeps it from ptrace-ing anything outside its own domain.
     seccomp    no socket of any kind (no network, no local services); no signal to any
                process but itself; no ptrace, no reading another process's memory, no new
-               namespaces, mounts, keyrings, BPF or io_uring.
+               namespaces, mounts, keyrings, BPF or io_uring; no keystrokes pushed into the
+               terminal its standard error may be.
     rlimits    CPU seconds, address space, largest file written, no core file.
 
 The fourth boundary, every descendant killed when the student's process ends, is the
@@ -48,6 +49,7 @@ from typing import Any
 # is not readable as a whole.
 PROJECT_PACKAGES = ("airlock", "actor", "validator", "reader", "broker", "intake", "lab")
 DEVICES_READ = ("/dev/urandom", "/dev/random", "/dev/zero")
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctl requests that put keystrokes into a terminal
 DEVICES_WRITE = ("/dev/null",)
 
 
@@ -208,6 +210,9 @@ def _seccomp(seccomp: Any) -> str:
         for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             rules.add_rule(seccomp.ERRNO(errno.EPERM), name, seccomp.Arg(0, seccomp.NE, me))
         rules.add_rule(seccomp.ERRNO(errno.EPERM), "tkill")
+        # typing into the terminal the service or the grader inherited (its stderr)
+        for request in (TIOCSTI, TIOCLINUX):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), "ioctl", seccomp.Arg(1, seccomp.EQ, request))
         rules.load()
     except (RuntimeError, ValueError, OSError) as exc:
         raise _Unavailable(f"the filter could not be loaded ({exc})") from None

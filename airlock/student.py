@@ -58,6 +58,7 @@ PLUG_POINTS: dict[str, tuple[str, tuple[str, ...]]] = {
 START_TIMEOUT_S = 20.0  # interpreter start and the file's import; not counted per call
 MAX_REPLY_BYTES = 1024 * 1024  # one answer of the student's; larger is a typed failure
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024  # the child's address space: a runaway list dies, not the host
+MAX_CALLBACKS_RUNNING = 32  # the caller's threads a student's code can keep busy at once
 STOP_GRACE_S = 2.0  # the warden's time to kill the student's processes before its session is killed
 DETAIL_LIMIT_CHARS = 300
 _HEADER = struct.Struct(">I")
@@ -140,6 +141,7 @@ class StudentCode:
         self._lock = threading.Lock()
         self._references: list[tuple[list[str], Path]] = []
         self._callables: list[Callable[..., Any]] = []
+        self._callbacks_running = threading.BoundedSemaphore(MAX_CALLBACKS_RUNNING)
         self._decode: Callable[[bytes], Any] = shapes.decode if mode == "shapes" else msgspec.msgpack.Decoder().decode
 
     def load(self) -> list[str] | StudentFailed:
@@ -226,20 +228,29 @@ class StudentCode:
                 and 0 <= value[1] < len(self._callables)):
             raise _Garbled
         number, target, args, kwargs = value[0], self._callables[value[1]], value[2], value[3]
+        if not self._callbacks_running.acquire(blocking=False):
+            raise _Garbled  # a flood of calls back: the child is stopped, not this process
 
         def run() -> None:
             try:
-                result: tuple[Any, ...] = ("result", number, True, target(*args, **kwargs))
-            except Exception as exc:  # noqa: BLE001  the callable's own failure goes to the student's code
-                result = ("result", number, False, exc)
-            try:
-                payload = self._pickled(result)
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                payload = self._pickled(("result", number, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
-            with contextlib.suppress(_Timeout, OSError):
-                child.send(payload, time.monotonic() + self.timeout_s)
+                self._answer_call_back(child, number, target, args, kwargs)
+            finally:
+                self._callbacks_running.release()
 
         threading.Thread(target=run, daemon=True, name=f"student-callback-{number}").start()
+
+    def _answer_call_back(self, child: _Child, number: int, target: Callable[..., Any], args: list[Any],
+                          kwargs: dict[str, Any]) -> None:
+        try:
+            result: tuple[Any, ...] = ("result", number, True, target(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001  the callable's own failure goes to the student's code
+            result = ("result", number, False, exc)
+        try:
+            payload = self._pickled(result)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            payload = self._pickled(("result", number, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        with contextlib.suppress(_Timeout, OSError):
+            child.send(payload, time.monotonic() + self.timeout_s)
 
     def _start(self, function: str) -> _Child | StudentFailed:
         # PYTHONPATH is this process's path, so the child imports the same airlock and the

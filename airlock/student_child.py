@@ -206,9 +206,9 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> 
 
 def _files_beside(path: Path) -> list[Path]:
     """The student's other files in the same folder (never a subfolder: the lab's runs,
-    with their keys, live in one)."""
+    with their keys, live in one; never a symbolic link, which would open its target)."""
     try:
-        return [p for p in path.parent.iterdir() if p.is_file() and not p.name.startswith(".")]
+        return [p for p in path.parent.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith(".")]
     except OSError:
         return []
 

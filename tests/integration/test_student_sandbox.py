@@ -42,6 +42,16 @@ def raw_socket(family):
 def raw_kill(pid):
     return raw("kill", pid, 0)
 
+def raw_tiocsti():
+    return raw("ioctl", 2, 0x5412, ctypes.c_char_p(b"x"))
+
+def flood(tool):
+    import threading
+    for _ in range(60):
+        threading.Thread(target=tool, args=({},), daemon=True).start()
+    time.sleep(1)
+    return "flooded"
+
 def caught(path):
     """A correct answer after a quiet try at a secret: the try is what counts."""
     try:
@@ -178,6 +188,31 @@ def test_only_the_students_own_files_can_be_read(student: StudentCode, tmp_path:
     for path in (keys / "smtp.key", neighbour / "checker.py", Path(__file__).resolve().parents[2] / "pyproject.toml"):
         refused(student.call("read", str(path)), "read", path.name)
         assert student.call("raw_open", str(path), False) == errno.EACCES, path
+
+
+def test_a_symbolic_link_beside_the_file_opens_nothing(student: StudentCode, tmp_path: Path) -> None:
+    """A link in the student's folder to a secret elsewhere is not among the files it may read."""
+    secret = tmp_path / "secret.key"
+    secret.write_text("secret")
+    (tmp_path / "student" / "key.txt").symlink_to(secret)
+    student.close()  # the next start sees the link
+    assert student.call("raw_open", str(tmp_path / "student" / "key.txt"), False) == errno.EACCES
+
+
+def test_no_keystrokes_into_the_inherited_terminal(student: StudentCode) -> None:
+    """TIOCSTI on the stderr it inherited is refused, whatever that stderr is."""
+    assert student.call("raw_tiocsti") == errno.EPERM
+
+
+def test_a_flood_of_calls_back_stops_the_child_not_the_caller(student: StudentCode) -> None:
+    """Sixty simultaneous calls to a grader's callable: the child is stopped, named."""
+    release = threading.Event()
+    try:
+        answer = student.call("flood", lambda args: release.wait(5.0))
+    finally:
+        release.set()
+    assert isinstance(answer, StudentFailed) and answer.kind == "crashed", answer
+    assert threading.active_count() < 60
 
 
 def test_a_caught_try_still_voids_the_answer(student: StudentCode, tmp_path: Path) -> None:
