@@ -249,7 +249,7 @@ class StudentCode:
             payload = self._pickled(result)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             payload = self._pickled(("result", number, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
-        with contextlib.suppress(_Timeout, OSError):
+        with contextlib.suppress(_Timeout, OSError, ValueError):  # ValueError: the child was stopped meanwhile
             child.send(payload, time.monotonic() + self.timeout_s)
 
     def _start(self, function: str) -> _Child | StudentFailed:
@@ -261,7 +261,8 @@ class StudentCode:
         paths = [entry for entry in sys.path if entry and Path(entry).is_dir()]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths),
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": str(workspace),
-               "TMPDIR": str(workspace), "LANG": "C.UTF-8"}
+               "TMPDIR": str(workspace), "LANG": "C.UTF-8",
+               "MALLOC_ARENA_MAX": "2"}  # each thread's own 64 MiB arena would eat the address-space cap
         lifeline, keep = os.pipe()
         try:
             process = subprocess.Popen(
