@@ -11,14 +11,18 @@ checkpoint survived: either a grader misses a real defect, or the mutant is equi
 
     [[equivalent]]
     file = "checks.py"                                   # one of student_files
+    definition = "read_limited"                          # the enclosing def or class ("" or
+                                                         #   left out: the module's top level)
     operator = "core/ReplaceComparisonOperator_Lt_LtE"   # cosmic-ray's operator name
     before = "if len(text) < LIMIT:"                     # the solution's changed line(s), and
     after = "if len(text) <= LIMIT:"                     #   the mutant's, each stripped
     why = "text is never exactly LIMIT long: read() stops one short of it"
 
-An entry names its mutant by what changed, never by a line number or cosmic-ray's
-occurrence index, so an edit elsewhere in the file leaves it matching; an entry that
-matches no mutant any more is reported as stale, and so fails like a low score.
+An entry names its mutant by where and what changed, never by a line number or cosmic-ray's
+occurrence index, so an edit elsewhere in the file leaves it matching (the same change of
+the same line twice in one definition is one entry for both); an entry that matches no
+mutant any more is reported as stale, and so fails like a low score. `airlock lab mutants`
+prints each survivor with these keys.
 
 Annotation mutants are filtered out before anything runs: under `from __future__ import
 annotations` an annotation is a string nobody evaluates (the solutions' dataclasses only
@@ -66,13 +70,15 @@ class MutantsFileError(LabFormatError):
 
 
 class Equivalent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One recorded equivalent mutant: which one (file, operator, before, after) and why."""
+    """One recorded equivalent mutant: which one (file, definition, operator, before, after)
+    and why."""
 
     file: str
     operator: str
     before: str
     after: str
     why: str
+    definition: str = ""
 
 
 class _MutantsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -88,6 +94,7 @@ class Mutant(msgspec.Struct, frozen=True):
     operator: str
     before: str
     after: str
+    definition: str = ""  # the enclosing function or class, "" at the module's top level
     annotation: bool = False
     code: str = ""
 
@@ -167,8 +174,8 @@ def _lines(text: str) -> str:
 
 
 def matches(entry: Equivalent, mutant: Mutant) -> bool:
-    return (entry.file, entry.operator, _lines(entry.before), _lines(entry.after)) == (
-        mutant.file, mutant.operator, mutant.before, mutant.after)
+    return (entry.file, entry.definition, entry.operator, _lines(entry.before), _lines(entry.after)) == (
+        mutant.file, mutant.definition, mutant.operator, mutant.before, mutant.after)
 
 
 # --- making the mutants ------------------------------------------------------------------
@@ -240,7 +247,7 @@ def make_mutants(lab: Lab) -> list[Mutant]:
             continue  # cosmic-ray found nothing to change at this occurrence
         before, after = changed_lines(sources[path], code)
         mutants.append(Mutant(file=path.name, line=spec.start_pos[0], operator=spec.operator_name,
-                              before=before, after=after, code=code,
+                              before=before, after=after, code=code, definition=spec.definition_name or "",
                               annotation=in_annotation(tuple(spec.start_pos), tuple(spec.end_pos), spans[path])))
     order = {name: i for i, name in enumerate(plugins.operator_names())}
     return sorted(mutants, key=lambda m: (m.file, m.line, order.get(m.operator, len(order)), m.before, m.after))
@@ -355,9 +362,10 @@ def report_lines(result: LabScore) -> list[str]:
              + (f"; left out (each starts a private stack): {', '.join(result.left_out)}" if result.left_out else "")]
     if result.error:
         lines.append(f"  ERROR {result.error}")
-    lines += [f"  survivor {m.file}:{m.line} {m.operator}  {m.diff}" for m in result.survivors]
-    lines += [f"  stale equivalent (matches no mutant): {e.file} {e.operator}  {e.before!r} -> {e.after!r}"
-              for e in result.stale]
+    lines += [f"  survivor {m.file}:{m.line} {m.definition or '(top level)'} {m.operator}  {m.diff}"
+              for m in result.survivors]
+    lines += [f"  stale equivalent (matches no mutant): {e.file} {e.definition or '(top level)'} {e.operator}  "
+              f"{e.before!r} -> {e.after!r}" for e in result.stale]
     return lines
 
 
@@ -377,8 +385,8 @@ def record(result: LabScore) -> dict[str, object]:
             "run": result.run, "sampled": result.sampled, "killed": result.killed, "timeouts": result.timeouts,
             "survived": len(result.survivors), "score": round(result.score, 4), "passed": result.passed,
             "seconds": result.seconds, "error": result.error,
-            "survivors": [{"file": m.file, "line": m.line, "operator": m.operator, "before": m.before,
-                           "after": m.after} for m in result.survivors],
+            "survivors": [{"file": m.file, "line": m.line, "definition": m.definition, "operator": m.operator,
+                           "before": m.before, "after": m.after} for m in result.survivors],
             "stale": [msgspec.to_builtins(e) for e in result.stale]}
 
 
