@@ -228,10 +228,10 @@ def changed_lines(source: str, mutated: str) -> tuple[str, str]:
     return _lines("\n".join(before)), _lines("\n".join(after))
 
 
-def make_mutants(lab: Lab) -> list[Mutant]:
-    """Every mutant cosmic-ray's operators make of the lab's solution files, in a stable
-    order (file, then cosmic-ray's operator and occurrence order)."""
-    paths = [lab.solution.resolve() / name for name in sorted(lab.student_files)]
+def make_mutants(paths: list[Path]) -> list[Mutant]:
+    """Every mutant cosmic-ray's operators make of these files (a lab's solution), in a
+    stable order: file, line, then cosmic-ray's operator order."""
+    paths = [path.resolve() for path in paths]
     with tempfile.TemporaryDirectory(prefix="airlock-mutants-") as scratch:
         with use_db(str(Path(scratch) / "session.sqlite"), WorkDB.Mode.create) as db:
             cosmic_ray_init(paths, db, {})
@@ -318,7 +318,7 @@ def measure(lab: Lab, size: int | None = None, seed: int = 0, jobs: int = 1,
     """The lab's mutation score: every mutant (or a sample) graded by its checkpoints."""
     started = time.monotonic()
     equivalents = load_equivalents(lab.folder / MUTANTS_FILE, lab.student_files)
-    mutants = make_mutants(lab)
+    mutants = make_mutants([lab.solution / name for name in sorted(lab.student_files)])
     real = [m for m in mutants if not m.annotation]
     equivalent = [m for m in real if any(matches(e, m) for e in equivalents)]
     stale = [e for e in equivalents if not any(matches(e, m) for m in real)]
