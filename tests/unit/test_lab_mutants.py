@@ -3,12 +3,14 @@ filter, the mutants cosmic-ray makes, the score and the report."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from lab import catalog, mutants
+from airlock.errors import EX_CONFIG
+from lab import catalog, commands, mutants
 from lab.catalog import LabFormatError
 from lab.mutants import Equivalent, LabScore, Mutant, MutantsFileError
 
@@ -204,3 +206,14 @@ def test_a_sample_is_the_same_for_the_same_seed_and_differs_by_lab() -> None:
     assert first == sorted(first, key=lambda m: m.line)
     assert first != mutants.sample(made, 15, 7, "other") and first != mutants.sample(made, 15, 8, "demo")
     assert mutants.sample(made, None, 0, "demo") == made and mutants.sample(made, 99, 0, "demo") == made
+
+
+def test_the_command_stops_on_a_bad_equivalents_file_with_exit_78(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broken labs/<id>/mutants.toml is a configuration error (78) naming the file, raised
+    before any mutant is graded."""
+    labs = tmp_path / "labs"
+    shutil.copytree(catalog.find("separation").folder, labs / "separation")
+    (labs / "separation" / "mutants.toml").write_text(ENTRY.replace('"checks.py"', '"checker.py"') + "extra = 1\n")
+    assert commands.main(["--labs-root", str(labs), "mutants", "separation"]) == EX_CONFIG
+    assert "mutants.toml" in capsys.readouterr().err
