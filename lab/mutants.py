@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import random
 import shutil
 import sys
 import tempfile
 import time
+import tokenize
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -216,9 +218,20 @@ def in_annotation(start: tuple[int, int], end: tuple[int, int],
     return any(low <= start and end <= high for low, high in spans)
 
 
+def without_comments(source: str) -> str:
+    """The source with its comments blanked, lines kept: an entry of mutants.toml must not
+    go stale when a comment on its line is reworded."""
+    lines = source.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:  # a comment runs to the end of its line
+            row, column = token.start
+            lines[row - 1] = lines[row - 1][:column]
+    return "\n".join(lines)
+
+
 def changed_lines(source: str, mutated: str) -> tuple[str, str]:
-    """The lines the mutation changed, before and after, each stripped."""
-    old, new = source.splitlines(), mutated.splitlines()
+    """The lines the mutation changed, before and after, each stripped, comments left out."""
+    old, new = without_comments(source).splitlines(), without_comments(mutated).splitlines()
     before: list[str] = []
     after: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():

@@ -132,6 +132,13 @@ def test_the_changed_lines_are_what_differs() -> None:
         "if x < 2:", "if x <= 2:")
 
 
+def test_comments_are_not_part_of_a_change() -> None:
+    """A comment on the changed line is left out (rewording it keeps an entry matching); a
+    '#' inside a string is code, and stays."""
+    assert mutants.changed_lines('x = "#a" < 2  # note\n', 'x = "#a" <= 2  # note\n') == (
+        'x = "#a" < 2', 'x = "#a" <= 2')
+
+
 def test_cosmic_ray_mutants_of_a_solution_carry_where_and_what() -> None:
     """The separation lab's solution yields mutants with file, line, definition, operator and a
     one-line change, each compiling, in a stable order (no subprocess: cosmic-ray's init and
