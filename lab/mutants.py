@@ -384,7 +384,7 @@ def report_lines(result: LabScore) -> list[str]:
 
 def table_lines(results: list[LabScore]) -> list[str]:
     """The scores as a Markdown table, for the README."""
-    rows = ["| lab | mutants | annotation | equivalent | killed | survived | score |",
+    rows = ["| lab | mutants | annotation-only | equivalent | killed | survived | score |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     rows += [f"| {r.lab} | {r.total} | {r.annotation} | {r.equivalent} | {r.killed} | {len(r.survivors)} | "
              f"{r.score:.1%}{' (sample)' if r.sampled else ''} |" for r in results]
