@@ -119,6 +119,7 @@ class LabScore(msgspec.Struct, frozen=True):
     lab: str
     checkpoints: list[str]  # the ones that graded each mutant
     left_out: list[str]  # the ones that start a private stack, not run
+    in_stack: list[str]  # of those that ran, the ones that start a private stack (a lab with no other)
     total: int  # every mutant cosmic-ray made
     annotation: int  # filtered: annotation-only
     equivalent: int  # recorded in mutants.toml
@@ -353,8 +354,9 @@ def measure(lab: Lab, size: int | None = None, seed: int = 0, jobs: int = 1,
             outcomes = list(pool.map(graded, chosen))
     killed = [o for o in outcomes if o.killed_by]
     return LabScore(lab=lab.id, checkpoints=[c.id for c in checkpoints], left_out=[c.id for c in left_out],
+                    in_stack=[c.id for c in checkpoints if starts_stack(lab, c)],
                     total=len(mutants), annotation=len(mutants) - len(real), equivalent=len(equivalent),
-                    run=len(chosen), killed=len(killed), timeouts=sum(o.timed_out for o in killed),
+                    run=len(outcomes), killed=len(killed), timeouts=sum(o.timed_out for o in killed),
                     survivors=[o.mutant for o in outcomes if not o.killed_by], stale=stale,
                     sampled=len(chosen) < len(candidates), seconds=round(time.monotonic() - started, 1),
                     error=error)
@@ -372,7 +374,9 @@ def report_lines(result: LabScore) -> list[str]:
              f"{MUTANTS_FILE}), run {result.run}, killed {result.killed} ({result.timeouts} by the time limit, "
              f"which counts as killed), survived {len(result.survivors)}",
              f"  checkpoints run: {', '.join(result.checkpoints)}"
-             + (f"; left out (each starts a private stack): {', '.join(result.left_out)}" if result.left_out else "")]
+             + (f"; left out (each starts a private stack): {', '.join(result.left_out)}" if result.left_out else "")
+             + (f"; each in its own private stack (the lab has no other): {', '.join(result.in_stack)}"
+                if result.in_stack else "")]
     if result.error:
         lines.append(f"  ERROR {result.error}")
     lines += [f"  survivor {m.file}:{m.line} {m.definition or '(top level)'} {m.operator}  {m.diff}"
@@ -394,6 +398,7 @@ def table_lines(results: list[LabScore]) -> list[str]:
 def record(result: LabScore) -> dict[str, object]:
     """One lab's result as plain data for --json (the mutated code left out)."""
     return {"lab": result.lab, "checkpoints": result.checkpoints, "left_out": result.left_out,
+            "in_stack": result.in_stack,
             "total": result.total, "annotation": result.annotation, "equivalent": result.equivalent,
             "run": result.run, "sampled": result.sampled, "killed": result.killed, "timeouts": result.timeouts,
             "survived": len(result.survivors), "score": round(result.score, 4), "passed": result.passed,

@@ -33,7 +33,8 @@ def mutant(**fields: object) -> Mutant:
 
 
 def result(**fields: object) -> LabScore:
-    base: dict[str, object] = {"lab": "demo", "checkpoints": ["one"], "left_out": ["in-the-stack"], "total": 30,
+    base: dict[str, object] = {"lab": "demo", "checkpoints": ["one"], "left_out": ["in-the-stack"], "in_stack": [],
+                               "total": 30,
                                "annotation": 8, "equivalent": 2, "run": 20, "killed": 19, "timeouts": 1,
                                "survivors": [mutant()], "stale": []}
     return LabScore(**(base | fields))  # type: ignore[arg-type]
@@ -194,6 +195,8 @@ def test_the_report_names_counts_checkpoints_and_each_survivor() -> None:
     failing = "\n".join(mutants.report_lines(result(killed=10, sampled=True,
                                                      stale=[Equivalent("checks.py", "op", "a", "b", "w")])))
     assert "FAIL" in failing and "a sample of 20" in failing and "stale equivalent" in failing
+    stacked = "\n".join(mutants.report_lines(result(checkpoints=["attack"], left_out=[], in_stack=["attack"])))
+    assert "checkpoints run: attack; each in its own private stack (the lab has no other): attack" in stacked
 
 
 def test_the_json_record_and_the_table_hold_the_same_numbers() -> None:
