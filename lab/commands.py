@@ -428,10 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     mutating = command("mutants", cmd_mutants, "for a trainer: mutation-test each lab's reference solution "
                        "with its own checkpoints (cosmic-ray) and list the mutants that survive")
     mutating.add_argument("ids", nargs="*", metavar="ID", help="the labs (default: every lab)")
-    mutating.add_argument("--sample", type=int, help="grade only N mutants of each lab, chosen by --seed "
+    mutating.add_argument("--sample", type=int, metavar="N", help="grade only N mutants of each lab, chosen by --seed "
                           "(default: every mutant)")
-    mutating.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    mutating.add_argument("--jobs", type=int, default=1, help="mutants graded at once (default 1)")
+    mutating.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
+    mutating.add_argument("--jobs", type=int, default=1, metavar="J", help="mutants graded at once (default 1)")
     mutating.add_argument("--json", action="store_true", help='one JSON object: {"target", "seed", "sample", '
                           '"labs": [{"lab", "total", "annotation", "equivalent", "killed", "survived", "score", '
                           '"survivors", "stale", ...}]}')
