@@ -318,6 +318,16 @@ def _baseline(lab: Lab, checkpoints: list[Checkpoint]) -> tuple[float, str]:
     return slowest, ""
 
 
+def partition(mutants: list[Mutant], equivalents: list[Equivalent]) -> tuple[list[Mutant], list[Mutant],
+                                                                             list[Equivalent]]:
+    """(the mutants to grade, those recorded as equivalent, the entries that match no mutant):
+    annotation-only mutants are in neither list, and an entry matching only one of them is stale."""
+    real = [m for m in mutants if not m.annotation]
+    equivalent = [m for m in real if any(matches(e, m) for e in equivalents)]
+    stale = [e for e in equivalents if not any(matches(e, m) for m in real)]
+    return [m for m in real if m not in equivalent], equivalent, stale
+
+
 def sample(mutants: list[Mutant], size: int | None, seed: int, lab_id: str) -> list[Mutant]:
     """`size` of the mutants, the same ones for the same seed, lab and solution; all of
     them without a size."""
@@ -333,10 +343,7 @@ def measure(lab: Lab, size: int | None = None, seed: int = 0, jobs: int = 1,
     started = time.monotonic()
     equivalents = load_equivalents(lab.folder / MUTANTS_FILE, lab.student_files)
     mutants = make_mutants([lab.solution / name for name in sorted(lab.student_files)])
-    real = [m for m in mutants if not m.annotation]
-    equivalent = [m for m in real if any(matches(e, m) for e in equivalents)]
-    stale = [e for e in equivalents if not any(matches(e, m) for m in real)]
-    candidates = [m for m in real if m not in equivalent]
+    candidates, equivalent, stale = partition(mutants, equivalents)
     chosen = sample(candidates, size, seed, lab.id)
     checkpoints, left_out = chosen_checkpoints(lab)
     slowest, error = _baseline(lab, checkpoints)
@@ -355,7 +362,7 @@ def measure(lab: Lab, size: int | None = None, seed: int = 0, jobs: int = 1,
     killed = [o for o in outcomes if o.killed_by]
     return LabScore(lab=lab.id, checkpoints=[c.id for c in checkpoints], left_out=[c.id for c in left_out],
                     in_stack=[c.id for c in checkpoints if starts_stack(lab, c)],
-                    total=len(mutants), annotation=len(mutants) - len(real), equivalent=len(equivalent),
+                    total=len(mutants), annotation=sum(m.annotation for m in mutants), equivalent=len(equivalent),
                     run=len(outcomes), killed=len(killed), timeouts=sum(o.timed_out for o in killed),
                     survivors=[o.mutant for o in outcomes if not o.killed_by], stale=stale,
                     sampled=len(chosen) < len(candidates), seconds=round(time.monotonic() - started, 1),
@@ -367,7 +374,9 @@ def measure(lab: Lab, size: int | None = None, seed: int = 0, jobs: int = 1,
 
 def report_lines(result: LabScore) -> list[str]:
     sampled = f" (a sample of {result.run})" if result.sampled else ""
-    lines = [f"{result.lab}: score {result.score:.1%} ({'ok' if result.passed else 'FAIL'}, target "
+    why = ("the solution fails a checkpoint" if result.error else "under the target" if result.score < TARGET
+           else "a stale equivalent entry" if result.stale else "")
+    lines = [f"{result.lab}: score {result.score:.1%} ({f'FAIL: {why}' if why else 'ok'}, target "
              f"{TARGET:.0%}){sampled}; {result.seconds:.0f} s",
              f"  mutants {result.total}, annotation-only {result.annotation} (filtered: equivalent under "
              f"`from __future__ import annotations`), equivalent {result.equivalent} (labs/{result.lab}/"

@@ -194,7 +194,9 @@ def test_the_report_names_counts_checkpoints_and_each_survivor() -> None:
         assert words in text
     failing = "\n".join(mutants.report_lines(result(killed=10, sampled=True,
                                                      stale=[Equivalent("checks.py", "op", "a", "b", "w")])))
-    assert "FAIL" in failing and "a sample of 20" in failing and "stale equivalent" in failing
+    assert "FAIL: under the target" in failing and "a sample of 20" in failing and "stale equivalent" in failing
+    assert "FAIL: a stale equivalent entry" in mutants.report_lines(
+        result(stale=[Equivalent("checks.py", "op", "a", "b", "w")]))[0]
     stacked = "\n".join(mutants.report_lines(result(checkpoints=["attack"], left_out=[], in_stack=["attack"])))
     assert "checkpoints run: attack; each in its own private stack (the lab has no other): attack" in stacked
 
@@ -227,3 +229,16 @@ def test_the_command_stops_on_a_bad_equivalents_file_with_exit_78(
     (labs / "separation" / "mutants.toml").write_text(ENTRY.replace('"checks.py"', '"checker.py"') + "extra = 1\n")
     assert commands.main(["--labs-root", str(labs), "mutants", "separation"]) == EX_CONFIG
     assert "mutants.toml" in capsys.readouterr().err
+
+
+def test_partition_grades_the_rest_and_names_stale_entries() -> None:
+    """A matching entry takes its mutant out of the graded ones; an entry that matches no
+    mutant, or only an annotation-only one, is stale; annotation mutants are graded never."""
+    kept, recorded, annotated = mutant(line=1), mutant(line=2, after="if len(text) > LIMIT:"), mutant(
+        line=3, before="def f(x: A | None):", after="def f(x: A & None):", annotation=True)
+    entry = Equivalent("checks.py", kept.operator, "if len(text) < LIMIT:", "if len(text) > LIMIT:", "why",
+                       definition="limited")
+    on_annotation = Equivalent("checks.py", kept.operator, annotated.before, annotated.after, "why", "limited")
+    gone = Equivalent("checks.py", kept.operator, "if x:", "if not x:", "why", "limited")
+    graded, equivalent, stale = mutants.partition([kept, recorded, annotated], [entry, on_annotation, gone])
+    assert (graded, equivalent, stale) == ([kept], [recorded], [on_annotation, gone])
