@@ -16,7 +16,7 @@ checkpoint survived: either a grader misses a real defect, or the mutant is equi
     operator = "core/ReplaceComparisonOperator_Lt_LtE"   # cosmic-ray's operator name
     before = "if len(text) < LIMIT:"                     # the solution's changed line(s), and
     after = "if len(text) <= LIMIT:"                     #   the mutant's, each stripped
-    why = "text is never exactly LIMIT long: read() stops one short of it"
+    why = "text is never exactly LIMIT long: read() stops one short of it"   # never a TODO
 
 An entry names its mutant by where and what changed, never by a line number or cosmic-ray's
 occurrence index, so an edit elsewhere in the file leaves it matching (the same change of
@@ -169,6 +169,9 @@ def load_equivalents(path: Path, student_files: list[str]) -> list[Equivalent]:
         for key in ("operator", "before", "after", "why"):
             if not getattr(entry, key).strip():
                 raise MutantsFileError(f"{path}: equivalent[{i}].{key}: is empty")
+        if entry.why.strip().upper().startswith("TODO"):
+            raise MutantsFileError(f"{path}: equivalent[{i}].why: is still a TODO; say why no input tells "
+                                   f"the mutant from the solution, or kill it with a grader case")
     return entries
 
 

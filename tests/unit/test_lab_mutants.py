@@ -77,12 +77,13 @@ def test_no_file_is_no_equivalent(tmp_path: Path) -> None:
     (ENTRY.replace("why =", "reason ="), "reason"),
     (ENTRY.replace('why = "text is never exactly LIMIT long"', 'why = "  "'), "equivalent[0].why"),
     (ENTRY.replace('file = "checks.py"', 'file = "other.py"'), "equivalent[0].file"),
+    (ENTRY.replace('why = "text is never exactly LIMIT long"', 'why = "TODO: why"'), "still a TODO"),
     (ENTRY.replace('before = "  if len(text) < LIMIT:  "', "before = 3"), "equivalent[0].before"),
     ("[[equivalent]\n", "not valid TOML"),
     ("[equivalent]\nfile = 'checks.py'\n", "equivalent"),
 ])
 def test_a_bad_file_is_a_typed_error_naming_file_and_key(tmp_path: Path, text: str, says: str) -> None:
-    """An unknown key, an empty why, a file not the student's, a wrong type or bad TOML is a
+    """An unknown key, an empty or TODO why, a file not the student's, a wrong type or bad TOML is a
     MutantsFileError (a LabFormatError: exit 78) naming the file and the key."""
     path = write(tmp_path, text)
     with pytest.raises(MutantsFileError) as raised:
