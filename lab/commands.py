@@ -1,5 +1,5 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong
-and grade.
+"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong,
+grade and mutants.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -9,11 +9,12 @@ Exit codes: 0 done (for `check`: every checkpoint passed; for `run`: the run was
 checkpoint failed, or the run was not clean (a call outside the plan, a non-narrow value at
 a tool, the kernel overruling the student's code, an email with no outcome; for a phased run
 (red-and-blue): an attack that got through, or an honest email not answered, where the phase
-holds); 2 a usage error (unknown lab, a folder that holds work and no --force, a hint level
-not 1-3, a lab with no [run] table, a student file that does not load or is still a TODO a
-phased run needs, a grade's history inside its class folder); 3 the lab's stack could not
-start; 78 a broken lab.toml, or the graders' packages not installed; 130 Ctrl-C. `grade`
-exits 0 once the class's table is written, whatever the students' results.
+holds), or for `mutants` a lab under 95%, a stale equivalent entry or a solution that fails
+its own checkpoints; 2 a usage error (unknown lab, a folder that holds work and no --force, a
+hint level not 1-3, a lab with no [run] table, a student file that does not load or is still
+a TODO a phased run needs, a grade's history inside its class folder); 3 the lab's stack could
+not start; 78 a broken lab.toml or mutants.toml, or the graders' packages not installed; 130
+Ctrl-C. `grade` exits 0 once the class's table is written, whatever the students' results.
 """
 
 from __future__ import annotations
@@ -373,6 +374,31 @@ def cmd_wrong(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mutants(args: argparse.Namespace) -> int:
+    """For a trainer: how many of cosmic-ray's mutants of each reference solution the lab's
+    checkpoints kill (lab/mutants.py), and each survivor."""
+    from lab import mutants  # cosmic-ray, only for this command
+
+    if args.sample is not None and args.sample < 1:
+        raise UsageError("--sample must be at least 1")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    labs = [find(i, args.labs_root) for i in args.ids] if args.ids else load_all(args.labs_root)
+    results = []
+    for lab in labs:
+        result = mutants.measure(lab, args.sample, args.seed, args.jobs, mutants.to_stderr)
+        results.append(result)
+        if not args.json:
+            say(mutants.report_lines(result))
+            sys.stdout.flush()
+    if args.json:
+        print(json_line({"target": mutants.TARGET, "seed": args.seed, "sample": args.sample,
+                         "labs": [mutants.record(r) for r in results]}))
+    else:
+        say(mutants.table_lines(results))
+    return 0 if all(r.passed for r in results) else 1
+
+
 def cmd_progress(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = [class_grades.progress_record(folder, progress) if isinstance(progress, Progress)
                else {"dir": str(folder), "error": progress} for folder, progress in _collect(Path(args.dir))]
@@ -512,6 +538,16 @@ def build_parser() -> argparse.ArgumentParser:
     wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
     wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
     wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
+    mutating = command("mutants", cmd_mutants, "for a trainer: mutation-test each lab's reference solution "
+                       "with its own checkpoints (cosmic-ray) and list the mutants that survive")
+    mutating.add_argument("ids", nargs="*", metavar="ID", help="the labs (default: every lab)")
+    mutating.add_argument("--sample", type=int, metavar="N", help="grade only N mutants of each lab, chosen by --seed "
+                          "(default: every mutant)")
+    mutating.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
+    mutating.add_argument("--jobs", type=int, default=1, metavar="J", help="mutants graded at once (default 1)")
+    mutating.add_argument("--json", action="store_true", help='one JSON object: {"target", "seed", "sample", '
+                          '"labs": [{"lab", "total", "annotation", "equivalent", "killed", "survived", "score", '
+                          '"survivors", "stale", ...}]}')
     return parser
 
 
