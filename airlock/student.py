@@ -268,7 +268,7 @@ class StudentCode:
             process = subprocess.Popen(
                 [sys.executable, "-P", "-c", "from airlock.student_child import main; main()", str(self.path),
                  self.mode, str(workspace), str(lifeline), str(self.limits.cpu_s), str(self.limits.memory_bytes),
-                 str(self.limits.file_bytes)],
+                 str(self.limits.file_bytes), *[str(reference) for _, reference in self._references]],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=workspace, pass_fds=(lifeline,),
                 start_new_session=True)
         finally:

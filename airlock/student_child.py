@@ -1,7 +1,8 @@
 """The student's side of airlock.student: the warden, then the confined process that loads
 the student's file and answers calls over its standard input and output.
 
-    python -P -c "from airlock.student_child import main; main()" FILE MODE WORKSPACE LIFELINE CPU MEMORY FILES
+    python -P -c "from airlock.student_child import main; main()" FILE MODE WORKSPACE LIFELINE CPU MEMORY FILES \
+        [REFERENCE ...]
 
 The process first becomes the warden (airlock.warden) and forks the student's process.
 That one writes its replies to a copy of standard output, points standard output at
@@ -45,8 +46,9 @@ IMPORTABLE = ("airlock", "actor", "validator")  # the lesson's types; imported b
 def main() -> None:
     path, mode, workspace, lifeline = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
     limits = sandbox.Limits(int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))
+    references = [Path(p) for p in sys.argv[8:]]  # the project's own solutions a grader puts in place
     warden.become_subreaper()
-    warden.run(lambda: _student(path, mode, workspace, limits), lifeline)
+    warden.run(lambda: _student(path, mode, workspace, limits, references), lifeline)
 
 
 def cut(text: str, limit: int = DETAIL_LIMIT_CHARS) -> str:
@@ -166,7 +168,7 @@ def _reader(pipe: BinaryIO, calls: queue.Queue[Any], callbacks: _Callbacks) -> N
         callbacks.abandon()
 
 
-def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> None:
+def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits, references: list[Path]) -> None:
     replies = _Replies(os.fdopen(os.dup(1), "wb"), mode)
     requests = os.fdopen(os.dup(0), "rb")
     os.dup2(2, 1)  # the student's print() goes to stderr, never into the reply pipe
@@ -179,7 +181,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits) -> 
     for package in IMPORTABLE:
         with contextlib.suppress(ImportError):
             importlib.import_module(package)
-    readable = [path] + [p for p in _files_beside(path) if p != path]
+    readable = [path, *references] + [p for p in _files_beside(path) if p != path]
     sandbox.narrow_import_path()
     confinement = sandbox.confine(workspace, readable, limits)
     watch = sandbox.Watch(workspace, readable)

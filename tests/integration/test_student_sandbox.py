@@ -327,3 +327,20 @@ def test_plain_mode_still_gives_maps(tmp_path: Path) -> None:
         assert code.call("decide") == {"verdict": "allow"}
     finally:
         code.close()
+
+
+def test_a_reference_put_in_place_is_readable_and_used(tmp_path: Path) -> None:
+    """use_reference: the project's own solution, outside the student's folder, replaces a
+    function of the student's inside the student's process."""
+    folder, elsewhere = tmp_path / "student", tmp_path / "reference"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / "mine.py").write_text("def helper():\n    return 'student'\n\ndef outer():\n    return helper()\n")
+    (elsewhere / "solution.py").write_text("def helper():\n    return 'reference'\n")
+    code = StudentCode(folder / "mine.py", timeout_s=10.0, mode="shapes")
+    try:
+        assert code.call("outer") == "student"
+        code.use_reference(["helper"], elsewhere / "solution.py")
+        assert code.call("outer") == "reference"
+    finally:
+        code.close()
