@@ -38,10 +38,10 @@ from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
 from airlock import records, sources, task as task_module
 from airlock.errors import AirlockError, ConfigError
-from lab import campaign
+from lab import campaign, grading
 from lab.campaign import CampaignEmail
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, StillTodo, Verdict, load_student, todo
+from lab.grading import CaseFailed, Failed, Passed, StillTodo, Verdict, todo
 from lab.phases import Judged, Phase, PhaseEmail, PhaseProblem
 from lab.score import EmailResult
 from lab.stack import lab_stack
@@ -109,16 +109,19 @@ class BadFile(Exception):
 
 def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
-        module = load_student(student_dir, filename)
-    except Exception as exc:  # noqa: BLE001  missing or not importable: the student's to fix, named
-        raise BadFile(filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}") from None
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        raise BadFile(f"{function}()", f"{filename} has no function {function}()")
+        module = grading.student_module(student_dir, filename)
+    except CaseFailed as exc:  # missing or not importable: the student's to fix, named
+        raise BadFile(filename, f"{filename} cannot be loaded: {exc.message}") from None
+    try:
+        fn = grading.student_function(module, function)
+    except CaseFailed:
+        raise BadFile(f"{function}()", f"{filename} has no function {function}()") from None
     try:
         return fn()
     except NotImplementedError:
         raise StillTodo(function) from None
+    except grading.StudentStopped as exc:  # a hang, a crash, an answer that is not plain data
+        raise BadFile(f"{function}()", f"{function}() in {filename} gave no answer: {exc}") from None
     except Exception as exc:  # noqa: BLE001  the student's function: any error is theirs, named
         raise BadFile(f"{function}()", f"{function}() in {filename} raised {type(exc).__name__}: {exc}") from None
 
