@@ -109,9 +109,12 @@ class BadFile(Exception):
 
 def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
-        module = grading.student_module(student_dir, filename)
-    except CaseFailed as exc:  # missing or not importable: the student's to fix, named
-        raise BadFile(filename, f"{filename} cannot be loaded: {exc.message}") from None
+        module = grading.open_student(student_dir, filename)
+    except (grading.StudentCodeMissing, grading.StudentStopped) as exc:  # missing, or it did not load
+        said = str(exc).removeprefix(f"{filename}: ")  # the child names the file; the case does already
+        raise BadFile(filename, f"{filename} cannot be loaded: {said}") from None
+    except Exception as exc:  # noqa: BLE001  raised while loading: the student's to fix, named
+        raise BadFile(filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}") from None
     try:
         fn = grading.student_function(module, function)
     except CaseFailed:
@@ -121,7 +124,7 @@ def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     except NotImplementedError:
         raise StillTodo(function) from None
     except grading.StudentStopped as exc:  # a hang, a crash, an answer that is not plain data
-        raise BadFile(f"{function}()", f"{function}() in {filename} gave no answer: {exc}") from None
+        raise BadFile(f"{function}()", f"{function}() in {filename}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  the student's function: any error is theirs, named
         raise BadFile(f"{function}()", f"{function}() in {filename} raised {type(exc).__name__}: {exc}") from None
 
