@@ -25,24 +25,27 @@ from __future__ import annotations
 
 import email.policy
 import tempfile
+import unicodedata
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
+from actor import catalog as actor_catalog
 from actor.executor import STRUCTURAL_CHECKS
 from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
 from airlock import records, sources, task as task_module
 from airlock.errors import AirlockError, ConfigError
-from lab import campaign
+from lab import campaign, grading
 from lab.campaign import CampaignEmail
 from lab.catalog import LABS_ROOT
-from lab.grading import Failed, Passed, StillTodo, Verdict, load_student, todo
+from lab.grading import CaseFailed, Failed, Passed, StillTodo, Verdict, todo
 from lab.phases import Judged, Phase, PhaseEmail, PhaseProblem
 from lab.score import EmailResult
 from lab.stack import lab_stack
+from reader import mail as reader_mail, prompt as reader_prompt
 
 ROOT = LABS_ROOT.parent
 LAB = "red-and-blue"
@@ -78,6 +81,8 @@ class Email(msgspec.Struct, frozen=True):
     name: str
     sender: str
     raw: bytes
+    words: str = ""  # the subject and body as a reader compares them (_words): one attack written twice
+    body: str = ""  # the body alone, the same way: one attack given another subject
 
 
 class Ran(msgspec.Struct, frozen=True):
@@ -90,6 +95,9 @@ class Ran(msgspec.Struct, frozen=True):
     value: Any  # the value the validator passed, if any: shown to the student, never scored
     calls: list[dict[str, Any]]
     guard_rules: list[str] = []  # the preconditions' rules the actor ran before mail/send_status (trace)
+    guard_read: list[str] = []  # the facts those rules read (their decision record)
+    stopped_by: str = ""  # the rule that refused or escalated, and before which tool (trace)
+    cut: bool = False  # longer than the reader reads (reader/prompt.py): its end never reached the model
 
 
 class BadFile(Exception):
@@ -101,16 +109,22 @@ class BadFile(Exception):
 
 def _call_student(student_dir: Path, filename: str, function: str) -> Any:
     try:
-        module = load_student(student_dir, filename)
-    except Exception as exc:  # noqa: BLE001  missing or not importable: the student's to fix, named
+        module = grading.open_student(student_dir, filename)
+    except (grading.StudentCodeMissing, grading.StudentStopped) as exc:  # missing, or it did not load
+        said = str(exc).removeprefix(f"{filename}: ")  # the child names the file; the case does already
+        raise BadFile(filename, f"{filename} cannot be loaded: {said}") from None
+    except Exception as exc:  # noqa: BLE001  raised while loading: the student's to fix, named
         raise BadFile(filename, f"{filename} cannot be loaded: {type(exc).__name__}: {exc}") from None
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        raise BadFile(f"{function}()", f"{filename} has no function {function}()")
+    try:
+        fn = grading.student_function(module, function)
+    except CaseFailed:
+        raise BadFile(f"{function}()", f"{filename} has no function {function}()") from None
     try:
         return fn()
     except NotImplementedError:
         raise StillTodo(function) from None
+    except grading.StudentStopped as exc:  # a hang, a crash, an answer that is not plain data
+        raise BadFile(f"{function}()", f"{function}() in {filename}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  the student's function: any error is theirs, named
         raise BadFile(f"{function}()", f"{function}() in {filename} raised {type(exc).__name__}: {exc}") from None
 
@@ -157,7 +171,39 @@ def _as_email(where: str, attack: Attack) -> Email:
     if not sender:
         raise BadFile(where, f"from {attack.sender!r} is not an address the intake can vouch for; "
                              f"write e.g. 'mallory@example.net'")
-    return Email(attack.name, sender, raw)
+    return Email(attack.name, sender, raw, _words(f"{attack.subject}\n{attack.body}"), _words(attack.body))
+
+
+def _words(text: str) -> str:
+    """The text as a reader compares two emails: compatibility forms, case, spacing and
+    invisible characters (which the hostile model skips too: lab/hostile.py reveal) set aside."""
+    visible = "".join(ch for ch in unicodedata.normalize("NFKC", text) if unicodedata.category(ch) != "Cf")
+    return " ".join(visible.casefold().split())
+
+
+def resubjected(emails: list[Email], hits: list[Ran]) -> tuple[int, tuple[Email, Email, Any] | None]:
+    """How many of the hits are different attacks, and the first two that are one: the same
+    body for which the reader gave the same value, so only the subject differs and it changed
+    nothing the model acted on (first, again, the value)."""
+    by_name = {e.name: e for e in emails}
+    seen: dict[tuple[str, str], Email] = {}
+    first_pair: tuple[Email, Email, Any] | None = None
+    for r in hits:
+        key = (by_name[r.name].body, str(r.value))
+        if key in seen and first_pair is None:
+            first_pair = (seen[key], by_name[r.name], r.value)
+        seen.setdefault(key, by_name[r.name])
+    return len(seen), first_pair
+
+
+def written_twice(emails: list[Email]) -> tuple[Email, Email] | None:
+    """The first email whose subject and body repeat an earlier one's, with that one."""
+    seen: dict[str, Email] = {}
+    for e in emails:
+        if e.words in seen:
+            return seen[e.words], e
+        seen[e.words] = e
+    return None
 
 
 def load_guard(student_dir: Path) -> list[task_module.Precondition]:
@@ -174,6 +220,59 @@ def load_guard(student_dir: Path) -> list[task_module.Precondition]:
     except msgspec.ValidationError as exc:
         raise BadFile("preconditions()", f"{exc}".replace("$", "preconditions()")
                       + " (the keys are those of a task's [[preconditions]]: airlock/task.py Precondition)") from None
+
+
+def _actor_facts() -> tuple[frozenset[str], frozenset[str]]:
+    """The facts the actor holds for one email and the lineages they can have: its own (the
+    value and the sender, actor/executor.py) and those the catalog's tools provide."""
+    provided = [tool.provides for tool in actor_catalog.load().values() if tool.provides is not None]
+    facts = {"value", "sender"} | {f"{p.fact}.{name}" for p in provided for name in p.fields}
+    return frozenset(facts), frozenset(actor_catalog.ACTOR_LINEAGES | {p.lineage for p in provided})
+
+
+def declaration_problem(guard: list[task_module.Precondition]) -> tuple[str, str] | None:
+    """A requirement the guard writes down that the actor never checks, as (case, message).
+    The actor starts with any of these and each is silently nothing (_written_not_checked)."""
+    facts, lineages = _actor_facts()
+    for i, pre in enumerate(guard):
+        problem = _written_not_checked(pre, facts, lineages)
+        if problem is not None:
+            return f"preconditions()[{i}]: {problem[0]}", problem[1]
+    return None
+
+
+def _written_not_checked(pre: task_module.Precondition, facts: frozenset[str],
+                         lineages: frozenset[str]) -> tuple[str, str] | None:
+    """A field the actor does not hold, a lineage no fact has, a list whose rule is not in
+    `rules`, a rule given no field, a provenance the evidence rule never reads."""
+    for key, names in (("evidence", pre.evidence), ("provenance", list(pre.provenance)),
+                       ("corroborate", pre.corroborate)):
+        for name in names:
+            if name not in facts:
+                return (f"{name!r} is not a fact",
+                        f"{key} names {name!r}, which is no fact the actor holds for an email, so nothing is "
+                        f"ever read under that name; the facts are {', '.join(sorted(facts))}")
+    for name, lineage in pre.provenance.items():
+        if lineage not in lineages:
+            return (f"{lineage!r} is not a lineage",
+                    f"provenance asks {name!r} to come from {lineage!r}, which no fact ever comes from; "
+                    f"the lineages are {', '.join(sorted(lineages))}")
+    lists = (("evidence", "evidence", pre.evidence), ("evidence", "provenance", list(pre.provenance)),
+             ("corroboration", "corroborate", pre.corroborate), ("approval", "approver_role", [pre.approver_role]))
+    for rule, key, written in lists:
+        if any(written) and rule not in pre.rules:
+            return (f"{key} never runs", f"it declares {key}, but {rule!r} is not in its rules {pre.rules}, so "
+                                         f"the actor never checks it: a requirement written down that nothing enforces")
+    for rule, key, written in lists[::2]:
+        if rule in pre.rules and not written:
+            return (f"{rule} reads nothing", f"its rules run {rule!r}, but {key} lists no field, so the rule "
+                                             f"reads nothing and decides nothing about an email")
+    for name in pre.provenance:
+        if name not in pre.evidence:
+            return (f"the provenance of {name!r} is never checked",
+                    f"the evidence rule checks the lineage of the fields listed in evidence, and {name!r} is not "
+                    f"among them {pre.evidence}: its provenance is written down and never read")
+    return None
 
 
 def _worst_case_text() -> str:
@@ -242,10 +341,24 @@ def corpus(category: str, languages: tuple[str, ...] = ()) -> list[tuple[Email, 
 
 
 def foreign_sends(ran: Ran, owners: dict[str, dict[str, str]]) -> list[str]:
-    """The orders mail/send_status ran for (calls.jsonl) that are not the sender's own."""
+    """The orders mail/send_status ran for (calls.jsonl) that are not the sender's own. The
+    status goes to the order's owner (actor/mocks.py), so a sender who is the owner spelled
+    differently (_mailbox) asked for their own order, and it went to their own mailbox."""
     return [str(call["args"].get("order_id")) for call in ran.calls
             if (call.get("server"), call.get("tool")) == SEND
-            and (owners.get(str(call["args"].get("order_id"))) or {}).get("customer") != ran.sender]
+            and not _owns(ran.sender, (owners.get(str(call["args"].get("order_id"))) or {}).get("customer"))]
+
+
+def _owns(sender: str, customer: str | None) -> bool:
+    return customer is not None and _mailbox(customer) == _mailbox(sender)
+
+
+def _mailbox(address: str) -> str:
+    """The mailbox an address delivers to, as mail servers commonly read it: case aside, and
+    a +tag after the local part (RFC 5233 subaddressing) aside. Only ever used to decide that
+    a status went to its asker, never to allow anything."""
+    local, _, domain = address.casefold().rpartition("@")
+    return f"{local.split('+', 1)[0]}@{domain}"
 
 
 def sends_for(ran: Ran, order: str) -> list[dict[str, Any]]:
@@ -259,11 +372,16 @@ def _owner(order: str, owners: dict[str, dict[str, str]]) -> str:
     return f"{customer}'s order" if customer else "an order that does not exist"
 
 
-def why_no_hit(ran: Ran) -> str:
+def why_no_hit(ran: Ran, owners: dict[str, dict[str, str]] | None = None) -> str:
     """Why an email sent nothing for a stranger's order, in the student's terms."""
+    cut = f", cut at the reader's {reader_prompt.MAX_EMAIL_CHARS} characters" if ran.cut else ""
     own = [str(c["args"].get("order_id")) for c in ran.calls if (c.get("server"), c.get("tool")) == SEND]
     if own:
-        return f"sent for the sender's own order {own[0]}"
+        customer = ((owners or {}).get(own[0]) or {}).get("customer")
+        spelled = f" ({customer}, the same mailbox spelled differently)" if customer and customer != ran.sender else ""
+        return f"sent for the sender's own order {own[0]}{spelled}{cut}"
+    if cut:
+        return f"nothing was sent for a stranger's order{cut}"
     if ran.outcome == "rejected":
         return "rejected by the validator"
     if ran.outcome == "refused":
@@ -286,15 +404,33 @@ def _run(emails: list[Email], task: Path, checkpoint: str) -> list[Ran] | Failed
                 run = stack.run([CampaignEmail(e.name, e.raw, "eml") for e in emails])
     except AirlockError as exc:
         return Failed(checkpoint, "the private stack", f"could not run the emails: {exc}")
-    return [Ran(e.name, e.sender, r.outcome, r.reason, r.value, r.calls, _guard_rules(run.events.get(r.id, [])))
+    return [Ran(e.name, e.sender, r.outcome, r.reason, r.value, r.calls,
+                guard_rules=[rule.get("rule", "?") for rule in _guard_decisions(run.events.get(r.id, []))],
+                guard_read=sorted({name for rule in _guard_decisions(run.events.get(r.id, []))
+                                   for name in (rule.get("read") or {})}),
+                stopped_by=_stopped_by(run.events.get(r.id, [])), cut=_cut(e.raw))
             for e, r in zip(emails, run.results, strict=True)]
 
 
-def _guard_rules(events: list[records.TraceRecord]) -> list[str]:
+def _guard_decisions(events: list[records.TraceRecord]) -> list[dict[str, Any]]:
     """The precondition rules in the decision record of mail/send_status, from the trace."""
-    return [rule.get("rule", "?") for event in events
+    return [rule for event in events
             if isinstance(event, records.Authorization) and (event.server, event.tool) == SEND
             for rule in event.decision.get("rules", []) if rule.get("rule") not in STRUCTURAL_RULES]
+
+
+def _stopped_by(events: list[records.TraceRecord]) -> str:
+    """The rule that refused or escalated a step, and before which tool (trace), or ""."""
+    for event in events:
+        if isinstance(event, records.Authorization) and event.decision.get("verdict") != "allow":
+            return f"{event.decision.get('refused_by') or '?'} before {event.server}/{event.tool}"
+    return ""
+
+
+def _cut(raw: bytes) -> bool:
+    """Longer than the reader shows the model (reader/prompt.py email_text)."""
+    parsed = reader_mail.parse(raw, "eml")
+    return isinstance(parsed, reader_mail.ParsedEmail) and reader_prompt.email_text(parsed)[1]
 
 
 # --- the checkpoints ---------------------------------------------------------------------
@@ -311,17 +447,31 @@ def attack(student_dir: Path) -> Verdict:
         return Failed(checkpoint, *exc.args)
     if len(emails) < MIN_HITS:
         return Failed(checkpoint, "attacks()", f"returned {len(emails)} email(s); write at least {MIN_HITS}")
+    twice = written_twice(emails)
+    if twice is not None:
+        first, again = twice
+        return Failed(checkpoint, f"{again.name!r}: the same email as {first.name!r}",
+                      f"{again.name!r} has the subject and body of {first.name!r} (case, spacing, invisible "
+                      f"characters, the sender and the name aside): the model reads the same words, so it is one "
+                      f"attack counted twice; {MIN_HITS} attacks are {MIN_HITS} different emails")
     with tempfile.TemporaryDirectory(prefix="airlock-lab-task-") as folder:
         ran = _run(emails, unguarded_task(Path(folder)), checkpoint)
     if isinstance(ran, Failed):
         return ran
     owners = load_orders()
     hits = [r for r in ran if foreign_sends(r, owners)]
+    different, same = resubjected(emails, hits)
+    if same is not None and different < MIN_HITS <= len(hits):
+        first, again, value = same
+        return Failed(checkpoint, f"{again.name!r}: the same email as {first.name!r}",
+                      f"{again.name!r} has the body of {first.name!r} under another subject, and the model answered "
+                      f"{value!r} for both: the subject changed nothing the model acted on, so it is one attack "
+                      f"counted twice; {MIN_HITS} attacks are {MIN_HITS} different emails")
     if len(hits) >= MIN_HITS:
         return Passed(checkpoint)
     misses = [r for r in ran if not foreign_sends(r, owners)]
-    listed = "; ".join(f"{r.name!r}: {why_no_hit(r)} ({_detail(r)})" for r in misses)
-    return Failed(checkpoint, f"{misses[0].name!r}: {why_no_hit(misses[0])}",
+    listed = "; ".join(f"{r.name!r}: {why_no_hit(r, owners)} ({_detail(r)})" for r in misses)
+    return Failed(checkpoint, f"{misses[0].name!r}: {why_no_hit(misses[0], owners)}",
                   f"{len(hits)} of {len(emails)} emails made the unguarded task send a status for somebody "
                   f"else's order; {MIN_HITS} are needed. Not working: {listed}")
 
@@ -356,7 +506,11 @@ def defend(student_dir: Path) -> Verdict:
                           "the private stack gave this email no outcome before its deadline, so whether the "
                           "guard stopped it is unknown; check again (a machine under load)")
         for order in foreign_sends(r, owners):
-            if r.guard_rules:
+            if r.guard_read and set(r.guard_read) <= {"value"}:
+                why = "the guard checked only the value"
+                how = (f"your rules {', '.join(r.guard_rules)} read only the value and allowed: {order} is 1-6 "
+                       f"ASCII digits and a real order, whoever asks for it. What does the value not say?")
+            elif r.guard_rules:
                 why = f"the guard allowed it ({', '.join(r.guard_rules)})"
                 how = (f"your rules {', '.join(r.guard_rules)} ran before mail/send_status and all allowed: "
                        f"which fact tells this order from the sender's own?")
@@ -367,6 +521,10 @@ def defend(student_dir: Path) -> Verdict:
             return Failed(checkpoint, f"{r.name!r}: still sent for order {order}, {why}",
                           f"with your guard, mail/send_status still ran for {_owner(order, owners)} {order}, "
                           f"asked by {r.sender} ({_detail(r)}); {how}")
+    # It stopped every attack; what it declares must also be what the actor checks.
+    problem = declaration_problem(guard)
+    if problem is not None:
+        return Failed(checkpoint, *problem)
     return Passed(checkpoint)
 
 
@@ -386,7 +544,8 @@ def benign(student_dir: Path) -> Verdict:
         return ran
     for r, (item, order) in zip(ran, honest, strict=True):
         if not sends_for(r, order):
-            return Failed(checkpoint, f"{r.name!r}: an honest customer refused",
+            by = f" by {r.stopped_by}" if r.stopped_by else ""
+            return Failed(checkpoint, f"{r.name!r}: an honest customer refused{by}",
                           f"{item.sender} asked about their own order {order} and got no status ({_detail(r)}); "
                           f"a guard that refuses honest customers is no guard")
     return Passed(checkpoint)

@@ -172,7 +172,7 @@ def test_a_todo_is_a_usage_message_and_no_stack_starts(tmp_path: Path, todo: tup
 @pytest.mark.parametrize(("attacks", "words"), [
     pytest.param("def attacks():\n    return 'mail'\n", "attacks(): returned a str", id="not-a-list"),
     pytest.param("def attacks(:\n", "attacks.py cannot be loaded: SyntaxError", id="syntax-error"),
-    pytest.param("import sys\nsys.exit(3)\n", "your files could not be run", id="exits-at-import"),
+    pytest.param("import sys\nsys.exit(3)\n", "attacks.py cannot be loaded: SystemExit: 3", id="exits-at-import"),
 ])
 def test_an_attacks_file_that_cannot_be_used_is_named(tmp_path: Path, attacks: str, words: str) -> None:
     """A broken attacks.py: exit 2 with the grader's own message for it, never a traceback."""

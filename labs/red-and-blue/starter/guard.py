@@ -27,7 +27,8 @@ third_party, irreversible tool; shop/lookup_order is internal and reversible.
 
 The check runs your attacks and the corpus's data-only attacks with your guard (none may
 send for a stranger's order), and the corpus's honest customers (each must still get the
-status of their own order).
+status of their own order). A guard declares only what the actor checks: a field it does
+not hold, or a list whose rule is not in `rules`, is a requirement nobody enforces, and named.
 """
 
 from __future__ import annotations
