@@ -11,16 +11,17 @@ output prints them:
                other student's files, nothing under /proc (another process's environment).
                Landlock also keeps it from ptrace-ing anything outside its own domain.
     seccomp    no socket of any kind (no network, no local services); no signal to any
-               process but itself; no ptrace, no reading another process's memory, no new
-               namespaces, mounts, keyrings, BPF or io_uring; no keystrokes pushed into the
-               terminal its standard error may be.
+               process but itself, by kill or by a file's owner (F_SETOWN); no other process's
+               limits, priority or CPUs; no program run (execve); no ptrace, no reading
+               another process's memory, no new namespaces, mounts, keyrings, BPF or
+               io_uring; no keystrokes pushed into the terminal its standard error may be.
     rlimits    CPU seconds, address space, largest file written, no core file.
 
 The fourth boundary, every descendant killed when the student's process ends, is the
 warden's (airlock.warden): a subreaper the student's processes cannot signal.
 
 The kernel refuses quietly: an open() that Landlock denies is a PermissionError the student's
-code may catch and go on from, and nobody would know it tried. So `Watch` also listens to
+code may catch and go on from, and nobody would know it tried. So `watch` also listens to
 Python's audit events for the same rules and remembers the first attempt to reach past
 them (a file outside what it may read or write, a socket, a signal to another process, a
 program to run); the child reports it with the call's answer, and the answer does not count.
@@ -34,12 +35,15 @@ pretending, and the others still hold.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import os
 import resource
+import site
 import sys
-from collections.abc import Iterable
+import sysconfig
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,8 @@ from typing import Any
 PROJECT_PACKAGES = ("airlock", "actor", "validator", "reader", "broker", "intake", "lab")
 DEVICES_READ = ("/dev/urandom", "/dev/random", "/dev/zero")
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctl requests that put keystrokes into a terminal
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15  # fcntl commands that aim signals at a process
+_WRITING_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 DEVICES_WRITE = ("/dev/null",)
 
 
@@ -107,18 +113,19 @@ def _rlimits(limits: Limits) -> None:
 
 
 def python_paths() -> list[Path]:
-    """What the interpreter reads to import a module: the standard library and the
-    installed packages, and of this project only its packages' own folders."""
-    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve().parent}
-    project = {str(Path(p).resolve()) for p in _project_roots()}
-    for entry in sys.path:
-        if entry and Path(entry).is_dir() and str(Path(entry).resolve()) not in project:
-            paths.add(Path(entry))
+    """What the interpreter reads to import a module: the standard library, the installed
+    packages, and of this project only its packages' own folders. Never another entry of
+    sys.path (a caller's PYTHONPATH, a script's folder), which may hold anything."""
+    paths = set()
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            paths.add(Path(sysconfig.get_paths()[name]))
+    paths.update(Path(p) for p in site.getsitepackages())
     for package in PROJECT_PACKAGES:
         spec = importlib.util.find_spec(package)
         for location in (spec.submodule_search_locations or []) if spec else []:
             paths.add(Path(location))
-    return sorted(paths)
+    return sorted(p for p in paths if p.is_dir())
 
 
 def narrow_import_path() -> None:
@@ -131,15 +138,6 @@ def narrow_import_path() -> None:
 
 def _inside(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-def _project_roots() -> list[Path]:
-    roots = []
-    for package in PROJECT_PACKAGES:
-        spec = importlib.util.find_spec(package)
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            roots.append(Path(location).resolve().parent)
-    return roots
 
 
 def _landlock(workspace: Path, readable: Iterable[Path]) -> str:
@@ -164,7 +162,8 @@ def _landlock(workspace: Path, readable: Iterable[Path]) -> str:
         for device in DEVICES_WRITE:
             if os.path.exists(device):
                 ruleset.allow(device, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
-        ruleset.allow(workspace, rules=FSAccess.all())
+        # no program of its own to run, no device node to make: a raw disk is one mknod away for root
+        ruleset.allow(workspace, rules=FSAccess.all() & ~(FSAccess.EXECUTE | FSAccess.MAKE_BLOCK | FSAccess.MAKE_CHAR))
         ruleset.apply()
     except OSError as exc:  # landlock.SyscallError: a kernel without it, or a seccomp profile refusing it
         raise _Unavailable(f"the kernel refused it ({os.strerror(exc.errno) if exc.errno else exc})") from None
@@ -210,65 +209,72 @@ def _seccomp(seccomp: Any) -> str:
         for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             rules.add_rule(seccomp.ERRNO(errno.EPERM), name, seccomp.Arg(0, seccomp.NE, me))
         rules.add_rule(seccomp.ERRNO(errno.EPERM), "tkill")
+        # a signal by other means: a file's owner gets SIGIO (or any signal, F_SETSIG) on I/O
+        for command in (F_SETOWN, F_SETSIG, F_SETOWN_EX):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+        # another process's limits, priority or CPUs: only its own (pid 0)
+        for name, argument in (("prlimit64", 0), ("sched_setaffinity", 0), ("sched_setscheduler", 0),
+                               ("sched_setparam", 0), ("sched_setattr", 0), ("setpriority", 1), ("ioprio_set", 1)):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name, seccomp.Arg(argument, seccomp.NE, 0))
+        for name in ("execve", "execveat"):  # no program at all, its own or the system's
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
         # typing into the terminal the service or the grader inherited (its stderr)
         for request in (TIOCSTI, TIOCLINUX):
             rules.add_rule(seccomp.ERRNO(errno.EPERM), "ioctl", seccomp.Arg(1, seccomp.EQ, request))
         rules.load()
     except (RuntimeError, ValueError, OSError) as exc:
         raise _Unavailable(f"the filter could not be loaded ({exc})") from None
-    return "seccomp (no sockets, no signals but to itself, no ptrace, namespaces or mounts)"
+    return "seccomp (no sockets, no programs, no signals or limits but its own, no ptrace, namespaces or mounts)"
 
 
-class Watch:
-    """The first attempt of the student's code to reach past its boundaries, by Python's
-    audit events (sys.addaudithook: it cannot be removed once added)."""
+def watch(workspace: Path, readable: Iterable[Path]) -> Callable[[], str | None]:
+    """Add the audit hook (it cannot be removed once added) and return `take`: the first
+    attempt since the last take, or None. The hook's state lives in this closure, not on an
+    object a student's code could patch; a deliberate attack on the interpreter can still
+    silence it, never the kernel's walls behind it."""
+    files = list(readable)
+    # the loader looks for a cached .pyc beside each file it reads, and may be refused
+    caches = [Path(importlib.util.cache_from_source(str(p))) for p in files if p.suffix == ".py"]
+    write_roots = (str(workspace.resolve()),)
+    read_roots = (*write_roots, *(str(p.resolve()) for p in (*python_paths(), *files, *caches)),
+                  *DEVICES_READ, *DEVICES_WRITE)
+    me, attempts = os.getpid(), list[str]()
+    # bound now: the student's code may replace the module's names, not these cells
+    inside, short, realpath, fsdecode, path_like = _inside, _short, os.path.realpath, os.fsdecode, os.PathLike
 
-    def __init__(self, workspace: Path, readable: Iterable[Path]) -> None:
-        self._write = (str(workspace.resolve()),)
-        files = list(readable)
-        # the loader looks for a cached .pyc beside each file it reads, and may be refused
-        caches = [Path(importlib.util.cache_from_source(str(p))) for p in files if p.suffix == ".py"]
-        reads = [str(p.resolve()) for p in (*python_paths(), *files, *caches)]
-        self._read = (*self._write, *reads, *DEVICES_READ, *DEVICES_WRITE)
-        self._me = os.getpid()
-        self.attempt: str | None = None
+    def refuse(what: str) -> None:
+        if not attempts:
+            attempts.append(what)
+        raise PermissionError(f"the sandbox refuses to {what}")
 
-    def install(self) -> None:
-        sys.addaudithook(self._event)
+    def check(path: str, *, write: bool, what: str) -> None:
+        if not inside(realpath(path), write_roots if write else read_roots):
+            refuse(f"{what} {short(path)}")
 
-    def take(self) -> str | None:
-        attempt, self.attempt = self.attempt, None
+    def event(name: str, args: tuple[object, ...]) -> None:
+        if name == "open" and args and isinstance(args[0], str | bytes | path_like):
+            mode, flags = (list(args[1:]) + [None, None])[:2]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                (isinstance(flags, int) and flags & _WRITING_FLAGS != 0)
+            check(fsdecode(args[0]), write=writing, what="write" if writing else "read")
+        elif name in ("os.listdir", "os.scandir") and args and isinstance(args[0], str | bytes | path_like):
+            check(fsdecode(args[0]) or ".", write=False, what="list")
+        elif name in ("socket.__new__", "socket.socket"):
+            refuse("open a socket")
+        elif name == "os.kill" and args and args[0] != me:
+            refuse(f"send a signal to process {args[0]}")
+        elif name in ("os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system"):
+            refuse(f"run a program ({short(args[0] if args else '?')})")
+        elif name in ("gc.get_objects", "gc.get_referrers", "gc.get_referents"):
+            refuse("search the interpreter's objects")
+
+    def take() -> str | None:
+        attempt = attempts[0] if attempts else None
+        attempts.clear()
         return attempt
 
-    def _event(self, event: str, args: tuple[object, ...]) -> None:
-        if event == "open":
-            self._opening(args)
-        elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], str | bytes | os.PathLike):
-            self._check(os.fsdecode(args[0]) or ".", write=False, what="list")
-        elif event in ("socket.__new__", "socket.socket"):
-            self._refuse("open a socket")
-        elif event == "os.kill" and args and args[0] != self._me:
-            self._refuse(f"send a signal to process {args[0]}")
-        elif event in ("os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system"):
-            self._refuse(f"run a program ({_short(args[0] if args else '?')})")
-
-    def _opening(self, args: tuple[object, ...]) -> None:
-        path, mode, flags = (list(args) + [None, None, None])[:3]
-        if not isinstance(path, str | bytes | os.PathLike):
-            return  # an open file descriptor: already the student's
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-            (isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND) != 0)
-        self._check(os.fsdecode(path), write=writing, what="write" if writing else "read")
-
-    def _check(self, path: str, *, write: bool, what: str) -> None:
-        if _inside(os.path.realpath(path), self._write if write else self._read):
-            return
-        self._refuse(f"{what} {_short(path)}")
-
-    def _refuse(self, what: str) -> None:
-        if self.attempt is None:
-            self.attempt = what
-        raise PermissionError(f"the sandbox refuses to {what}")
+    sys.addaudithook(event)
+    return take
 
 
 def _short(value: object, limit: int = 120) -> str:

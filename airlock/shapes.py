@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 MAX_DEPTH = 64
+MAX_HASHED = 1000  # items of one set or map with non-text keys: colliding hashes cost n² to build
 _TUPLE, _SET, _FROZENSET, _MAP, _SHAPE, _BIG_INT = 1, 2, 3, 4, 5, 6
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -142,6 +143,8 @@ def shape_class(name: str) -> type[Shape]:
 
 def _ext_hook(code: int, data: memoryview) -> Any:
     inner = _decoder.decode(data)
+    if code in (_SET, _FROZENSET, _MAP) and isinstance(inner, list) and len(inner) > MAX_HASHED:
+        raise ValueError(f"a set or map of more than {MAX_HASHED} items")
     if code == _TUPLE and isinstance(inner, list):
         return tuple(inner)
     if code == _SET and isinstance(inner, list):

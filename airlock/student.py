@@ -61,6 +61,7 @@ MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024  # the child's address space: a runaway 
 MAX_CALLBACKS_RUNNING = 32  # the caller's threads a student's code can keep busy at once
 STOP_GRACE_S = 2.0  # the warden's time to kill the student's processes before its session is killed
 DETAIL_LIMIT_CHARS = 300
+MESSAGE_LIMIT_CHARS = 2000  # a raised exception's message, as the child cuts it: a forged frame is cut here
 _HEADER = struct.Struct(">I")
 
 Mode = Literal["plain", "shapes"]
@@ -207,8 +208,8 @@ class StudentCode:
             return value
         if kind == "raised" and self.mode == "shapes" and isinstance(value, list) and len(value) == 2 \
                 and all(isinstance(part, str) for part in value):
-            return StudentFailed(function, "raised", _cut(f"{value[0]}: {value[1]}"), exception=value[0],
-                                 message=value[1])
+            return StudentFailed(function, "raised", _cut(f"{value[0]}: {value[1]}"), exception=value[0][:100],
+                                 message=value[1][:MESSAGE_LIMIT_CHARS])
         if kind in _KIND_WORDS and isinstance(value, str):
             return StudentFailed(function, kind, value)  # type: ignore[arg-type]  # kind checked against the words
         self._stop()

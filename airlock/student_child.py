@@ -29,6 +29,7 @@ import queue
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
@@ -184,8 +185,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits, ref
     readable = [path, *references] + [p for p in _files_beside(path) if p != path]
     sandbox.narrow_import_path()
     confinement = sandbox.confine(workspace, readable, limits)
-    watch = sandbox.Watch(workspace, readable)
-    watch.install()
+    take_attempt = sandbox.watch(workspace, readable)
     callbacks = _Callbacks(replies)
     calls: queue.Queue[Any] = queue.Queue()
     try:
@@ -193,7 +193,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits, ref
     except BaseException as exc:  # noqa: BLE001 (anything a file does at import is the student's)
         replies.send("unloadable", cut(f"{path.name}: {type(exc).__name__}: {exc}"))
         return
-    if (attempt := watch.take()) is not None:
+    if (attempt := take_attempt()) is not None:
         replies.send("sandbox", cut(f"{path.name}, when loaded, tried to {attempt}"))
         return
     threading.Thread(target=_reader, args=(requests, calls, callbacks), daemon=True).start()
@@ -203,7 +203,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits, ref
         if message[0] == "use_reference":
             _use_reference(module, message[1], Path(message[2]), replies)
         else:
-            _serve(module, path, message[1], message[2], replies, watch)
+            _serve(module, path, message[1], message[2], replies, take_attempt)
 
 
 def _files_beside(path: Path) -> list[Path]:
@@ -239,19 +239,19 @@ def _use_reference(module: ModuleType, names: list[str], reference: Path, replie
 
 
 def _serve(module: ModuleType, path: Path, function: str, args: tuple[Any, ...], replies: _Replies,
-           watch: sandbox.Watch) -> None:
+           take_attempt: Callable[[], str | None]) -> None:
     target = getattr(module, function, None)
     if not callable(target):
         replies.send("missing", f"{path.name} has no function {function}()")
         return
-    watch.take()  # an attempt belongs to the call it happened in
+    take_attempt()  # an attempt belongs to the call it happened in
     failure: BaseException | None = None
     result: Any = None
     try:
         result = target(*args)
     except BaseException as exc:  # noqa: BLE001 (SystemExit too: a student's exit is an answer)
         failure = exc
-    attempt = watch.take()
+    attempt = take_attempt()
     if attempt is not None:  # whatever the code did after it, caught or not
         replies.send("sandbox", cut(f"tried to {attempt}"))
     elif failure is None:

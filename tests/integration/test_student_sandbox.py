@@ -42,6 +42,38 @@ def raw_socket(family):
 def raw_kill(pid):
     return raw("kill", pid, 0)
 
+def raw_setown(pid):
+    """Aim SIGIO at another process through a pipe's owner (no kill() involved)."""
+    import fcntl
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(read_end, fcntl.F_SETOWN, pid)
+    except OSError as exc:
+        return exc.errno
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    return 0
+
+def raw_prlimit(pid):
+    class Limit(ctypes.Structure):
+        _fields_ = [("soft", ctypes.c_uint64), ("hard", ctypes.c_uint64)]
+    return raw("prlimit", pid, 7, ctypes.byref(Limit(3, 3)), None)
+
+def run_own_program():
+    """A program written into the workspace, made executable, and run through libc."""
+    with open("mine", "wb") as out:
+        out.write(b"#!/bin/sh\nexit 0\n")
+    os.chmod("mine", 0o755)
+    return raw("execve", b"mine", None, None)
+
+def silence_the_watch(path):
+    """Replace what the sandbox module would look up, then try a secret."""
+    from airlock import sandbox
+    sandbox._inside = lambda *args: True
+    sandbox._short = lambda *args: ""
+    return read(path)
+
 def raw_tiocsti():
     return raw("ioctl", 2, 0x5412, ctypes.c_char_p(b"x"))
 
@@ -213,6 +245,42 @@ def test_a_flood_of_calls_back_stops_the_child_not_the_caller(student: StudentCo
         release.set()
     assert isinstance(answer, StudentFailed) and answer.kind == "crashed", answer
     assert threading.active_count() < 60
+
+
+def test_no_signal_through_a_files_owner(student: StudentCode) -> None:
+    """F_SETOWN would aim SIGIO at any process without kill(): refused."""
+    assert student.call("raw_setown", os.getpid()) == errno.EPERM
+
+
+def test_no_other_processes_limits(student: StudentCode) -> None:
+    """prlimit on this test's process (the runner's place) is refused."""
+    assert student.call("raw_prlimit", os.getpid()) == errno.EPERM
+
+
+def test_no_program_of_its_own(student: StudentCode) -> None:
+    """A binary copied into the workspace and made executable does not run."""
+    assert student.call("run_own_program") == errno.EPERM
+
+
+def test_patching_the_sandbox_module_does_not_silence_the_watch(student: StudentCode) -> None:
+    """The watch's state and helpers are bound in its closure: the try is still named."""
+    refused(student.call("silence_the_watch", f"/proc/{os.getpid()}/environ"), "environ")
+
+
+def test_a_folder_on_the_callers_path_is_not_readable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PYTHONPATH entry of the caller's (any folder) is not among what the child may read."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("secret")
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "hostile.py").write_text(HOSTILE)
+    monkeypatch.syspath_prepend(str(elsewhere))
+    code = StudentCode(folder / "hostile.py", timeout_s=10.0, mode="shapes")
+    try:
+        assert code.call("raw_open", str(elsewhere / "secret.txt"), False) == errno.EACCES
+    finally:
+        code.close()
 
 
 def test_a_caught_try_still_voids_the_answer(student: StudentCode, tmp_path: Path) -> None:
