@@ -14,6 +14,7 @@ is still a TODO, as the seed requires.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,14 @@ class DictSub(dict):
     """A dict that is not exactly a dict: the contract asks for exact builtins."""
 
 
+class ListSub(list):
+    """A list that is not exactly a list."""
+
+
+class StrSub(str):
+    """A str that is not exactly a str."""
+
+
 def _two_reads() -> list[dict[str, str]]:
     return [rec("a", "read", "Lees de kaart."), rec("b", "read", "[[tool:b/read]]")]
 
@@ -79,10 +88,34 @@ SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("two markers in one description: the last one counts",
      lambda: ([rec("a", "read", "[[tool:b/read]] then [[tool:a/read]]"), rec("b", "read", "")], req("b", "read"))),
     ("a description of exactly 256 characters", lambda: ([rec("a", "read", "x" * 256)], req("a", "read"))),
+    ("a description of 256 characters of two UTF-8 bytes each 'é'",
+     lambda: ([rec("a", "read", "\u00e9" * 256)], req("a", "read"))),
+    ("a description of 256 emoji, four UTF-8 bytes each",
+     lambda: ([rec("a", "read", "\U0001f600" * 256)], req("a", "read"))),
+    ("a description of 256 code points, 128 letters with combining accents",
+     lambda: ([rec("a", "read", "e\u0301" * 128)], req("a", "read"))),
+    ("a record with its keys in another order",
+     lambda: ([{"description": "", "tool": "read", "server": "a"}], req("a", "read"))),
+    ("a request with its keys in another order", lambda: (_two_reads(), {"tool": "read", "server": "a"})),
+    ("a marker naming the requested pair itself",
+     lambda: ([rec("a", "read", "[[tool:a/read]]"), rec("b", "read", "")], req("a", "read"))),
+    ("a request the catalog does not offer, and a marker naming a pair it does",
+     lambda: ([rec("a", "read", "[[tool:a/read]]")], req("c", "read"))),
+    ("a marker with an upper-case id [[tool:B/read]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:B/read]]")], req("a", "read"))),
+    ("a marker with an underscore in an id [[tool:b/read_all]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:b/read_all]]")], req("a", "read"))),
+    ("a marker with an id of 33 characters",
+     lambda: ([rec("a", "read", ""), rec("b", "read", f"[[tool:b/{'r' * 33}]]")], req("a", "read"))),
+    ("a marker with a non-ASCII letter in an id [[tool:b/réad]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:b/r\u00e9ad]]")], req("a", "read"))),
     ("twelve records, the most allowed", lambda: ([rec("s", f"t{i}") for i in range(12)], req("s", "t11"))),
     ("ids of 32 characters", lambda: ([rec("a" * 32, "b" * 32)], req("a" * 32, "b" * 32))),
     # Invalid inputs: the contract's ValueError, whatever came before.
     ("a catalog that is a dict, not a list or tuple", lambda: ({"a": rec("a", "read")}, req("a", "read"))),
+    ("a catalog that is a list subclass", lambda: (ListSub(_two_reads()), req("a", "read"))),
+    ("an empty catalog and a request with an upper-case id", lambda: ([], req("A", "read"))),
+    ("an empty catalog and a request with an extra key", lambda: ((), {**req("a", "read"), "why": "x"})),
     ("thirteen records, one too many", lambda: ([rec("s", f"t{i}") for i in range(13)], req("s", "t0"))),
     ("a record with an extra key", lambda: ([{**rec("a", "read"), "x": 1}], req("a", "read"))),
     ("a record missing its description", lambda: ([req("a", "read")], req("a", "read"))),
@@ -90,16 +123,34 @@ SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("an upper-case server id 'A'", lambda: ([rec("A", "read")], req("a", "read"))),
     ("a tool id starting with a digit", lambda: ([rec("a", "1read")], req("a", "read"))),
     ("a tool id with an underscore", lambda: ([rec("a", "read_all")], req("a", "read"))),
+    ("a tool id starting with a hyphen '-read'", lambda: ([rec("a", "-read")], req("a", "read"))),
+    ("an empty tool id ''", lambda: ([rec("a", "")], req("a", "read"))),
+    ("a tool id with a trailing newline 'read\\n'", lambda: ([rec("a", "read\n")], req("a", "read"))),
+    ("a server id with a leading space ' a'", lambda: ([rec(" a", "read")], req("a", "read"))),
+    ("a tool id with a non-ASCII letter 'réad'", lambda: ([rec("a", "r\u00e9ad")], req("a", "read"))),
+    ("a tool id with a fullwidth letter", lambda: ([rec("a", "\uff52ead")], req("a", "read"))),
+    ("a tool id that is a str subclass", lambda: ([rec("a", StrSub("read"))], req("a", "read"))),
     ("an id of 33 characters", lambda: ([rec("a" * 33, "read")], req("a", "read"))),
     ("a description of 257 characters", lambda: ([rec("a", "read", "x" * 257)], req("a", "read"))),
     ("a description with a lone surrogate", lambda: ([rec("a", "read", "\ud800")], req("a", "read"))),
     ("a description that is bytes", lambda: ([rec("a", "read", b"x")], req("a", "read"))),
+    ("a description that is None", lambda: ([rec("a", "read", None)], req("a", "read"))),
+    ("a description that is a str subclass", lambda: ([rec("a", "read", StrSub("x"))], req("a", "read"))),
+    ("a description of 257 characters of two UTF-8 bytes each",
+     lambda: ([rec("a", "read", "\u00e9" * 257)], req("a", "read"))),
+    ("a description of 258 code points, 129 letters with combining accents",
+     lambda: ([rec("a", "read", "e\u0301" * 129)], req("a", "read"))),
     ("the same pair listed twice", lambda: ([rec("a", "read"), rec("a", "read", "again")], req("a", "read"))),
+    ("the same pair listed twice, another record between",
+     lambda: ([rec("a", "read"), rec("b", "read"), rec("a", "read", "again")], req("b", "read"))),
     ("an invalid record after the requested one", lambda: ([rec("a", "read"), rec("B", "x")], req("a", "read"))),
     ("a request with an extra key", lambda: (_two_reads(), {**req("a", "read"), "why": "x"})),
     ("a request with a non-str tool", lambda: (_two_reads(), req("a", 7))),
     ("a request that is a tuple", lambda: (_two_reads(), ("a", "read"))),
+    ("a request that is a dict subclass", lambda: (_two_reads(), DictSub(req("a", "read")))),
     ("a request with an upper-case id", lambda: (_two_reads(), req("a", "Read"))),
+    ("a request with a trailing space 'read '", lambda: (_two_reads(), req("a", "read "))),
+    ("a request with a trailing newline 'read\\n'", lambda: (_two_reads(), req("a", "read\n"))),
 ]
 BOUND_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("a description whose marker names another offered tool",
@@ -124,7 +175,10 @@ def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, A
             _judge(case, function, rule, make)
         hidden_cases(_generated_inputs(), lambda inputs: _judge(
             f"a generated catalog {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
-            function, rule, lambda: _copy(inputs)), max_examples=150)
+            function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
+        hidden_cases(_perturbed_inputs(), lambda inputs: _judge(
+            f"a generated catalog with one flaw {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
+            function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
 
     return graded(checkpoint, body)
 
@@ -198,12 +252,6 @@ def _snapshot(value: Any) -> Any:
     return (type(value), value)
 
 
-def _copy(inputs: Inputs) -> Inputs:
-    catalog, requested = inputs
-    rows = [dict(row) for row in catalog]
-    return (tuple(rows) if type(catalog) is tuple else rows), dict(requested)
-
-
 def _rng_state() -> tuple[Any, Any]:
     try:
         import numpy
@@ -215,17 +263,104 @@ def _rng_state() -> tuple[Any, Any]:
                                state["gauss"])
 
 
+POOL = ["a", "b", "c", "read", "write", "x-1"]
+LONG_UNITS = ["x", "\u00e9", "\u20ac", "\U0001f600", "e\u0301"]  # 1, 2, 3, 4 UTF-8 bytes; a combining pair
+
+
+def _ids() -> Any:
+    from hypothesis import strategies as st
+
+    return st.one_of(st.sampled_from(POOL),
+                     st.builds(lambda first, rest: first + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
+                               st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", max_size=31)))
+
+
+def _near_ids() -> Any:
+    """Ids one slip away from valid: case, spaces, newlines, underscores, a leading hyphen or
+    digit, non-ASCII letters, 33 characters, empty; and values that are not text."""
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        _ids().map(str.upper),
+        _ids().map(lambda i: i + "\n"),
+        _ids().map(lambda i: " " + i),
+        _ids().map(lambda i: i + " "),
+        _ids().map(lambda i: i + "_x"),
+        _ids().map(lambda i: "-" + i),
+        _ids().map(lambda i: "7" + i),
+        _ids().map(lambda i: i + "\u00e9"),
+        _ids().map(lambda i: (i + "x" * 33)[:33]),
+        st.just(""),
+        st.text(max_size=6),
+    )
+
+
+def _perturbed_inputs() -> Any:
+    """A generated valid input with one flaw (or one harmless change of key order), judged
+    against the reference like any other: an invalid id, description, key set, type, count
+    or a repeated pair must raise ValueError, wherever it sits in the catalog."""
+    from hypothesis import strategies as st
+
+    bad_descriptions = st.one_of(
+        st.builds(lambda unit, extra: unit * (256 // len(unit) + extra), st.sampled_from(LONG_UNITS),
+                  st.integers(1, 3)),
+        st.sampled_from([None, 7, b"x", "\ud800", ["x"]]),
+    )
+
+    @st.composite
+    def perturbed(draw: st.DrawFn) -> Inputs:
+        catalog, requested = draw(_generated_inputs())
+        rows: list[Any] = [dict(row) for row in catalog]
+        request: Any = dict(requested)
+        targets = [*rows, request]
+        flaw = draw(st.sampled_from(["id", "description", "extra key", "missing key", "repeated pair", "too many",
+                                     "catalog type", "record type", "request type", "key order"]))
+        if flaw == "id":
+            target = draw(st.sampled_from(targets))
+            target[draw(st.sampled_from(["server", "tool"]))] = draw(st.one_of(_near_ids(), st.integers(),
+                                                                               st.none()))
+        elif flaw == "description" and rows:
+            draw(st.sampled_from(rows))["description"] = draw(bad_descriptions)
+        elif flaw == "extra key":
+            draw(st.sampled_from(targets))[draw(st.sampled_from(["why", "Server", 1]))] = "x"
+        elif flaw == "missing key":
+            target = draw(st.sampled_from(targets))
+            del target[draw(st.sampled_from(sorted(target)))]
+        elif flaw == "repeated pair" and rows:
+            copied = dict(draw(st.sampled_from(rows)), description=draw(st.sampled_from(["", "again"])))
+            rows.insert(draw(st.integers(0, len(rows))), copied)
+        elif flaw == "too many":
+            rows += [rec("zz", f"t{index}") for index in range(13 - len(rows))]
+        elif flaw == "catalog type":
+            return draw(st.sampled_from([{"rows": rows}, {"a": rows[0]} if rows else {}, str(rows)])), request
+        elif flaw == "record type" and rows:
+            index = draw(st.integers(0, len(rows) - 1))
+            rows[index] = draw(st.sampled_from([list(rows[index].items()), tuple(rows[index].values())]))
+        elif flaw == "request type":
+            request = draw(st.sampled_from([(request["server"], request["tool"]), [request["server"], request["tool"]],
+                                            f"{request['server']}/{request['tool']}"]))
+        elif flaw == "key order":  # valid: the order of an input's keys means nothing
+            target = draw(st.sampled_from(targets))
+            items = list(target.items())
+            target.clear()
+            target.update(reversed(items))
+        return (tuple(rows) if type(catalog) is tuple else rows), request
+
+    return perturbed()
+
+
 def _generated_inputs() -> Any:
     from hypothesis import strategies as st
 
-    pool = ["a", "b", "c", "read", "write", "x-1"]
-    ids = st.one_of(st.sampled_from(pool),
-                    st.builds(lambda first, rest: first + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
-                              st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", max_size=31)))
+    ids = _ids()
     fragments = st.one_of(st.text(max_size=8),
-                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", st.sampled_from(pool), st.sampled_from(pool)),
+                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", st.sampled_from(POOL), st.sampled_from(POOL)),
+                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", _near_ids(), st.sampled_from(POOL)),
                           st.sampled_from(["[[tool:", "]]", "/", "[[TOOL:a/b]]", "[[tool: a/b]]", "[[tool:a/b]", "["]))
-    descriptions = st.lists(fragments, max_size=6).map(lambda parts: "".join(parts)[:256])
+    descriptions = st.one_of(
+        st.lists(fragments, max_size=6).map(lambda parts: "".join(parts)[:256]),
+        st.builds(lambda unit, count: (unit * count)[:256], st.sampled_from(LONG_UNITS), st.integers(200, 256)),
+    )
 
     @st.composite
     def inputs(draw: st.DrawFn) -> Inputs:
