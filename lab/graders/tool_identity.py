@@ -8,15 +8,23 @@ generates, and checks on every call what the contract promises beside the value:
 result's exact types and key order, inputs untouched, results sharing no container with
 the inputs or with each other, and Python's and NumPy's global random state untouched.
 
-Each checkpoint imports only its own function, so either can be graded while the other
-is still a TODO, as the seed requires.
+Each checkpoint calls only its own function, so either can be graded while the other
+is still a TODO, as the seed requires. The student's functions run in their own confined
+process (lab.grading): the inputs they receive and the results they return cross as
+copies, so what happened to the inputs, to the random state and to the identity of the
+results is reported from inside that process by lab/graders/tool_identity_probe.py, put in
+place of the graded function; the value itself is judged here, against the reference.
 """
 
 from __future__ import annotations
 
 import copy
-import random
+import shutil
+import tempfile
+import traceback
+from collections import OrderedDict
 from collections.abc import Callable
+from importlib.metadata._text import FoldedCase  # type: ignore[import-not-found]  # no stub; see StrSub
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,7 @@ from lab.grading import (
     CaseFailed,
     Failed,
     Passed,
+    StudentStopped,
     Verdict,
     graded,
     hidden_cases,
@@ -34,6 +43,9 @@ from lab.grading import (
 )
 
 STUDENT_FILE = "selection.py"
+PROBE = Path(__file__).with_name("tool_identity_probe.py")
+TODO = Path(__file__).with_name("tool_identity_todo.py")
+GRADED = ("naive_tool_choice", "bound_tool_choice")
 Inputs = tuple[Any, Any]
 
 
@@ -45,16 +57,14 @@ def req(server: Any, tool: Any) -> dict[str, Any]:
     return {"server": server, "tool": tool}
 
 
-class DictSub(dict):
-    """A dict that is not exactly a dict: the contract asks for exact builtins."""
+# Subclasses of dict, list and str, for "exact builtins only": from the standard library,
+# since the arguments are unpickled in the student's process, which imports no grader.
+DictSub = OrderedDict
+StrSub = FoldedCase  # a str whose == ignores case
 
 
-class ListSub(list):
-    """A list that is not exactly a list."""
-
-
-class StrSub(str):
-    """A str that is not exactly a str."""
+def list_subclass(items: list[Any]) -> list[Any]:
+    return traceback.StackSummary(items)  # its items are ours: only its type counts here
 
 
 def _two_reads() -> list[dict[str, str]]:
@@ -113,7 +123,7 @@ SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("ids of 32 characters", lambda: ([rec("a" * 32, "b" * 32)], req("a" * 32, "b" * 32))),
     # Invalid inputs: the contract's ValueError, whatever came before.
     ("a catalog that is a dict, not a list or tuple", lambda: ({"a": rec("a", "read")}, req("a", "read"))),
-    ("a catalog that is a list subclass", lambda: (ListSub(_two_reads()), req("a", "read"))),
+    ("a catalog that is a list subclass", lambda: (list_subclass(_two_reads()), req("a", "read"))),
     ("an empty catalog and a request with an upper-case id", lambda: ([], req("A", "read"))),
     ("an empty catalog and a request with an extra key", lambda: ((), {**req("a", "read"), "why": "x"})),
     ("thirteen records, one too many", lambda: ([rec("s", f"t{i}") for i in range(13)], req("s", "t0"))),
@@ -169,8 +179,12 @@ def bound(student_dir: Path) -> Verdict:
 
 def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, Any], Any],
            cases: list[tuple[str, Callable[[], Inputs]]]) -> Verdict:
-    def body() -> None:
-        function = student_function(student_module(student_dir, STUDENT_FILE), name)
+    def body(folder: Path) -> None:
+        module = student_module(folder, STUDENT_FILE)
+        student_function(module, name)
+        module.use_reference([other for other in GRADED if other != name], folder / TODO.name)
+        module.use_reference([name], folder / PROBE.name)
+        function = student_function(module, name)
         for case, make in cases:
             _judge(case, function, rule, make)
         hidden_cases(_generated_inputs(), lambda inputs: _judge(
@@ -180,7 +194,20 @@ def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, A
             f"a generated catalog with one flaw {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
             function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
 
-    return graded(checkpoint, body)
+    if not (student_dir / STUDENT_FILE).is_file():
+        return graded(checkpoint, lambda: body(student_dir))  # names the missing file in the student's folder
+    if (student_dir / STUDENT_FILE).is_symlink():
+        return Failed(checkpoint, STUDENT_FILE, f"{STUDENT_FILE} is a symbolic link; the grader reads a plain file")
+    # The probe must sit beside the student's file (its process reads only the files there),
+    # so the grader works on a copy: the student's plain .py files, the probe, the TODOs.
+    with tempfile.TemporaryDirectory(prefix="airlock-tool-identity-") as scratch:
+        folder = Path(scratch)
+        for source in student_dir.glob("*.py"):
+            if source.is_file() and not source.is_symlink() and source.name not in (PROBE.name, TODO.name):
+                shutil.copyfile(source, folder / source.name)
+        shutil.copyfile(PROBE, folder / PROBE.name)
+        shutil.copyfile(TODO, folder / TODO.name)
+        return graded(checkpoint, lambda: body(folder))
 
 
 def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], Any],
@@ -190,24 +217,26 @@ def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], A
         want: Any = rule(*make())
     except ValueError:
         want = ValueError
-    catalog, requested = make()
-    before = (_snapshot(catalog), _snapshot(requested))
-    rng_before = _rng_state()
-    got, raised = _call(case, function, catalog, requested)
-    if _rng_state() != rng_before:
+    report = _call(case, function, *make())
+    got, raised = report["result"], report["raised"]
+    if report["other_todo"]:
+        raise CaseFailed(f"{case}: the other function not written yet",
+                         f"{name} calls the other function, and stops when that one is not written yet; "
+                         "each function must work on its own")
+    if report["rng_changed"]:
         raise CaseFailed(f"{case}: the global random generators (RNG)",
                          f"{name} changed Python's or NumPy's global random state; it must leave it alone")
-    if (_snapshot(catalog), _snapshot(requested)) != before:
+    if report["inputs_changed"]:
         raise CaseFailed(f"{case}: inputs changed", f"{name} changed the catalog or the request it was given"
                          + (" (key order counts)" if raised is None else " before raising"))
     if want is ValueError:
         if raised is None:
             raise CaseFailed(case, f"{name} returned {shown_value(got)}; expected ValueError for invalid input")
-        if not isinstance(raised, ValueError):
-            raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected ValueError")
+        if not raised[2]:
+            raise CaseFailed(case, f"{name} raised {raised[0]}: {raised[1]}; expected ValueError")
         return
     if raised is not None:
-        raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected {shown_value(want)}")
+        raise CaseFailed(case, f"{name} raised {raised[0]}: {raised[1]}; expected {shown_value(want)}")
     if got != want:
         raise CaseFailed(case, f"{name} returned {shown_value(got, 160)}; expected {shown_value(want, 160)}")
     if type(got) is not dict or list(got) != ["choice", "source"]:
@@ -219,48 +248,36 @@ def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], A
         if value is not None and (type(value) is not dict or list(value) != ["server", "tool"]):
             raise CaseFailed(f"{case}: key order", f"result[{key!r}] must be an exact dict with keys server, tool "
                              f"in that order; got {shown_value(value)}")
-    _check_fresh(case, function, got, catalog, requested)
-
-
-def _call(case: str, function: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
-    try:
-        return function(*args), None
-    except NotImplementedError:
-        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
-    except Exception as exc:  # noqa: BLE001  the student's function: its error is the answer graded
-        return None, exc
-
-
-def _check_fresh(case: str, function: Callable[..., Any], first: dict[str, Any], catalog: Any, requested: Any) -> None:
-    """No result container is an input's, and two calls share none (no aliasing)."""
-    second, raised = _call(case, function, catalog, requested)
-    if raised is not None:
-        raise CaseFailed(f"{case}: called twice", f"{function.__name__} raised {type(raised).__name__}: {raised} "
+    if not report["exact"]:
+        raise CaseFailed(f"{case}: exact types", f"{name} returned a subclass of dict or str where the contract "
+                         "asks for exact builtins")
+    if report["second_raised"] is not None:
+        first = report["second_raised"]
+        raise CaseFailed(f"{case}: called twice", f"{name} raised {first[0]}: {first[1]} "
                          "the second time it was called with the same inputs")
-    inputs = {id(catalog), id(requested), *(id(row) for row in catalog if isinstance(row, dict))}
-    mine = [first, second, *(v for r in (first, second) for v in r.values() if v is not None)]
-    if len({id(obj) for obj in mine}) != len(mine) or {id(obj) for obj in mine} & inputs:
-        raise CaseFailed(f"{case}: aliasing", f"{function.__name__}'s result shares a dict with its inputs or with "
+    if report["aliasing"]:
+        raise CaseFailed(f"{case}: aliasing", f"{name}'s result shares a dict with its inputs or with "
                          "another result; every result must be a new dict")
 
 
-def _snapshot(value: Any) -> Any:
-    if type(value) is dict:
-        return ("dict", [(_snapshot(k), _snapshot(v)) for k, v in value.items()])
-    if type(value) in (list, tuple):
-        return (type(value).__name__, [_snapshot(item) for item in value])
-    return (type(value), value)
-
-
-def _rng_state() -> tuple[Any, Any]:
+def _call(case: str, function: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """The probe's report on one call (see tool_identity_probe), or CaseFailed for a TODO,
+    a hang or a crash."""
     try:
-        import numpy
-    except ImportError:  # NumPy is optional; without it only Python's generator is watched
-        return random.getstate(), None
-    state = numpy.random.get_state(legacy=False)  # a dict; its key array compared as bytes
-    inner = state["state"]
-    return random.getstate(), (state["bit_generator"], inner["key"].tobytes(), inner["pos"], state["has_gauss"],
-                               state["gauss"])
+        report = function(*args)
+    except NotImplementedError:
+        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
+    except StudentStopped as exc:
+        raise CaseFailed(case, f"{exc}: a function returns its answer") from None
+    except Exception as exc:  # noqa: BLE001  the probe reports the student's errors; anything else is named
+        raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(report, dict) or set(report) != REPORT_KEYS:
+        raise CaseFailed(case, f"{function.__name__} could not be judged: its process answered "
+                               f"{shown_value(report)}")
+    return report
+
+
+REPORT_KEYS = {"result", "raised", "inputs_changed", "rng_changed", "exact", "second_raised", "aliasing", "other_todo"}
 
 
 POOL = ["a", "b", "c", "read", "write", "x-1"]
