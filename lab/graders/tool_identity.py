@@ -19,8 +19,6 @@ place of the graded function; the value itself is judged here, against the refer
 from __future__ import annotations
 
 import copy
-import shutil
-import tempfile
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
@@ -179,11 +177,11 @@ def bound(student_dir: Path) -> Verdict:
 
 def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, Any], Any],
            cases: list[tuple[str, Callable[[], Inputs]]]) -> Verdict:
-    def body(folder: Path) -> None:
-        module = student_module(folder, STUDENT_FILE)
+    def body() -> None:
+        module = student_module(student_dir, STUDENT_FILE)
         student_function(module, name)
-        module.use_reference([other for other in GRADED if other != name], folder / TODO.name)
-        module.use_reference([name], folder / PROBE.name)
+        module.use_reference([other for other in GRADED if other != name], TODO)
+        module.use_reference([name], PROBE)
         function = student_function(module, name)
         for case, make in cases:
             _judge(case, function, rule, make)
@@ -194,20 +192,7 @@ def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, A
             f"a generated catalog with one flaw {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
             function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
 
-    if not (student_dir / STUDENT_FILE).is_file():
-        return graded(checkpoint, lambda: body(student_dir))  # names the missing file in the student's folder
-    if (student_dir / STUDENT_FILE).is_symlink():
-        return Failed(checkpoint, STUDENT_FILE, f"{STUDENT_FILE} is a symbolic link; the grader reads a plain file")
-    # The probe must sit beside the student's file (its process reads only the files there),
-    # so the grader works on a copy: the student's plain .py files, the probe, the TODOs.
-    with tempfile.TemporaryDirectory(prefix="airlock-tool-identity-") as scratch:
-        folder = Path(scratch)
-        for source in student_dir.glob("*.py"):
-            if source.is_file() and not source.is_symlink() and source.name not in (PROBE.name, TODO.name):
-                shutil.copyfile(source, folder / source.name)
-        shutil.copyfile(PROBE, folder / PROBE.name)
-        shutil.copyfile(TODO, folder / TODO.name)
-        return graded(checkpoint, lambda: body(folder))
+    return graded(checkpoint, body)
 
 
 def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], Any],
