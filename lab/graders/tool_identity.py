@@ -8,14 +8,21 @@ generates, and checks on every call what the contract promises beside the value:
 result's exact types and key order, inputs untouched, results sharing no container with
 the inputs or with each other, and Python's and NumPy's global random state untouched.
 
-Each checkpoint imports only its own function, so either can be graded while the other
-is still a TODO, as the seed requires.
+Each checkpoint calls only its own function, so either can be graded while the other
+is still a TODO, as the seed requires. The student's functions run in their own confined
+process (lab.grading): the inputs they receive and the results they return cross as
+copies, so what happened to the inputs, to the random state and to the identity of the
+results is reported from inside that process by lab/graders/tool_identity_probe.py, put in
+place of the graded function; the value itself is judged here, against the reference.
 """
 
 from __future__ import annotations
 
-import random
+import copy
+import traceback
+from collections import OrderedDict
 from collections.abc import Callable
+from importlib.metadata._text import FoldedCase  # type: ignore[import-not-found]  # no stub; see StrSub
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ from lab.grading import (
     CaseFailed,
     Failed,
     Passed,
+    StudentStopped,
     Verdict,
     graded,
     hidden_cases,
@@ -33,6 +41,9 @@ from lab.grading import (
 )
 
 STUDENT_FILE = "selection.py"
+PROBE = Path(__file__).with_name("tool_identity_probe.py")
+TODO = Path(__file__).with_name("tool_identity_todo.py")
+GRADED = ("naive_tool_choice", "bound_tool_choice")
 Inputs = tuple[Any, Any]
 
 
@@ -44,8 +55,14 @@ def req(server: Any, tool: Any) -> dict[str, Any]:
     return {"server": server, "tool": tool}
 
 
-class DictSub(dict):
-    """A dict that is not exactly a dict: the contract asks for exact builtins."""
+# Subclasses of dict, list and str, for "exact builtins only": from the standard library,
+# since the arguments are unpickled in the student's process, which imports no grader.
+DictSub = OrderedDict
+StrSub = FoldedCase  # a str whose == ignores case
+
+
+def list_subclass(items: list[Any]) -> list[Any]:
+    return traceback.StackSummary(items)  # its items are ours: only its type counts here
 
 
 def _two_reads() -> list[dict[str, str]]:
@@ -79,10 +96,34 @@ SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("two markers in one description: the last one counts",
      lambda: ([rec("a", "read", "[[tool:b/read]] then [[tool:a/read]]"), rec("b", "read", "")], req("b", "read"))),
     ("a description of exactly 256 characters", lambda: ([rec("a", "read", "x" * 256)], req("a", "read"))),
+    ("a description of 256 characters of two UTF-8 bytes each 'é'",
+     lambda: ([rec("a", "read", "\u00e9" * 256)], req("a", "read"))),
+    ("a description of 256 emoji, four UTF-8 bytes each",
+     lambda: ([rec("a", "read", "\U0001f600" * 256)], req("a", "read"))),
+    ("a description of 256 code points, 128 letters with combining accents",
+     lambda: ([rec("a", "read", "e\u0301" * 128)], req("a", "read"))),
+    ("a record with its keys in another order",
+     lambda: ([{"description": "", "tool": "read", "server": "a"}], req("a", "read"))),
+    ("a request with its keys in another order", lambda: (_two_reads(), {"tool": "read", "server": "a"})),
+    ("a marker naming the requested pair itself",
+     lambda: ([rec("a", "read", "[[tool:a/read]]"), rec("b", "read", "")], req("a", "read"))),
+    ("a request the catalog does not offer, and a marker naming a pair it does",
+     lambda: ([rec("a", "read", "[[tool:a/read]]")], req("c", "read"))),
+    ("a marker with an upper-case id [[tool:B/read]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:B/read]]")], req("a", "read"))),
+    ("a marker with an underscore in an id [[tool:b/read_all]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:b/read_all]]")], req("a", "read"))),
+    ("a marker with an id of 33 characters",
+     lambda: ([rec("a", "read", ""), rec("b", "read", f"[[tool:b/{'r' * 33}]]")], req("a", "read"))),
+    ("a marker with a non-ASCII letter in an id [[tool:b/réad]]",
+     lambda: ([rec("a", "read", ""), rec("b", "read", "[[tool:b/r\u00e9ad]]")], req("a", "read"))),
     ("twelve records, the most allowed", lambda: ([rec("s", f"t{i}") for i in range(12)], req("s", "t11"))),
     ("ids of 32 characters", lambda: ([rec("a" * 32, "b" * 32)], req("a" * 32, "b" * 32))),
     # Invalid inputs: the contract's ValueError, whatever came before.
     ("a catalog that is a dict, not a list or tuple", lambda: ({"a": rec("a", "read")}, req("a", "read"))),
+    ("a catalog that is a list subclass", lambda: (list_subclass(_two_reads()), req("a", "read"))),
+    ("an empty catalog and a request with an upper-case id", lambda: ([], req("A", "read"))),
+    ("an empty catalog and a request with an extra key", lambda: ((), {**req("a", "read"), "why": "x"})),
     ("thirteen records, one too many", lambda: ([rec("s", f"t{i}") for i in range(13)], req("s", "t0"))),
     ("a record with an extra key", lambda: ([{**rec("a", "read"), "x": 1}], req("a", "read"))),
     ("a record missing its description", lambda: ([req("a", "read")], req("a", "read"))),
@@ -90,16 +131,34 @@ SHARED_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("an upper-case server id 'A'", lambda: ([rec("A", "read")], req("a", "read"))),
     ("a tool id starting with a digit", lambda: ([rec("a", "1read")], req("a", "read"))),
     ("a tool id with an underscore", lambda: ([rec("a", "read_all")], req("a", "read"))),
+    ("a tool id starting with a hyphen '-read'", lambda: ([rec("a", "-read")], req("a", "read"))),
+    ("an empty tool id ''", lambda: ([rec("a", "")], req("a", "read"))),
+    ("a tool id with a trailing newline 'read\\n'", lambda: ([rec("a", "read\n")], req("a", "read"))),
+    ("a server id with a leading space ' a'", lambda: ([rec(" a", "read")], req("a", "read"))),
+    ("a tool id with a non-ASCII letter 'réad'", lambda: ([rec("a", "r\u00e9ad")], req("a", "read"))),
+    ("a tool id with a fullwidth letter", lambda: ([rec("a", "\uff52ead")], req("a", "read"))),
+    ("a tool id that is a str subclass", lambda: ([rec("a", StrSub("read"))], req("a", "read"))),
     ("an id of 33 characters", lambda: ([rec("a" * 33, "read")], req("a", "read"))),
     ("a description of 257 characters", lambda: ([rec("a", "read", "x" * 257)], req("a", "read"))),
     ("a description with a lone surrogate", lambda: ([rec("a", "read", "\ud800")], req("a", "read"))),
     ("a description that is bytes", lambda: ([rec("a", "read", b"x")], req("a", "read"))),
+    ("a description that is None", lambda: ([rec("a", "read", None)], req("a", "read"))),
+    ("a description that is a str subclass", lambda: ([rec("a", "read", StrSub("x"))], req("a", "read"))),
+    ("a description of 257 characters of two UTF-8 bytes each",
+     lambda: ([rec("a", "read", "\u00e9" * 257)], req("a", "read"))),
+    ("a description of 258 code points, 129 letters with combining accents",
+     lambda: ([rec("a", "read", "e\u0301" * 129)], req("a", "read"))),
     ("the same pair listed twice", lambda: ([rec("a", "read"), rec("a", "read", "again")], req("a", "read"))),
+    ("the same pair listed twice, another record between",
+     lambda: ([rec("a", "read"), rec("b", "read"), rec("a", "read", "again")], req("b", "read"))),
     ("an invalid record after the requested one", lambda: ([rec("a", "read"), rec("B", "x")], req("a", "read"))),
     ("a request with an extra key", lambda: (_two_reads(), {**req("a", "read"), "why": "x"})),
     ("a request with a non-str tool", lambda: (_two_reads(), req("a", 7))),
     ("a request that is a tuple", lambda: (_two_reads(), ("a", "read"))),
+    ("a request that is a dict subclass", lambda: (_two_reads(), DictSub(req("a", "read")))),
     ("a request with an upper-case id", lambda: (_two_reads(), req("a", "Read"))),
+    ("a request with a trailing space 'read '", lambda: (_two_reads(), req("a", "read "))),
+    ("a request with a trailing newline 'read\\n'", lambda: (_two_reads(), req("a", "read\n"))),
 ]
 BOUND_CASES: list[tuple[str, Callable[[], Inputs]]] = [
     ("a description whose marker names another offered tool",
@@ -119,12 +178,19 @@ def bound(student_dir: Path) -> Verdict:
 def _grade(checkpoint: str, student_dir: Path, name: str, rule: Callable[[Any, Any], Any],
            cases: list[tuple[str, Callable[[], Inputs]]]) -> Verdict:
     def body() -> None:
-        function = student_function(student_module(student_dir, STUDENT_FILE), name)
+        module = student_module(student_dir, STUDENT_FILE)
+        student_function(module, name)
+        module.use_reference([other for other in GRADED if other != name], TODO)
+        module.use_reference([name], PROBE)
+        function = student_function(module, name)
         for case, make in cases:
             _judge(case, function, rule, make)
         hidden_cases(_generated_inputs(), lambda inputs: _judge(
             f"a generated catalog {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
-            function, rule, lambda: _copy(inputs)), max_examples=150)
+            function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
+        hidden_cases(_perturbed_inputs(), lambda inputs: _judge(
+            f"a generated catalog with one flaw {shown_value(inputs[0], 120)} with request {shown_value(inputs[1])}",
+            function, rule, lambda: copy.deepcopy(inputs)), max_examples=150)
 
     return graded(checkpoint, body)
 
@@ -136,24 +202,26 @@ def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], A
         want: Any = rule(*make())
     except ValueError:
         want = ValueError
-    catalog, requested = make()
-    before = (_snapshot(catalog), _snapshot(requested))
-    rng_before = _rng_state()
-    got, raised = _call(case, function, catalog, requested)
-    if _rng_state() != rng_before:
+    report = _call(case, function, *make())
+    got, raised = report["result"], report["raised"]
+    if report["other_todo"]:
+        raise CaseFailed(f"{case}: the other function not written yet",
+                         f"{name} calls the other function, and stops when that one is not written yet; "
+                         "each function must work on its own")
+    if report["rng_changed"]:
         raise CaseFailed(f"{case}: the global random generators (RNG)",
                          f"{name} changed Python's or NumPy's global random state; it must leave it alone")
-    if (_snapshot(catalog), _snapshot(requested)) != before:
+    if report["inputs_changed"]:
         raise CaseFailed(f"{case}: inputs changed", f"{name} changed the catalog or the request it was given"
                          + (" (key order counts)" if raised is None else " before raising"))
     if want is ValueError:
         if raised is None:
             raise CaseFailed(case, f"{name} returned {shown_value(got)}; expected ValueError for invalid input")
-        if not isinstance(raised, ValueError):
-            raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected ValueError")
+        if not raised[2]:
+            raise CaseFailed(case, f"{name} raised {raised[0]}: {raised[1]}; expected ValueError")
         return
     if raised is not None:
-        raise CaseFailed(case, f"{name} raised {type(raised).__name__}: {raised}; expected {shown_value(want)}")
+        raise CaseFailed(case, f"{name} raised {raised[0]}: {raised[1]}; expected {shown_value(want)}")
     if got != want:
         raise CaseFailed(case, f"{name} returned {shown_value(got, 160)}; expected {shown_value(want, 160)}")
     if type(got) is not dict or list(got) != ["choice", "source"]:
@@ -165,67 +233,136 @@ def _judge(case: str, function: Callable[..., Any], rule: Callable[[Any, Any], A
         if value is not None and (type(value) is not dict or list(value) != ["server", "tool"]):
             raise CaseFailed(f"{case}: key order", f"result[{key!r}] must be an exact dict with keys server, tool "
                              f"in that order; got {shown_value(value)}")
-    _check_fresh(case, function, got, catalog, requested)
-
-
-def _call(case: str, function: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
-    try:
-        return function(*args), None
-    except NotImplementedError:
-        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
-    except Exception as exc:  # noqa: BLE001  the student's function: its error is the answer graded
-        return None, exc
-
-
-def _check_fresh(case: str, function: Callable[..., Any], first: dict[str, Any], catalog: Any, requested: Any) -> None:
-    """No result container is an input's, and two calls share none (no aliasing)."""
-    second, raised = _call(case, function, catalog, requested)
-    if raised is not None:
-        raise CaseFailed(f"{case}: called twice", f"{function.__name__} raised {type(raised).__name__}: {raised} "
+    if not report["exact"]:
+        raise CaseFailed(f"{case}: exact types", f"{name} returned a subclass of dict or str where the contract "
+                         "asks for exact builtins")
+    if report["second_raised"] is not None:
+        first = report["second_raised"]
+        raise CaseFailed(f"{case}: called twice", f"{name} raised {first[0]}: {first[1]} "
                          "the second time it was called with the same inputs")
-    inputs = {id(catalog), id(requested), *(id(row) for row in catalog if isinstance(row, dict))}
-    mine = [first, second, *(v for r in (first, second) for v in r.values() if v is not None)]
-    if len({id(obj) for obj in mine}) != len(mine) or {id(obj) for obj in mine} & inputs:
-        raise CaseFailed(f"{case}: aliasing", f"{function.__name__}'s result shares a dict with its inputs or with "
+    if report["aliasing"]:
+        raise CaseFailed(f"{case}: aliasing", f"{name}'s result shares a dict with its inputs or with "
                          "another result; every result must be a new dict")
 
 
-def _snapshot(value: Any) -> Any:
-    if type(value) is dict:
-        return ("dict", [(_snapshot(k), _snapshot(v)) for k, v in value.items()])
-    if type(value) in (list, tuple):
-        return (type(value).__name__, [_snapshot(item) for item in value])
-    return (type(value), value)
-
-
-def _copy(inputs: Inputs) -> Inputs:
-    catalog, requested = inputs
-    rows = [dict(row) for row in catalog]
-    return (tuple(rows) if type(catalog) is tuple else rows), dict(requested)
-
-
-def _rng_state() -> tuple[Any, Any]:
+def _call(case: str, function: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """The probe's report on one call (see tool_identity_probe), or CaseFailed for a TODO,
+    a hang or a crash."""
     try:
-        import numpy
-    except ImportError:  # NumPy is optional; without it only Python's generator is watched
-        return random.getstate(), None
-    state = numpy.random.get_state(legacy=False)  # a dict; its key array compared as bytes
-    inner = state["state"]
-    return random.getstate(), (state["bit_generator"], inner["key"].tobytes(), inner["pos"], state["has_gauss"],
-                               state["gauss"])
+        report = function(*args)
+    except NotImplementedError:
+        raise CaseFailed(case, f"{function.__name__} is still a TODO: it raises NotImplementedError") from None
+    except StudentStopped as exc:
+        raise CaseFailed(case, f"{exc}: a function returns its answer") from None
+    except Exception as exc:  # noqa: BLE001  the probe reports the student's errors; anything else is named
+        raise CaseFailed(case, f"{function.__name__} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(report, dict) or set(report) != REPORT_KEYS:
+        raise CaseFailed(case, f"{function.__name__} could not be judged: its process answered "
+                               f"{shown_value(report)}")
+    return report
+
+
+REPORT_KEYS = {"result", "raised", "inputs_changed", "rng_changed", "exact", "second_raised", "aliasing", "other_todo"}
+
+
+POOL = ["a", "b", "c", "read", "write", "x-1"]
+LONG_UNITS = ["x", "\u00e9", "\u20ac", "\U0001f600", "e\u0301"]  # 1, 2, 3, 4 UTF-8 bytes; a combining pair
+
+
+def _ids() -> Any:
+    from hypothesis import strategies as st
+
+    return st.one_of(st.sampled_from(POOL),
+                     st.builds(lambda first, rest: first + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
+                               st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", max_size=31)))
+
+
+def _near_ids() -> Any:
+    """Ids one slip away from valid: case, spaces, newlines, underscores, a leading hyphen or
+    digit, non-ASCII letters, 33 characters, empty; and values that are not text."""
+    from hypothesis import strategies as st
+
+    return st.one_of(
+        _ids().map(str.upper),
+        _ids().map(lambda i: i + "\n"),
+        _ids().map(lambda i: " " + i),
+        _ids().map(lambda i: i + " "),
+        _ids().map(lambda i: i + "_x"),
+        _ids().map(lambda i: "-" + i),
+        _ids().map(lambda i: "7" + i),
+        _ids().map(lambda i: i + "\u00e9"),
+        _ids().map(lambda i: (i + "x" * 33)[:33]),
+        st.just(""),
+        st.text(max_size=6),
+    )
+
+
+def _perturbed_inputs() -> Any:
+    """A generated valid input with one flaw (or one harmless change of key order), judged
+    against the reference like any other: an invalid id, description, key set, type, count
+    or a repeated pair must raise ValueError, wherever it sits in the catalog."""
+    from hypothesis import strategies as st
+
+    bad_descriptions = st.one_of(
+        st.builds(lambda unit, extra: unit * (256 // len(unit) + extra), st.sampled_from(LONG_UNITS),
+                  st.integers(1, 3)),
+        st.sampled_from([None, 7, b"x", "\ud800", ["x"]]),
+    )
+
+    @st.composite
+    def perturbed(draw: st.DrawFn) -> Inputs:
+        catalog, requested = draw(_generated_inputs())
+        rows: list[Any] = [dict(row) for row in catalog]
+        request: Any = dict(requested)
+        targets = [*rows, request]
+        flaw = draw(st.sampled_from(["id", "description", "extra key", "missing key", "repeated pair", "too many",
+                                     "catalog type", "record type", "request type", "key order"]))
+        if flaw == "id":
+            target = draw(st.sampled_from(targets))
+            target[draw(st.sampled_from(["server", "tool"]))] = draw(st.one_of(_near_ids(), st.integers(),
+                                                                               st.none()))
+        elif flaw == "description" and rows:
+            draw(st.sampled_from(rows))["description"] = draw(bad_descriptions)
+        elif flaw == "extra key":
+            draw(st.sampled_from(targets))[draw(st.sampled_from(["why", "Server", 1]))] = "x"
+        elif flaw == "missing key":
+            target = draw(st.sampled_from(targets))
+            del target[draw(st.sampled_from(sorted(target)))]
+        elif flaw == "repeated pair" and rows:
+            copied = dict(draw(st.sampled_from(rows)), description=draw(st.sampled_from(["", "again"])))
+            rows.insert(draw(st.integers(0, len(rows))), copied)
+        elif flaw == "too many":
+            rows += [rec("zz", f"t{index}") for index in range(13 - len(rows))]
+        elif flaw == "catalog type":
+            return draw(st.sampled_from([{"rows": rows}, {"a": rows[0]} if rows else {}, str(rows)])), request
+        elif flaw == "record type" and rows:
+            index = draw(st.integers(0, len(rows) - 1))
+            rows[index] = draw(st.sampled_from([list(rows[index].items()), tuple(rows[index].values())]))
+        elif flaw == "request type":
+            request = draw(st.sampled_from([(request["server"], request["tool"]), [request["server"], request["tool"]],
+                                            f"{request['server']}/{request['tool']}"]))
+        elif flaw == "key order":  # valid: the order of an input's keys means nothing
+            target = draw(st.sampled_from(targets))
+            items = list(target.items())
+            target.clear()
+            target.update(reversed(items))
+        return (tuple(rows) if type(catalog) is tuple else rows), request
+
+    return perturbed()
 
 
 def _generated_inputs() -> Any:
     from hypothesis import strategies as st
 
-    pool = ["a", "b", "c", "read", "write", "x-1"]
-    ids = st.one_of(st.sampled_from(pool),
-                    st.builds(lambda first, rest: first + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
-                              st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", max_size=31)))
+    ids = _ids()
     fragments = st.one_of(st.text(max_size=8),
-                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", st.sampled_from(pool), st.sampled_from(pool)),
+                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", st.sampled_from(POOL), st.sampled_from(POOL)),
+                          st.builds(lambda s, t: f"[[tool:{s}/{t}]]", _near_ids(), st.sampled_from(POOL)),
                           st.sampled_from(["[[tool:", "]]", "/", "[[TOOL:a/b]]", "[[tool: a/b]]", "[[tool:a/b]", "["]))
-    descriptions = st.lists(fragments, max_size=6).map(lambda parts: "".join(parts)[:256])
+    descriptions = st.one_of(
+        st.lists(fragments, max_size=6).map(lambda parts: "".join(parts)[:256]),
+        st.builds(lambda unit, count: (unit * count)[:256], st.sampled_from(LONG_UNITS), st.integers(200, 256)),
+    )
 
     @st.composite
     def inputs(draw: st.DrawFn) -> Inputs:
