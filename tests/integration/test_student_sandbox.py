@@ -63,7 +63,7 @@ def raw_prlimit(pid):
 def run_own_program():
     """A program written into the workspace, made executable, and run through libc."""
     with open("mine", "wb") as out:
-        out.write(b"#!/bin/sh\nexit 0\n")
+        out.write(b"#!/bin/sh\\nexit 0\\n")
     os.chmod("mine", 0o755)
     return raw("execve", b"mine", None, None)
 
