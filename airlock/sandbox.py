@@ -6,7 +6,8 @@ points of the validator and the actor) goes through airlock.student, whose child
 it can apply depends on the kernel, so it returns what is in force, in words, and the check's
 output prints them:
 
-    landlock   reads: Python's own files, the project's packages and the student's files;
+    landlock   reads: Python's own files, the project's packages, the system's shared
+               libraries and the student's files;
                writes: its private workspace and /dev/null. No keys, no data folders, no
                other student's files, nothing under /proc (another process's environment).
                Landlock also keeps it from ptrace-ing anything outside its own domain.
@@ -53,6 +54,8 @@ from typing import Any
 # is not readable as a whole.
 PROJECT_PACKAGES = ("airlock", "actor", "validator", "reader", "broker", "intake", "lab")
 DEVICES_READ = ("/dev/urandom", "/dev/random", "/dev/zero")
+# Shared libraries a C extension loads (numpy's libstdc++) and the loader's cache: code, no secrets.
+SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # ioctl requests that put keystrokes into a terminal
 F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15  # fcntl commands that aim signals at a process
 _WRITING_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -156,9 +159,9 @@ def _landlock(workspace: Path, readable: Iterable[Path]) -> str:
             ruleset.allow(path, rules=read_dir)
         for path in readable:
             ruleset.allow(path, rules=read_dir if path.is_dir() else FSAccess.READ_FILE)
-        for device in DEVICES_READ:
-            if os.path.exists(device):
-                ruleset.allow(device, rules=FSAccess.READ_FILE)
+        for system in (*DEVICES_READ, *SYSTEM_LIBRARIES):
+            if os.path.exists(system):
+                ruleset.allow(system, rules=read_dir if os.path.isdir(system) else FSAccess.READ_FILE)
         for device in DEVICES_WRITE:
             if os.path.exists(device):
                 ruleset.allow(device, rules=FSAccess.READ_FILE | FSAccess.WRITE_FILE)
@@ -237,7 +240,7 @@ def watch(workspace: Path, readable: Iterable[Path]) -> Callable[[], str | None]
     caches = [Path(importlib.util.cache_from_source(str(p))) for p in files if p.suffix == ".py"]
     write_roots = (str(workspace.resolve()),)
     read_roots = (*write_roots, *(str(p.resolve()) for p in (*python_paths(), *files, *caches)),
-                  *DEVICES_READ, *DEVICES_WRITE)
+                  *DEVICES_READ, *DEVICES_WRITE, *(os.path.realpath(p) for p in SYSTEM_LIBRARIES))
     me, attempts = os.getpid(), list[str]()
     # bound now: the student's code may replace the module's names, not these cells
     inside, short, realpath, fsdecode, path_like = _inside, _short, os.path.realpath, os.fsdecode, os.PathLike

@@ -263,7 +263,8 @@ class StudentCode:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths),
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": str(workspace),
                "TMPDIR": str(workspace), "LANG": "C.UTF-8",
-               "MALLOC_ARENA_MAX": "2"}  # each thread's own 64 MiB arena would eat the address-space cap
+               # each thread's own 64 MiB arena, or a BLAS thread pool's, would eat the address-space cap
+               "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         lifeline, keep = os.pipe()
         try:
             process = subprocess.Popen(

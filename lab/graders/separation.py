@@ -144,6 +144,10 @@ def _answers() -> Any:
         st.integers(0, 999_999).map(str),
         st.integers(1, 6).map(lambda count: "9" * count),
         st.text(digits, min_size=7, max_size=12),
+        st.text(digits, min_size=13, max_size=64),  # far too long: a cap of 12 or 20 is still wrong
+        # a kept number with an invisible character (format, control, combining) before, inside or after it
+        st.builds(lambda number, mark, at: number[:at] + mark + number[at:], kept,
+                  st.characters(categories=["Cf", "Cc", "Mn", "Zs"]), st.integers(0, 6)),
         st.builds(lambda zeros, number: "0" * zeros + number, st.integers(1, 6), kept),  # 7+ with leading zeros
         st.integers().map(str),
         st.builds(lambda sign, number: sign + number, st.sampled_from("+-"), kept),
