@@ -163,8 +163,11 @@ def _reason_problem(function: str, fn: Callable[..., Any], case: RuleCase, word:
     return None
 
 
-def _fact(value: Any, lineage: str) -> Fact:
-    return Fact(value, lineage, {"intake": "intake", "order_store": "step 1 shop/lookup_order"}.get(lineage, lineage))
+def _fact(value: Any, lineage: str, provenance: str | None = None) -> Fact:
+    """A fact as the executor holds it; its provenance (the step that delivered it) is the
+    usual one for the lineage unless given: the two are different things, counted apart."""
+    usual = {"intake": "intake", "order_store": "step 1 shop/lookup_order"}.get(lineage, lineage)
+    return Fact(value, lineage, usual if provenance is None else provenance)
 
 
 # ---- evidence -------------------------------------------------------------------------------
@@ -190,32 +193,61 @@ def _evidence_named() -> list[RuleCase]:
          Precondition(rules=["evidence"], evidence=["value"]), {"value": _fact("772", "email")}, None),
         ("a value of 0 is present", Precondition(rules=["evidence"], evidence=["count"]),
          {"count": _fact(0, "order_store")}, None),
+        ("order.found False: the store answered, and its answer is no", Precondition(rules=["evidence"],
+         evidence=["order.found"]), {"order.found": _fact(False, "order_store")}, None),
+        ("a refund amount of 0.0 is present", Precondition(rules=["evidence"], evidence=["refund.amount"]),
+         {"refund.amount": _fact(0.0, "order_store")}, None),
+        ("an empty list of order items is present", Precondition(rules=["evidence"], evidence=["order.items"]),
+         {"order.items": _fact([], "order_store")}, None),
+        ("the sender's address from the email body, delivered by the intake (provenance intake, lineage email)",
+         _GUARD, {**_OWNER, "sender": _fact("tom.baker@example.org", "email", "intake")}, None),
+        ("the sender's lineage spelled 'Intake', not the declared 'intake'", _GUARD,
+         {**_OWNER, "sender": _fact("tom.baker@example.org", "Intake")}, None),
+        ("order.customer from 'order_store_mirror', another upstream than 'order_store'", _GUARD,
+         {**_OWNER, "order.customer": _fact("tom.baker@example.org", "order_store_mirror")}, None),
+        ("a sender of lineage '' (no upstream named)", _GUARD,
+         {**_OWNER, "sender": _fact("tom.baker@example.org", "")}, None),
+        ("the sender copied from the email and no order.customer: the sender fails first", _GUARD,
+         {"sender": _fact("tom.baker@example.org", "email")}, None),
+        ("a lineage declared for a field that is not required, which is absent",
+         Precondition(rules=["evidence"], evidence=["sender"],
+                      provenance={"sender": "intake", "order.customer": "order_store"}),
+         {"sender": _OWNER["sender"]}, None),
     ]
 
 
 def _evidence_word(case: RuleCase) -> str | None:
     return {"no sender at all": "sender", "sender None: the intake vouched for nobody": "sender",
             "order.customer None: the order is not in the store": "order.customer",
-            "the sender's address copied from the email body (lineage email, not intake)": "sender"}.get(case[0])
+            "the sender's address copied from the email body (lineage email, not intake)": "sender",
+            "the sender copied from the email and no order.customer: the sender fails first": "sender"}.get(case[0])
 
 
 _FIELDS = ["sender", "order.customer", "value", "order.status"]
 _LINEAGES = ["intake", "order_store", "email", "unverified"]
-_VALUES = [None, "", "tom@example.org", "TOM@example.org", "eve@example.net", 0, "772"]
+_VALUES: list[Any] = [None, "", "tom@example.org", "TOM@example.org", "eve@example.net", 0, "772", "772 "]
+# Where a value came from is one thing, which step delivered it another: any of these with any lineage.
+_PROVENANCES = ["intake", "order_store", "email", "reader, validator", "step 1 shop/lookup_order"]
+# Evidence only: lineages spelled nearly like a declared one, and values that are present though falsy.
+_EVIDENCE_LINEAGES = [*_LINEAGES, "Intake", "order_store_mirror", "order", ""]
+_EVIDENCE_VALUES: list[Any] = [*_VALUES, False, 0.0, " ", []]
 
 
 @st.composite
-def _facts(draw: st.DrawFn) -> dict[str, Fact]:
+def _facts(draw: st.DrawFn, values: list[Any] = _VALUES, lineages: list[str] = _LINEAGES) -> dict[str, Fact]:
     names = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=4))
-    return {name: _fact(draw(st.sampled_from(_VALUES)), draw(st.sampled_from(_LINEAGES))) for name in names}
+    # Values drawn from a pool of two, so that fields often agree and lineages decide.
+    pool = draw(st.lists(st.sampled_from(values), min_size=1, max_size=2))
+    return {name: _fact(draw(st.sampled_from(pool)), draw(st.sampled_from(lineages)),
+                        draw(st.sampled_from(_PROVENANCES))) for name in names}
 
 
 @st.composite
 def _evidence_hidden(draw: st.DrawFn) -> RuleCase:
     fields = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=4))
-    provenance = {name: draw(st.sampled_from(_LINEAGES)) for name in fields if draw(st.booleans())}
+    provenance = {name: draw(st.sampled_from(_LINEAGES)) for name in _FIELDS if draw(st.booleans())}
     pre = Precondition(rules=["evidence"], evidence=fields, provenance=provenance)
-    facts = draw(_facts())
+    facts = draw(_facts(_EVIDENCE_VALUES, _EVIDENCE_LINEAGES))
     return f"{_pre_shown(pre)} with facts {_facts_shown(facts)}", pre, facts, None
 
 
@@ -243,7 +275,8 @@ def _corroboration_named() -> list[RuleCase]:
          {"sender": _fact("\u017fanne@example.nl", "intake"),
           "order.customer": _fact("sanne@example.nl", "order_store")}, None),
         ("the owner's address, but unverified: the intake proved nothing", _TWO,
-         {**_OWNER, "sender": _fact("tom.baker@example.org", "unverified")}, None),
+         {**_OWNER, "sender": _fact("tom.baker@example.org", "unverified",
+                                    "the From address as claimed, not authenticated")}, None),
         ("the order belongs to someone else (a data-only attack)", _TWO,
          {**_OWNER, "order.customer": _fact("mallory@example.net", "order_store")}, None),
         ("two fields that agree but were both copied from the email", _TWO,
@@ -256,6 +289,26 @@ def _corroboration_named() -> list[RuleCase]:
         ("nothing to read", _TWO, {}, None),
         ("two empty values from two lineages", _TWO,
          {"sender": _fact("", "intake"), "order.customer": _fact("", "order_store")}, None),
+        ("two None values from two lineages", _TWO,
+         {"sender": _fact(None, "intake"), "order.customer": _fact(None, "order_store")}, None),
+        ("the address the email wrote into the order, read back by step 1: two steps, one lineage (email)", _TWO,
+         {"sender": _fact("tom@example.org", "email", "the From address as claimed, not authenticated"),
+          "order.customer": _fact("tom@example.org", "email", "step 1 shop/lookup_order")}, None),
+        ("two lineages (intake and order_store) that one step delivered", _TWO,
+         {"sender": _fact("tom@example.org", "intake", "step 1 shop/lookup_order"),
+          "order.customer": _fact("tom@example.org", "order_store", "step 1 shop/lookup_order")}, None),
+        ("the intake's IDNA domain and the store's Unicode one: kunde@xn--bcher-kva.de, kunde@b\u00fccher.de", _TWO,
+         {"sender": _fact("kunde@xn--bcher-kva.de", "intake"),
+          "order.customer": _fact("kunde@b\u00fccher.de", "order_store")}, None),
+        ("the Kelvin sign is not K: tom@\u212aelvin.org against tom@kelvin.org", _TWO,
+         {"sender": _fact("tom@\u212aelvin.org", "intake"), "order.customer": _fact("tom@kelvin.org", "order_store")},
+         None),
+        ("the sender disagrees, but the store and the CRM agree", three,
+         {"sender": _fact("eve@example.net", "intake"), "order.customer": _fact("tom@example.org", "order_store"),
+          "crm.customer": _fact("tom@example.org", "crm")}, None),
+        ("the order number with a trailing space is another value: '772 ' against '772'",
+         Precondition(rules=["corroboration"], corroborate=["value", "order.id"], min_sources=2),
+         {"value": _fact("772 ", "email"), "order.id": _fact("772", "order_store")}, None),
     ]
 
 
@@ -289,6 +342,17 @@ def _approval_named() -> list[RuleCase]:
         ("dana approves in the role support-agent", _LEAD, {}, Approval(True, "support-agent", "dana")),
         ("'Dana' approves: another name than 'dana'", _LEAD, {}, Approval(True, "support-lead", "Dana")),
         ("mallory denies: a denial from a stranger", _LEAD, {}, Approval(False, "support-lead", "mallory")),
+        ("sam approves in his own role, support-agent, where a support-lead must decide", _LEAD, {},
+         Approval(True, "support-agent", "sam")),
+        ("dana approves as 'Support-Lead': a capitalized role is another role", _LEAD, {},
+         Approval(True, "Support-Lead", "dana")),
+        ("dana approves as 'support-lead ' (a trailing space), another role", _LEAD, {},
+         Approval(True, "support-lead ", "dana")),
+        ("'dana ' (a trailing space) approves: another name than 'dana'", _LEAD, {},
+         Approval(True, "support-lead", "dana ")),
+        ("dana approves as 'support-lead-deputy', another role", _LEAD, {},
+         Approval(True, "support-lead-deputy", "dana")),
+        ("dana approves as 'support', a part of the role's name", _LEAD, {}, Approval(True, "support", "dana")),
     ]
 
 
@@ -300,8 +364,9 @@ def _approval_word(case: RuleCase) -> str | None:
 @st.composite
 def _approval_hidden(draw: st.DrawFn) -> RuleCase:
     pre = Precondition(rules=["approval"], approver_role=draw(st.sampled_from(["support-lead", "support-agent"])))
-    given = draw(st.none() | st.builds(Approval, st.booleans(), st.sampled_from(["support-lead", "support-agent", ""]),
-                                       st.sampled_from(["dana", "sam", "mallory", ""])))
+    roles = ["support-lead", "support-agent", "", "Support-Lead", "support-lead ", "support"]
+    given = draw(st.none() | st.builds(Approval, st.booleans(), st.sampled_from(roles),
+                                       st.sampled_from(["dana", "sam", "mallory", "", "Dana", "dana "])))
     return f"approver_role {pre.approver_role!r}, approval {given!r}", pre, {}, given
 
 
@@ -343,18 +408,45 @@ def _decide_named() -> list[DecideCase]:
         ("a refund dana denied", [refund], _MAIL, _OWNER, Approval(False, "support-lead", "dana")),
         ("two preconditions: the second refuses after the first allows", [refund, guard], _MAIL, theirs,
          Approval(True, "support-lead", "dana")),
+        ("a refund not yet approved: the escalation decides, the next precondition never runs", [refund, guard],
+         _MAIL, _OWNER, None),
         ("no preconditions at all", [], _MAIL, theirs, None),
         ("a rule named 'trust_me' that no one wrote",
          [Precondition(rules=["trust_me"], blast_radius="third_party")], _MAIL, _OWNER, None),
+        ("evidence allows, then a rule named 'trust_me' that no one wrote",
+         [Precondition(rules=["evidence", "trust_me"], blast_radius="third_party")], _MAIL, _OWNER, None),
+        ("evidence refuses before a rule named 'trust_me' is reached",
+         [Precondition(rules=["evidence", "trust_me"], evidence=["sender"], provenance={"sender": "intake"})],
+         _MAIL, copied, None),
+        ("a rule named 'Evidence' (capitalized): no rule has that name",
+         [Precondition(rules=["Evidence"], blast_radius="third_party")], _MAIL, _OWNER, None),
+        ("a rule named 'corroboration ' (a trailing space): no rule has that name",
+         [Precondition(rules=["corroboration "], corroborate=["sender", "order.customer"])], _MAIL, _OWNER, None),
+        ("a third-party but reversible tool: the irreversible guard does not apply", [guard],
+         _tool("third_party", "reversible"), theirs, None),
+        ("a refund that a finance-lead must approve: escalate to finance-lead",
+         [Precondition(rules=["approval"], approver_role="finance-lead")], _MAIL, _OWNER, None),
+        ("sam (a support-agent) approves a refund: it stays escalated to support-lead", [refund], _MAIL, _OWNER,
+         Approval(True, "support-agent", "sam")),
+        ("dana approved, but the rules ask for no approval: no approver in the record", [guard], _MAIL, _OWNER,
+         Approval(True, "support-lead", "dana")),
     ]
 
 
+class _UnknownRefuses(dict[str, actor_rules.Rule]):
+    """The kernel's rules; a name it does not know refuses, under that name (fail closed)."""
+
+    def __missing__(self, name: str) -> actor_rules.Rule:
+        return lambda pre, facts, given: actor_rules.RuleResult(name, "refuse", f"unknown precondition rule {name!r}")
+
+
 def _reference_check(case: DecideCase) -> actor_rules.Verdict:
+    """The kernel's gate on the case. It refuses to start on a rule name it does not know; a
+    decision made anyway refuses the call at that rule, in its place in the order."""
     _, preconditions, tool, facts, given = case
-    known = [p for p in preconditions if all(r in ("evidence", "corroboration", "approval") for r in p.rules)]
-    if known != preconditions:  # the actor refuses to start on it; a decision refuses the call
-        return actor_rules.Verdict("refuse", "unknown rule", rules=[actor_rules.RuleResult("trust_me", "refuse")])
-    return Gate(preconditions, PRINCIPALS).check(tool, facts, given)
+    gate = Gate([], PRINCIPALS)
+    gate.preconditions, gate.rules = preconditions, _UnknownRefuses(gate.rules)
+    return gate.check(tool, facts, given)
 
 
 @_unreadable
@@ -389,15 +481,16 @@ def _decide_hidden(draw: st.DrawFn) -> DecideCase:
     for _ in range(draw(st.integers(0, 2))):
         fields = draw(st.lists(st.sampled_from(_FIELDS), unique=True, max_size=3))
         preconditions.append(Precondition(
-            rules=draw(st.lists(st.sampled_from(["evidence", "corroboration", "approval"]), unique=True, min_size=1)),
+            rules=draw(st.lists(st.sampled_from(["evidence", "corroboration", "approval", "Evidence"]), unique=True,
+                                min_size=1)),
             blast_radius=draw(st.sampled_from([None, "internal", "third_party"])),
             reversibility=draw(st.sampled_from([None, "reversible", "irreversible"])),
             evidence=fields, corroborate=fields, min_sources=draw(st.integers(1, 2)),
             provenance={name: draw(st.sampled_from(_LINEAGES)) for name in fields if draw(st.booleans())},
-            approver_role="support-lead"))
+            approver_role=draw(st.sampled_from(["support-lead", "finance-lead"]))))
     tool = draw(st.sampled_from([_MAIL, _INTERNAL, _tool("third_party", "reversible"),
                                  _tool("internal", "irreversible")]))
-    given = draw(st.none() | st.builds(Approval, st.booleans(), st.just("support-lead"),
+    given = draw(st.none() | st.builds(Approval, st.booleans(), st.sampled_from(["support-lead", "support-agent"]),
                                        st.sampled_from(["dana", "sam"])))
     facts = draw(_facts())
     shown = "; ".join(f"{_pre_shown(p)} on {p.blast_radius}/{p.reversibility}" for p in preconditions) or "none"
