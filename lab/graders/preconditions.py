@@ -123,6 +123,48 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
         return f"{verdict!r} with an empty reason: a refusal or escalation says why"
     if not isinstance(read, dict) or set(read) != set(want.read):
         return f"read is {read!r:.120}; the record keeps what the rule read: keys {sorted(want.read)}"
+    return _read_problem(read, facts, given) if function != "approval" else _approval_read_problem(read, pre, given)
+
+
+_NOTHING = object()
+
+
+def _parts(shown: object) -> list[object]:
+    """The values a record entry holds: a mapping's values, a sequence's items, or the
+    value and lineage fields of an object (a Fact, or the shape one comes back as)."""
+    if isinstance(shown, dict):
+        return list(shown.values())
+    if isinstance(shown, list | tuple):
+        return list(shown)
+    return [getattr(shown, name, _NOTHING) for name in ("value", "lineage", "role", "by", "approve")]
+
+
+def _kept(part: object, wanted: object) -> bool:
+    return any(type(item) is type(wanted) and item == wanted for item in _parts(part))
+
+
+def _read_problem(read: dict[str, Any], facts: dict[str, Fact], given: Approval | None) -> str | None:
+    """Each field read is kept with its value and lineage (what corroboration counts), None if absent."""
+    for name, shown in read.items():
+        fact = facts.get(name)
+        if fact is None and shown is not None:
+            return f"read[{name!r}] is {shown!r:.80}, but there is no such fact: an absent field is recorded as None"
+        if fact is not None and not (_kept(shown, fact.value) and _kept(shown, fact.lineage)):
+            return (f"read[{name!r}] is {shown!r:.80}; the record keeps the field's value {fact.value!r} and its "
+                    f"lineage {fact.lineage!r}, or the decision cannot be rebuilt from it later")
+    return None
+
+
+def _approval_read_problem(read: dict[str, Any], pre: Precondition, given: Approval | None) -> str | None:
+    """The record names the role asked for and keeps who approved, in which role, or None."""
+    if read.get("role") != pre.approver_role:
+        return f"read['role'] is {read.get('role')!r}; the record names the role asked for, {pre.approver_role!r}"
+    shown = read.get("approval")
+    if given is None and shown is not None:
+        return f"read['approval'] is {shown!r:.80}, but nobody approved: it is None"
+    if given is not None and not (_kept(shown, given.by) and _kept(shown, given.role) and _kept(shown, given.approve)):
+        return (f"read['approval'] is {shown!r:.80}; the record keeps who answered ({given.by!r}), in which role "
+                f"({given.role!r}) and what ({given.approve!r})")
     return None
 
 
