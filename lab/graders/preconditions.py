@@ -33,6 +33,7 @@ from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
 from airlock import records, sources, task as task_module, trace
+from airlock.shapes import Shape
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
 from lab.grading import (
@@ -40,10 +41,11 @@ from lab.grading import (
     Passed,
     StillTodo,
     StudentModule,
+    StudentStopped,
     Verdict,
     find_settings,
-    load_reference,
     module_or_failed,
+    shown_value,
     todo,
     unstable,
 )
@@ -59,12 +61,21 @@ class _Raised(Exception):
 
 
 def _call(function: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """The student's function on one case, in the student's process: its answer as plain
+    values and shapes (a RuleResult or Verdict comes back as a Shape of that name)."""
     try:
         return fn(*args)
     except NotImplementedError:
         raise StillTodo(function) from None
-    except (Exception, SystemExit) as exc:  # the student's code: any exception (exit too) is a failed case, named
+    except StudentStopped as exc:
+        raise _Raised(f"{function} gave no answer ({exc})") from exc
+    except Exception as exc:  # the student's code: any exception (exit too) is a failed case, named
         raise _Raised(f"{function} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _named(got: object, name: str) -> bool:
+    """The answer is an object of the actor's class `name` (as a Shape, named after it)."""
+    return type(got).__name__ == name and isinstance(got, Shape)
 
 
 def _facts_shown(facts: dict[str, Fact]) -> str:
@@ -108,8 +119,8 @@ def _rule_problem(function: str, fn: Callable[..., Any], oracle: Callable[..., A
         got = _call(function, fn, pre, facts, given, *extra)
     except _Raised as exc:
         return f"{exc}; a rule never raises, it refuses or escalates with a reason"
-    if not isinstance(got, actor_rules.RuleResult):
-        return f"{function} returned {type(got).__name__}, not actor.preconditions.RuleResult (the executor records it)"
+    if not _named(got, "RuleResult"):
+        return f"{function} returned {shown_value(got)}, not actor.preconditions.RuleResult (the executor records it)"
     want = oracle(pre, facts, given)
     verdict = got.verdict
     # As the student's code set them, whatever RuleResult declares: what they are is checked here.
@@ -498,8 +509,9 @@ def _decide_problem(fn: Callable[..., Any], case: DecideCase) -> str | None:
         got = _call("decide", fn, preconditions, tool, facts, given, PRINCIPALS)
     except _Raised as exc:
         return f"{exc}; a decision never raises"
-    if not isinstance(got, actor_rules.Verdict):
-        return f"decide returned {got!r:.120}, not an actor.preconditions.Verdict (the executor writes its record())"
+    if not _named(got, "Verdict"):
+        return (f"decide returned {shown_value(got)}, not an actor.preconditions.Verdict "
+                "(the executor writes its record())")
     want = _reference_check(case)
     ran = [(r.rule, r.verdict) for r in got.rules]
     wanted = [(r.rule, r.verdict) for r in want.rules]
@@ -547,10 +559,8 @@ def decide(student_dir: Path) -> Verdict:
     module = module_or_failed(checkpoint, student_dir, FILE, "decide")
     if isinstance(module, Failed):
         return module
-    reference = load_reference(LABS_ROOT / "preconditions" / "solution" / FILE)
-    # This checkpoint judges decide alone: the rules it calls are the reference ones.
-    for rule in ("evidence", "corroboration", "approval"):
-        setattr(module, rule, getattr(reference, rule))
+    # This checkpoint judges decide alone: the rules it calls are the ones the actor runs.
+    module.use_reference(["evidence", "corroboration", "approval"], Path(__file__).with_name("preconditions_rules.py"))
     fn = module.decide
     try:
         for case in _decide_named():
@@ -579,7 +589,21 @@ class _StudentGate(Gate):
         self.module = module
 
     def check(self, tool: Tool, facts: dict[str, Fact], approval: Approval | None) -> actor_rules.Verdict:
-        return _call("decide", self.module.decide, self.preconditions, tool, facts, approval, PRINCIPALS)
+        return _kernel_verdict(_call("decide", self.module.decide, self.preconditions, tool, facts, approval,
+                                     PRINCIPALS))
+
+
+def _kernel_verdict(got: Any) -> actor_rules.Verdict:
+    """The student's answer, read into the actor's own Verdict for the executor to act on and
+    record; anything else is a failed call, named."""
+    if not _named(got, "Verdict"):
+        raise _Raised(f"decide returned {shown_value(got)}, not an actor.preconditions.Verdict")
+    try:
+        rules = [actor_rules.RuleResult(str(r.rule), str(r.verdict), str(r.reason), dict(r.read)) for r in got.rules]
+        return actor_rules.Verdict(str(got.verdict), str(got.reason), str(got.escalate_to), str(got.approver),
+                                   str(got.fields.get("approver_key", "")), rules)
+    except Exception as exc:  # noqa: BLE001  the student's answer lacks a field or holds junk
+        raise _Raised(f"decide returned a Verdict the executor cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def _corpus(category: str) -> list[tuple[str, str, str, str]]:

@@ -67,18 +67,27 @@ def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path
 def test_hidden_cases_are_the_same_in_every_process(tmp_path: Path) -> None:
     """Two grading processes with different hash seeds try the same hidden cases in the same order."""
     log = tmp_path / "seen"
-    recording = student(tmp_path, {
-        "    read = {name: _shown(facts.get(name)) for name in pre.corroborate}\n    lineages":
-        "    with open(os.environ['SEEN'], 'a') as seen:\n        print(repr(pre), repr(facts), file=seen)\n"
-        "    read = {name: _shown(facts.get(name)) for name in pre.corroborate}\n    lineages"},
-        append="\nimport os\n")
-    script = ("import sys; from pathlib import Path; from lab.graders.preconditions import corroboration; "
-              "print(corroboration(Path(sys.argv[1])))")
+    folder = student(tmp_path)
+    # Recorded on the grader's side, where the cases are drawn: the student's process may not write outside its own.
+    script = ("import sys; from pathlib import Path; import lab.graders.preconditions as graders\n"
+              "seen, problem = open(sys.argv[2], 'w'), graders._rule_problem\n"
+              "def recorded(function, fn, oracle, case):\n"
+              "    print(repr(case[1]), repr(case[2]), file=seen)\n"
+              "    return problem(function, fn, oracle, case)\n"
+              "graders._rule_problem = recorded\n"
+              "print(graders.corroboration(Path(sys.argv[1])))\n")
     root = Path(__file__).resolve().parents[2]
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "SEEN": f"{log}{seed}"}
-        done = subprocess.run([sys.executable, "-c", script, str(recording)], capture_output=True, text=True,
-                              check=True, cwd=root, env=env)
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", script, str(folder), f"{log}{seed}"], capture_output=True,
+                              text=True, check=True, cwd=root, env=env)
         assert done.stdout.strip() == "Passed(checkpoint='corroboration')"
     first, second = (Path(f"{log}{seed}").read_text() for seed in ("1", "2"))
     assert first.count("\n") > 100 and first == second
+
+
+def test_the_pipeline_fails_a_decide_that_returns_a_bare_string(tmp_path: Path) -> None:
+    """decide returning 'allow' instead of a Verdict is a failed call in the executor, named, never a crashed grader."""
+    verdict = grade("pipeline", student(tmp_path, append="\n\ndef decide(*args):\n    return 'allow'\n"))
+    assert isinstance(verdict, Failed) and verdict.case == "a call in the executor"
+    assert "not an actor.preconditions.Verdict" in verdict.message
