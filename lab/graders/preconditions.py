@@ -559,8 +559,8 @@ def decide(student_dir: Path) -> Verdict:
     module = module_or_failed(checkpoint, student_dir, FILE, "decide")
     if isinstance(module, Failed):
         return module
-    # This checkpoint judges decide alone: the rules it calls are the ones the actor runs.
-    module.use_reference(["evidence", "corroboration", "approval"], Path(__file__).with_name("preconditions_rules.py"))
+    # This checkpoint judges decide alone: the rules it calls are the reference's.
+    module.use_reference(["evidence", "corroboration", "approval"], LABS_ROOT / "preconditions" / "solution" / FILE)
     fn = module.decide
     try:
         for case in _decide_named():

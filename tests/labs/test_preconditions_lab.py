@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lab import catalog
-from lab.grading import Failed
+from lab.grading import Failed, Passed
 from tests.labs.support import grade_in_process, solution_with
 
 LAB = catalog.find("preconditions")
@@ -91,3 +91,14 @@ def test_the_pipeline_fails_a_decide_that_returns_a_bare_string(tmp_path: Path) 
     verdict = grade("pipeline", student(tmp_path, append="\n\ndef decide(*args):\n    return 'allow'\n"))
     assert isinstance(verdict, Failed) and verdict.case == "a call in the executor"
     assert "not an actor.preconditions.Verdict" in verdict.message
+
+
+def test_decide_is_judged_with_the_reference_rules_while_the_students_are_todo(tmp_path: Path) -> None:
+    """The starter's TODO rules with the reference's decide: decide passes, since the reference's rules stand in."""
+    solution = (LAB.solution / "preconditions.py").read_text(encoding="utf-8")
+    starter = (LAB.starter / "preconditions.py").read_text(encoding="utf-8")
+    decide_source = solution[solution.index("def decide("):]
+    (tmp_path / "preconditions.py").write_text(starter[:starter.index("def decide(")] + decide_source,
+                                               encoding="utf-8")
+    assert grade("decide", tmp_path) == Passed("decide")
+    assert isinstance(grade("evidence", tmp_path), Failed)
