@@ -277,7 +277,7 @@ def _evidence_word(case: RuleCase) -> str | None:
 
 
 _FIELDS = ["sender", "order.customer", "value", "order.status"]
-_LINEAGES = ["intake", "order_store", "email", "unverified"]
+_LINEAGES = ["intake", "order_store", "email", "unverified", "warehouse"]
 _VALUES: list[Any] = [None, "", "tom@example.org", "TOM@example.org", "eve@example.net", 0, "772", "772 "]
 # Where a value came from is one thing, which step delivered it another: any of these with any lineage.
 _PROVENANCES = ["intake", "order_store", "email", "reader, validator", "step 1 shop/lookup_order"]
@@ -340,6 +340,11 @@ def _corroboration_named() -> list[RuleCase]:
          {"sender": _fact("tom@example.org", "intake"), "order.customer": _fact("tom@example.org", "intake"),
           "crm.customer": _fact("eve@example.net", "crm")}, None),
         ("nothing to read", _TWO, {}, None),
+        ("nothing to read, where one source would do",
+         Precondition(rules=["corroboration"], corroborate=["sender"], min_sources=1), {}, None),
+        ("the warehouse's record agrees with the intake: two lineages", _TWO,
+         {"sender": _fact("tom@example.org", "intake"), "order.customer": _fact("tom@example.org", "warehouse")},
+         None),
         ("two empty values from two lineages", _TWO,
          {"sender": _fact("", "intake"), "order.customer": _fact("", "order_store")}, None),
         ("two None values from two lineages", _TWO,
@@ -376,7 +381,12 @@ def _corroboration_hidden(draw: st.DrawFn) -> RuleCase:
 def corroboration(student_dir: Path) -> Verdict:
     """corroboration() counts agreeing sources by lineage, never by field."""
     return _grade_rule("corroboration", student_dir, "corroboration", actor_rules.corroboration,
-                       _corroboration_named(), _corroboration_hidden())
+                       _corroboration_named(), _corroboration_hidden(), _corroboration_word)
+
+
+def _corroboration_word(case: RuleCase) -> str | None:
+    """A refusal gives the count of independent sources that agree."""
+    return {"nothing to read": "0", "two fields that agree but were both copied from the email": "1"}.get(case[0])
 
 
 # ---- approval -------------------------------------------------------------------------------
