@@ -151,6 +151,8 @@ def _parts(shown: object) -> list[object]:
 
 
 def _kept(part: object, wanted: object) -> bool:
+    if isinstance(part, str):  # written out as text: the value and the lineage appear in it
+        return repr(wanted) in part or (isinstance(wanted, str) and wanted in part)
     return any(type(item) is type(wanted) and item == wanted for item in _parts(part))
 
 
@@ -610,10 +612,13 @@ def _kernel_verdict(got: Any) -> actor_rules.Verdict:
         raise _Raised(f"decide returned {shown_value(got)}, not an actor.preconditions.Verdict")
     try:
         rules = [actor_rules.RuleResult(str(r.rule), str(r.verdict), str(r.reason), dict(r.read)) for r in got.rules]
-        return actor_rules.Verdict(str(got.verdict), str(got.reason), str(got.escalate_to), str(got.approver),
-                                   str(got.fields.get("approver_key", "")), rules)
+        verdict = actor_rules.Verdict(got.verdict, str(got.reason), str(got.escalate_to or ""), str(got.approver or ""),
+                                      str(got.fields.get("approver_key") or ""), rules)
     except Exception as exc:  # noqa: BLE001  the student's answer lacks a field or holds junk
         raise _Raised(f"decide returned a Verdict the executor cannot read ({type(exc).__name__}: {exc})") from None
+    if verdict.verdict not in ("allow", "refuse", "escalate"):  # the executor would run the step on anything else
+        raise _Raised(f"decide's verdict is {shown_value(verdict.verdict)}, none of 'allow', 'refuse', 'escalate'")
+    return verdict
 
 
 def _corpus(category: str) -> list[tuple[str, str, str, str]]:
