@@ -363,6 +363,9 @@ def _corroboration_named() -> list[RuleCase]:
         ("the Kelvin sign is not K: tom@\u212aelvin.org against tom@kelvin.org", _TWO,
          {"sender": _fact("tom@\u212aelvin.org", "intake"), "order.customer": _fact("tom@kelvin.org", "order_store")},
          None),
+        ("a fullwidth mailbox is another mailbox: \uff54\uff4f\uff4d@example.org against tom@example.org", _TWO,
+         {"sender": _fact("\uff54\uff4f\uff4d@example.org", "intake"),
+          "order.customer": _fact("tom@example.org", "order_store")}, None),
         ("the sender disagrees, but the store and the CRM agree", three,
          {"sender": _fact("eve@example.net", "intake"), "order.customer": _fact("tom@example.org", "order_store"),
           "crm.customer": _fact("tom@example.org", "crm")}, None),
@@ -418,6 +421,8 @@ def _approval_named() -> list[RuleCase]:
         ("dana approves as 'support-lead-deputy', another role", _LEAD, {},
          Approval(True, "support-lead-deputy", "dana")),
         ("dana approves as 'support', a part of the role's name", _LEAD, {}, Approval(True, "support", "dana")),
+        ("'\uff44\uff41\uff4e\uff41' (fullwidth letters) approves: another name than 'dana'", _LEAD, {},
+         Approval(True, "support-lead", "\uff44\uff41\uff4e\uff41")),
     ]
 
 
