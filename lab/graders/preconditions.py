@@ -32,7 +32,7 @@ from actor.executor import Executor
 from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
-from airlock import records, sources, task as task_module, trace
+from airlock import records, senders, sources, task as task_module, trace
 from airlock.shapes import Shape
 from airlock.task import Precondition
 from lab.catalog import LABS_ROOT
@@ -157,12 +157,17 @@ def _kept(part: object, wanted: object) -> bool:
 
 
 def _read_problem(read: dict[str, Any], facts: dict[str, Fact], given: Approval | None) -> str | None:
-    """Each field read is kept with its value and lineage (what corroboration counts), None if absent."""
+    """Each field read is kept with its value (as given, or as compared) and its lineage
+    (what corroboration counts), None if absent."""
     for name, shown in read.items():
         fact = facts.get(name)
-        if fact is None and shown is not None:
-            return f"read[{name!r}] is {shown!r:.80}, but there is no such fact: an absent field is recorded as None"
-        if fact is not None and not (_kept(shown, fact.value) and _kept(shown, fact.lineage)):
+        if fact is None:
+            if shown is not None:
+                return f"read[{name!r}] is {shown!r:.80}, but there is no such fact: an absent field is read as None"
+            continue
+        compared = senders.normalized(fact.value) if isinstance(fact.value, str) else None
+        value_kept = _kept(shown, fact.value) or (compared is not None and _kept(shown, compared))
+        if not (value_kept and _kept(shown, fact.lineage)):
             return (f"read[{name!r}] is {shown!r:.80}; the record keeps the field's value {fact.value!r} and its "
                     f"lineage {fact.lineage!r}, or the decision cannot be rebuilt from it later")
     return None
