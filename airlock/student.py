@@ -281,10 +281,7 @@ class StudentCode:
             return started
         self.confinement, self.functions = started
         for names, reference in self._references:
-            # Its text, not its path: the child may read only the student's folder.
-            source = reference.read_text(encoding="utf-8")
-            child.send(self._pickled(("use_reference", names, str(reference), source)),
-                       time.monotonic() + START_TIMEOUT_S)
+            child.send(self._pickled(("use_reference", names, str(reference))), time.monotonic() + START_TIMEOUT_S)
             swapped = self._swapped(child, function, time.monotonic() + START_TIMEOUT_S)
             if swapped is not None:
                 return swapped

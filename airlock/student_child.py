@@ -201,7 +201,7 @@ def _student(path: Path, mode: str, workspace: Path, limits: sandbox.Limits, ref
     replies.send("ok", [confinement.describe(), functions])
     while (message := calls.get()) is not None:
         if message[0] == "use_reference":
-            _use_reference(module, message[1], Path(message[2]), message[3], replies)
+            _use_reference(module, message[1], Path(message[2]), replies)
         else:
             _serve(module, path, message[1], message[2], replies, take_attempt)
 
@@ -225,15 +225,11 @@ def _load(path: Path, name: str) -> ModuleType:
     return module
 
 
-def _use_reference(module: ModuleType, names: list[str], reference: Path, text: str, replies: _Replies) -> None:
+def _use_reference(module: ModuleType, names: list[str], reference: Path, replies: _Replies) -> None:
     """Put the reference solution's functions in the student's module (a grader judging one
-    function alone, whatever state the others are in). The grader sends the reference's
-    text: its file is outside what this process may read."""
+    function alone, whatever state the others are in)."""
     try:
-        source = ModuleType(f"reference_{reference.stem}")
-        source.__file__ = str(reference)
-        sys.modules[source.__name__] = source  # as an import does: @dataclass looks its module up there
-        exec(compile(text, str(reference), "exec"), source.__dict__)  # the project's own reference, never a student's
+        source = _load(reference, f"reference_{reference.stem}")
         for name in names:
             setattr(module, name, getattr(source, name))
     except BaseException as exc:  # noqa: BLE001 (reported to the grader, which stops)
