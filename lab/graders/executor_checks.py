@@ -14,6 +14,7 @@ of the checks and the side effect alone, whatever state the other functions are 
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -36,6 +37,7 @@ from lab.grading import (
     load_reference,
     load_student,
     module_or_failed,
+    shown_value,
     todo,
     unstable,
 )
@@ -71,13 +73,26 @@ def _kind(result: Any) -> str | None:
     return None
 
 
+def _same(held: Any, carried: Any) -> bool:
+    """Equal, and of the same type all the way down: True == 1 in Python, but a result that
+    turned the tool's true into 1 is not the tool's result."""
+    if type(held) is not type(carried):
+        return False
+    if isinstance(carried, dict):
+        return held.keys() == carried.keys() and all(_same(held[k], carried[k]) for k in carried)
+    if isinstance(carried, list):
+        return len(held) == len(carried) and all(_same(h, c) for h, c in zip(held, carried, strict=True))
+    return bool(held == carried)
+
+
 def _expected(kind: str) -> str:
     return {"none": "None", "ok": "Ok(...)"}.get(kind, f"Error(kind={kind!r})")
 
 
 def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, args: tuple[Any, ...],
-           expect: str, why: str = "") -> Failed | None:
-    """Call the student's function on one case: None when it answered `expect`."""
+           expect: str, why: str = "", carried: Any = None) -> Failed | None:
+    """Call the student's function on one case: None when it answered `expect` (and, where
+    `carried` is given, an Ok holding exactly that result)."""
     try:
         result = fn(*args)
     except NotImplementedError:
@@ -87,11 +102,15 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
                                         f"{_expected(expect)}. A check never raises: every problem is an Error value.")
     try:
         kind, shown = _kind(result), _shown(result)
+        held_other = kind == "ok" and carried is not None and not _same(getattr(result, "result", None), carried)
     except Exception as exc:  # noqa: BLE001  a returned object whose attributes raise is still the student's answer
         return Failed(checkpoint, case, f"{function} returned an object that cannot be read ({type(exc).__name__})")
     if kind != expect:
         because = f" ({why})" if why else ""
         return Failed(checkpoint, case, f"expected {_expected(expect)}{because}; {function} returned {shown}")
+    if held_other:
+        return Failed(checkpoint, case, f"the tool returned {shown_value(carried)}; {function} returned {shown}. "
+                                        "Ok carries the tool's result as the tool returned it")
     return None
 
 
@@ -134,6 +153,23 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
 _PLAN = {("shop", "lookup_order"), ("mail", "send_status")}
 
 
+_NAME = st.text(alphabet="abcsSo\u043e/_ \n\u0660", min_size=0, max_size=4)
+# Characters a student's normalising turns into others: NFKC (fullwidth, long s, ligature,
+# Kelvin sign), casefold (sharp s) and the upper case of a Latin letter.
+_LOOKALIKE = {"s": "\uff53", "o": "\u017f", "a": "A", "b": "\ufb00", "c": "\u212a", "S": "\u00df"}
+# Separators a student may join server and tool with into one string.
+_SEPARATORS = [":", ".", "", " ", "|", "::", "-", "_", ",", ";", "\t", "\n", "@", "#", "\\", "\x00"]
+
+
+def _disguised(name: str, at: int) -> str:
+    """`name` with its character at `at` (if any) swapped for a look-alike or a spacing change."""
+    if not name:
+        return " "
+    at %= len(name)
+    char = name[at]
+    return name[:at] + _LOOKALIKE.get(char, char.swapcase() if char.swapcase() != char else char + " ") + name[at + 1:]
+
+
 def _allowlist_named() -> list[Case]:
     def call(server: Any, tool: Any) -> dict[str, Any]:
         return {"server": server, "tool": tool, "arguments": {}}
@@ -151,11 +187,31 @@ def _allowlist_named() -> list[Case]:
          "names are compared exactly, never trimmed"),
         ("sh\u043ep/lookup_order: a Cyrillic 'о' that looks Latin", (call("sh\u043ep", "lookup_order"), _PLAN),  # noqa: RUF001  a lookalike in the text is what this case is about
          "not_allowed", "look-alike letters are other names"),
+        ("shop/Lookup_Order: the tool's name in another case", (call("shop", "Lookup_Order"), _PLAN),
+         "not_allowed", "names are compared exactly, the tool's as much as the server's"),
+        ("shop/'lookup_order\\n': a newline after the tool's name", (call("shop", "lookup_order\n"), _PLAN),
+         "not_allowed", "names are compared exactly, never trimmed"),
+        ("' shop'/lookup_order: a leading space", (call(" shop", "lookup_order"), _PLAN), "not_allowed",
+         "names are compared exactly, never trimmed"),
+        ("\uff53\uff48\uff4f\uff50/lookup_order: fullwidth letters", (call("\uff53\uff48\uff4f\uff50", "lookup_order"),
+                                                                       _PLAN),
+         "not_allowed", "fullwidth letters are other characters; normalising them away (NFKC) repairs a name "
+                        "that should be refused"),
         ("lookup_order/shop: server and tool swapped", (call("lookup_order", "shop"), _PLAN), "not_allowed", ""),
         ("'a/b'/'c' when only 'a'/'b/c' is allowed", (call("a/b", "c"), {("a", "b/c")}), "not_allowed",
          "joining server and tool with '/' makes two pairs one string"),
+        *[(f"{'shop' + sep + 'lookup'!r}/'order' when only 'shop'/{'lookup' + sep + 'order'!r} is allowed",
+           (call("shop" + sep + "lookup", "order"), {("shop", "lookup" + sep + "order")}), "not_allowed",
+           "joined into one string, with any separator, two pairs can become the same text")
+          for sep in _SEPARATORS],
         ("the seed's format {'name': 'lookup_order'} without a server", ({"name": "lookup_order"}, _PLAN),
          "not_allowed", "no server, no pair"),
+        ("{'name': 'shop/lookup_order'}: one string instead of server and tool",
+         ({"name": "shop/lookup_order"}, _PLAN), "not_allowed", "a call names its server and tool in two fields"),
+        ("{'tool': 'lookup_order'} without a server", ({"tool": "lookup_order", "arguments": {}}, _PLAN),
+         "not_allowed", "no server, no pair: a missing server is never filled in"),
+        ("mail/'shop/lookup_order': a pair inside the tool's name", (call("mail", "shop/lookup_order"), _PLAN),
+         "not_allowed", "the tool's name is one string, never split into another pair"),
         ("a list ['shop', 'lookup_order'] instead of an object", (["shop", "lookup_order"], _PLAN), "not_allowed", ""),
         ("the string 'shop/lookup_order' instead of an object", ("shop/lookup_order", _PLAN), "not_allowed", ""),
         ("null instead of a call", (None, _PLAN), "not_allowed", ""),
@@ -167,16 +223,21 @@ def _allowlist_named() -> list[Case]:
     ]
 
 
-_NAME = st.text(alphabet="abcsSo\u043e/_ \n\u0660", min_size=0, max_size=4)
-
-
 @st.composite
 def _allowlist_hidden(draw: st.DrawFn) -> Case:
     allowlist = draw(st.sets(st.tuples(_NAME, _NAME), min_size=1, max_size=4))
     server, tool = draw(st.sampled_from(sorted(allowlist)))
-    server, tool = draw(st.sampled_from([
-        (server, tool), (tool, server), (server.upper(), tool), (server, tool.strip()), (server + " ", tool),
-        (server + "/" + tool[:1], tool[1:]), (draw(_NAME), tool), (server, draw(_NAME))]))
+    at = draw(st.integers(0, 3))
+    if draw(st.integers(0, 2)) == 0:  # a pair that only a string joining server and tool confuses with an allowed one
+        sep = draw(st.sampled_from(_SEPARATORS))
+        allowlist = {*allowlist, (server, tool[:at] + sep + tool[at:])}
+        server, tool = server + sep + tool[:at], tool[at:]
+    else:
+        server, tool = draw(st.sampled_from([
+            (server, tool), (tool, server), (server.upper(), tool), (server, tool.upper()), (server, tool.strip()),
+            (server + " ", tool), (" " + server, tool), (server, tool + "\n"),
+            (_disguised(server, at), tool), (server, _disguised(tool, at)),
+            (server + "/" + tool[:1], tool[1:]), (draw(_NAME), tool), (server, draw(_NAME))]))
     expect = "none" if (server, tool) in allowlist else "not_allowed"
     call = {"server": server, "tool": tool, "arguments": {}}
     return f"call {server!r}/{tool!r} with allowlist {sorted(allowlist)}", (call, allowlist), expect, ""
@@ -194,12 +255,18 @@ _ORDER = {"order_id": {"type": "str"}, "quantity": {"type": "int"}, "price": {"t
 _GOOD = {"order_id": "12345", "quantity": 2, "price": 9.5, "gift": False}
 
 
+def _renamed(old: str, new: str) -> dict[str, Any]:
+    return {(new if name == old else name): value for name, value in _GOOD.items()}
+
+
 def _schema_named() -> list[Case]:
     def fits(**change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return ({**_GOOD, **change}, _ORDER)
 
     return [
         ("arguments that fit exactly", fits(), "none", ""),
+        ("the same arguments in another order", (dict(reversed(_GOOD.items())), _ORDER), "none",
+         "a JSON object's keys have no order"),
         ("price 3, an int where a float is declared", fits(price=3), "none", "an int is a fine float"),
         ("quantity True", fits(quantity=True), "schema", ("in Python bool is a subclass of int: True is not the "
                                                           "quantity 1")),
@@ -212,6 +279,15 @@ def _schema_named() -> list[Case]:
         ("price '9.5'", fits(price="9.5"), "schema", "no coercion"),
         ("gift missing", ({k: v for k, v in _GOOD.items() if k != "gift"}, _ORDER), "schema", "exact keys"),
         ("an extra key 'refund_all'", ({**_GOOD, "refund_all": True}, _ORDER), "schema", "exact keys"),
+        ("the key 'Quantity' for 'quantity'", (_renamed("quantity", "Quantity"), _ORDER), "schema",
+         "keys are compared exactly, never case-folded"),
+        ("the key 'quantity ' with a trailing space", (_renamed("quantity", "quantity "), _ORDER), "schema",
+         "keys are compared exactly, never trimmed"),
+        ("price 10**400, a huge integer where a float is declared", fits(price=10**400), "none",
+         "an int is a fine float, however large; its range is range_problem's job"),
+        ("a value for a declared type 'list', which the executor does not know",
+         ({"items": [1]}, {"items": {"type": "list"}}), "schema",
+         "a type other than int, float, str and bool accepts nothing: default deny"),
         ("arguments are a list", ([1, 2], _ORDER), "schema", "arguments are a JSON object"),
         ("arguments are the JSON text of an object", ('{"order_id": "12345"}', _ORDER), "schema",
          "text is not an object"),
@@ -235,7 +311,7 @@ def _schema_hidden(draw: st.DrawFn) -> Case:
     types = draw(st.dictionaries(_KEYS, st.sampled_from(sorted(_VALUES)), max_size=4))
     schema = {name: {"type": t} for name, t in types.items()}
     args = {name: draw(_VALUES[t]) for name, t in types.items()}
-    change = draw(st.sampled_from(["none", "drop", "add", "retype"] if types else ["none", "add"]))
+    change = draw(st.sampled_from(["none", "drop", "add", "retype", "rename"] if types else ["none", "add"]))
     expect = "none" if change == "none" else "schema"
     if change == "drop":
         del args[draw(st.sampled_from(sorted(args)))]
@@ -244,6 +320,12 @@ def _schema_hidden(draw: st.DrawFn) -> Case:
     elif change == "retype":
         name = draw(st.sampled_from(sorted(args)))
         args[name] = draw(st.sampled_from(_NOT[types[name]]))
+    elif change == "rename":  # the same key in another spelling: case, spacing, a lookalike
+        name = draw(st.sampled_from(sorted(args)))
+        other = draw(st.sampled_from([name.upper(), name + " ", " " + name, name.replace("a", "\u0430"),
+                                      name.replace("e", "\u0435")]).filter(lambda k: k not in schema))
+        args[other] = args.pop(name)
+    args = dict(draw(st.permutations(list(args.items()))))  # a JSON object's keys have no order
     return f"arguments {args!r} for the schema {types!r}", (args, schema), expect, ""
 
 
@@ -255,8 +337,10 @@ def schema(student_dir: Path) -> Verdict:
 # ---- ranges ---------------------------------------------------------------------------------
 
 _LIMITS = {"quantity": {"type": "int", "min": 1, "max": 10}, "price": {"type": "float", "min": 0, "max": 1000},
-           "note": {"type": "str", "max_length": 5}, "ratio": {"type": "float"}}
-_FINE = {"quantity": 3, "price": 9.5, "note": "gift", "ratio": 0.5}
+           "note": {"type": "str", "max_length": 5}, "ratio": {"type": "float"},
+           "stock": {"type": "int", "min": 0}, "discount": {"type": "float", "max": 0}}
+_FINE = {"quantity": 3, "price": 9.5, "note": "gift", "ratio": 0.5, "stock": 7, "discount": -2.5}
+_SERIAL = {"serial": {"type": "int", "min": 0, "max": 2**53}}  # 2**53 + 1 is the first int a float cannot hold
 
 
 def _ranges_named() -> list[Case]:
@@ -269,8 +353,18 @@ def _ranges_named() -> list[Case]:
         ("quantity 10, price 0", given(quantity=10, price=0), "none", "bounds are inclusive"),
         ("quantity 0", given(quantity=0), "range", "below min 1"),
         ("quantity 11", given(quantity=11), "range", "above max 10"),
+        ("price -1, below min 0", given(price=-1), "range", "min 0 is a bound like any other, though 0 is falsy"),
+        ("price 1001, an int above max 1000 where a float is declared", given(price=1001), "range",
+         "an int in a float's place is held to the same range"),
+        ("stock -1, with only a min of 0 declared", given(stock=-1), "range", "a min is checked without a max"),
+        ("discount 0.5, with only a max of 0 declared", given(discount=0.5), "range",
+         "a max is checked without a min"),
+        ("discount -10**400, with only a max of 0 declared", given(discount=-10**400), "none",
+         "an int is finite however large, and below max 0"),
         ("price nan", given(price=math.nan), "range", ("nan compares False with everything, so 'value < min' "
                                                        "lets it through")),
+        ("price nan as json.loads('NaN') returns it", given(price=json.loads("NaN")), "range",
+         "every nan is a nan, not only the object math.nan: 'x is math.nan' and 'x in (math.nan,)' miss it"),
         ("price inf", given(price=math.inf), "range", "inf is not a finite number"),
         ("ratio inf, a float without a declared range", given(ratio=math.inf), "range",
          "a float is finite whether or not a range is declared"),
@@ -280,6 +374,8 @@ def _ranges_named() -> list[Case]:
         ("price 1000.0000001", given(price=1000.0000001), "range", "above max 1000"),
         ("note of 5 characters", given(note="abcde"), "none", ""),
         ("note of 6 characters", given(note="abcdef"), "range", "max_length 5"),
+        ("note 'e\\u0301' * 3: 6 characters (an e and a combining accent, three times)", given(note="e\u0301" * 3),
+         "range", "max_length counts characters as len() does; normalising the text first changes the count"),
         ("note 'ééééé', 5 characters in 10 UTF-8 bytes", given(note="ééééé"), "none",
          "max_length counts characters, not bytes"),
         ("quantity 10**400, a huge JSON integer", given(quantity=10**400), "range",
@@ -287,25 +383,37 @@ def _ranges_named() -> list[Case]:
         ("ratio 10**400, a huge integer where a float without range is declared", given(ratio=10**400), "none",
          "an int is finite; math.isfinite(10**400) raises OverflowError, so do not ask it"),
         ("price 5, an int where a float is declared", given(price=5), "none", ""),
+        ("serial 2**53 + 1 with max 2**53", ({"serial": 2**53 + 1}, _SERIAL), "range",
+         "float(2**53 + 1) == 2**53: an int turned into a float is no longer the same number"),
+        ("serial 2**53 with max 2**53", ({"serial": 2**53}, _SERIAL), "none", "bounds are inclusive"),
     ]
+
+
+# Not finite, each built anew as a JSON parser would (never the one object math.nan).
+_NOT_FINITE = st.sampled_from(["nan", "inf", "-inf", "-nan"]).map(float)
 
 
 @st.composite
 def _ranges_hidden(draw: st.DrawFn) -> Case:
-    low = draw(st.integers(-1000, 1000))
-    high = draw(st.integers(low, low + 1000))
+    low = draw(st.sampled_from([0, -1, 1]) | st.integers(-1000, 1000))
+    high = draw(st.sampled_from([low, low + 1]) | st.integers(low, low + 1000))
     kind = draw(st.sampled_from(["int", "float", "str"]))
     if kind == "str":
         spec: dict[str, Any] = {"type": "str", "max_length": draw(st.integers(1, 6))}
         value: Any = draw(st.text(max_size=8))
         inside = len(value) <= spec["max_length"]
     else:
-        spec = {"type": kind, "min": low, "max": high}
+        spec = {"type": kind}
+        if draw(st.booleans()) or draw(st.booleans()):
+            spec["min"] = low
+        if draw(st.booleans()) or draw(st.booleans()):
+            spec["max"] = high
         if kind == "int":
             value = draw(st.integers(low - 3, high + 3))
         else:
-            value = draw(st.floats(low - 3, high + 3) | st.sampled_from([math.nan, math.inf, -math.inf]))
-        inside = math.isfinite(value) and low <= value <= high
+            value = draw(st.floats(low - 3, high + 3) | st.integers(low - 3, high + 3) | _NOT_FINITE)
+        inside = (math.isfinite(value) and ("min" not in spec or value >= spec["min"])
+                  and ("max" not in spec or value <= spec["max"]))
     return (f"{kind} {value!r} for {spec!r}", ({"x": value}, {"x": spec}), "none" if inside else "range", "")
 
 
@@ -318,13 +426,15 @@ def ranges(student_dir: Path) -> Verdict:
 
 
 class _Tool:
-    """A mock tool that counts its runs; what it does comes from `behaviour`."""
+    """A mock tool that counts its runs and keeps the arguments each run got; what it does
+    comes from `behaviour`."""
 
     def __init__(self, behaviour: Callable[[dict[str, Any]], Any]) -> None:
-        self.behaviour, self.runs = behaviour, 0
+        self.behaviour, self.runs, self.given = behaviour, 0, list[Any]()
 
     def __call__(self, args: dict[str, Any]) -> Any:
         self.runs += 1
+        self.given.append(args)
         return self.behaviour(args)
 
 
@@ -332,24 +442,64 @@ def _raise(args: dict[str, Any]) -> Any:
     raise RuntimeError("the order store is down")
 
 
-_BLOB_CAP = len(b'{"blob": "' + b"x" * 100 + b'"}')  # the contract's size of {"blob": "x" * 100}
+def _raise_key_error(args: dict[str, Any]) -> Any:
+    raise KeyError("order_id")
 
 
-def _execution_cases() -> list[tuple[str, Callable[[dict[str, Any]], Any], int, str, str]]:
+def _raise_timeout_error(args: dict[str, Any]) -> Any:
+    raise TimeoutError("the order store's own deadline passed")
+
+
+def _size(result: dict[str, Any]) -> int:
+    return len(json.dumps(result).encode())
+
+
+_BLOB = {"blob": "x" * 100}
+_ACCENTED = {"note": "\u00e9" * 20}  # json.dumps writes each é as \u00e9: 6 bytes, 1 character, 2 in UTF-8
+_TIMEOUT_S = 0.25  # the slow case's timeout_s
+_LATE_S = 0.7  # how long after timeout_s run_tool may take to return Error('timeout')
+_ARGS = {"order_id": "1"}
+
+# (what the student reads, what the tool does, max_result_bytes, expected kind, why, the Ok's
+# result when "ok" is expected)
+ExecutionCase = tuple[str, Callable[[dict[str, Any]], Any], int, str, str, Any]
+
+
+def _execution_cases() -> list[ExecutionCase]:
     return [
-        ("a tool that returns {'ok': True}", lambda a: {"ok": True}, 1000, "ok", ""),
+        ("a tool that returns {'ok': True}", lambda a: {"ok": True}, 1000, "ok", "", {"ok": True}),
         ("a tool that raises RuntimeError", _raise, 1000, "tool_error", ("a failure is a typed error, never an "
-                                                                         "invented success")),
-        ("a tool that returns None", lambda a: None, 1000, "tool_error", "None is not a result"),
-        ("a tool that returns a list", lambda a: [1, 2], 1000, "tool_error", "a result is a JSON object"),
+                                                                         "invented success"), None),
+        ("a tool that raises KeyError", _raise_key_error, 1000, "tool_error", "whatever the tool raises", None),
+        ("a tool that raises TimeoutError at once", _raise_timeout_error, 1000, "tool_error",
+         "the tool answered in time, with its own error: that is a tool error, not run_tool's timeout", None),
+        ("a tool that returns None", lambda a: None, 1000, "tool_error", "None is not a result", None),
+        ("a tool that returns a list", lambda a: [1, 2], 1000, "tool_error", "a result is a JSON object", None),
+        ("a tool that returns the JSON text '{\"ok\": true}'", lambda a: '{"ok": true}', 1000, "tool_error",
+         "a result is a JSON object, not text that could be parsed into one", None),
         ("a tool whose result holds a Python object", lambda a: {"x": object()}, 1000, "tool_error",
-         "a result that is not JSON cannot be passed on"),
-        ("a result of exactly max_result_bytes", lambda a: {"blob": "x" * 100}, _BLOB_CAP, "ok",
-         "the cap itself is allowed"),
-        ("a result one byte over max_result_bytes", lambda a: {"blob": "x" * 100}, _BLOB_CAP - 1,
-         "result_too_large", "size is len(json.dumps(result).encode())"),
-        ("a result of a megabyte", lambda a: {"blob": "x" * 1_000_000}, 65536, "result_too_large", ""),
+         "a result that is not JSON cannot be passed on", None),
+        ("a result of exactly max_result_bytes", lambda a: dict(_BLOB), _size(_BLOB), "ok",
+         "the cap itself is allowed", _BLOB),
+        ("a result one byte over max_result_bytes", lambda a: dict(_BLOB), _size(_BLOB) - 1,
+         "result_too_large", "size is len(json.dumps(result).encode())", None),
+        ("a result with 'é' of exactly max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED), "ok",
+         "the cap itself is allowed", _ACCENTED),
+        ("a result with 'é' one byte over max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED) - 1,
+         "result_too_large", "size is len(json.dumps(result).encode()), and json.dumps writes é as \\u00e9: "
+                             "6 bytes, not 1 character or 2 UTF-8 bytes", None),
+        ("a result of a megabyte", lambda a: {"blob": "x" * 1_000_000}, 65536, "result_too_large", "", None),
     ]
+
+
+def _ran_once(checkpoint: str, case: str, tool: _Tool, args: dict[str, Any]) -> Failed | None:
+    if tool.runs != 1:
+        return Failed(checkpoint, case, f"the tool ran {tool.runs} times; run_tool calls it exactly once "
+                                        f"(a second run is a second side effect)")
+    if not _same(tool.given[0], args):
+        return Failed(checkpoint, case, f"the tool got {shown_value(tool.given[0])}; run_tool passes it the "
+                                        f"arguments it was given, {shown_value(args)}")
+    return None
 
 
 def execution(student_dir: Path) -> Verdict:
@@ -360,39 +510,58 @@ def execution(student_dir: Path) -> Verdict:
         return module
     run_tool = module.run_tool
     try:
-        for case, behaviour, cap, expect, why in _execution_cases():
+        for case, behaviour, cap, expect, why, carried in _execution_cases():
             tool = _Tool(behaviour)
-            failed = _judge(checkpoint, "run_tool", run_tool, case, (tool, {"order_id": "1"}, 1.0, cap), expect, why)
+            failed = (_judge(checkpoint, "run_tool", run_tool, case, (tool, dict(_ARGS), 1.0, cap), expect, why,
+                             carried)
+                      or _ran_once(checkpoint, case, tool, _ARGS))
             if failed:
                 return failed
-            if tool.runs != 1:
-                return Failed(checkpoint, case, f"the tool ran {tool.runs} times; run_tool calls it exactly once "
-                                                f"(a second run is a second side effect)")
-        return _timeout_case(checkpoint, run_tool)
+        return _timing_cases(checkpoint, run_tool)
     except StillTodo:
         return todo(checkpoint, "run_tool", "executor-checks")
 
 
-def _timeout_case(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
-    release = threading.Event()  # the slow tool waits on this, so the grader ends it after judging
+def _timing_cases(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
+    """A tool that hangs (until the grader lets it go), a quick one called while it still
+    hangs, and a slow one that answers within its generous timeout."""
+    release = threading.Event()
 
-    def slow(args: dict[str, Any]) -> dict[str, Any]:
-        release.wait(3.0)
-        return {"ok": True}
+    def hang(args: dict[str, Any]) -> dict[str, Any]:
+        release.wait(5.0)
+        return {"late": True}
 
-    case = "a tool that takes 3 s with timeout_s=0.2"
-    start = time.monotonic()
+    def patient(args: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.5)
+        return {"patient": True}
+
+    slow = f"a tool that takes 5 s with timeout_s={_TIMEOUT_S}"
     try:
-        failed = _judge(checkpoint, "run_tool", run_tool, case, (slow, {}, 0.2, 1000), "timeout",
+        hanging = _Tool(hang)
+        start = time.monotonic()
+        failed = _judge(checkpoint, "run_tool", run_tool, slow, (hanging, dict(_ARGS), _TIMEOUT_S, 1000), "timeout",
                         "no result in time is an error, not a wait")
         took = time.monotonic() - start
+        if failed:
+            return failed
+        if took > _TIMEOUT_S + _LATE_S:
+            return Failed(checkpoint, slow, f"run_tool returned Error('timeout') only after {took:.1f} s; "
+                                            f"it returns once timeout_s has passed")
+        failed = _ran_once(checkpoint, slow, hanging, _ARGS)
+        if failed:
+            return failed
+        for case, behaviour, timeout_s, carried in [
+                ("a quick tool, called while an earlier tool still hangs", lambda a: {"fresh": True}, 1.0,
+                 {"fresh": True}),
+                ("a tool that takes 0.5 s with timeout_s=2.0", patient, 2.0, {"patient": True})]:
+            tool = _Tool(behaviour)
+            failed = (_judge(checkpoint, "run_tool", run_tool, case, (tool, dict(_ARGS), timeout_s, 1000), "ok",
+                             "a result within timeout_s is a result", carried)
+                      or _ran_once(checkpoint, case, tool, _ARGS))
+            if failed:
+                return failed
     finally:
         release.set()
-    if failed:
-        return failed
-    if took > 1.5:
-        return Failed(checkpoint, case, f"run_tool returned Error('timeout') only after {took:.1f} s; "
-                                        f"it returns once timeout_s has passed")
     return Passed(checkpoint)
 
 
@@ -415,70 +584,124 @@ def execute(student_dir: Path) -> Verdict:
     for helper in ("allowlist_problem", "schema_problem", "range_problem", "run_tool"):
         setattr(module, helper, getattr(reference, helper))
     try:
-        for case, call, grant, expect, runs_wanted in _execute_cases():
-            release = threading.Event()  # the slow tool waits on it; set once the case is judged
-            tools = _catalog(release)
-            try:
-                failed = _judge(checkpoint, "execute", run, case, (call, tools, _ALLOW, grant, 65536), expect)
-            finally:
-                release.set()
+        for case, call, grant, cap, expect, runs_wanted in _execute_cases():
+            failed = _execute_case(checkpoint, run, case, call, grant, cap, expect, runs_wanted)
             if failed:
                 return failed
-            ran = {f"{server}/{tool}": t["run"].runs for (server, tool), t in tools.items() if t["run"].runs}
-            if ran != runs_wanted:
-                return Failed(checkpoint, case, f"tools that ran: {ran or 'none'}; expected {runs_wanted or 'none'}. "
-                                                f"A tool runs only after every check passed, and then once.")
     except StillTodo:
         return todo(checkpoint, "execute", "executor-checks")
     return Passed(checkpoint)
 
 
+def _execute_case(checkpoint: str, run: Callable[..., Any], case: str, call: Any, grant: str, cap: int, expect: str,
+                  runs_wanted: dict[str, int]) -> Failed | None:
+    """One call through the student's execute: its answer, which tools ran, with what, how fast."""
+    release = threading.Event()  # the slow tool waits on it; set once the case is judged
+    tools = _catalog(release)
+    pair: Any = (call.get("server"), call.get("tool")) if isinstance(call, dict) else None
+    tool = tools.get(pair)
+    carried = tool["answer"] if expect == "ok" and tool is not None else None
+    start = time.monotonic()
+    try:
+        failed = _judge(checkpoint, "execute", run, case, (call, _bare(tools), _ALLOW, grant, cap), expect,
+                        carried=carried)
+        took = time.monotonic() - start
+    finally:
+        release.set()
+    if failed:
+        return failed
+    ran = {f"{server}/{tool}": t["run"].runs for (server, tool), t in tools.items() if t["run"].runs}
+    if ran != runs_wanted:
+        return Failed(checkpoint, case, f"tools that ran: {ran or 'none'}; expected {runs_wanted or 'none'}. "
+                                        f"A tool runs only after every check passed, and then once.")
+    for t in tools.values():
+        if t["run"].runs and not _same(t["run"].given[0], call["arguments"]):
+            return Failed(checkpoint, case, f"the tool got {shown_value(t['run'].given[0])}; execute passes it the "
+                                            f"call's arguments, {shown_value(call['arguments'])}")
+    if expect == "timeout" and tool is not None and took > tool["timeout_s"] + _LATE_S:
+        return Failed(checkpoint, case, f"execute returned Error('timeout') only after {took:.1f} s; the tool's "
+                                        f"timeout_s is {tool['timeout_s']}")
+    return None
+
+
+def _bare(tools: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The catalog as execute gets it: without the answers the grader expects."""
+    return {pair: {k: v for k, v in tool.items() if k != "answer"} for pair, tool in tools.items()}
+
+
 _ALLOW = {("shop", "lookup_order"), ("mail", "send_status"), ("shop", "ghost"), ("shop", "broken"),
-          ("shop", "slow"), ("shop", "export")}
+          ("shop", "slow"), ("shop", "export"), ("shop", "status"), ("shop", "patient")}
+_CAP = 65536
 
 
 def _catalog(release: threading.Event) -> dict[tuple[str, str], dict[str, Any]]:
     order = {"order_id": {"type": "str", "max_length": 8}}
-    return {("shop", "lookup_order"): {"permission": "read", "args": order, "timeout_s": 2.0,
-                                       "run": _Tool(lambda a: {"status": "shipped"})},
-            ("mail", "send_status"): {"permission": "write", "args": order, "timeout_s": 2.0,
-                                      "run": _Tool(lambda a: {"sent": True})},
-            ("shop", "refund_all"): {"permission": "write", "args": {}, "timeout_s": 2.0,
-                                     "run": _Tool(lambda a: {"refunded": "everything"})},
-            ("shop", "broken"): {"permission": "read", "args": {}, "timeout_s": 2.0, "run": _Tool(_raise)},
-            ("shop", "slow"): {"permission": "read", "args": {}, "timeout_s": 0.2,
-                               "run": _Tool(lambda a: {"late": release.wait(3.0)})},
-            ("shop", "export"): {"permission": "read", "args": {}, "timeout_s": 2.0,
-                                 "run": _Tool(lambda a: {"blob": "x" * 100_000})}}
+
+    def tool(permission: str, args: dict[str, Any], answer: Any, timeout_s: float = 2.0,
+             behaviour: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        return {"permission": permission, "args": args, "timeout_s": timeout_s, "answer": answer,
+                "run": _Tool(behaviour or (lambda a: dict(answer)))}
+
+    def patient(args: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.5)
+        return {"patient": True}
+
+    return {("shop", "lookup_order"): tool("read", order, {"status": "shipped"}),
+            ("mail", "send_status"): tool("write", order, {"sent": True}),
+            ("shop", "refund_all"): tool("write", {}, {"refunded": "everything"}),
+            ("shop", "broken"): tool("read", {}, None, behaviour=_raise),
+            ("shop", "status"): tool("read", {}, {"open": True}),
+            ("shop", "slow"): tool("read", {}, None, timeout_s=_TIMEOUT_S,
+                                   behaviour=lambda a: {"late": release.wait(5.0)}),
+            ("shop", "patient"): tool("read", {}, {"patient": True}, timeout_s=2.0, behaviour=patient),
+            ("shop", "export"): tool("read", {}, {"blob": "x" * 100_000})}
 
 
-def _execute_cases() -> list[tuple[str, Any, str, str, dict[str, int]]]:
+def _execute_cases() -> list[tuple[str, Any, str, int, str, dict[str, int]]]:
     def call(server: str, tool: str, **args: Any) -> dict[str, Any]:
         return {"server": server, "tool": tool, "arguments": args}
 
     lookup, send = call("shop", "lookup_order", order_id="12345"), call("mail", "send_status", order_id="12345")
     return [
-        ("shop/lookup_order with a fitting order_id", lookup, "read", "ok", {"shop/lookup_order": 1}),
-        ("mail/send_status (write) under grant 'write'", send, "write", "ok", {"mail/send_status": 1}),
-        ("mail/send_status (write) under grant 'read'", send, "read", "permission", {}),
-        ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write",
+        ("shop/lookup_order with a fitting order_id", lookup, "read", _CAP, "ok", {"shop/lookup_order": 1}),
+        ("mail/send_status (write) under grant 'write'", send, "write", _CAP, "ok", {"mail/send_status": 1}),
+        ("mail/send_status (write) under grant 'read'", send, "read", _CAP, "permission", {}),
+        ("shop/lookup_order (read) under grant 'write'", lookup, "write", _CAP, "ok", {"shop/lookup_order": 1}),
+        ("mail/send_status (write) under grant 'Write'", send, "Write", _CAP, "permission", {}),
+        ("mail/send_status (write) under grant 'write '", send, "write ", _CAP, "permission", {}),
+        ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write", _CAP,
          "not_allowed", {}),
-        ("shop/ghost: in the allowlist, not in the catalog", call("shop", "ghost"), "write", "not_allowed", {}),
+        ("shop/ghost: in the allowlist, not in the catalog", call("shop", "ghost"), "write", _CAP, "not_allowed", {}),
         ("shop/lookup_order with its order id as a number (12345)", call("shop", "lookup_order", order_id=12345),
-         "read", "schema", {}),
+         "read", _CAP, "schema", {}),
         ("shop/lookup_order with a 9-character order_id", call("shop", "lookup_order", order_id="123456789"),
-         "read", "range", {}),
-        ("shop/lookup_order without 'arguments'", {"server": "shop", "tool": "lookup_order"}, "read", "schema", {}),
-        ("shop/broken, a tool that raises", call("shop", "broken"), "read", "tool_error", {"shop/broken": 1}),
-        ("shop/slow, which answers after its timeout_s of 0.2 s", call("shop", "slow"), "read", "timeout",
-         {"shop/slow": 1}),
-        ("shop/export, whose result is 100 kB over a cap of 64 KiB", call("shop", "export"), "read",
+         "read", _CAP, "range", {}),
+        ("shop/lookup_order with an extra argument 'refund': True",
+         call("shop", "lookup_order", order_id="12345", refund=True), "read", _CAP, "schema", {}),
+        ("shop/lookup_order without 'arguments'", {"server": "shop", "tool": "lookup_order"}, "read", _CAP, "schema",
+         {}),
+        ("shop/status with arguments {}", call("shop", "status"), "read", _CAP, "ok", {"shop/status": 1}),
+        ("shop/status, which takes no arguments, without 'arguments'", {"server": "shop", "tool": "status"}, "read",
+         _CAP, "schema", {}),
+        ("shop/status with arguments null", {"server": "shop", "tool": "status", "arguments": None}, "read", _CAP,
+         "schema", {}),
+        ("shop/lookup_order with its arguments as JSON text",
+         {"server": "shop", "tool": "lookup_order", "arguments": '{"order_id": "12345"}'}, "read", _CAP, "schema",
+         {}),
+        ("shop/broken, a tool that raises", call("shop", "broken"), "read", _CAP, "tool_error", {"shop/broken": 1}),
+        (f"shop/slow, which answers after its timeout_s of {_TIMEOUT_S} s", call("shop", "slow"), "read", _CAP,
+         "timeout", {"shop/slow": 1}),
+        ("shop/patient, which answers in 0.5 s within its timeout_s of 2.0 s", call("shop", "patient"), "read",
+         _CAP, "ok", {"shop/patient": 1}),
+        ("shop/export, whose result is 100 kB over a cap of 64 KiB", call("shop", "export"), "read", _CAP,
          "result_too_large", {"shop/export": 1}),
-        ("a call that is a list", ["shop", "lookup_order"], "read", "not_allowed", {}),
+        ("shop/export, whose result is 100 kB, under a cap of 200 kB", call("shop", "export"), "read", 200_000,
+         "ok", {"shop/export": 1}),
+        ("a call that is a list", ["shop", "lookup_order"], "read", _CAP, "not_allowed", {}),
         ("shop/refund_all with an argument: the allowlist is checked first", call("shop", "refund_all", all=True),
-         "write", "not_allowed", {}),
+         "write", _CAP, "not_allowed", {}),
         ("mail/send_status under grant 'read' with a bad order_id: permission before schema",
-         call("mail", "send_status", order_id=5), "read", "permission", {}),
+         call("mail", "send_status", order_id=5), "read", _CAP, "permission", {}),
     ]
 
 

@@ -71,8 +71,9 @@ def _has_type(value: Any, wanted: str) -> bool:
 def schema_problem(args: Any, schema: dict[str, dict]) -> Error | None:
     """None when `args` is a dict with exactly the keys of `schema` (none missing, none
     extra) and each value has its declared type: "int" an int but not a bool, "float" an
-    int or a float but not a bool, "str" a str, "bool" a bool. Otherwise Error("schema", ...).
-    Ranges and lengths are range_problem's job, not this one's."""
+    int or a float but not a bool, "str" a str, "bool" a bool (any other type accepts
+    nothing). Otherwise Error("schema", ...). Ranges and lengths are range_problem's job,
+    not this one's."""
     if not isinstance(args, dict):
         return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")
     missing = [name for name in schema if name not in args]

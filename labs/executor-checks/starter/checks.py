@@ -48,8 +48,9 @@ def allowlist_problem(call: Any, allowlist: set[tuple[str, str]]) -> Error | Non
 def schema_problem(args: Any, schema: dict[str, dict]) -> Error | None:
     """None when `args` is a dict with exactly the keys of `schema` (none missing, none
     extra) and each value has its declared type: "int" an int but not a bool, "float" an
-    int or a float but not a bool, "str" a str, "bool" a bool. Otherwise Error("schema", ...).
-    Ranges and lengths are range_problem's job, not this one's."""
+    int or a float but not a bool, "str" a str, "bool" a bool (any other type accepts
+    nothing). Otherwise Error("schema", ...). Ranges and lengths are range_problem's job,
+    not this one's."""
     raise NotImplementedError("TODO: write schema_problem")
 
 
