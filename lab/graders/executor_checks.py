@@ -200,7 +200,8 @@ def _allowlist_named() -> list[Case]:
         ("lookup_order/shop: server and tool swapped", (call("lookup_order", "shop"), _PLAN), "not_allowed", ""),
         ("'a/b'/'c' when only 'a'/'b/c' is allowed", (call("a/b", "c"), {("a", "b/c")}), "not_allowed",
          "joining server and tool with '/' makes two pairs one string"),
-        *[(f"{'shop' + sep + 'lookup'!r}/'order' when only 'shop'/{'lookup' + sep + 'order'!r} is allowed",
+        *[(f"{'shop' + sep + 'lookup'!r}/'order' and the allowed 'shop'/{'lookup' + sep + 'order'!r}: the same "
+            "joined text",
            (call("shop" + sep + "lookup", "order"), {("shop", "lookup" + sep + "order")}), "not_allowed",
            "joined into one string, with any separator, two pairs can become the same text")
           for sep in _SEPARATORS],
@@ -279,7 +280,7 @@ def _schema_named() -> list[Case]:
         ("price '9.5'", fits(price="9.5"), "schema", "no coercion"),
         ("gift missing", ({k: v for k, v in _GOOD.items() if k != "gift"}, _ORDER), "schema", "exact keys"),
         ("an extra key 'refund_all'", ({**_GOOD, "refund_all": True}, _ORDER), "schema", "exact keys"),
-        ("the key 'Quantity' for 'quantity'", (_renamed("quantity", "Quantity"), _ORDER), "schema",
+        ("the key 'Quantity', quantity in another case", (_renamed("quantity", "Quantity"), _ORDER), "schema",
          "keys are compared exactly, never case-folded"),
         ("the key 'quantity ' with a trailing space", (_renamed("quantity", "quantity "), _ORDER), "schema",
          "keys are compared exactly, never trimmed"),
@@ -363,7 +364,7 @@ def _ranges_named() -> list[Case]:
          "an int is finite however large, and below max 0"),
         ("price nan", given(price=math.nan), "range", ("nan compares False with everything, so 'value < min' "
                                                        "lets it through")),
-        ("price nan as json.loads('NaN') returns it", given(price=json.loads("NaN")), "range",
+        ("price nan, a nan parsed from JSON: json.loads('NaN')", given(price=json.loads("NaN")), "range",
          "every nan is a nan, not only the object math.nan: 'x is math.nan' and 'x in (math.nan,)' miss it"),
         ("price inf", given(price=math.inf), "range", "inf is not a finite number"),
         ("ratio inf, a float without a declared range", given(ratio=math.inf), "range",
@@ -483,9 +484,9 @@ def _execution_cases() -> list[ExecutionCase]:
          "the cap itself is allowed", _BLOB),
         ("a result one byte over max_result_bytes", lambda a: dict(_BLOB), _size(_BLOB) - 1,
          "result_too_large", "size is len(json.dumps(result).encode())", None),
-        ("a result with 'é' of exactly max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED), "ok",
+        ("a result with an accented é, of exactly max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED), "ok",
          "the cap itself is allowed", _ACCENTED),
-        ("a result with 'é' one byte over max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED) - 1,
+        ("a result with an accented é, one byte over max_result_bytes", lambda a: dict(_ACCENTED), _size(_ACCENTED) - 1,
          "result_too_large", "size is len(json.dumps(result).encode()), and json.dumps writes é as \\u00e9: "
                              "6 bytes, not 1 character or 2 UTF-8 bytes", None),
         ("a result of a megabyte", lambda a: {"blob": "x" * 1_000_000}, 65536, "result_too_large", "", None),
@@ -535,7 +536,7 @@ def _timing_cases(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
         time.sleep(0.5)
         return {"patient": True}
 
-    slow = f"a tool that takes 5 s with timeout_s={_TIMEOUT_S}"
+    slow = f"a tool that hangs (5 s) with timeout_s={_TIMEOUT_S}"
     try:
         hanging = _Tool(hang)
         start = time.monotonic()
@@ -666,7 +667,7 @@ def _execute_cases() -> list[tuple[str, Any, str, int, str, dict[str, int]]]:
         ("shop/lookup_order with a fitting order_id", lookup, "read", _CAP, "ok", {"shop/lookup_order": 1}),
         ("mail/send_status (write) under grant 'write'", send, "write", _CAP, "ok", {"mail/send_status": 1}),
         ("mail/send_status (write) under grant 'read'", send, "read", _CAP, "permission", {}),
-        ("shop/lookup_order (read) under grant 'write'", lookup, "write", _CAP, "ok", {"shop/lookup_order": 1}),
+        ("shop/lookup_order, a read tool, under grant 'write'", lookup, "write", _CAP, "ok", {"shop/lookup_order": 1}),
         ("mail/send_status (write) under grant 'Write'", send, "Write", _CAP, "permission", {}),
         ("mail/send_status (write) under grant 'write '", send, "write ", _CAP, "permission", {}),
         ("shop/refund_all: in the catalog, not in the allowlist", call("shop", "refund_all"), "write", _CAP,

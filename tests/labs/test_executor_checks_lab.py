@@ -50,7 +50,7 @@ def test_a_tool_that_hangs_is_a_timeout_and_run_tool_may_not_wait_for_it(tmp_pat
     start = time.monotonic()
     verdict = grade("execution", waiting)
     assert time.monotonic() - start < 10
-    assert isinstance(verdict, Failed) and verdict.case == "a tool that takes 5 s with timeout_s=0.25"
+    assert isinstance(verdict, Failed) and verdict.case == "a tool that hangs (5 s) with timeout_s=0.25"
 
 
 def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
