@@ -1,26 +1,31 @@
 """Graders of lab executor-checks (seed 003): the checks between a proposed call and its side effect.
 
-Data: the student's checks.py, called on named cases (the edges the lesson is about) and on
-hidden cases that hypothesis generates from a fixed seed (derandomized, no example
-database), so a run grades the same way every time and listing the visible examples is not
-enough. Each hidden case's expected answer is fixed by how it was built, never by another
-implementation's opinion.
+Data: the student's checks.py, run in its own confined process (lab.grading.student_module)
+and called on named cases (the edges the lesson is about) and on hidden cases that
+hypothesis generates from a fixed seed (derandomized, no example database), so a run grades
+the same way every time and listing the visible examples is not enough. Each hidden case's
+expected answer is fixed by how it was built, never by another implementation's opinion.
 Readers: the lab runner, one checkpoint per call.
 Rationale: the executor is judged by what it returns and by whether the tool ran, never by
-what it prints. A student function that raises where it should return an Error is a
-failed case; the `execute` checkpoint swaps in the reference helpers, so it judges the order
-of the checks and the side effect alone, whatever state the other functions are in.
+what it prints. Answers come back as shapes: an Ok or an Error is known by its class name
+and its fields. The mock tools are the grader's own callables: the student's code calls a
+stub, the tool runs here, so its count of runs and the arguments it got are the grader's
+memory. A student function that raises where it should return an Error is a failed case;
+the `execute` checkpoint puts the reference helpers in place in the student's process, so
+it judges the order of the checks and the side effect alone, whatever state the other
+functions are in.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from hypothesis import find, strategies as st
@@ -31,11 +36,9 @@ from lab.grading import (
     Failed,
     Passed,
     StillTodo,
-    StudentCodeMissing,
+    StudentStopped,
     Verdict,
     find_settings,
-    load_reference,
-    load_student,
     module_or_failed,
     shown_value,
     todo,
@@ -97,7 +100,9 @@ def _judge(checkpoint: str, function: str, fn: Callable[..., Any], case: str, ar
         result = fn(*args)
     except NotImplementedError:
         raise StillTodo(function) from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001  the student's code: any exception (exit too) is a failed case, named
+    except StudentStopped as exc:
+        return Failed(checkpoint, case, f"{exc}; expected {function} to return {_expected(expect)}")
+    except Exception as exc:  # noqa: BLE001  the student's code: any exception (exit too) is a failed case, named
         return Failed(checkpoint, case, f"{function} raised {type(exc).__name__}: {exc}; expected it to return "
                                         f"{_expected(expect)}. A check never raises: every problem is an Error value.")
     try:
@@ -119,15 +124,10 @@ def _grade(checkpoint: str, student_dir: Path, function: str,
            hidden: st.SearchStrategy[Case] | None) -> Verdict:
     """Named cases first (their messages teach), then the hidden ones; the first failure,
     shrunk by hypothesis to its simplest form, is the verdict."""
-    try:
-        module = load_student(student_dir, FILE)
-    except StudentCodeMissing as exc:
-        return Failed(checkpoint, FILE, str(exc))
-    except Exception as exc:  # noqa: BLE001  the student's file does not even import
-        return Failed(checkpoint, FILE, f"{FILE} does not import: {type(exc).__name__}: {exc}")
-    fn = getattr(module, function, None)
-    if not callable(fn):
-        return Failed(checkpoint, function, f"{FILE} has no function {function}()")
+    module = module_or_failed(checkpoint, student_dir, FILE, function)
+    if isinstance(module, Failed):
+        return module
+    fn = getattr(module, function)
     try:
         for case, args, expect, why in named():
             failed = _judge(checkpoint, function, fn, case, args, expect, why)
@@ -276,6 +276,8 @@ def _schema_named() -> list[Case]:
         ("quantity '2', digits in a string", fits(quantity="2"), "schema", "no coercion"),
         ("quantity 2.0, a float where an int is declared", fits(quantity=2.0), "schema", "no coercion"),
         ("order_id 12345, a number where a str is declared", fits(order_id=12345), "schema", "no coercion"),
+        ("order_id '', an empty string", fits(order_id=""), "none",
+         "an empty string is a str; lengths are range_problem's job"),
         ("quantity null", fits(quantity=None), "schema", "null is not an int"),
         ("price '9.5'", fits(price="9.5"), "schema", "no coercion"),
         ("gift missing", ({k: v for k, v in _GOOD.items() if k != "gift"}, _ORDER), "schema", "exact keys"),
@@ -569,21 +571,36 @@ def _timing_cases(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
 # ---- execute: the order of the checks and the side effect ------------------------------------
 
 
-def _reference() -> ModuleType:
-    return load_reference(LAB_DIR / "solution" / FILE)
-
-
 def execute(student_dir: Path) -> Verdict:
     """execute() runs every check before the side effect, and the tool only when all pass."""
+    with tempfile.TemporaryDirectory(prefix="executor-checks-") as folder:
+        return _execute(_beside_the_reference(student_dir, Path(folder)))
+
+
+def _beside_the_reference(student_dir: Path, folder: Path) -> Path:
+    """`folder` holding the student's file (as open_student would read it) and the reference
+    beside it: the student's process may read its own folder only, and that is where
+    use_reference loads the reference's helpers from."""
+    student = student_dir / FILE
+    if student.is_file():
+        shutil.copyfile(student, folder / FILE)
+    shutil.copyfile(LAB_DIR / "solution" / FILE, folder / _REFERENCE)
+    return folder
+
+
+_REFERENCE = "_reference_checks.py"
+
+
+def _execute(student_dir: Path) -> Verdict:
     checkpoint = "execute"
     module = module_or_failed(checkpoint, student_dir, FILE, "execute")
     if isinstance(module, Failed):
         return module
+    # This checkpoint judges execute alone: in the student's process, the helpers it calls
+    # are the reference's.
+    module.use_reference(["allowlist_problem", "schema_problem", "range_problem", "run_tool"],
+                         student_dir / _REFERENCE)
     run = module.execute
-    reference = _reference()
-    # This checkpoint judges execute alone: the helpers it calls are the reference ones.
-    for helper in ("allowlist_problem", "schema_problem", "range_problem", "run_tool"):
-        setattr(module, helper, getattr(reference, helper))
     try:
         for case, call, grant, cap, expect, runs_wanted in _execute_cases():
             failed = _execute_case(checkpoint, run, case, call, grant, cap, expect, runs_wanted)

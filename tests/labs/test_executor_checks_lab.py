@@ -54,7 +54,8 @@ def test_a_tool_that_hangs_is_a_timeout_and_run_tool_may_not_wait_for_it(tmp_pat
 
 
 def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path: Path) -> None:
-    """sys.exit() in a check, or an object that breaks when read, fails the case; the grader goes on."""
+    """sys.exit() in a check, or an object that breaks when read (so it cannot come back as
+    data), fails the case it was returned on; the grader goes on."""
     exits = student(tmp_path, {'''    if not isinstance(args, dict):
         return Error("schema", f"arguments are a JSON object, not {type(args).__name__}")''':
                                 '''    raise SystemExit(3)'''})
@@ -70,7 +71,8 @@ def test_a_student_function_that_exits_or_returns_junk_is_a_failed_case(tmp_path
         Junk.__name__ = "Error"
         return Junk()'''})
     verdict = grade("allowlist", junk)
-    assert isinstance(verdict, Failed) and "cannot be read" in verdict.message
+    assert isinstance(verdict, Failed) and "not plain data" in verdict.message
+    assert verdict.case == "mail/lookup_order: the allowed tool's name on another server"
 
 
 def test_an_execute_that_calls_the_tool_itself_loses_the_timeout_and_the_cap(tmp_path: Path) -> None:
