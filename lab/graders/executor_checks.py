@@ -594,8 +594,8 @@ def _beside_the_reference(student_dir: Path, folder: Path) -> Path:
     beside it: the student's process may read its own folder only, and that is where
     use_reference loads the reference's helpers from."""
     student = student_dir / FILE
-    if student.is_file():
-        shutil.copyfile(student, folder / FILE)
+    if student.is_file():  # a link stays a link: open_student decides what it may read
+        shutil.copyfile(student, folder / FILE, follow_symlinks=False)
     shutil.copyfile(LAB_DIR / "solution" / FILE, folder / _REFERENCE)
     return folder
 
