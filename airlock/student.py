@@ -258,7 +258,10 @@ class StudentCode:
         # service's own modules (a student's file may import the actor's types).
         # Nothing else of the caller's environment: its AIRLOCK_* settings (the keys folder,
         # the data dir) are not the student's business.
-        workspace = Path(tempfile.mkdtemp(prefix="airlock-student-"))
+        try:
+            workspace = Path(tempfile.mkdtemp(prefix="airlock-student-"))
+        except OSError as exc:  # no writable temporary folder: the code cannot run, and the caller says why
+            return StudentFailed(function, "unloadable", f"no private workspace could be made ({exc.strerror or exc})")
         paths = [entry for entry in sys.path if entry and Path(entry).is_dir()]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(paths),
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "HOME": str(workspace),
