@@ -223,8 +223,8 @@ def match_model(model_url: str | None, readers: int | None, in_flight: int | Non
 
     A reader holds one email at a time while it asks its model (AIRLOCK_READER_CREDIT is 1
     with a model), so readers = slots keeps the server's queue empty: its model timeout then
-    measures the model, not a queue in front of it (issue 17: 2 readers on a one-slot server,
-    and an email timed out waiting its turn). Two emails in flight per reader keep each
+    measures the model, not a queue in front of it (2 readers on a one-slot server leave an
+    email timing out while it waits its turn). Two emails in flight per reader keep each
     reader busy (the next email waits at the broker, not at the model). A server that does
     not say (not llama.cpp's) gets 2 readers; without a model, readers answer from recordings
     at memory speed: 2 readers, 4 emails each."""

@@ -181,7 +181,7 @@ def test_one_body_under_other_subjects_is_one_attack_when_the_model_answered_the
 
 def test_an_attack_is_the_email_the_intake_vouches_for(tmp_path: Path) -> None:
     """A display name is fine: the sender is the address the intake parses from From, in its
-    exact form (the domain lower-cased, the mailbox as written: issue 14)."""
+    exact form (the domain lower-cased, the mailbox as written)."""
     folder = write(tmp_path, "attacks.py", "def attacks():\n"
                                            "    return [{'name': 'a', 'from': 'Mallory Q <Mallory@Example.net>', "
                                            "'subject': 'Bestellung über 1234', 'body': 'Grüße'}]\n")
