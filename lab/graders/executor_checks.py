@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -585,25 +583,6 @@ def _timing_cases(checkpoint: str, run_tool: Callable[..., Any]) -> Verdict:
 
 def execute(student_dir: Path) -> Verdict:
     """execute() runs every check before the side effect, and the tool only when all pass."""
-    with tempfile.TemporaryDirectory(prefix="executor-checks-") as folder:
-        return _execute(_beside_the_reference(student_dir, Path(folder)))
-
-
-def _beside_the_reference(student_dir: Path, folder: Path) -> Path:
-    """`folder` holding the student's file (as open_student would read it) and the reference
-    beside it: the student's process may read its own folder only, and that is where
-    use_reference loads the reference's helpers from."""
-    student = student_dir / FILE
-    if student.is_file():  # a link stays a link: open_student decides what it may read
-        shutil.copyfile(student, folder / FILE, follow_symlinks=False)
-    shutil.copyfile(LAB_DIR / "solution" / FILE, folder / _REFERENCE)
-    return folder
-
-
-_REFERENCE = "_reference_checks.py"
-
-
-def _execute(student_dir: Path) -> Verdict:
     checkpoint = "execute"
     module = module_or_failed(checkpoint, student_dir, FILE, "execute")
     if isinstance(module, Failed):
@@ -611,7 +590,7 @@ def _execute(student_dir: Path) -> Verdict:
     # This checkpoint judges execute alone: in the student's process, the helpers it calls
     # are the reference's.
     module.use_reference(["allowlist_problem", "schema_problem", "range_problem", "run_tool"],
-                         student_dir / _REFERENCE)
+                         LAB_DIR / "solution" / FILE)
     run = module.execute
     try:
         for case, call, grant, cap, expect, runs_wanted in _execute_cases():
