@@ -145,7 +145,7 @@ def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits
             os.close(verdict_in)
         elapsed = time.monotonic() - started
         _kill_group(process)
-        verdict, sandbox = _read_verdict(checkpoint, raw, code, elapsed, limits, workdir)
+        verdict, sandbox = _read_verdict(checkpoint, raw, code, elapsed, workdir)
         return Graded(verdict, _printed(workdir / "output"), sandbox)
 
 
@@ -165,7 +165,7 @@ def _read_bounded(fd: int, limit: int, deadline: float) -> bytes:
     return b"".join(chunks)
 
 
-def _read_verdict(checkpoint: Checkpoint, raw: bytes, code: int, elapsed: float, limits: Limits,
+def _read_verdict(checkpoint: Checkpoint, raw: bytes, code: int, elapsed: float,
                   workdir: Path) -> tuple[Verdict, list[str]]:
     if len(raw) > VERDICT_MAX_BYTES:
         return Failed(checkpoint.id, "the grader", f"wrote a verdict over {VERDICT_MAX_BYTES} bytes"), []
@@ -177,15 +177,9 @@ def _read_verdict(checkpoint: Checkpoint, raw: bytes, code: int, elapsed: float,
         if report.verdict.checkpoint != checkpoint.id:
             return Failed(checkpoint.id, "the grader", f"wrote a verdict for {report.verdict.checkpoint!r}"), []
         return report.verdict, report.sandbox
-    if code < 0:
-        name = warden.signal_name(-code)
-        why = {"SIGXCPU": f"used more than {limits.cpu_s} s of CPU time",
-               "SIGKILL": "was killed, most likely for using more memory than allowed"}.get(name, "")
-        return Failed(checkpoint.id, "crash", f"the grader's process ended on {name} {why}".rstrip()), []
+    if code < 0:  # the grader's own process: the student's limits are its children's, not its own
+        return Failed(checkpoint.id, "crash", f"the grader's process ended on {warden.signal_name(-code)}"), []
     tail = _tail(workdir / "output")
-    if "MemoryError" in tail:
-        return Failed(checkpoint.id, "memory limit",
-                      f"the grader used more than {limits.memory_bytes // 1024**2} MiB of memory"), []
     detail = f"; last output: {tail}" if tail else ""
     return Failed(checkpoint.id, "exit", f"the grader's process ended with exit code {code} after {elapsed:.1f} s "
                                          f"without a verdict{detail}"), []
