@@ -50,6 +50,11 @@ OWN_SECRETS = {service: set(roles) for service, roles in keys.SERVICE_KEYS.items
 PORTS = {**settings_module.DEFAULT_PORTS, "smtp": 2525, "model": 8080}  # the lab's: compose.yaml
 OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
 PROBE_TIMEOUT_S = 2.0
+# Why a probe has no target, where the generic reason (a service not running) does not say it.
+UNKNOWN_TARGET = {
+    "cannot reach host services": "no address of the host to probe from here (a loopback node address "
+                                  "and no default route?): nothing shows the host closed",
+}
 HINTS = {
     "cannot reach host services": "Docker allows this even on internal networks: run scripts/lab-firewall",
     "no route outside": "run scripts/lab-firewall",
@@ -376,13 +381,16 @@ def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
         if outside_ip is not None:
             expect(service, "no route outside", outside_ip, 443, "no route")
         if service in lab.containers:
-            for gateway in lab.gateways(service):
+            # No address to probe is no evidence: a FAIL row (attempt), never a missing one.
+            targets: list[str | None] = [*lab.gateways(service)] or [None]
+            for gateway in targets:
                 expect(service, "cannot reach host services", gateway, host_port, "no route")
 
     def attempt(plan: tuple[str, str, str | None, int, str]) -> Check:
         service, name, host, port, want = plan
         if host is None:
-            return Check(service, name, False, "target address unknown (is every service running?)")
+            unknown = UNKNOWN_TARGET.get(name, "target address unknown (is every service running?)")
+            return Check(service, name, False, unknown)
         got = lab.probe(service, host, port)
         ok = reached(want, got)
         hint = "" if ok or name not in hints else f"; {hints[name]}"

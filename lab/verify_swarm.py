@@ -31,7 +31,11 @@ Where swarm differs, the evidence is read another way and said as it is:
     host services       an overlay's gateway address is the bridge inside that overlay's own
                         namespace, not the host; the host is docker_gwbridge's gateway (for
                         containers on it) and the node's address, so those are probed, and
-                        each overlay's gateway is probed apart for what it is
+                        each overlay's gateway is probed apart for what it is. A node advertised
+                        at a loopback address (swarm init --advertise-addr 127.0.0.1) is probed
+                        at this host's default-route address instead: inside a task, 127.0.0.1
+                        is the task's own loopback, where "refused" says nothing of the host
+                        and no firewall rule could change the answer (host_addresses)
 
 There is no init service on a swarm (`airlock swarm render` makes the keys), so no init checks.
 Scaled services (reader, model) are inspected replica by replica; probes run from one.
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import ipaddress
 import json
 import socket
 from collections.abc import Callable, Sequence
@@ -62,8 +67,11 @@ KEY_MODE = 0o400  # a secret's mode as `airlock swarm render` sets it (lab/swarm
 # What to do about a failed probe on a swarm: the firewall's --swarm covers docker_gwbridge too.
 HINTS = {
     "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out: run scripts/lab-firewall --swarm",
-    "cannot reach host services": f"its route out is {GWBRIDGE}, on the host: run scripts/lab-firewall --swarm",
+    "cannot reach host services": f"edge's tasks reach the host by {GWBRIDGE}: run scripts/lab-firewall --swarm",
 }
+# Where a UDP socket is connected to learn this host's default-route address: TEST-NET-1
+# (RFC 5737). Connecting a UDP socket only asks the kernel for a route; nothing is sent.
+ROUTE_PROBE = ("192.0.2.1", 9)
 
 # Run in each task container, as its user: what the kernel holds of its process 1, every
 # setuid or setgid file under the root given (default /; not /proc, /sys, /dev), each folder the
@@ -117,6 +125,31 @@ def api_version(text: str) -> tuple[int, int]:
     return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (0, 0)
 
 
+def reaches_the_host(address: str | None) -> bool:
+    """Whether a task container that connects to `address` would be connecting to this host.
+    Not a loopback address (127.0.0.0/8, ::1): inside a task it is the task's own network
+    namespace, so its probe is answered by the task ("refused": nothing listens there), never
+    the host, whatever the firewall does; not the unspecified address, which a connect also
+    takes as the local one. Anything that is no IP address is no target either."""
+    try:
+        parsed = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return not (parsed.is_loopback or parsed.is_unspecified)
+
+
+def default_route_address() -> str | None:
+    """This host's source address on its default route (what `docker swarm init` advertises
+    when not told), or None without a default route or when it is loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as route:
+            route.connect(ROUTE_PROBE)
+            address = str(route.getsockname()[0])
+    except OSError:
+        return None
+    return address if reaches_the_host(address) else None
+
+
 def task_slot(container: Any) -> str:
     """The replica's slot from its task name (sdev_reader.2.x1z8... -> "2")."""
     parts = container.labels.get(TASK_LABEL, "").split(".")
@@ -154,16 +187,27 @@ class SwarmLab(RunningLab):
     def on_gwbridge(self, container: Any) -> bool:
         return container.id in (self.gwbridge.get("Containers") or {})
 
+    def host_addresses(self) -> list[str]:
+        """This host's address for every task to probe: the node's swarm address, or, when
+        that is loopback, this host's default-route address. verify lists the containers of
+        the engine it talks to and listens for the probes here, so this host is their node.
+        One address is enough: scripts/lab-firewall --swarm drops by the bridge a connection
+        comes in on, not by the address it was sent to, and an internal overlay has no route
+        to any address of the host."""
+        if reaches_the_host(self.node_address):
+            return [str(self.node_address)]
+        route = default_route_address()
+        return [route] if route else []
+
     def gateways(self, service: str) -> list[str]:
         """The host's addresses a task container could try: docker_gwbridge's gateway when it
-        is on that bridge, and the node's own address."""
+        is on that bridge, and the node's own (host_addresses); empty when there is none,
+        which verify.probes reports as a FAIL, not as no row."""
         found = []
         container = self.containers[service]
         if self.on_gwbridge(container) or EDGE in self.logical_networks(container):  # edge's must be on it
             found += [c["Gateway"] for c in (self.gwbridge.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")]
-        if self.node_address:
-            found.append(self.node_address)
-        return found
+        return found + [address for address in self.host_addresses() if address not in found]
 
     def gwbridge_address(self, service: str) -> str | None:
         """The service's (first) task container's address on docker_gwbridge, without its /prefix."""

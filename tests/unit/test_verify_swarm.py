@@ -87,13 +87,14 @@ class FakeClient:
     """The SDK calls SwarmLab makes, with docker's label and name filters."""
 
     def __init__(self, containers: list[FakeContainer], networks: list[SimpleNamespace],
-                 state: str = "active", api: str = "1.41") -> None:
+                 state: str = "active", api: str = "1.41", node_address: str = "192.0.2.2") -> None:
         self._containers, self._networks, self._state, self._api = containers, networks, state, api
+        self.node_address = node_address
         self.containers = SimpleNamespace(list=self._list_containers)
         self.networks = SimpleNamespace(list=self._list_networks)
 
     def info(self) -> dict:
-        return {"Swarm": {"LocalNodeState": self._state, "NodeAddr": "192.0.2.2"}}
+        return {"Swarm": {"LocalNodeState": self._state, "NodeAddr": self.node_address}}
 
     def version(self) -> dict:
         return {"ApiVersion": self._api}
@@ -478,6 +479,88 @@ def test_verify_gaps_the_nat_when_the_probes_show_it_closed(monkeypatch) -> None
     checks = verify_swarm.run(STACK, verify_swarm.SwarmLab(STACK, client), connect=lambda host, port: "refused")
     nat = [c for c in checks if c.name == "network edge: no NAT out"]
     assert len(nat) == 3 and all(c.status == "GAP" for c in nat)
+
+
+HOST_PORT = 40000  # the host listener's port in these runs
+ROUTE = "192.0.2.2"  # this host's address on its default route, in these runs
+
+
+def loopback_node(answers: dict[str, dict[tuple[str, int], str]], node_address: str = "127.0.0.1",
+                  ) -> verify_swarm.SwarmLab:
+    """The stack on a node advertised at a loopback address (`docker swarm init --advertise-addr
+    127.0.0.1`), each service's probes answering as given; every other probe times out."""
+    client, containers = the_stack()
+    client.node_address = node_address
+    for container in containers:
+        container.answers = answers.get(container.labels[verify_swarm.SERVICE_LABEL][len(STACK) + 1:], {})
+    return verify_swarm.SwarmLab(STACK, client)
+
+
+def recorded_behind_the_firewall() -> dict[str, dict[tuple[str, int], str]]:
+    """What each task's probe printed on a single-node swarm advertised at 127.0.0.1, after
+    scripts/lab-firewall --swarm: 127.0.0.1 refused everywhere (each task's own loopback,
+    where nothing listens); the host's addresses time out from edge (dropped on
+    docker_gwbridge) and have no route from an internal overlay."""
+    answers = {}
+    for service in verify.NETWORKS:
+        own = {("127.0.0.1", HOST_PORT): "refused"}
+        if service in EDGE_SERVICES:
+            answers[service] = {**own, ("172.18.0.1", HOST_PORT): "timeout", (ROUTE, HOST_PORT): "timeout"}
+        else:
+            answers[service] = {**own, (ROUTE, HOST_PORT): "unreachable:ENETUNREACH"}
+    return answers
+
+
+@pytest.fixture
+def host_run(monkeypatch) -> None:
+    """verify's run with no socket: the host listener on HOST_PORT, the outside resolved,
+    this host's default-route address ROUTE."""
+    monkeypatch.setattr(verify, "outside_address", lambda: "192.0.2.80")
+    monkeypatch.setattr(verify, "host_listener", lambda: contextlib.nullcontext(HOST_PORT))
+    monkeypatch.setattr(verify_swarm, "default_route_address", lambda: ROUTE, raising=False)
+
+
+def host_rows(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.name in ("cannot reach host services", "network edge: no NAT out")]
+
+
+@pytest.mark.parametrize("node_address", ["127.0.0.1", "127.0.1.1", "::1", "0.0.0.0"])
+def test_a_loopback_node_address_is_never_probed_as_the_host(node_address: str, host_run: None) -> None:
+    """Inside a task a loopback address is the task's own: the node's address is replaced by
+    this host's default-route address, and docker_gwbridge's gateway stays for edge's tasks."""
+    lab = loopback_node({}, node_address)
+    assert lab.gateways("reader") == [ROUTE]
+    assert lab.gateways("intake") == ["172.18.0.1", ROUTE]
+
+
+def test_a_loopback_advertised_node_behind_the_firewall_passes(host_run: None) -> None:
+    """The recorded probes of a 127.0.0.1-advertised node after the firewall: every service
+    cannot reach the host and edge's NAT is the GAP the firewall closes; no row probed 127.0.0.1."""
+    checks = verify_swarm.run(STACK, loopback_node(recorded_behind_the_firewall()), connect=only_intake)
+    assert [c for c in host_rows(checks) if c.status == "FAIL"] == []
+    assert {c.service for c in checks if c.name == "cannot reach host services"} == set(verify.NETWORKS)
+    assert {c.service for c in checks if c.name == "network edge: no NAT out" and c.gap} == set(EDGE_SERVICES)
+    assert not [c for c in checks if "127.0.0.1" in c.reason]
+
+
+def test_a_host_address_that_connects_still_fails_on_a_loopback_advertised_node(host_run: None) -> None:
+    """The same node without the firewall (the broker's task connects to the host's address):
+    the broker cannot-reach row and its NAT FAIL, so the substituted target is evidence."""
+    answers = recorded_behind_the_firewall()
+    answers["broker"][(ROUTE, HOST_PORT)] = "connected"
+    checks = verify_swarm.run(STACK, loopback_node(answers), connect=only_intake)
+    assert {(c.service, c.name) for c in host_rows(checks) if c.status == "FAIL"} == {
+        ("broker", "cannot reach host services"), ("broker", "network edge: no NAT out")}
+
+
+def test_no_host_address_to_probe_is_a_fail_not_a_silent_pass(monkeypatch, host_run: None) -> None:
+    """A loopback node address and no default route: each service not on docker_gwbridge has
+    nothing to probe the host at, which is a FAIL that says so, not a missing row."""
+    monkeypatch.setattr(verify_swarm, "default_route_address", lambda: None, raising=False)
+    checks = verify_swarm.run(STACK, loopback_node(recorded_behind_the_firewall()), connect=only_intake)
+    unprobed = [c for c in checks if c.name == "cannot reach host services" and c.status == "FAIL"]
+    assert {c.service for c in unprobed} == set(verify.NETWORKS) - set(EDGE_SERVICES)
+    assert all("no address of the host" in c.reason for c in unprobed)
 
 
 def intake_lab(**answers: dict[tuple[str, int], str]) -> verify_swarm.SwarmLab:
