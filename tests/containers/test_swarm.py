@@ -7,7 +7,9 @@ Everything is this run's own: the stack's name, the image tag, the networks' /24
 published ports. A swarm already active is used and left active; one this test started is
 left at the end. Teardown removes this stack, its secrets, its volume and its image tags,
 nothing else. The engine's docker_gwbridge must be closed by `scripts/lab-firewall --swarm`
-(.ci/run does it) for verify's probes to pass.
+(.ci/run does it) for verify's probes to pass. On an engine already in a swarm advertised
+at 127.0.0.1, verify's CLI run is itself the loopback case; on one this test starts (the
+default route's address), the loopback case is run in this process with that node address.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import verify, verify_swarm
 from lab.attack import free_ports
 from tests.containers.conftest import require_engine
 from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, free_network, host_routes
@@ -183,6 +186,20 @@ def test_verify_swarm_passes_with_only_what_swarm_cannot_enforce_as_gaps(stack: 
                  ("intake", "no route outside"), ("broker", "cannot reach host services"),
                  ("reader", "holds only its own secret key"), ("reader", "the model serves it no tools")):
         assert must in passed, must
+
+
+def test_verify_swarm_on_a_node_advertised_at_loopback_probes_the_hosts_own_address(stack: Stack) -> None:
+    """The same stack as if its node were advertised at 127.0.0.1 (`docker swarm init
+    --advertise-addr 127.0.0.1`): inside a task that address is the task's own loopback, so
+    verify probes this host's address instead, and after the firewall nothing FAILs."""
+    lab = verify_swarm.SwarmLab(stack.name)
+    lab.node_address = "127.0.0.1"
+    checks = verify_swarm.run(stack.name, lab)
+    failed = [c for c in checks if c.status == "FAIL"]
+    assert not failed, "\n".join(f"{c.service} {c.name}: {c.reason}" for c in failed)
+    host = [c for c in checks if c.name == "cannot reach host services"]
+    assert {verify_swarm.service_of(c.service) for c in host} == set(verify.NETWORKS)
+    assert not [c for c in host if c.reason.startswith("127.")]
 
 
 def test_a_rescheduled_broker_is_found_again(stack: Stack) -> None:
