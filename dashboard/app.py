@@ -141,10 +141,12 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
         if isinstance(opened, Refused):  # the page's script tries again after a while
             return json_response({"error": opened.reason}, 503, headers={"retry-after": str(STREAMS_FULL_RETRY_S)})
         subscriber, first = opened
+        unsent = [first]  # the snapshot, let go once sent: an open stream does not keep it
+        del first
 
         async def stream() -> AsyncIterator[str]:
             try:
-                yield first
+                yield unsent.pop()
                 while True:
                     try:
                         message = await asyncio.wait_for(subscriber.get(), KEEPALIVE_S)

@@ -49,7 +49,7 @@ OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
 WAITING = "escalated"  # the one outcome that is not final: it waits for a person
 EVENTS_PER_CARD = 64  # the timeline kept per card (stage and event of each trace line)
 TEXT_LIMIT = 2000  # characters of any one text field a card carries, counted as shown (escaped)
-CUT_MARK = "…"  # ends a text cut at TEXT_LIMIT
+CUT_MARK = "[...]"  # ends a text cut at TEXT_LIMIT; ASCII, so an escaped text stays one byte a character
 
 
 def shown(value: Any) -> str:
