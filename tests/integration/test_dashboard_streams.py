@@ -128,8 +128,7 @@ def test_connections_past_the_cap_are_refused(page) -> None:
 
 
 def test_one_client_holding_its_share_cannot_lock_out_another(page) -> None:
-    """One address opens every stream it can and holds them: past its share it gets 503,
-    and a page from another address is still served."""
+    """One address holding every stream it can gets 503 past its share; another address is still served."""
     port, _ = page
     greedy = [slow_reader(port) for _ in range(MAX_STREAMS)]
     try:

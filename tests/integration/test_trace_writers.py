@@ -11,8 +11,7 @@ SERVICES = ("dashboard", keys.SMTP_ROLE, "intake", keys.SUPERVISOR_ROLE)
 
 
 def test_only_the_supervisors_key_writes_a_supervisor_line(stack) -> None:
-    """Each key sends service_restarted naming itself: one supervisor line, from the
-    supervisor's key; a violation on the intake endpoint for each of the three others."""
+    """Each key sends service_restarted: one line, from the supervisor's key; a violation for each other."""
     s = stack().start()
     for service in SERVICES:
         sock = s.socket("intake", key_role=service)

@@ -63,8 +63,7 @@ def test_a_cut_field_ends_on_a_whole_escape() -> None:
 
 
 def test_snapshot_stays_within_the_page_budget_with_hostile_emails() -> None:
-    """500 emails full of invisible characters: the first event and /api/state's body stay
-    within the page's byte budget, newest card and every counter kept."""
+    """500 emails of invisible characters: first event and /api/state within budget, newest card and counters kept."""
     budget = 512 * 1024
     hub = Hub(Board(PLAN), buffer_bytes=budget)
     for n in range(500):

@@ -29,8 +29,7 @@ def keyed(settings: Settings, tmp_path: Path) -> tuple[Router, dict[str, str]]:
 
 @pytest.mark.parametrize("role", ["dashboard", keys.SMTP_ROLE, "intake"])
 def test_a_service_key_cannot_write_a_supervisor_line(keyed: tuple[Router, dict[str, str]], role: str) -> None:
-    """The page's, the SMTP intake's and the CLI's keys sending service_restarted get a
-    recorded violation, and no supervisor line."""
+    """The page's, the SMTP intake's and the CLI's keys get a violation for service_restarted, and no line."""
     router, by_role = keyed
     (line,) = lines(router.handle("intake", CLIENT, RESTARTED, 0.0, by_role[role]))
     assert (line["stage"], line["event"], line["endpoint"], line["kind"]) == ("broker", "violation", "intake", "notice")
