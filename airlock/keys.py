@@ -18,9 +18,10 @@ and "smtp" (the SMTP intake, python -m intake). Only the smtp key may vouch for 
 the broker keeps a Submit's sender_proof from it alone (smtp_keys), as only the SMTP intake
 checks DKIM. Only the supervisor's key may write a supervisor line (a service restarted)
 into the trace: the broker knows each key's role (client_roles), and broker.events.WRITES
-says what each role may write. No container holds the supervisor's key: compose, swarm and
-Kubernetes restart services themselves. A process needs only its own secret key and the
-broker's public key (in compose each container mounts just those).
+says what each role may write. No container holds the supervisor's key, and a container's
+broker does not let it in: compose, swarm and Kubernetes restart services themselves. A
+process needs only its own secret key and the broker's public key (in compose each
+container mounts just those).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ ENDPOINT_ALLOWS = {"intake": ("intake", SMTP_ROLE, SUPERVISOR_ROLE, "dashboard")
 # broker's public key; the broker gets the allow lists).
 SERVICE_KEYS = {"broker": ("broker",), "reader": ("reader",), "validator": ("validator",), "actor": ("actor",),
                 "intake": (SMTP_ROLE,), "dashboard": ("dashboard",), "inject": ("intake",)}
+# The roles some container holds. The supervisor's is not one: compose, swarm and Kubernetes
+# restart services themselves, so the broker they run (services/broker) does not let it in.
+CONTAINER_ROLES = frozenset(role for roles in SERVICE_KEYS.values() for role in roles)
 
 
 class IncompleteKeys(ConfigError):
@@ -224,9 +228,10 @@ def derive(folder: Path) -> None:
         wanted = {"broker.key": folder / "broker.key"}
         wanted |= {f"{role}.key_secret": folder / f"{role}.key_secret" for role in roles}
         _sync(own, wanted, keep={"allow"} if service == "broker" else ())
-        if service == "broker":
+        if service == "broker":  # a container's broker lets in the keys its fellow containers hold
             for endpoint, roles in ENDPOINT_ALLOWS.items():  # noqa: PLW2901  the broker's allow lists: other roles, on purpose
-                _sync(own / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
+                _sync(own / "allow" / endpoint,
+                      {f"{role}.key": folder / f"{role}.key" for role in roles if role in CONTAINER_ROLES})
             _sync(own / "allow" / PEOPLE, people)
             _sync(own / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})
     _sync(folder / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})

@@ -55,3 +55,13 @@ def test_every_client_role_has_its_writes_stated() -> None:
     """The table names every client role, so a role added later is a decision, not a default."""
     assert set(events.WRITES) == set(keys.CLIENT_ROLES)
     assert [role for role, stages in events.WRITES.items() if "supervisor" in stages] == [keys.SUPERVISOR_ROLE]
+
+
+def test_only_airlock_ups_broker_lets_the_supervisors_key_in(tmp_path: Path) -> None:
+    """The keys folder's intake allow list holds the supervisor's key; a container's broker folder does not."""
+    keys.generate(tmp_path)
+    assert (tmp_path / "allow" / "intake" / "supervisor.key").is_file()
+    broker = tmp_path / "services" / "broker"
+    assert not list(broker.rglob("supervisor.key*"))
+    assert keys.SUPERVISOR_ROLE not in keys.client_roles(broker).values()
+    assert not list((tmp_path / "services").rglob("supervisor.key_secret"))
