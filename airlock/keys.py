@@ -2,7 +2,8 @@
 
     keys/broker.key, broker.key_secret        the broker's pair (its public key is the
                                               "server key" every client must know)
-    keys/<role>.key, <role>.key_secret        intake, smtp, reader, validator, actor, dashboard
+    keys/<role>.key, <role>.key_secret        intake, smtp, supervisor, reader, validator, actor,
+                                              dashboard
     keys/allow/<endpoint>/<role>.key          the public keys an endpoint lets in
     keys/services/<service>/                  what one compose container mounts at /keys
     keys/people/<name>.key, <name>.key_secret one pair per person who may approve (the
@@ -11,10 +12,14 @@
     keys/allow/people/<name>.key              the people's public keys, for the broker
 
 Each role may use only its own endpoint: the reader's key is allowed on the reader
-endpoint and nowhere else. The intake endpoint lets in three client keys: "intake" (the
-CLI's `airlock inject`, the supervisor), "dashboard" (the page) and "smtp" (the SMTP intake,
-python -m intake). Only the last may vouch for a sender: the broker keeps a Submit's
-sender_proof from the smtp key alone (smtp_keys), as only the SMTP intake checks DKIM. A
+endpoint and nowhere else. The intake endpoint lets in four client keys: "intake" (the
+CLI's `airlock inject`), "supervisor" (`airlock up`'s supervisor), "dashboard" (the page)
+and "smtp" (the SMTP intake, python -m intake). Only the smtp key may vouch for a sender:
+the broker keeps a Submit's sender_proof from it alone (smtp_keys), as only the SMTP intake
+checks DKIM. Only the supervisor's key may write a supervisor line (a service restarted)
+into the trace: the broker knows each key's role (client_roles), and broker.events.WRITES
+says what each role may write. No container holds the supervisor's key, and a container's
+broker does not let it in: compose, swarm and Kubernetes restart services themselves. A
 process needs only its own secret key and the broker's public key (in compose each
 container mounts just those).
 """
@@ -36,16 +41,20 @@ from airlock import files
 from airlock.errors import ConfigError
 
 SMTP_ROLE = "smtp"  # the SMTP intake's own key: the only one whose sender_proof the broker keeps
-CLIENT_ROLES = ("intake", SMTP_ROLE, "reader", "validator", "actor", "dashboard")
+SUPERVISOR_ROLE = "supervisor"  # `airlock up`'s own key: the only one that may write supervisor lines
+CLIENT_ROLES = ("intake", SMTP_ROLE, SUPERVISOR_ROLE, "reader", "validator", "actor", "dashboard")
 # Roles added after key folders were first made: ensure() and add_new_roles() give an older
 # folder their pairs, leaving every other key as it was.
-NEWER_ROLES = (SMTP_ROLE,)
-ENDPOINT_ALLOWS = {"intake": ("intake", SMTP_ROLE, "dashboard"), "reader": ("reader",), "validator": ("validator",),
-                   "actor": ("actor",), "trace": ("dashboard",)}
+NEWER_ROLES = (SMTP_ROLE, SUPERVISOR_ROLE)
+ENDPOINT_ALLOWS = {"intake": ("intake", SMTP_ROLE, SUPERVISOR_ROLE, "dashboard"), "reader": ("reader",),
+                   "validator": ("validator",), "actor": ("actor",), "trace": ("dashboard",)}
 # What each container of the compose lab mounts at /keys: its own secret key only (and the
 # broker's public key; the broker gets the allow lists).
 SERVICE_KEYS = {"broker": ("broker",), "reader": ("reader",), "validator": ("validator",), "actor": ("actor",),
                 "intake": (SMTP_ROLE,), "dashboard": ("dashboard",), "inject": ("intake",)}
+# The roles some container holds. The supervisor's is not one: compose, swarm and Kubernetes
+# restart services themselves, so the broker they run (services/broker) does not let it in.
+CONTAINER_ROLES = frozenset(role for roles in SERVICE_KEYS.values() for role in roles)
 
 
 class IncompleteKeys(ConfigError):
@@ -182,6 +191,19 @@ def smtp_keys(folder: Path) -> frozenset[str]:
     return frozenset({load(folder / "allow" / "intake", SMTP_ROLE, secret=False).public.decode()})
 
 
+def client_roles(folder: Path) -> dict[str, str]:
+    """Whose each client key is (z85 public key, as the authenticator names a client -> role),
+    from the endpoints' allow lists (what the broker holds, in compose too): what the broker
+    checks a trace line against (broker.events.WRITES). A key in no allow list is left out,
+    and so refused."""
+    found = {}
+    for endpoint, roles in ENDPOINT_ALLOWS.items():
+        for role in roles:
+            if (folder / "allow" / endpoint / f"{role}.key").is_file():
+                found[load(folder / "allow" / endpoint, role, secret=False).public.decode()] = role
+    return found
+
+
 def principal_names(path: Path) -> list[str]:
     """The names in a principals file (tasks/principals.toml), the people who may decide;
     a file that does not read or parse is a ConfigError naming it."""
@@ -206,9 +228,10 @@ def derive(folder: Path) -> None:
         wanted = {"broker.key": folder / "broker.key"}
         wanted |= {f"{role}.key_secret": folder / f"{role}.key_secret" for role in roles}
         _sync(own, wanted, keep={"allow"} if service == "broker" else ())
-        if service == "broker":
+        if service == "broker":  # a container's broker lets in the keys its fellow containers hold
             for endpoint, roles in ENDPOINT_ALLOWS.items():  # noqa: PLW2901  the broker's allow lists: other roles, on purpose
-                _sync(own / "allow" / endpoint, {f"{role}.key": folder / f"{role}.key" for role in roles})
+                _sync(own / "allow" / endpoint,
+                      {f"{role}.key": folder / f"{role}.key" for role in roles if role in CONTAINER_ROLES})
             _sync(own / "allow" / PEOPLE, people)
             _sync(own / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})
     _sync(folder / "allow", {}, keep={*ENDPOINT_ALLOWS, PEOPLE})

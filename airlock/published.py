@@ -26,7 +26,10 @@ from typing import Any
 import msgspec
 
 WITHHELD = "(withheld)"
-ADDRESS = re.compile(r"[^\s@<>()\[\],;:=\"']+@[^\s@<>()\[\],;:\"']+")  # an email address inside text
+# An email address inside text. It starts where a run of address characters starts (the
+# lookbehind) and its local part never gives back (++): a long run with no address in it is
+# read once, not once from each of its characters (which took 36 ms for 4,096 characters).
+ADDRESS = re.compile(r"(?<![^\s@<>()\[\],;:=\"'])[^\s@<>()\[\],;:=\"']++@[^\s@<>()\[\],;:\"']+")
 TEXT_FIELDS = ("reason", "error")
 RESULT_EVENTS = ("observation", "step")  # lines whose `result` is what a tool returned
 DECISION_EVENTS = ("authorization", "step")  # lines whose `decision` holds the facts rules read

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import zmq
 
-from airlock import records, tracefiles
+from airlock import keys, records, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
 from airlock.interpreter import python_command
@@ -101,7 +101,7 @@ class Supervisor:
     def run(self, stop: threading.Event, announce=print) -> int:
         self._announce, announce = announce, self._say
         self._note_pid("up", os.getpid())
-        client = IntakeClient(self.settings, timeout_s=1.0)
+        client = IntakeClient(self.settings, timeout_s=1.0, role=keys.SUPERVISOR_ROLE)  # its restarts: its key only
         try:
             code = self._start_broker(stop, announce)
             if code is None:

@@ -62,7 +62,8 @@ def _serve(settings: Settings, stop: threading.Event) -> None:
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     folder = settings.keys_folder if server is not None else None
     core = Router(settings, approvers=keys.approvers(folder) if folder is not None else {},
-                  smtp_keys=keys.smtp_keys(folder) if folder is not None else ())
+                  smtp_keys=keys.smtp_keys(folder) if folder is not None else (),
+                  client_roles=keys.client_roles(folder) if folder is not None else {})
     endpoints.listen()
     watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
     carry_out = CarryOut(settings, core, endpoints, journal, writer, Storage(core.counters))

@@ -30,6 +30,9 @@ The rules kept here:
 - A Submit's sender_proof is kept only when it comes with the SMTP intake's key
   (`smtp_keys`): the CLI's, the supervisor's and the page's keys share the intake endpoint
   but check no signature, so a proof they claim is recorded as "none", with a violation.
+- A peer writes a trace line of its own (a Notice, an Event) only under a stage its key's
+  role may write (`client_roles`: public key -> role; broker.events.WRITES): supervisor
+  lines from the supervisor's key alone. Any other is a recorded violation, not a line.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ MAX_REMEMBERED = 100_000  # at least this many finished outcomes kept to answer 
 
 class Router:
     def __init__(self, settings: Settings, boot: int | None = None, approvers: dict[str, str] | None = None,
-                 smtp_keys: Collection[str] = ()) -> None:
+                 smtp_keys: Collection[str] = (), client_roles: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.counters: collections.Counter[str] = collections.Counter()
         self.out = Outbox()
@@ -112,6 +115,9 @@ class Router:
         self.flights = self.lifecycle.flights
         self.waiting = self.lifecycle.waiting
         self.approvers, self.smtp_keys = self.intake.approvers, self.intake.smtp_keys
+        # Whose each client key is (z85 public key -> role, keys.client_roles): what trace
+        # lines of its own it may write (broker.events.WRITES).
+        self.client_roles = dict(client_roles or {})
         self._last_heartbeat = 0.0
         # Keyed by the message's type, so each handler is given the type it takes.
         self._handlers: dict[type[Message], Callable[[str, bytes, typing.Any, float], None]] = {
@@ -175,6 +181,9 @@ class Router:
                 self.intake.decide(role, identity, message, now, key)
             case Submit():
                 self.intake.submit(role, identity, message, now, key)
+            case Event() | Notice() if (refusal := events.writer_refusal(
+                    self.client_roles, key, role if isinstance(message, Event) else SUPERVISOR)):
+                self._violation(role, type(message).__name__.lower(), refusal)
             case Event(event=event) | Notice(event=event) if (
                     refusal := events.refusal(event, role, isinstance(message, Event))):
                 self._violation(role, type(message).__name__.lower(), refusal)

@@ -1,8 +1,10 @@
 """The dashboard's routes: the page, its state, its event stream, and injection.
 
     GET  /             the page (static/index.html; assets under /static/)
-    GET  /api/state    a snapshot: cards with their events, counters, the plan, the queue
-    GET  /events       server-sent events (see stream.py)
+    GET  /api/state    a snapshot: cards with their events, counters, the plan, the queue,
+                       within one page's byte budget (snapshot.py)
+    GET  /events       server-sent events (see stream.py); a client past its share of
+                       streams, or any past the total, is answered 503 with Retry-After
     POST /api/inject   {"text": ...} or {"sample": NAME} -> {"id": message id}
 
 Every response carries a strict Content-Security-Policy (scripts and styles from this
@@ -40,11 +42,11 @@ from dashboard.config import DashboardConfig
 from dashboard.feed import TraceFeed
 from dashboard.naive_pane import NaivePane
 from dashboard.state import Board
-from dashboard.stream import Hub
+from dashboard.stream import Hub, Refused
 
 STATIC = Path(__file__).resolve().parent / "static"
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies and dead-client detection honest
-STREAMS_FULL_RETRY_S = 5  # Retry-After on a 503 for one stream too many
+STREAMS_FULL_RETRY_S = 5  # Retry-After on a 503 for one stream too many (in all, or for its client)
 MAX_REQUEST_BYTES = 2 * 1024 * 1024
 MAX_TEXT_BYTES = 1024 * 1024  # the broker itself rejects emails over its own limit, with a rule
 
@@ -104,7 +106,8 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
                 "sources": {"stream": settings.endpoint("trace"),
                             "file": str(trace_file) if trace_file.is_file() else None}}
 
-    hub = Hub(board, extra, max_streams=config.max_streams, buffer_bytes=config.stream_buffer_bytes)
+    hub = Hub(board, extra, max_streams=config.max_streams, max_streams_per_client=config.max_streams_per_client,
+              buffer_bytes=config.stream_buffer_bytes)
     naive_runs: set[asyncio.Task[None]] = set()
     # The trace endpoint lets in the dashboard's key only; read at start: a bad key fails here.
     curve = client_keys(settings, "dashboard") if live else (None, None)
@@ -131,18 +134,19 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
         return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
 
     async def state(request: Request) -> Response:
-        return json_response(hub.snapshot())
+        return Response(hub.state(), media_type="application/json", headers={"cache-control": "no-store"})
 
     async def events(request: Request) -> Response:
-        opened = hub.subscribe()
-        if opened is None:  # the page's EventSource tries again after Retry-After
-            return json_response({"error": f"{config.max_streams} event streams are open; try again shortly"}, 503,
-                                 headers={"retry-after": str(STREAMS_FULL_RETRY_S)})
+        opened = hub.subscribe(request.client.host if request.client else None)
+        if isinstance(opened, Refused):  # the page's script tries again after a while
+            return json_response({"error": opened.reason}, 503, headers={"retry-after": str(STREAMS_FULL_RETRY_S)})
         subscriber, first = opened
+        unsent = [first]  # the snapshot, let go once sent: an open stream does not keep it
+        del first
 
         async def stream() -> AsyncIterator[str]:
             try:
-                yield first
+                yield unsent.pop()
                 while True:
                     try:
                         message = await asyncio.wait_for(subscriber.get(), KEEPALIVE_S)

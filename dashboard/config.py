@@ -9,10 +9,15 @@
     AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
     AIRLOCK_DASHBOARD_MAX_STREAMS    open /events streams at once (default 32); one more is
                                      answered 503, so slow pages cannot pile up without end
+    AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT  of those, what one client (one peer
+                                     address; one /64 for IPv6) may hold (default 8); its
+                                     next is answered 503, and other clients still get theirs
     AIRLOCK_DASHBOARD_MAX_CONNECTIONS HTTP connections at once (default 128); a request on
                                      one more is answered 503 by the server
     AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES  bytes of events waiting for one page (default
-                                     524288); past it the page is dropped and reconnects
+                                     524288); past it the page is dropped and reconnects.
+                                     A page's first event (the snapshot) and GET /api/state
+                                     are held to it too: the newest cards that fit
     AIRLOCK_DASHBOARD_STREAM_STALL_S seconds a connection may take nothing while data waits
                                      for it (default 10); then it is closed
 """
@@ -32,8 +37,9 @@ from airlock.errors import SettingsError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# The page's bounds under slow or many readers (issue 14): each default named once, here.
+# The page's bounds under slow or many readers: each default named once, here.
 MAX_STREAMS = 32  # event streams open at once
+MAX_STREAMS_PER_CLIENT = 8  # of those, what one client may hold: a quarter
 MAX_CONNECTIONS = 128  # HTTP connections at once
 STREAM_BUFFER_BYTES = 512 * 1024  # events waiting for one page before it is dropped
 STREAM_STALL_S = 10.0  # a connection that takes nothing this long while data waits is closed
@@ -46,6 +52,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     naive_model_url: str | None
     samples_dir: Path
     max_streams: int
+    max_streams_per_client: int
     max_connections: int
     stream_buffer_bytes: int
     stream_stall_s: float
@@ -68,6 +75,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
         "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), str(MAX_STREAMS)),
+        "max_streams_per_client": read("AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT", settings_module.positive(int),
+                                       str(MAX_STREAMS_PER_CLIENT)),
         "max_connections": read("AIRLOCK_DASHBOARD_MAX_CONNECTIONS", settings_module.positive(int),
                                 str(MAX_CONNECTIONS)),
         "stream_buffer_bytes": read("AIRLOCK_DASHBOARD_STREAM_BUFFER_BYTES", settings_module.positive(int),

@@ -34,7 +34,7 @@ POLL_S = 0.2
 FILE_POLL_S = 1.0
 SEEN_LIMIT = 50_000  # line digests remembered for deduplication
 INITIAL_BYTES = 32 * 1024 * 1024  # at start, only this much of the file's end is read
-CHUNK = 1000  # records per delivery, so a long file does not hold the event loop at once
+CHUNK = 1000  # lines (frames, from the stream) per delivery, so a long file does not hold the event loop at once
 RECONNECT_IVL_MS, RECONNECT_IVL_MAX_MS = 100, 2000
 
 Deliver = Callable[[list[dict[str, Any]]], object]  # what it returns is not read
@@ -161,8 +161,10 @@ class TraceFeed:
 
     def _take(self, lines: list[bytes]) -> None:
         # Each line as airlock.published shows it, before the digest: the broker publishes
-        # lines that way and the file holds them whole, and both must dedup to one.
-        shown = (published.line(line) for line in lines)
-        taken = [record for line in shown if self.dedup.fresh(line) for record in decode(line)]
-        for start in range(0, len(taken), CHUNK):
-            self.deliver(taken[start:start + CHUNK])
+        # lines that way and the file holds them whole, and both must dedup to one. A chunk
+        # of lines at a time, so the records of a long first read are never all held at once.
+        for start in range(0, len(lines), CHUNK):
+            shown = (published.line(line) for line in lines[start:start + CHUNK])
+            taken = [record for line in shown if self.dedup.fresh(line) for record in decode(line)]
+            if taken:
+                self.deliver(taken)

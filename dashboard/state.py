@@ -34,7 +34,7 @@ import collections
 from collections.abc import Iterable
 from typing import Any
 
-from airlock.terminal import shown as escaped
+from airlock.terminal import hidden, shown as escaped
 
 EMAIL_LIMIT = 500  # cards kept in memory; the oldest finished one goes first
 OPEN_LIMIT = 200_000  # emails remembered as received or escalated, not yet final
@@ -48,14 +48,47 @@ COLUMNS = ("reader", "validator", "actor")
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
 WAITING = "escalated"  # the one outcome that is not final: it waits for a person
 EVENTS_PER_CARD = 64  # the timeline kept per card (stage and event of each trace line)
-TEXT_LIMIT = 2000  # characters of any one text field a card carries
+TEXT_LIMIT = 2000  # characters of any one text field a card carries, counted as shown (escaped)
+CUT_MARK = "[...]"  # ends a text cut at TEXT_LIMIT; ASCII, so an escaped text stays one byte a character
 
 
 def shown(value: Any) -> str:
-    """Text for a person: printable per line (newlines kept), capped in length."""
+    """Text for a person: printable per line (newlines kept), at most TEXT_LIMIT characters
+    as shown. The cap counts the escapes, not the characters that arrived: an invisible
+    character is shown as up to ten, so a cap on what arrived let one field grow tenfold.
+    A cut text ends with CUT_MARK, after a whole escape."""
     text = value if isinstance(value, str) else "" if value is None else str(value)
     text = text[:TEXT_LIMIT]
+    if "\\" not in text and text.replace("\n", "").isprintable():
+        return text  # the common case, checked in C: nothing to escape
+    if _fitting(text, TEXT_LIMIT) == len(text):
+        return _escaped_lines(text)
+    return _escaped_lines(text[:_fitting(text, TEXT_LIMIT - len(CUT_MARK))]) + CUT_MARK
+
+
+def _escaped_lines(text: str) -> str:
     return "\n".join(escaped(part) for part in text.split("\n"))
+
+
+def _fitting(text: str, limit: int) -> int:
+    """How many characters of `text` fit in `limit` characters once escaped (as
+    airlock.terminal writes them: \\xNN, \\uNNNN, \\UNNNNNNNN). A backslash counts as two
+    (it is doubled when an escape letter follows), so this never overshoots."""
+    used = 0
+    for count, ch in enumerate(text):
+        used += _shown_length(ch)
+        if used > limit:
+            return count
+    return len(text)
+
+
+def _shown_length(ch: str) -> int:
+    if ch == "\\":
+        return 2
+    if ch == "\n" or not hidden(ch):
+        return 1
+    code = ord(ch)
+    return 4 if code < 0x100 else 6 if code < 0x10000 else 10
 
 
 def shown_args(args: Any) -> dict[str, str]:

@@ -242,6 +242,12 @@ function applySnapshot(snap) {
   snap.cards.forEach((card) => upsertCard(card, false));
   snap.naive_runs.forEach(upsertNaive);
   snap.system.forEach(systemLine);
+  // The snapshot holds what fits in one page's byte budget: say what it left out.
+  const left = snap.left_out || {};
+  const omitted = Object.keys(left).filter((name) => left[name] > 0).map((name) => left[name] + ' ' + name);
+  if (omitted.length) {
+    systemLine({ stage: 'page', event: 'snapshot', detail: 'older items not sent (page budget): ' + omitted.join(', ') });
+  }
   setCounters(snap.counters);
   renderQueue();
   const status = document.getElementById('naive-status');

@@ -1,4 +1,4 @@
-"""The page's event streams under slow readers (issue 14, point 10): capped in number,
+"""The page's event streams under slow readers: capped in number, in all and per client,
 bounded per stream, and a reader that takes nothing is disconnected, so memory stays flat."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import ROOT
 
 MAX_STREAMS, STALL_S, MAX_CONNECTIONS = 8, 1.0, 80
+PER_CLIENT = 4  # of MAX_STREAMS, what one peer address may hold
 SLOW_READERS = 60
 KEEP_ALIVE_S = 5  # uvicorn's default: how long a 503'd connection may idle before it is closed
 REQUEST = b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -37,7 +38,8 @@ def page(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRLOCK_DASHBOARD_MAX_STREAMS": str(MAX_STREAMS),
            "AIRLOCK_DASHBOARD_STREAM_STALL_S": str(STALL_S),
-           "AIRLOCK_DASHBOARD_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
+           "AIRLOCK_DASHBOARD_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+           "AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT": str(PER_CLIENT)}
     process = subprocess.Popen([sys.executable, "-m", "tests.integration.fed_dashboard", str(port), str(tmp_path)],
                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None  # piped
@@ -50,17 +52,18 @@ def page(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str]]]:
         process.stdout.close()
 
 
-def slow_reader(port: int) -> socket.socket:
-    """Asks for the stream, then never reads: the smallest receive window it can have."""
+def slow_reader(port: int, source: str = "127.0.0.1") -> socket.socket:
+    """Asks for the stream from `source`, then never reads: the smallest receive window it can have."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind((source, 0))
     sock.connect(("127.0.0.1", port))
     sock.sendall(REQUEST)
     return sock
 
 
-def status_line(port: int) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+def status_line(port: int, source: str = "127.0.0.1") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
         sock.sendall(REQUEST)
         return sock.recv(64).split(b"\r\n")[0]
 
@@ -88,7 +91,7 @@ def test_slow_readers_are_capped_dropped_and_cost_bounded_memory(page) -> None:
     port, process = page
     time.sleep(3)  # the board fills: every snapshot is then large (500 changing cards)
     before = rss_mb(process.pid)
-    readers = [slow_reader(port) for _ in range(SLOW_READERS)]
+    readers = [slow_reader(port, f"127.0.0.{2 + n % 10}") for n in range(SLOW_READERS)]
     time.sleep(0.5)
     answers = []
     for sock in readers:
@@ -122,3 +125,20 @@ def test_connections_past_the_cap_are_refused(page) -> None:
             sock.close()
     time.sleep(0.5)
     assert status_line(port) == b"HTTP/1.1 200 OK"
+
+
+def test_one_client_holding_its_share_cannot_lock_out_another(page) -> None:
+    """One address holding every stream it can gets 503 past its share; another address is still served."""
+    port, _ = page
+    greedy = [slow_reader(port) for _ in range(MAX_STREAMS)]
+    try:
+        answers = []
+        for sock in greedy:
+            sock.settimeout(5)
+            answers.append(sock.recv(64).split(b"\r\n")[0])
+        assert answers.count(b"HTTP/1.1 200 OK") == PER_CLIENT, answers
+        assert status_line(port) == b"HTTP/1.1 503 Service Unavailable"
+        assert status_line(port, "127.0.0.2") == b"HTTP/1.1 200 OK"
+    finally:
+        for sock in greedy:
+            sock.close()

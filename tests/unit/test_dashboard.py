@@ -20,7 +20,7 @@ from dashboard.config import load as load_config
 from dashboard.feed import Dedup, FileTail, decode
 from dashboard.naive_pane import NaivePane, parse_output
 from dashboard.state import Board
-from dashboard.stream import Hub, Subscriber, sse
+from dashboard.stream import Hub, Refused, Subscriber, sse
 from tests import images
 
 if TYPE_CHECKING:
@@ -237,9 +237,9 @@ def test_dedup_lets_each_line_through_once() -> None:
 
 
 def subscribed(hub: Hub) -> tuple[Subscriber, str]:
-    """A new page's subscriber and first event (subscribe gives None only past max_streams)."""
+    """A new page's subscriber and first event (subscribe refuses only past max_streams)."""
     page = hub.subscribe()
-    assert page is not None
+    assert not isinstance(page, Refused)
     return page
 
 
@@ -292,11 +292,11 @@ async def test_hub_caps_open_streams_and_counts_a_dropped_one_until_it_ends() ->
     really ends (the server closes a connection that reads nothing), then it is free."""
     hub = Hub(Board(PLAN), max_streams=2, buffer_bytes=256)
     first, _ = subscribed(hub)
-    assert hub.subscribe() is not None and hub.subscribe() is None
+    assert not isinstance(hub.subscribe(), Refused) and isinstance(hub.subscribe(), Refused)
     hub.publish(seed_records())  # both dropped: they read nothing
-    assert not hub.subscribers and hub.subscribe() is None
+    assert not hub.subscribers and isinstance(hub.subscribe(), Refused)
     hub.unsubscribe(first)
-    assert hub.subscribe() is not None
+    assert not isinstance(hub.subscribe(), Refused)
 
 
 # --- the walls ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from airlock.wire import Hello, Passed, Reading, Submit
 from broker.router import Router, Send
 from dashboard.feed import Dedup, decode
 from dashboard.state import Board
-from dashboard.stream import Hub
+from dashboard.stream import Hub, Refused
 from tests import lines as trace_lines
 from tests.unit.test_router import sent_email
 
@@ -71,7 +71,7 @@ def test_the_page_never_shows_another_customers_address_or_status(attack_lines) 
     no snapshot holds the owner or the status; the card still shows the refusal."""
     hub = Hub(Board([("shop", "lookup_order"), ("mail", "send_status")]))
     subscribed = hub.subscribe()
-    assert subscribed is not None
+    assert not isinstance(subscribed, Refused)
     page, _ = subscribed
     hub.publish([record for line in attack_lines for record in decode(line)])  # as the feed reads the file
     sent: list[str] = []
