@@ -158,6 +158,9 @@ BAD_EMAILS = [
     pytest.param(b"\xff\xfe broken \xfa", "latin.txt", "mail.charset", id="not-utf8-text"),
     pytest.param(b"Content-Type: text/plain; charset=x-unknown\n\nOrder 4411", "odd.eml", "mail.charset",
                  id="unknown-charset"),
+    pytest.param(b"Content-Type: text/plain; charset=utf-8\n\nBestellung f\xfcr 4411", "bad.eml", "mail.charset",
+                 id="invalid-in-declared-charset"),
+    pytest.param(b"Subject: Bestellung f\xfcr 4411\n\nOrder 4411", "header.eml", "mail.charset", id="8-bit-header"),
     # issue 14's reader memory bomb: 18,000 RFC 2047 encoded words in a Subject, under 256 KiB
     pytest.param(("From: a@example.com\nSubject: " + " ".join(["=?utf-8?q?a?="] * 18_000) + "\n\nOrder 4411").encode(),
                  "bomb.eml", "mail.too_complex", id="encoded-word-bomb"),
