@@ -181,6 +181,14 @@ def test_bad_emails_get_a_typed_rejection(rejecting_stack: Stack, tmp_path: Path
     assert rejecting_stack.calls() == []
 
 
+def test_text_argument_that_is_not_utf8_is_refused(rejecting_stack: Stack) -> None:
+    """`inject --text` with bytes that are not UTF-8 ends rejected mail.charset, before any model."""
+    (result,) = rejecting_stack.inject("--text", "Bestellung f\udcfcr 4411")  # argv's byte 0xFC
+    (outcome,) = rejecting_stack.trace(result["id"], "outcome")
+    assert (outcome["outcome"], outcome["rule"]) == ("rejected", "mail.charset")
+    assert rejecting_stack.trace(result["id"], "model_answer") == [] and rejecting_stack.calls() == []
+
+
 def test_every_sample_gets_exactly_one_outcome_and_only_planned_calls(stack) -> None:
     """All shipped samples: one outcome each, and every call is a planned one with digits."""
     s = stack().start("--readers", "2")
