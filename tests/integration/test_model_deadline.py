@@ -26,6 +26,7 @@ DEADLINE_S = 1.0
 SLACK_S = 0.5  # thread start, socket shutdown, a busy test machine
 GIVE_UP_AFTER_S = 10.0  # a test waits this long past the deadline before it calls the request hung
 DRIP_EVERY_S = 0.02  # one byte this often: every read returns before a per-read timeout would
+STACK_EMAIL_S = 10.0  # one email through a stack whose model times out: the deadline, a CLI start, the rest
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 # What each server sends at once, then the endless bytes it drips one at a time.
@@ -160,8 +161,11 @@ def test_a_stack_with_a_dripping_model_completes_each_email_from_its_recording(s
     server = drip("body-chunked")
     s = stack(AIRLOCK_MODEL_TIMEOUT_S=str(DEADLINE_S), AIRLOCK_READ_DEADLINE_S="20").start("--model-url", server.url)
     for _ in range(2):
+        started = time.monotonic()
         (result,) = s.inject(str(SEED))
-        assert result["outcome"] == "completed", result
+        took = time.monotonic() - started
+        assert result["outcome"] == "completed" and took < STACK_EMAIL_S, (result, took)
         (answer,) = s.trace(result["id"], "model_answer")
         assert answer["source"] == "recorded" and answer["model_error"].startswith("timeout"), answer
     assert server.requests >= 2
+    assert s.trace(event="service_restarted") == []  # the same reader served both
