@@ -180,7 +180,9 @@ def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
 
     items: list[Submission] = []
     if args.text is not None:
-        raw = args.text.encode("utf-8")
+        # The argument's own bytes (Python holds the ones that are not UTF-8 as surrogates):
+        # the reader refuses text that is not UTF-8 (mail.charset), nothing guesses here.
+        raw = args.text.encode("utf-8", "surrogateescape")
         if len(raw) > limit:
             raise sources.too_large("--text", str(len(raw)), limit, LIMIT_SETTING)
         items.append(Submission(raw, "text", "--text"))

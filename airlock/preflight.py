@@ -21,21 +21,16 @@ import importlib.util
 import os
 import socket
 import stat
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import msgspec
 
-from airlock import bindhosts, locks
+from airlock import bindhosts, httpdeadline, locks
 from airlock.errors import AlreadyRunning, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url, model_server_root
 
 PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the model is local, as in the reader
-
 
 def require_extra(what: str, modules: tuple[str, ...], extra: str) -> None:
     """ConfigError naming the missing modules and the pip command that installs `extra`."""
@@ -52,23 +47,17 @@ def models_url(base: str) -> str:
 
 def model_silence(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     """None if something answers HTTP at the model URL (any status: a server that lacks
-    /v1/models still serves chat), else why not, e.g. "connection refused"."""
-    try:
-        with _opener.open(urllib.request.Request(models_url(url), method="GET"), timeout=timeout_s):
-            return None
-    except urllib.error.HTTPError:
+    /v1/models still serves chat), else why not, e.g. "connection refused". The probe is
+    held to its timeout whatever the server does (airlock.httpdeadline)."""
+    answer = httpdeadline.request("GET", models_url(url), timeout_s)
+    if isinstance(answer, httpdeadline.Answered):
         return None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, ConnectionRefusedError):
+    match answer.kind:
+        case "refused":
             return "connection refused"
-        if isinstance(reason, (socket.timeout, TimeoutError)):
+        case "timeout":
             return f"no answer within {timeout_s:g} s"
-        return str(reason)
-    except TimeoutError:
-        return f"no answer within {timeout_s:g} s"
-    except (OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+    return answer.detail
 
 
 class _Slots(msgspec.Struct):
@@ -84,11 +73,12 @@ def model_slots(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> int | None:
     readers unless --readers says otherwise: a reader holds one email while it asks, so
     readers = slots keeps a queue from forming in front of the model, where it would eat
     into each email's model timeout."""
+    answer = httpdeadline.request("GET", model_server_root(url) + "/props", timeout_s, max_body_bytes=1024 * 1024)
+    if not isinstance(answer, httpdeadline.Answered) or not 200 <= answer.status < 300 or not answer.body:
+        return None
     try:
-        request = urllib.request.Request(model_server_root(url) + "/props", method="GET")
-        with _opener.open(request, timeout=timeout_s) as response:
-            return msgspec.json.decode(response.read(1024 * 1024), type=_Slots).total_slots
-    except (OSError, ValueError, msgspec.DecodeError):  # URLError and HTTPError are OSErrors
+        return msgspec.json.decode(answer.body, type=_Slots).total_slots
+    except msgspec.DecodeError:
         return None
 
 

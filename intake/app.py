@@ -3,8 +3,8 @@
 Each message received over SMTP is submitted to the broker's intake endpoint as one `eml`
 email, byte for byte as it arrived (CRLF line ends and all: the journal and the trace keep
 what came in; the reader's prompt evens out line ends), whose origin is
-`smtp:<envelope sender>`. So the broker's size limit counts the CRLFs too: an email just
-under AIRLOCK_MAX_EMAIL_BYTES as a file can be `intake.too_large` over SMTP. Its sender is
+`smtp:<envelope sender>`. So the size limit counts the CRLFs too: an email just under
+AIRLOCK_MAX_EMAIL_BYTES as a file can be refused 552 over SMTP. Its sender is
 the From address with what proves it (intake/authentication.py: a verified DKIM signature
 of the From domain, or a trusted Authentication-Results header); without a proof it is
 unverified and corroborates nothing. The reply tells the sender the truth:
@@ -12,8 +12,9 @@ unverified and corroborates nothing. The reply tells the sender the truth:
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
 - 451 (transient): the broker did not answer; the sender keeps the email and retries.
   Mail is never answered 250 unless it was handed over, so nothing is dropped silently.
-- 552 (from aiosmtpd): bigger than one broker frame can carry. Anything smaller goes to
-  the broker, which rejects emails over its own limit with a recorded `intake.too_large`.
+- 552 (from aiosmtpd): bigger than the stack keeps (data_size_limit, which EHLO advertises
+  as SIZE): at MAIL for a SIZE= parameter over it, else once the DATA is in. Such mail never
+  reaches the broker, and the sending server keeps it, knowing it was not delivered.
 
 Any recipient is accepted: nothing is relayed, every email goes to the broker only.
 A 451 whose Submit did reach a slow broker means the retry arrives twice (at least once,
@@ -76,11 +77,12 @@ def verifier(smtp: SmtpSettings, max_email_bytes: int = 0) -> Verifier:
 
 
 def data_size_limit(settings: Settings) -> int:
-    """The largest DATA, in bytes, whose Submit still fits in one broker frame."""
+    """The largest DATA, in bytes, the stack keeps: AIRLOCK_MAX_EMAIL_BYTES, or less where a
+    broker frame could not carry its Submit. EHLO advertises it as SIZE."""
     if settings.max_frame_bytes <= FRAME_HEADROOM_BYTES:
         raise SettingsError(f"setting AIRLOCK_MAX_FRAME_BYTES={settings.max_frame_bytes} is too small "
                             f"for the SMTP intake: must be over {FRAME_HEADROOM_BYTES}")
-    return settings.max_frame_bytes - FRAME_HEADROOM_BYTES
+    return min(settings.max_email_bytes, settings.max_frame_bytes - FRAME_HEADROOM_BYTES)
 
 
 class Submitter(Protocol):

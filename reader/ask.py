@@ -3,10 +3,13 @@
 One Asker per reader process. It decides once which constraint the endpoint takes
 (AIRLOCK_MODEL_CONSTRAINT; `auto` asks the server's /props) and then adds it to every request
 of a task that enables it. `airlock record` asks through the same Asker, so a recording holds
-the answer the reader itself would get.
+the answer the reader itself would get. The model timeout is one deadline per email: a /props
+question asked for that email and its completion share it.
 """
 
 from __future__ import annotations
+
+import time
 
 from airlock.settings import Settings
 from airlock.task import Task
@@ -28,12 +31,12 @@ class Asker:
         elif self.setting == "json_schema":
             self._kind = "json_schema"
 
-    def kind(self) -> constraint.Kind | None:
+    def kind(self, deadline: float | None = None) -> constraint.Kind | None:
         """The constraint to send, or None. `auto` asks the server until it says what it is:
         a server not up yet, or llama-server still loading its model (503 on every route but
         /v1/models), is asked again with the next email (that email goes unconstrained)."""
         if not self._decided:
-            props = model.llama_cpp_props(self.url, self.timeout_s)
+            props = model.llama_cpp_props(self.url, self.timeout_s, deadline)
             if isinstance(props, model.ServerProps):
                 self._kind, self._decided = "gbnf", True
             elif props.kind == "bad_body" or (props.kind == "http_error" and props.status in NOT_THERE):
@@ -51,9 +54,10 @@ class Asker:
         return grounding.candidates(text, text.startswith(SUBJECT_LABEL), self.narrow)
 
     def __call__(self, messages: ChatMessages) -> model.ModelAnswer | model.ModelFailure:
-        kind = self.kind()
+        deadline = time.monotonic() + self.timeout_s
+        kind = self.kind(deadline)
         fields = constraint.request_fields(kind, self.narrow, self.allowed(messages)) if kind else None
-        answer = model.ask(self.url, self.name, messages, self.timeout_s, fields)
+        answer = model.ask(self.url, self.name, messages, self.timeout_s, fields, deadline)
         if fields and kind and isinstance(answer, model.ModelAnswer):
             return model.ModelAnswer(text=constraint.unwrap(kind, answer.text), ms=answer.ms, constraint=kind)
         return answer

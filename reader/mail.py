@@ -1,7 +1,8 @@
 """Untrusted bytes -> sender, subject and body text, or a typed reason why not.
 
 Parsing happens here, in the reader, because the reader is the one process built to hold
-hostile text. Nothing here guesses: an unknown charset or an empty body is a MailProblem.
+hostile text. Nothing here guesses: an unknown charset, an empty body, or text whose bytes
+are not valid in the charset it declares (reader.charset's rule) is a MailProblem.
 An email that would cost the stdlib's parsers more than airlock.mailbounds allows (parts,
 nesting, header fields, header characters; an HTML body's unclosed markup and attribute
 count) is `mail.too_complex`, refused before that parser does the work.
@@ -23,7 +24,8 @@ from html.parser import HTMLParser
 import msgspec
 
 from airlock import mailbounds
-from reader import simplemail
+from reader import charset, simplemail
+from reader.charset import NOT_CHARSETS
 
 
 class ParsedEmail(msgspec.Struct, frozen=True):
@@ -58,13 +60,16 @@ def _parse_eml(raw: bytes, fast: bool) -> ParsedEmail | MailProblem:
     try:
         simple = simplemail.read(raw) if fast else None
         if simple is not None:
-            return _checked(_from_simple(simple))
+            return _shown_problem(simple.sender_raw, simple.subject_raw) or _checked(_from_simple(simple))
         message = mailbounds.parse(raw, _POLICY, _Part)
         if isinstance(message, mailbounds.Exceeded):
             return too_complex(message)
-        return _charset_problem(message) or _checked(_from_message(message))
+        return (_header_bytes_problem(message) or _shown_problem(_raw(message, "from"), _raw(message, "subject"))
+                or _charset_problem(message) or _checked(_from_message(message)))
     except mailbounds.TooComplex as exc:
         return too_complex(exc.exceeded)
+    except UnicodeDecodeError as exc:  # a body part's bytes, decoded strictly in its charset
+        return MailProblem("mail.charset", charset.body_problem(exc))
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
     except Exception as exc:  # noqa: BLE001  the stdlib parser can raise many things on hostile MIME
@@ -218,7 +223,7 @@ def _from_message(message: EmailMessage) -> ParsedEmail:
         part = message
     body = ""
     if part is not None:
-        body = part.get_content()
+        body = part.get_content(errors="strict")
         if part.get_content_subtype() == "html":
             body = html_to_text(body)
     attachments = [str(p.get_filename() or p.get_content_type()) for p in message.iter_attachments()] \
@@ -232,10 +237,31 @@ def _from_message(message: EmailMessage) -> ParsedEmail:
     )
 
 
-# Codecs an email may not choose: they are not character sets but ways to rewrite text
-# (an email in unicode_escape decides that "\u0034" means "4"), or they yield lone
-# surrogates. Decoding with them would be a guess at what the sender meant.
-NOT_CHARSETS = {"unicode-escape", "raw-unicode-escape", "punycode", "idna", "utf-7", "unicode-internal"}
+def _raw(message: EmailMessage, name: str) -> str | None:
+    """The first `name` header's raw value, or None."""
+    for key, raw in message.raw_items():
+        if key.lower() == name:
+            return raw
+    return None
+
+
+def _header_bytes_problem(message: EmailMessage) -> MailProblem | None:
+    """Raw header bytes that are not UTF-8, in any part (reader.charset)."""
+    for part in message.walk():
+        for name, raw in part.raw_items():
+            reason = charset.header_bytes_problem(name, raw)
+            if reason:
+                return MailProblem("mail.charset", reason)
+    return None
+
+
+def _shown_problem(sender: str | None, subject: str | None) -> MailProblem | None:
+    """An encoded word in From or Subject that its charset does not hold (reader.charset)."""
+    for name, raw in (("From", sender), ("Subject", subject)):
+        reason = charset.encoded_words_problem(name, raw) if raw else None
+        if reason:
+            return MailProblem("mail.charset", reason)
+    return None
 
 
 def _checked(parsed: ParsedEmail) -> ParsedEmail | MailProblem:
@@ -252,15 +278,15 @@ def _checked(parsed: ParsedEmail) -> ParsedEmail | MailProblem:
 def _charset_problem(message: EmailMessage) -> MailProblem | None:
     parts = message.walk() if message.is_multipart() else [message]
     for part in parts:
-        charset = part.get_content_charset()
-        if not charset:
+        declared = part.get_content_charset()
+        if not declared:
             continue
         try:
-            name = codecs.lookup(charset).name
+            name = codecs.lookup(declared).name
         except LookupError:
             continue  # get_content() reports an unknown charset itself
         if name in NOT_CHARSETS:
-            return MailProblem("mail.charset", f"'{charset}' is not a character set an email may use")
+            return MailProblem("mail.charset", f"'{declared}' is not a character set an email may use")
     return None
 
 

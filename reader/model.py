@@ -3,25 +3,23 @@
 Each way the model can fail is a ModelFailure kind: refused (nothing listening), timeout,
 http_error, bad_body (not the JSON we asked for), unreachable. The client ignores proxy
 settings on purpose: the model is a local service, and the reader talks to nothing else.
+
+The timeout is a deadline for the whole request (connecting, the status line, the headers
+and the body), whatever the server does: airlock.httpdeadline holds it.
 """
 
 from __future__ import annotations
 
-import socket
 import time
-import urllib.error
-import urllib.request
-from typing import Annotated, Any, BinaryIO, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from airlock import httpdeadline
 from airlock.settings import model_api_url, model_server_root
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_TOKENS = 24  # the answer is one short value; a long answer is already a wrong one
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
 
 class ModelAnswer(msgspec.Struct, frozen=True):
     text: str
@@ -55,14 +53,13 @@ def completions_url(base: str) -> str:
 
 
 def ask(url: str, model: str, messages: list[dict[str, str]], timeout_s: float,
-        extra: dict[str, Any] | None = None) -> ModelAnswer | ModelFailure:
-    """One chat completion; `extra` adds request fields (a constraint: reader/constraint.py)."""
+        extra: dict[str, Any] | None = None, deadline: float | None = None) -> ModelAnswer | ModelFailure:
+    """One chat completion within `timeout_s` (and by `deadline`, a time.monotonic() value, if
+    given); `extra` adds request fields (a constraint: reader/constraint.py)."""
     body = msgspec.json.encode({"model": model, "messages": messages, "temperature": 0,
                                 "max_tokens": MAX_TOKENS, "stream": False, **(extra or {})})
-    request = urllib.request.Request(completions_url(url), data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
     started = time.monotonic()
-    raw = _fetch(request, url, timeout_s, started)
+    raw = _fetch("POST", url, completions_url(url), body, timeout_s, deadline)
     if isinstance(raw, ModelFailure):
         return raw
     try:
@@ -82,11 +79,10 @@ class ServerProps(msgspec.Struct):
 _props = msgspec.json.Decoder(ServerProps)
 
 
-def llama_cpp_props(url: str, timeout_s: float) -> ServerProps | ModelFailure:
+def llama_cpp_props(url: str, timeout_s: float, deadline: float | None = None) -> ServerProps | ModelFailure:
     """llama.cpp's GET /props: how many requests the server serves at once. Any other server
     answers it with an error (http_error) or a body without total_slots (bad_body)."""
-    request = urllib.request.Request(model_server_root(url) + "/props", method="GET")
-    raw = _fetch(request, url, timeout_s, time.monotonic())
+    raw = _fetch("GET", url, model_server_root(url) + "/props", None, timeout_s, deadline)
     if isinstance(raw, ModelFailure):
         return raw
     try:
@@ -95,38 +91,15 @@ def llama_cpp_props(url: str, timeout_s: float) -> ServerProps | ModelFailure:
         return ModelFailure("bad_body", f"not llama.cpp's /props: {exc}")
 
 
-def _fetch(request: urllib.request.Request, url: str, timeout_s: float, started: float) -> bytes | ModelFailure:
-    try:
-        with _opener.open(request, timeout=timeout_s) as response:
-            raw = _read_within(response, started + timeout_s)
-    except urllib.error.HTTPError as exc:
-        return ModelFailure("http_error", f"HTTP {exc.code} {exc.reason}", exc.code)
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ConnectionRefusedError):
-            return ModelFailure("refused", f"connection refused at {url}")
-        if isinstance(exc.reason, (socket.timeout, TimeoutError)):
-            return ModelFailure("timeout", f"no answer within {timeout_s} s")
-        return ModelFailure("unreachable", str(exc.reason))
-    except TimeoutError:
-        return ModelFailure("timeout", f"no answer within {timeout_s} s")
-    except (OSError, ValueError) as exc:  # resets, bad URLs, http.client protocol errors
-        return ModelFailure("unreachable", f"{type(exc).__name__}: {exc}")
-    if raw is None:
+def _fetch(method: str, url: str, target: str, body: bytes | None, timeout_s: float,
+           deadline: float | None) -> bytes | ModelFailure:
+    """The body of a 2xx answer, by the deadline whatever the server does (airlock.httpdeadline)."""
+    answer = httpdeadline.request(method, target, timeout_s, body=body, deadline=deadline,
+                                  max_body_bytes=MAX_BODY_BYTES)
+    if isinstance(answer, httpdeadline.Unanswered):
+        return ModelFailure(answer.kind, f"connection refused at {url}" if answer.kind == "refused" else answer.detail)
+    if not 200 <= answer.status < 300:
+        return ModelFailure("http_error", f"HTTP {answer.status} {answer.reason}", answer.status)
+    if answer.body is None:
         return ModelFailure("bad_body", f"response body over {MAX_BODY_BYTES} bytes")
-    return raw
-
-
-def _read_within(response: BinaryIO, deadline: float) -> bytes | None:
-    """Read the body in chunks, stopping at the size cap; a slow drip still hits the deadline."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        chunk = response.read(65536)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
+    return answer.body

@@ -23,7 +23,9 @@ What read() takes, and why each is exact:
   Content-Transfer-Encoding, exactly one of CTES; no Content-Disposition.
 The body is then what Message.get_payload(decode=True) and get_text_content make of it:
 quopri for quoted-printable, email._encoded_words.decode_b (and its defects) for base64, the
-bytes as they are otherwise, decoded with bytes.decode(charset, "replace"). From and Subject
+bytes as they are otherwise, decoded with bytes.decode(charset) strictly. Bytes not valid in
+their charset, in the body or (as UTF-8) in the headers, are the full parse's to refuse
+(reader.charset), so read() answers None for them. From and Subject
 may hold any text: they are returned raw, for reader.mail to show as the full parse does.
 These are CPython 3.11's steps; a Python whose email package reads differently fails the
 tests that hold the two paths equal rather than drifting from them.
@@ -80,7 +82,10 @@ def read(raw: bytes) -> Simple | None:
     head_match = _HEAD.match(raw)
     if head_match is None:
         return None
-    fields = _FIELDS.findall(raw[:head_match.end()].decode("ascii", "surrogateescape"))
+    head = raw[:head_match.end()]
+    if not head.isascii() and not _is_utf8(head):
+        return None  # header bytes that are not UTF-8: the full parse refuses them (reader.charset)
+    fields = _FIELDS.findall(head.decode("ascii", "surrogateescape"))
     if len(fields) >= mailbounds.MAX_HEADER_FIELDS:
         return None
     parsed_chars = 0
@@ -118,8 +123,20 @@ def read(raw: bytes) -> Simple | None:
     elif cte == "base64":
         payload, found_defects = decode_b(b"".join(payload.splitlines()))
         defects = [type(defect).__name__ for defect in found_defects]
-    return Simple(body=payload.decode(charset, "replace"), subtype=subtype, sender_raw=found.get("from"),
+    try:
+        text = payload.decode(charset)
+    except UnicodeDecodeError:
+        return None  # not valid in its charset: the full parse says so (reader.charset)
+    return Simple(body=text, subtype=subtype, sender_raw=found.get("from"),
                   subject_raw=found.get("subject"), defects=defects)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def unfolded(value: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from hypothesis import given
 
 from airlock import mailbounds
-from reader import mail
+from reader import charset, mail
 from reader.mail import MailProblem, ParsedEmail
 from tests.fuzz.test_mail_fuzz import ALL_CHARSETS, FUZZ, emails
 
@@ -36,9 +36,13 @@ def reference(raw: bytes) -> ParsedEmail | MailProblem:
     header classes, no kept parameter splits."""
     try:
         message = email.parser.BytesParser(policy=email.policy.default).parsebytes(raw)
-        return mail._charset_problem(message) or mail._checked(mail._from_message(message))
+        return (mail._header_bytes_problem(message)
+                or mail._shown_problem(mail._raw(message, "from"), mail._raw(message, "subject"))
+                or mail._charset_problem(message) or mail._checked(mail._from_message(message)))
     except mailbounds.TooComplex as exc:  # html_to_text's bounds are one of reader.mail's steps
         return mail.too_complex(exc.exceeded)
+    except UnicodeDecodeError as exc:  # a body part's bytes, decoded strictly in its charset
+        return MailProblem("mail.charset", charset.body_problem(exc))
     except LookupError as exc:
         return MailProblem("mail.charset", f"unknown charset: {exc}")
     except Exception as exc:  # noqa: BLE001  as reader.mail: the stdlib raises many things on hostile MIME

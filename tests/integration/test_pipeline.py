@@ -158,6 +158,9 @@ BAD_EMAILS = [
     pytest.param(b"\xff\xfe broken \xfa", "latin.txt", "mail.charset", id="not-utf8-text"),
     pytest.param(b"Content-Type: text/plain; charset=x-unknown\n\nOrder 4411", "odd.eml", "mail.charset",
                  id="unknown-charset"),
+    pytest.param(b"Content-Type: text/plain; charset=utf-8\n\nBestellung f\xfcr 4411", "bad.eml", "mail.charset",
+                 id="invalid-in-declared-charset"),
+    pytest.param(b"Subject: Bestellung f\xfcr 4411\n\nOrder 4411", "header.eml", "mail.charset", id="8-bit-header"),
     # issue 14's reader memory bomb: 18,000 RFC 2047 encoded words in a Subject, under 256 KiB
     pytest.param(("From: a@example.com\nSubject: " + " ".join(["=?utf-8?q?a?="] * 18_000) + "\n\nOrder 4411").encode(),
                  "bomb.eml", "mail.too_complex", id="encoded-word-bomb"),
@@ -176,6 +179,14 @@ def test_bad_emails_get_a_typed_rejection(rejecting_stack: Stack, tmp_path: Path
     assert outcome["rule"] == rule
     assert rejecting_stack.trace(result["id"], "model_answer") == []  # refused before any model
     assert rejecting_stack.calls() == []
+
+
+def test_text_argument_that_is_not_utf8_is_refused(rejecting_stack: Stack) -> None:
+    """`inject --text` with bytes that are not UTF-8 ends rejected mail.charset, before any model."""
+    (result,) = rejecting_stack.inject("--text", "Bestellung f\udcfcr 4411")  # argv's byte 0xFC
+    (outcome,) = rejecting_stack.trace(result["id"], "outcome")
+    assert (outcome["outcome"], outcome["rule"]) == ("rejected", "mail.charset")
+    assert rejecting_stack.trace(result["id"], "model_answer") == [] and rejecting_stack.calls() == []
 
 
 def test_every_sample_gets_exactly_one_outcome_and_only_planned_calls(stack) -> None:

@@ -131,17 +131,26 @@ def test_seed_email_over_smtp_completes_with_the_two_planned_calls(stack, intake
         ("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
 
-def test_mail_over_the_email_limit_reaches_the_broker_and_is_rejected(stack, intake) -> None:
-    """300 KiB and the largest DATA the intake takes both get 250, then a typed too_large outcome."""
+def test_the_size_advertised_is_the_size_kept_and_larger_mail_is_refused_552(stack, intake) -> None:
+    """EHLO's SIZE is AIRLOCK_MAX_EMAIL_BYTES; a 1.5 MB email is refused 552 at MAIL (SIZE=
+    declared) or at DATA (not declared), never queued; the largest kept email is queued."""
     s = stack().start()
     port = intake(s.env).port
-    largest = data_size_limit(settings_module.load(s.env))
-    ids = [queued_id(*send(port, email_of(size))) for size in (300 * 1024, largest)]
-    assert wait_until(lambda: len(outcomes(s)) == 2, timeout_s=60), s.trace()
-    for message_id in ids:
-        (outcome,) = s.trace(message_id, "outcome")
-        assert (outcome["outcome"], outcome["rule"]) == ("rejected", "intake.too_large")
-    assert s.calls() == []
+    kept = settings_module.load(s.env).max_email_bytes
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.ehlo()
+        assert smtp.esmtp_features["size"] == str(kept)
+    big = email_of(1_500_000)
+    with pytest.raises(smtplib.SMTPSenderRefused) as refused:
+        sendmail(port, big)  # smtplib declares SIZE=, as most clients do
+    assert refused.value.smtp_code == 552
+    assert send(port, big) == (552, "Error: Too much mail data")  # no SIZE declared
+    assert send(port, email_of(kept + 1)) == (552, "Error: Too much mail data")
+    message_id = queued_id(*send(port, email_of(kept)))
+    assert wait_until(lambda: len(outcomes(s)) == 1, timeout_s=60), s.trace()
+    (outcome,) = outcomes(s)
+    assert outcome["message_id"] == message_id and outcome.get("rule") != "intake.too_large", outcome
+    assert [r["message_id"] for r in s.trace(event="received")] == [message_id]
 
 
 def test_mail_over_a_frame_is_refused_552_and_never_submitted(stack, intake) -> None:

@@ -143,6 +143,13 @@ def test_oversized_text_is_refused_before_sending(env, capsys, monkeypatch) -> N
     assert "--text is 11 bytes; the limit is 10 (AIRLOCK_MAX_EMAIL_BYTES)" in capsys.readouterr().err
 
 
+def test_text_that_is_not_utf8_is_sent_as_its_bytes(env, capsys, monkeypatch) -> None:
+    """--text bytes that are not UTF-8 (surrogates in argv) are counted as bytes, no traceback."""
+    monkeypatch.setenv("AIRLOCK_MAX_EMAIL_BYTES", "5")
+    assert cli.main(["inject", "--text", "ab\udcffcd\udcfe"]) == 1
+    assert "--text is 6 bytes; the limit is 5 (AIRLOCK_MAX_EMAIL_BYTES)" in capsys.readouterr().err
+
+
 class EndlessStream(io.RawIOBase):
     """Standard input that never ends, counting what was read from it."""
 

@@ -166,12 +166,12 @@ def test_bad_smtp_port_names_the_key(port: str) -> None:
         load_smtp({"AIRLOCK_SMTP_PORT": port})
 
 
-def test_size_limit_leaves_room_for_the_submit_in_one_frame() -> None:
-    """DATA is capped just under the broker's frame limit, far over its email limit."""
+def test_size_limit_is_the_size_kept_and_fits_one_frame() -> None:
+    """DATA is capped at the email limit the broker keeps, and under a frame where that is smaller."""
     settings = settings_module.load({})
-    limit = data_size_limit(settings)
-    assert limit == settings.max_frame_bytes - FRAME_HEADROOM_BYTES
-    assert settings.max_email_bytes < limit < settings.max_frame_bytes
+    assert data_size_limit(settings) == settings.max_email_bytes
+    small_frames = settings_module.load({"AIRLOCK_MAX_FRAME_BYTES": str(FRAME_HEADROOM_BYTES + 1000)})
+    assert data_size_limit(small_frames) == 1000
     with pytest.raises(SettingsError, match="AIRLOCK_MAX_FRAME_BYTES"):
         data_size_limit(settings_module.load({"AIRLOCK_MAX_FRAME_BYTES": str(FRAME_HEADROOM_BYTES)}))
 
