@@ -25,7 +25,7 @@ from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.records import Started, Stopped, utc_now
 from airlock.settings import Settings
 from airlock.terminal import json_line
-from broker import auth
+from broker import auth, ids
 from broker.carry import CarryOut
 from broker.endpoints import Endpoints
 from broker.housekeeping import checkpoint, compact, compaction_due
@@ -58,10 +58,11 @@ def _serve(settings: Settings, stop: threading.Event) -> None:
         _abort(ctx, authenticator)
         raise
     journal = _open_journal(settings, ctx, authenticator)
+    boot = _take_boot(settings, journal, ctx, authenticator)
     writer = trace.TraceWriter(settings.trace_path, settings.trace_segment_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     folder = settings.keys_folder if server is not None else None
-    core = Router(settings, approvers=keys.approvers(folder) if folder is not None else {},
+    core = Router(settings, boot=boot, approvers=keys.approvers(folder) if folder is not None else {},
                   smtp_keys=keys.smtp_keys(folder) if folder is not None else ())
     endpoints.listen()
     watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
@@ -94,6 +95,23 @@ def _open_journal(settings: Settings, ctx: zmq.Context, authenticator: ThreadAut
         _abort(ctx, authenticator)
         print(f"broker: cannot open {path}: {exc}; exiting 75 (EX_TEMPFAIL) to be started again",
               file=sys.stderr, flush=True)
+        raise SystemExit(EX_TEMPFAIL) from None
+
+
+def _take_boot(settings: Settings, journal: Journal, ctx: zmq.Context,
+               authenticator: ThreadAuthenticator | None) -> int:
+    """This start's boot number, above every one the data dir has taken (broker.ids), on disk
+    before any id is handed out. The journal's ids count always; the trace's only when the
+    saved number is missing (a data dir an older broker made), as reading them costs a pass."""
+    seen: list[str] = list(journal.sizes)
+    if ids.last_boot(settings.data_dir) is None:
+        seen += trace.states(settings.trace_path)
+    try:
+        return ids.take_boot(settings.data_dir, seen)
+    except ids.BootUnsaved as exc:
+        journal.close()
+        _abort(ctx, authenticator)
+        print(f"broker: {exc.strerror}; exiting 75 (EX_TEMPFAIL) to be started again", file=sys.stderr, flush=True)
         raise SystemExit(EX_TEMPFAIL) from None
 
 

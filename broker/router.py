@@ -35,7 +35,6 @@ The rules kept here:
 from __future__ import annotations
 
 import collections
-import time
 import typing
 from collections.abc import Callable, Collection, Iterable
 
@@ -73,7 +72,7 @@ from airlock.wire import (
     Unreadable,
     Violation,
 )
-from broker import events, tracing
+from broker import events, ids, tracing
 from broker.dispatch import Dispatch
 from broker.intake import Intake
 from broker.journal import Entry
@@ -99,8 +98,9 @@ class Router:
         self.lifecycle = Lifecycle(settings, WORKER_ROLES, self.out, self.counters, MAX_REMEMBERED)
         self.dispatch = Dispatch(self.crew, self.lifecycle, self.out)
         self.unserved = Unserved(self.lifecycle, self.crew)
-        # Ids are <boot ms in hex>-<counter>: unique across broker restarts on this clock.
-        prefix = f"{boot if boot is not None else time.time_ns() // 1_000_000:x}"
+        # Ids are <boot in hex>-<counter>; the loop passes a boot number no start on this data
+        # dir took before (broker.ids), so no id repeats; without one, the clock's.
+        prefix = f"{boot if boot is not None else ids.clock_ms():x}"
         # The SMTP intake's public key(s) (z85, keys.smtp_keys): only a Submit proven to come
         # with one keeps its sender_proof; from any other key a proof is recorded as "none".
         # Whose each person's key is (z85 public key -> name, keys.approvers): a decision is
