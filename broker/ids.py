@@ -10,7 +10,7 @@ millisecond the data dir has seen (a clock stepped back, a box without a clock),
 repeated id makes a new email look like an old one: the actor finds its steps already in
 its ledger and runs no tool. So a start takes the clock's millisecond or the last boot
 number plus one, whichever is higher, and it is on disk (written, fsynced, renamed, the
-folder fsynced) before the broker opens a port for intake. A counter restarts at 1 with each
+folder fsynced) before the broker reads its first message. A counter restarts at 1 with each
 boot, so a boot number never taken before makes every id of that boot new.
 """
 
