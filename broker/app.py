@@ -1,6 +1,7 @@
 """The broker's process: sockets in, Router decisions, then journal, sockets and trace out.
 
-One turn (Broker.turn): read up to BATCH messages per socket (broker.endpoints), read back
+One turn (Broker.turn): read up to BATCH messages per socket (broker.endpoints), greet each
+new worker connection (one gone already is buried before it can be given work), read back
 what the journal's backlog has room for (broker.recovery), tick the Router, carry out the
 turn's effects in the order that makes the guarantees hold (broker.carry: journal fsynced
 once for the turn before any Accepted leaves, trace lines flushed at the end), then the
@@ -153,6 +154,8 @@ class Broker:
         deadline = core.next_deadline()
         wait_s = IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
         effects = self.endpoints.read(core, self.watch, wait_s)
+        if greetings := core.greetings():  # a connection gone already is buried before any work goes to it
+            self.carry_out(greetings)
         if self.backlog:
             effects += refill(core, self.journal, self.backlog, time.monotonic())
         effects += core.tick(time.monotonic())

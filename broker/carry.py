@@ -104,10 +104,11 @@ class CarryOut:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
-                if role == "intake":  # one client_gone line, however many answers it missed
-                    return refused + self.core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent)
-                for send in sends[sent:sent + count]:
-                    refused += self.core.undeliverable(send, time.monotonic())
+                # One client_gone line, however many answers it missed; a worker is lost at
+                # once, and what was refused here never reached it, so is not a delivery.
+                unsent = [send.message.message_id for send in sends[sent:] if hasattr(send.message, "message_id")]
+                return refused + self.core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent,
+                                                         unsent=unsent)
             sent += count
         return refused
 

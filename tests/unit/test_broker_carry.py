@@ -102,10 +102,13 @@ def test_a_failed_fsync_refuses_the_email_and_ends_it_failed(settings, capsys) -
 
 
 def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> None:
-    """What the socket refused comes back as the Router's effects, after this turn's lines."""
+    """What the socket refused comes back as the Router's effects, after this turn's lines;
+    the email it refused never reached a worker, so it is sent again, not failed, even at
+    max_attempts 1."""
     log, router = turn(msgspec.structs.replace(settings, max_attempts=1), gone=("reader",))
     lines = [json.loads(line)["event"] for role, chunk in log if role == "trace" for line in chunk.splitlines()]
-    assert lines[-2:] == ["worker_lost", "outcome"] and b"r1" not in router.workers["reader"]
+    assert lines[-2:] == ["worker_lost", "redelivery"] and b"r1" not in router.workers["reader"]
+    assert [flight.attempts for flight in router.flights.values()] == [0]
 
 
 @pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
