@@ -29,6 +29,7 @@ from airlock.terminal import json_line
 from broker import auth, ids
 from broker.carry import CarryOut
 from broker.endpoints import Endpoints
+from broker.folding import Folder
 from broker.housekeeping import checkpoint, compact, compaction_due
 from broker.journal import Journal, Position
 from broker.recovery import damage_detail, recover, refill
@@ -68,7 +69,7 @@ def _serve(settings: Settings, stop: threading.Event) -> None:
     endpoints.listen()
     watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
     carry_out = CarryOut(settings, core, endpoints, journal, writer, Storage(core.counters))
-    broker = Broker(settings, core, endpoints, journal, writer, carry_out, watch)
+    broker = Broker(settings, core, endpoints, journal, writer, carry_out, watch, Folder(settings))
     broker.start(secure=server is not None)
     try:
         while not stop.is_set():
@@ -127,6 +128,7 @@ class Broker:
     writer: trace.TraceWriter
     carry_out: CarryOut
     watch: StallWatch
+    folder: Folder  # folds closed trace segments into the checkpoint, off the loop
     # Journalled emails still on disk, waiting for room (broker.recovery).
     backlog: collections.deque[Position] = field(default_factory=collections.deque)
 
@@ -164,14 +166,19 @@ class Broker:
         self.housekeep()
 
     def housekeep(self) -> None:
-        """Fold a closed trace segment; compact the journal when it is worth it."""
+        """Have a closed trace segment folded (on the folder's thread: here, a copy of the
+        journal's ids), write what finished folds say; compact the journal when it is worth it."""
         if self.writer.rotated:
-            self.carry_out(checkpoint(self.settings, self.writer, self.journal))
+            self.writer.rotated = False
+            self.folder.ask(self.journal.sizes.keys())
+        if folded := self.folder.take():
+            self.carry_out(folded)
         if compaction_due(self.core, self.journal, self.carry_out.storage, self.backlog):
             self.carry_out(compact(self.core, self.journal, self.writer))
             self.carry_out.flush_trace()
 
     def stop(self) -> None:
+        self.carry_out(self.folder.stop())  # a fold under way finishes (the next start does one not begun)
         self.carry_out([records.encode(Stopped(utc_now(), None, "broker", in_flight=len(self.core.flights)))])
         if self.writer.close() is not None:  # the journal keeps their emails: the next start redoes them
             print(f"broker: stopped with trace lines unwritten ({self.writer.failing}); the journal keeps "
