@@ -156,8 +156,9 @@ class Broker:
         deadline = core.next_deadline()
         wait_s = IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
         effects = self.endpoints.read(core, self.watch, wait_s)
-        if greetings := core.greetings():  # a connection gone already is buried before any work goes to it
-            self.carry_out(greetings)
+        # Sent now: a connection gone already is buried before any work goes to it; what that
+        # leads to (worker_lost) is carried out with the turn's effects, after its worker_joined.
+        effects += self.carry_out.send_now(core.greetings())
         if self.backlog:
             effects += refill(core, self.journal, self.backlog, time.monotonic())
         effects += core.tick(time.monotonic())

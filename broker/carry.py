@@ -95,6 +95,18 @@ class CarryOut:
         if later:  # what a refused send led to comes after this turn's lines, as it happened
             self(later)
 
+    def send_now(self, effects: Sequence[Effect]) -> list[Effect]:
+        """Send these messages at once, ahead of the turn's other effects (the Router's
+        greetings to new connections); the Router's effects for what the socket refused,
+        and anything that was not a message, to carry out with the turn's."""
+        later: list[Effect] = []
+        for effect in effects:
+            if isinstance(effect, Send):
+                later += self.send_to(effect.role, effect.identity, [effect])
+            else:
+                later.append(effect)
+        return later
+
     def send_to(self, role: str, identity: bytes, sends: list[Send]) -> list[Effect]:
         """Send in batches; the Router's effects for what the socket refused."""
         sock, sent = self.endpoints.sockets[role], 0

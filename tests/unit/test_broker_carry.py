@@ -129,3 +129,17 @@ def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
     assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
     assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
     assert trace_chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]
+
+
+def test_a_greeting_the_socket_refuses_leaves_the_worker_lost_to_the_turns_effects(settings) -> None:
+    """send_now sends a new connection's greeting at once and writes nothing: the worker_lost
+    it led to comes back, to be carried out after the turn's own lines (its worker_joined)."""
+    log: list = []
+    router = Router(settings, boot=0xABC)
+    joined = router.handle_frame("reader", b"r1", [Hello(credit=1)], 0.0, serve=False)
+    carry = CarryOut(settings, router, cast(endpoints.Endpoints, Endpoints(log, gone=("reader",))),
+                     cast(journal.Journal, Journal(log)), cast(TraceWriter, Writer(log)), Storage(router.counters))
+    later = carry.send_now(router.greetings())
+    assert log == [] and b"r1" not in router.workers["reader"]
+    events = [json.loads(line)["event"] for line in [*joined, *later] if isinstance(line, bytes)]
+    assert events == ["worker_joined", "worker_lost"]
