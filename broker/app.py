@@ -174,7 +174,9 @@ class Broker:
             self.folder.ask(self.journal.sizes.keys())
         if folded := self.folder.take():
             self.carry_out(folded)
-        if compaction_due(self.core, self.journal, self.carry_out.storage, self.backlog):
+        # Not while a fold runs: a compaction first fsyncs the segments closed since the trace's
+        # last sync (TraceWriter.sync), which the fold does on its thread; after it, that is quick.
+        if not self.folder.busy and compaction_due(self.core, self.journal, self.carry_out.storage, self.backlog):
             self.carry_out(compact(self.core, self.journal, self.writer))
             self.carry_out.flush_trace()
 
