@@ -15,7 +15,7 @@ from airlock.wire import Accepted, Email, Message, Ping, Status, Unreadable, enc
 from tests.conftest import airlock_env
 from tests.integration.test_disk_full import Intake
 
-STALL_S = 2.5  # the broker's start takes this long: a worker reconnects several times meanwhile
+STALL_S = 3.0  # the broker's start takes this long: a worker reconnects several times meanwhile
 
 
 def _unreadable(message: Message) -> Iterable[Message]:
@@ -26,7 +26,7 @@ def _unreadable(message: Message) -> Iterable[Message]:
 
 def test_a_worker_reconnecting_through_a_slow_start_gets_its_work_on_its_live_connection(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reader reconnects every 0.3 s while recovery takes 2.5 s, and emails wait meanwhile:
+    """A reader reconnects every 0.7 s while recovery takes 3 s, and emails wait meanwhile:
     once up, the broker counts one reader, and every email reaches it with no redelivery
     (nothing is sent to a connection that is gone)."""
     from broker import app
@@ -38,7 +38,7 @@ def test_a_worker_reconnecting_through_a_slow_start_gets_its_work_on_its_live_co
         return slow_recover(*args, **kwargs)
 
     monkeypatch.setattr(app, "recover", recover)
-    env = {**airlock_env(tmp_path / "data"), "AIRLOCK_INSECURE": "1", "AIRLOCK_HEARTBEAT_INTERVAL_S": "0.1",
+    env = {**airlock_env(tmp_path / "data"), "AIRLOCK_INSECURE": "1", "AIRLOCK_HEARTBEAT_INTERVAL_S": "0.2",
            "AIRLOCK_RECONNECT_BACKOFF_MAX_S": "0.1"}
     settings = settings_module.load(env)
     stop, worker_stop = threading.Event(), threading.Event()
