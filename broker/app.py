@@ -103,11 +103,11 @@ def _open_journal(settings: Settings, ctx: zmq.Context, authenticator: ThreadAut
 def _take_boot(settings: Settings, journal: Journal, ctx: zmq.Context,
                authenticator: ThreadAuthenticator | None) -> int:
     """This start's boot number, above every one the data dir has taken (broker.ids), on disk
-    before any id is handed out. The journal's ids count always; the trace's only when the
-    saved number is missing (a data dir an older broker made), as reading them costs a pass."""
+    before any id is handed out. The journal's ids count always; the trace's and the call
+    log's (their ends) only when the saved number is missing (a data dir an older broker made)."""
     seen: list[str] = list(journal.sizes)
     if ids.last_boot(settings.data_dir) is None:
-        seen += trace.states(settings.trace_path)
+        seen += ids.held_in_history(settings.trace_path, settings.calls_path)
     try:
         return ids.take_boot(settings.data_dir, seen)
     except ids.BootUnsaved as exc:

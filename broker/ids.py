@@ -2,7 +2,9 @@
 
 Data: the clock at a broker's start; `<data dir>/broker.boot`, the last boot number any
 broker took on this data dir (one decimal integer); and the ids the journal holds, with, when
-that file is missing or unreadable, those of the trace's checkpoint and live file.
+that file is missing or unreadable (a data dir an older broker made), those of the trace's
+checkpoint and of the last TAIL_BYTES of the trace and of the call log: a bounded read, as
+that trace may be GBs in one file, so ids only deeper in history are not seen.
 Readers: the intake (broker.intake) numbers each accepted email `<boot>-<counter>`; the
 journal, the trace and the actor's idempotency keys (one per email id and step) key on it.
 Rationale: a boot number read off the clock alone repeats when a broker starts at a
@@ -17,13 +19,17 @@ boot, so a boot number never taken before makes every id of that boot new.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from airlock import files
+from airlock import files, tracefiles
 
 BOOT_FILE = "broker.boot"
+TAIL_BYTES = 4 * 1024 * 1024  # read of each file's end for the ids an older broker gave
+_ID_FIELD = re.compile(rb'"message_id":"([0-9a-f]{1,16}-[0-9]{1,20})"')
 
 
 class BootUnsaved(OSError):
@@ -71,3 +77,24 @@ def take_boot(data_dir: Path, seen: Iterable[str] = (), now_ms: int | None = Non
     except OSError as exc:
         raise BootUnsaved(exc.errno, f"cannot save the boot number in {boot_path(data_dir)}: {exc}") from exc
     return boot
+
+
+def held_in_history(trace_path: Path, calls_path: Path) -> Iterator[str]:
+    """Ids an older broker gave, for a data dir with no saved boot number: the checkpoint's,
+    and those in the last TAIL_BYTES of the live trace, of its newest closed segment and of
+    the call log (the actor's ledger, where a repeated id would pass for a replay)."""
+    yield from tracefiles.load(trace_path).states
+    segments = tracefiles.closed(trace_path)
+    for path in (trace_path, *(segment for _, segment in segments[-1:]), calls_path):
+        yield from _ids_in_tail(path)
+
+
+def _ids_in_tail(path: Path) -> Iterator[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - TAIL_BYTES))
+            tail = handle.read(TAIL_BYTES)
+    except OSError:  # missing (no call log in this data dir), unreadable: nothing to say
+        return
+    for match in _ID_FIELD.finditer(tail):
+        yield match.group(1).decode()

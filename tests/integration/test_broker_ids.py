@@ -56,3 +56,16 @@ def test_a_clock_stepped_back_gives_ids_never_seen(tmp_path: Path, monkeypatch: 
     again = _accepted_ids(settings, 2)
     every = first + earlier + again
     assert len(set(every)) == len(every), (first, earlier, again)
+
+
+def test_a_data_dir_without_a_saved_boot_number_still_gives_unseen_ids(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """broker.boot gone (a data dir an older broker made): the ids the data dir holds are the floor."""
+    from broker import ids
+
+    monkeypatch.setattr(time, "time_ns", lambda: STUCK_CLOCK_NS)
+    settings = settings_module.load({**airlock_env(tmp_path / "data"), "AIRLOCK_INSECURE": "1"})
+    first = _accepted_ids(settings, 2)
+    ids.boot_path(settings.data_dir).unlink()
+    again = _accepted_ids(settings, 2)
+    assert not set(first) & set(again), (first, again)

@@ -54,3 +54,21 @@ def test_the_intake_skips_an_id_the_broker_still_holds(settings) -> None:
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Order 4412", format="text"), 0.0)
     (accepted,) = [e.message for e in effects if isinstance(e, Send) and e.role == "intake"]
     assert isinstance(accepted, Accepted) and accepted.message_id == "abc-2"
+
+
+def test_an_older_brokers_ids_are_read_from_the_ends_of_the_trace_and_the_call_log(tmp_path: Path) -> None:
+    """The checkpoint's ids, and those at the end of the live trace, its newest segment and calls.jsonl."""
+    trace_path, calls = tmp_path / "trace.jsonl", tmp_path / "calls.jsonl"
+    (tmp_path / "trace.checkpoint").write_bytes(b'{"through":1,"states":{"a0-1":"open"}}')
+    (tmp_path / "trace.000001.jsonl").write_bytes(b'{"event":"received","message_id":"b0-2","stage":"broker"}\n')
+    trace_path.write_bytes(b"x" * (ids.TAIL_BYTES + 10) + b'{"message_id":"c0-3","event":"outcome"}\n')
+    calls.write_bytes(b'{"event":"call","message_id":"d0-4","step":1}\n{"message_id":"not-an-id"}\n')
+    assert sorted(ids.held_in_history(trace_path, calls)) == ["a0-1", "b0-2", "c0-3", "d0-4"]
+    assert ids.take_boot(tmp_path, ids.held_in_history(trace_path, calls), now_ms=1) == 0xD1
+
+
+def test_only_the_end_of_a_big_trace_is_read(tmp_path: Path) -> None:
+    """An id deeper than TAIL_BYTES into a file is not read: the read is bounded, whatever the trace's size."""
+    trace_path = tmp_path / "trace.jsonl"
+    trace_path.write_bytes(b'{"message_id":"ff-1"}\n' + b"x" * (ids.TAIL_BYTES + 10) + b"\n")
+    assert list(ids.held_in_history(trace_path, tmp_path / "calls.jsonl")) == []
