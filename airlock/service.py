@@ -5,7 +5,9 @@ Frames that do not decode are reported as trace events, never raised. Liveness b
 the worker says Hello every heartbeat interval (to a broker that knows it, a heartbeat; to
 a restarted one, a registration), and if it hears nothing from the broker for `liveness`
 intervals it drops its socket and connects again, waiting twice as long each time up to a
-cap (zguide's Paranoid Pirate).
+cap (zguide's Paranoid Pirate). Each Hello names the worker process and numbers its
+connection (wire.Hello), so a broker that was too busy to answer for a while keeps one
+worker for all its reconnects: the newest connection.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import collections
 import faulthandler
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -48,10 +51,15 @@ def serve(connect: Callable[[], Channel], decode: RoleDecoder,
     actor syncs its call log there (group commit), so a step is on disk before it is
     acknowledged, at one fsync per batch instead of one per call."""
     backoff = timing.interval_s
+    # One name for this worker across its reconnects, each connection numbered: the broker
+    # keeps the newest connection of a name and drops the older ones (wire.Hello).
+    name, connection = secrets.token_hex(16), 0
     while not stop.is_set():
         channel = connect()
+        connection += 1
+        hello = Hello(credit=credit, worker=name, connection=connection)
         try:
-            heard = _session(channel, decode, handle, credit, stop, timing, before_replies)
+            heard = _session(channel, decode, handle, hello, stop, timing, before_replies)
         finally:
             channel.close()
         if stop.is_set():
@@ -70,10 +78,10 @@ def serve_role(settings: Settings, role: str, handle: Callable[[Message], Iterab
 
 
 def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], Iterable[Message]],
-             credit: int, stop: threading.Event, timing: Liveness, before_replies: Callable[[], None]) -> bool:
+             hello: Hello, stop: threading.Event, timing: Liveness, before_replies: Callable[[], None]) -> bool:
     """One connection's life; returns whether the broker was heard at all."""
-    channel.send(Hello(credit=credit))
-    batch = max(1, credit // 4)
+    channel.send(hello)
+    batch = max(1, hello.credit // 4)
     last_heard = last_said = time.monotonic()
     heard = False
     inbox: collections.deque[Message | Malformed | Violation] = collections.deque()
@@ -100,7 +108,7 @@ def _session(channel: Channel, decode: RoleDecoder, handle: Callable[[Message], 
                 channel.send_all(replies)
             now = last_heard = time.monotonic()  # silence counts while waiting, not while busy
         if now - last_said >= timing.interval_s:
-            channel.send(Hello(credit=credit))
+            channel.send(hello)
             last_said = now
         if now - last_heard > timing.interval_s * timing.liveness:
             return heard  # the broker went quiet: a fresh socket, after a backoff

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from airlock import appendlog, records, tracefiles
+from airlock import appendlog, files, records, tracefiles
 from airlock.records import Call, Damaged, TraceRecord
 from airlock.terminal import json_line, shown
 
@@ -43,7 +43,7 @@ def open_lines(path: Path) -> appendlog.Log:
 class TraceWriter:
     """Appends lines; flush() is called once per broker loop turn, not per line.
 
-    A full disk or an I/O error is a state, not a crash (issue 15): write() never raises,
+    A full disk or an I/O error is a state, not a crash: write() never raises,
     flush() and sync() return the OSError (None when all is on disk); a refused write sets
     `failing` (a refused fsync does not: the lines are written, the next sync tries again).
     Lines that could not be written wait in memory, in order, and go out with the next
@@ -55,7 +55,8 @@ class TraceWriter:
 
     With `segment_bytes`, the live file is closed into a segment (airlock.tracefiles) once it
     holds that many bytes, at a flush that wrote (a turn's end: a turn's lines stay in one
-    file); `rotated` then says a checkpoint is due (broker.app takes it and clears it)."""
+    file), by a rename and an open; `rotated` then says a fold into the checkpoint is due
+    (the broker takes it and clears it, and folds off its loop: broker.folding)."""
 
     RETRY_S = 1.0  # a full disk is tried again once a second, not on every loop turn
     UNWRITTEN_MAX_BYTES = 64 * 1024 * 1024  # lines kept in memory while the disk refuses them
@@ -70,6 +71,8 @@ class TraceWriter:
                 self.rotated = True
         self._log = open_lines(path)
         self.repaired = self._log.repaired
+        self._next_segment = tracefiles.next_segment(path) if segment_bytes else 0  # counted on from here
+        self._closed_unsynced: list[Path] = []  # closed by a rotation, not fsynced by this writer yet
         self._retry_at = 0.0
         self.failing: OSError | None = None
         self.dropped = 0  # lines dropped while failing, past UNWRITTEN_MAX_BYTES
@@ -97,12 +100,23 @@ class TraceWriter:
 
     def sync(self) -> OSError | None:
         """On disk, not just in the page cache: before the journal forgets an email whose
-        outcome these lines hold (broker.journal compaction). The error, if any."""
+        outcome these lines hold (broker.journal compaction). The segments this writer
+        closed since the last sync too (a rotation does not wait for the disk). The error, if any."""
         error = self.flush()
         if error is not None:
             return error
         failed = self._log.sync()
-        return None if failed is None else failed.error
+        if failed is not None:
+            return failed.error
+        try:
+            for segment in self._closed_unsynced:
+                tracefiles.fsync_file(segment)
+            if self._closed_unsynced:
+                files.fsync_folder(self._path.parent)
+        except OSError as exc:
+            return exc
+        self._closed_unsynced.clear()
+        return None
 
     def close(self) -> OSError | None:
         """Flush what waits and close; the error if some lines could not be written."""
@@ -116,14 +130,14 @@ class TraceWriter:
             self._rotate()
 
     def _rotate(self) -> None:
-        """Close the live file into a segment and open a new one. The segment is synced
-        first: the checkpoint folded from it must never say more than it holds. Never
-        raises: on a failing disk the file stays live and the next flush tries again."""
-        if self.sync() is not None:
-            return
+        """Close the live file into a segment and open a new one: a rename and an open, no
+        wait for the disk, as this runs at the end of a broker turn. The segment is made
+        durable (fsynced, and the folder) by whoever folds it, before its checkpoint is
+        written (tracefiles.make_durable): a checkpoint never says more than the segment
+        holds. Never raises: on a failing disk the file stays live and the next flush tries again."""
         try:
             old = os.fstat(self._log.fileno())
-            segment = tracefiles.close_segment(self._path)  # renamed under the open handle
+            segment = tracefiles.close_segment(self._path, self._next_segment, durable=False)  # under the open handle
         except OSError:
             return
         try:
@@ -132,6 +146,8 @@ class TraceWriter:
             with contextlib.suppress(OSError):
                 os.rename(segment, self._path)
             return
+        self._next_segment += 1
+        self._closed_unsynced.append(segment)
         self._log.close()
         self._log, self.rotated = new, True
         # The old file's group and group bits: the compose lab's host user reads the trace

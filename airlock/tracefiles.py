@@ -64,6 +64,15 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Checkpoint).decode
 
 
+class _Through(msgspec.Struct, forbid_unknown_fields=False):
+    """A checkpoint's `through` alone: decoding it skips building the states."""
+
+    through: int = 0
+
+
+_decode_through = msgspec.json.Decoder(_Through).decode
+
+
 def checkpoint_path(path: Path) -> Path:
     return path.with_name(path.stem + CHECKPOINT_SUFFIX)
 
@@ -87,14 +96,49 @@ def segment_path(path: Path, number: int) -> Path:
     return path.with_name(f"{path.stem}.{number:0{DIGITS}d}{path.suffix}")
 
 
-def close_segment(path: Path) -> Path:
-    """Rename the live file to the next closed segment's name; the caller opens a new one."""
-    numbers = [number for number, _ in closed(path)] + [load(path).through]
-    segment = segment_path(path, max(numbers) + 1)
+def next_segment(path: Path) -> int:
+    """The number the live file's next closed segment takes: past every closed segment
+    there is and every one the checkpoint covers (retention may have deleted those)."""
+    return max([number for number, _ in closed(path)] + [load_through(path)]) + 1
+
+
+def close_segment(path: Path, number: int | None = None, durable: bool = True) -> Path:
+    """Rename the live file to closed segment `number` (default: next_segment); the caller
+    opens a new one. `durable`: fsync the folder now; without, whoever folds the segment
+    does it first (make_durable), so the rename costs a broker's turn no wait for the disk."""
+    segment = segment_path(path, next_segment(path) if number is None else number)
     os.rename(path, segment)
-    with contextlib.suppress(OSError):  # renamed either way; lost in a crash, the next start renames it
-        files.fsync_folder(path.parent)
+    if durable:
+        with contextlib.suppress(OSError):  # renamed either way; lost in a crash, the next start renames it
+            files.fsync_folder(path.parent)
     return segment
+
+
+def uncovered(path: Path) -> list[Path]:
+    """The closed segments the checkpoint does not cover yet, oldest first."""
+    through = load_through(path)
+    return [segment for number, segment in closed(path) if number > through]
+
+
+def make_durable(path: Path) -> None:
+    """Every closed segment the checkpoint does not cover yet on disk, and the folder (the
+    renames that made them): before a fold, so a checkpoint never says more than they hold.
+    An OSError if the disk refuses."""
+    for segment in uncovered(path):
+        fsync_file(segment)
+    files.fsync_folder(path.parent)
+
+
+def fsync_file(path: Path) -> None:
+    """What was written to `path`, on disk; a file deleted meanwhile (retention) has nothing to say."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def lines(path: Path) -> Iterator[bytes]:
@@ -187,6 +231,14 @@ def load(path: Path) -> Checkpoint:
         return _decode(checkpoint_path(path).read_bytes())
     except (FileNotFoundError, msgspec.DecodeError):
         return Checkpoint()
+
+
+def load_through(path: Path) -> int:
+    """The last closed segment the checkpoint covers (0: none, or no checkpoint that decodes)."""
+    try:
+        return _decode_through(checkpoint_path(path).read_bytes()).through
+    except (FileNotFoundError, msgspec.DecodeError):
+        return 0
 
 
 def states(path: Path) -> tuple[dict[str, str], list[Path]]:

@@ -174,9 +174,18 @@ class Status(Message, tag="status", frozen=True):
 class Hello(Message, tag="hello", frozen=True):
     """A worker announces itself and how many messages it may hold at once. Sent again
     every heartbeat interval: to a broker that knows the worker it is a heartbeat, to a
-    restarted broker it is a fresh registration."""
+    restarted broker it is a fresh registration.
+
+    `worker` is a name the worker process draws at random when it starts and keeps across
+    its reconnects, `connection` the number of its connection (1, 2, ...: each reconnect
+    takes the next). Each new socket is a new identity to the broker's ROUTER, so these
+    tell the broker which connections are one worker: the newest replaces the older ones,
+    whose frames may still be queued at the broker after the worker closed them. A worker
+    that sends neither is one worker per connection."""
 
     credit: int
+    worker: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    connection: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class Heartbeat(Message, tag="heartbeat", frozen=True):

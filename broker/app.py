@@ -1,6 +1,7 @@
 """The broker's process: sockets in, Router decisions, then journal, sockets and trace out.
 
-One turn (Broker.turn): read up to BATCH messages per socket (broker.endpoints), read back
+One turn (Broker.turn): read up to BATCH messages per socket (broker.endpoints), greet each
+new worker connection (one gone already is buried before it can be given work), read back
 what the journal's backlog has room for (broker.recovery), tick the Router, carry out the
 turn's effects in the order that makes the guarantees hold (broker.carry: journal fsynced
 once for the turn before any Accepted leaves, trace lines flushed at the end), then the
@@ -25,9 +26,10 @@ from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.records import Started, Stopped, utc_now
 from airlock.settings import Settings
 from airlock.terminal import json_line
-from broker import auth
+from broker import auth, ids
 from broker.carry import CarryOut
 from broker.endpoints import Endpoints
+from broker.folding import Folder
 from broker.housekeeping import checkpoint, compact, compaction_due
 from broker.journal import Journal, Position
 from broker.recovery import damage_detail, recover, refill
@@ -58,16 +60,17 @@ def _serve(settings: Settings, stop: threading.Event) -> None:
         _abort(ctx, authenticator)
         raise
     journal = _open_journal(settings, ctx, authenticator)
+    boot = _take_boot(settings, journal, ctx, authenticator)
     writer = trace.TraceWriter(settings.trace_path, settings.trace_segment_bytes)
     # Without keys (AIRLOCK_INSECURE) no key is proven, so neither a decision nor a sender proof is taken.
     folder = settings.keys_folder if server is not None else None
-    core = Router(settings, approvers=keys.approvers(folder) if folder is not None else {},
+    core = Router(settings, boot=boot, approvers=keys.approvers(folder) if folder is not None else {},
                   smtp_keys=keys.smtp_keys(folder) if folder is not None else (),
                   client_roles=keys.client_roles(folder) if folder is not None else {})
     endpoints.listen()
     watch = StallWatch().start()  # tells a stopped broker's dropped handshakes from refusals
     carry_out = CarryOut(settings, core, endpoints, journal, writer, Storage(core.counters))
-    broker = Broker(settings, core, endpoints, journal, writer, carry_out, watch)
+    broker = Broker(settings, core, endpoints, journal, writer, carry_out, watch, Folder(settings))
     broker.start(secure=server is not None)
     try:
         while not stop.is_set():
@@ -98,6 +101,23 @@ def _open_journal(settings: Settings, ctx: zmq.Context, authenticator: ThreadAut
         raise SystemExit(EX_TEMPFAIL) from None
 
 
+def _take_boot(settings: Settings, journal: Journal, ctx: zmq.Context,
+               authenticator: ThreadAuthenticator | None) -> int:
+    """This start's boot number, above every one the data dir has taken (broker.ids), on disk
+    before any id is handed out. The journal's ids count always; the trace's and the call
+    log's (their ends) only when the saved number is missing (a data dir an older broker made)."""
+    seen: list[str] = list(journal.sizes)
+    if ids.last_boot(settings.data_dir) is None:
+        seen += ids.held_in_history(settings.trace_path, settings.calls_path)
+    try:
+        return ids.take_boot(settings.data_dir, seen)
+    except ids.BootUnsaved as exc:
+        journal.close()
+        _abort(ctx, authenticator)
+        print(f"broker: {exc.strerror}; exiting 75 (EX_TEMPFAIL) to be started again", file=sys.stderr, flush=True)
+        raise SystemExit(EX_TEMPFAIL) from None
+
+
 @dataclass
 class Broker:
     """The running broker's parts, and the steps of its life: start, turn, stop."""
@@ -109,6 +129,7 @@ class Broker:
     writer: trace.TraceWriter
     carry_out: CarryOut
     watch: StallWatch
+    folder: Folder  # folds closed trace segments into the checkpoint, off the loop
     # Journalled emails still on disk, waiting for room (broker.recovery).
     backlog: collections.deque[Position] = field(default_factory=collections.deque)
 
@@ -136,6 +157,9 @@ class Broker:
         deadline = core.next_deadline()
         wait_s = IDLE_POLL_S if deadline is None else max(0.0, min(IDLE_POLL_S, deadline - time.monotonic()))
         effects = self.endpoints.read(core, self.watch, wait_s)
+        # Sent now: a connection gone already is buried before any work goes to it; what that
+        # leads to (worker_lost) is carried out with the turn's effects, after its worker_joined.
+        effects += self.carry_out.send_now(core.greetings())
         if self.backlog:
             effects += refill(core, self.journal, self.backlog, time.monotonic())
         effects += core.tick(time.monotonic())
@@ -144,14 +168,21 @@ class Broker:
         self.housekeep()
 
     def housekeep(self) -> None:
-        """Fold a closed trace segment; compact the journal when it is worth it."""
+        """Have a closed trace segment folded (on the folder's thread: here, a copy of the
+        journal's ids), write what finished folds say; compact the journal when it is worth it."""
         if self.writer.rotated:
-            self.carry_out(checkpoint(self.settings, self.writer, self.journal))
-        if compaction_due(self.core, self.journal, self.carry_out.storage, self.backlog):
+            self.writer.rotated = False
+            self.folder.ask(self.journal.sizes.keys())
+        if folded := self.folder.take():
+            self.carry_out(folded)
+        # Not while a fold runs: a compaction first fsyncs the segments closed since the trace's
+        # last sync (TraceWriter.sync), which the fold does on its thread; after it, that is quick.
+        if not self.folder.busy and compaction_due(self.core, self.journal, self.carry_out.storage, self.backlog):
             self.carry_out(compact(self.core, self.journal, self.writer))
             self.carry_out.flush_trace()
 
     def stop(self) -> None:
+        self.carry_out(self.folder.stop())  # a fold under way finishes (the next start does one not begun)
         self.carry_out([records.encode(Stopped(utc_now(), None, "broker", in_flight=len(self.core.flights)))])
         if self.writer.close() is not None:  # the journal keeps their emails: the next start redoes them
             print(f"broker: stopped with trace lines unwritten ({self.writer.failing}); the journal keeps "

@@ -95,6 +95,18 @@ class CarryOut:
         if later:  # what a refused send led to comes after this turn's lines, as it happened
             self(later)
 
+    def send_now(self, effects: Sequence[Effect]) -> list[Effect]:
+        """Send these messages at once, ahead of the turn's other effects (the Router's
+        greetings to new connections); the Router's effects for what the socket refused,
+        and anything that was not a message, to carry out with the turn's."""
+        later: list[Effect] = []
+        for effect in effects:
+            if isinstance(effect, Send):
+                later += self.send_to(effect.role, effect.identity, [effect])
+            else:
+                later.append(effect)
+        return later
+
     def send_to(self, role: str, identity: bytes, sends: list[Send]) -> list[Effect]:
         """Send in batches; the Router's effects for what the socket refused."""
         sock, sent = self.endpoints.sockets[role], 0
@@ -104,10 +116,11 @@ class CarryOut:
                 sock.send(identity, zmq.SNDMORE | zmq.NOBLOCK)
                 sock.send(frame, zmq.NOBLOCK)
             except zmq.ZMQError:  # EHOSTUNREACH or full: the peer is gone or not reading
-                if role == "intake":  # one client_gone line, however many answers it missed
-                    return refused + self.core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent)
-                for send in sends[sent:sent + count]:
-                    refused += self.core.undeliverable(send, time.monotonic())
+                # One client_gone line, however many answers it missed; a worker is lost at
+                # once, and what was refused here never reached it, so is not a delivery.
+                unsent = [send.message.message_id for send in sends[sent:] if hasattr(send.message, "message_id")]
+                return refused + self.core.undeliverable(sends[sent], time.monotonic(), count=len(sends) - sent,
+                                                         unsent=unsent)
             sent += count
         return refused
 

@@ -119,7 +119,9 @@ class Endpoints:
 
     def read(self, core: Router, watch: StallWatch, wait_s: float) -> list[Effect]:
         """Wait up to `wait_s` for frames; hand each message read to the Router, each failed
-        handshake to broker.handshakes; their effects, in the order they came."""
+        handshake to broker.handshakes; their effects, in the order they came. The queues
+        are served after, once, by the Router's tick: every Hello of the turn is in by then,
+        so no work goes to a connection a newer one of its worker replaces (broker.workers)."""
         effects: list[Effect] = []
         for sock, _ in self.poller.poll(int(wait_s * 1000)):
             if sock is self.publisher:
@@ -139,7 +141,7 @@ class Endpoints:
                 taken_bytes += len(payload) if payload is not None else 0
                 messages = decode.frame(payload) if payload is not None else [Malformed(
                     reason="expected exactly one frame", size=0)]
-                effects += core.handle_frame(role, identity, messages, time.monotonic(), key)
+                effects += core.handle_frame(role, identity, messages, time.monotonic(), key, serve=False)
                 taken += len(messages)
         return effects
 

@@ -1,5 +1,6 @@
 """What the loop does between turns so files and memory stay bounded: fold closed trace
-segments into the checkpoint, compact the journal, hand freed memory back.
+segments into the checkpoint (off the loop while it serves: broker.folding), compact the
+journal, hand freed memory back.
 
 Data: the trace writer's `rotated` flag (a segment closed), the journal's size and which
 of its emails are final, the heap's free pages.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from airlock import records, trace, tracefiles
 from airlock.records import (
@@ -50,12 +51,22 @@ def give_back_memory() -> None:
 
 
 def checkpoint(settings: Settings, writer: trace.TraceWriter, journal: Journal) -> list[Effect]:
-    """Once the trace closed a segment (or a crash left one unfolded): fold it into the
-    checkpoint, so the next restart reads the checkpoint and the live segment only. The
-    journal says which final emails must stay in it (airlock.tracefiles)."""
+    """Fold what the trace closed (a segment a crash left unfolded, an old single-file trace)
+    now, on this thread: at start, before recovery reads the states. A running broker folds
+    off its loop instead (broker.folding)."""
     writer.rotated = False
+    return list(fold(settings, journal.sizes.keys()))
+
+
+def fold(settings: Settings, journalled: Collection[str]) -> list[bytes]:
+    """Fold the closed segments the checkpoint does not cover into it, so the next restart
+    reads the checkpoint and the live segment only; `journalled` (the ids the journal holds)
+    says which final emails must stay in it (airlock.tracefiles). The segments are made
+    durable first. Returns the trace line that says what was done (none if nothing was due).
+    Touches no state of the loop's: it may run on any thread."""
     try:
-        taken = tracefiles.write_checkpoint(settings.trace_path, journal.sizes.keys(), settings.trace_keep_segments)
+        tracefiles.make_durable(settings.trace_path)
+        taken = tracefiles.write_checkpoint(settings.trace_path, journalled, settings.trace_keep_segments)
     except OSError as exc:  # a full disk: the old checkpoint stands; the next restart reads more
         return [records.encode(TraceCheckpointFailed(utc_now(), None, "broker", error=str(exc)))]
     give_back_memory()

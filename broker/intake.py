@@ -54,8 +54,7 @@ class Intake:
                 reason=f"queue full ({lifecycle.queued_bytes} bytes waiting for a reader, limit "
                        f"{settings.queue_max_bytes}, AIRLOCK_QUEUE_MAX_BYTES); retry later"))
             return
-        self._counter += 1
-        message_id = f"{self._prefix}-{self._counter}"
+        message_id = self._next_id()
         proof = message.sender_proof if self._vouches(key, message) else "none"
         flight = Flight(message_id, "reader", now, sender=message.sender, sender_proof=proof, queued_at=now)
         lifecycle.flights[message_id] = flight
@@ -78,6 +77,16 @@ class Intake:
         self.out.journal(Entry(message_id, message.raw, message.format, message.origin, message.sender, proof))
         self.out.send(role, identity, Accepted(ref=message.ref, message_id=message_id))
         lifecycle.to_reader(flight, Email(message_id=message_id, raw=message.raw, format=message.format))
+
+    def _next_id(self) -> str:
+        """A new id. The boot number is one no start on this data dir took (broker.ids), so
+        none repeats; an id this broker still knows (in flight, or recently finished) is
+        skipped all the same, so a new email never takes the place of another."""
+        while True:
+            self._counter += 1
+            message_id = f"{self._prefix}-{self._counter}"
+            if message_id not in self.lifecycle.flights and message_id not in self.lifecycle.finished:
+                return message_id
 
     def _vouches(self, key: str, message: Submit) -> bool:
         """Whether the key a Submit came with may vouch for its sender_proof.

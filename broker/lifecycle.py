@@ -111,7 +111,12 @@ class Lifecycle:
             if flight is not None and flight.epoch == epoch:
                 self.redeliver(flight, f"no answer from the {flight.stage} in time", now)
 
-    def redeliver(self, flight: Flight, why: str, now: float) -> None:
+    def redeliver(self, flight: Flight, why: str, now: float, counted: bool = True) -> None:
+        """Send it again, up to max_attempts deliveries. Not `counted`: that delivery says
+        nothing against the email (it was never sent, or its worker is alive and reconnected),
+        so it is not one of them."""
+        if not counted:
+            flight.attempts = max(0, flight.attempts - 1)
         if flight.attempts >= self.settings.max_attempts:
             self.finish(flight, "failed", f"{why}; gave up after {flight.attempts} deliveries", now)
             return

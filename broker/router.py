@@ -38,7 +38,6 @@ The rules kept here:
 from __future__ import annotations
 
 import collections
-import time
 import typing
 from collections.abc import Callable, Collection, Iterable
 
@@ -76,14 +75,14 @@ from airlock.wire import (
     Unreadable,
     Violation,
 )
-from broker import events, tracing
+from broker import events, ids, tracing
 from broker.dispatch import Dispatch
 from broker.intake import Intake
 from broker.journal import Entry
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Effect, Outbox, Send
 from broker.unserved import Unserved
-from broker.workers import Workers
+from broker.workers import Connection, Workers
 
 __all__ = ["Effect", "Router", "Send"]
 
@@ -102,8 +101,9 @@ class Router:
         self.lifecycle = Lifecycle(settings, WORKER_ROLES, self.out, self.counters, MAX_REMEMBERED)
         self.dispatch = Dispatch(self.crew, self.lifecycle, self.out)
         self.unserved = Unserved(self.lifecycle, self.crew)
-        # Ids are <boot ms in hex>-<counter>: unique across broker restarts on this clock.
-        prefix = f"{boot if boot is not None else time.time_ns() // 1_000_000:x}"
+        # Ids are <boot in hex>-<counter>; the loop passes a boot number no start on this data
+        # dir took before (broker.ids), so no id repeats; without one, the clock's.
+        prefix = f"{boot if boot is not None else ids.clock_ms():x}"
         # The SMTP intake's public key(s) (z85, keys.smtp_keys): only a Submit proven to come
         # with one keeps its sender_proof; from any other key a proof is recorded as "none".
         # Whose each person's key is (z85 public key -> name, keys.approvers): a decision is
@@ -119,6 +119,7 @@ class Router:
         # lines of its own it may write (broker.events.WRITES).
         self.client_roles = dict(client_roles or {})
         self._last_heartbeat = 0.0
+        self._joined: list[tuple[str, bytes]] = []  # new connections not greeted yet (greetings)
         # Keyed by the message's type, so each handler is given the type it takes.
         self._handlers: dict[type[Message], Callable[[str, bytes, typing.Any, float], None]] = {
             Await: self.intake.await_, Ping: self.intake.ping, Notice: self._on_notice, Reading: self._on_reading,
@@ -154,14 +155,17 @@ class Router:
         return self.handle_frame(role, identity, (message,), now, key)
 
     def handle_frame(self, role: str, identity: bytes, messages: Iterable[Message | Malformed | Violation],
-                     now: float, key: str = "") -> list[Effect]:
+                     now: float, key: str = "", serve: bool = True) -> list[Effect]:
         """The messages of one frame (a worker's batch of answers), in order, then the queues
         served once: what they freed (credit, a stage done) is placed together, as it would
-        be message by message, at a sixteenth of the dispatch passes."""
+        be message by message, at a sixteenth of the dispatch passes. Not `serve`: the
+        caller serves them later (the loop's tick, once every frame of its turn is read, so
+        a worker's connections met in one turn are sorted out before any gets work)."""
         self.crew.seen(role, identity, now)  # any frame is a sign of life
         for message in messages:
             self._take(role, identity, message, now, key)
-        self.dispatch(now)
+        if serve:
+            self.dispatch(now)
         return self.out.take()
 
     def _take(self, role: str, identity: bytes, message: Message | Malformed | Violation, now: float,
@@ -172,8 +176,8 @@ class Router:
                 self.out.trace(MalformedFrame(utc_now(), None, "broker", endpoint=role, reason=reason, bytes=size))
             case Violation(kind=kind, reason=reason):
                 self._violation(role, kind, reason)
-            case Hello(credit=credit):
-                self._hello(role, identity, credit, now)
+            case Hello():
+                self._hello(role, identity, message, now)
             case Submit() | Notice() if key in self.approvers:
                 self._violation(role, type(message).__name__.lower(),
                                 f"{self.approvers[key]}'s key may decide, await and ask status, nothing else")
@@ -210,14 +214,18 @@ class Router:
         self.dispatch(now)
         return self.out.take()
 
-    def undeliverable(self, send: Send, now: float, count: int = 1) -> list[Effect]:
+    def undeliverable(self, send: Send, now: float, count: int = 1, unsent: Collection[str] = ()) -> list[Effect]:
         """The socket refused a message (peer gone): forget the peer, send its work again.
-        `count`: how many messages to that client were refused with it (one line for all)."""
+        `count`: how many messages to that client were refused with it (one line for all);
+        `unsent`: the ids of the work refused with it, which never reached the worker and so
+        is not counted as a delivery (nor is the work `send` carries)."""
         if send.role == "intake":
             self.out.trace(ClientGone(utc_now(), getattr(send.message, "message_id", None), "broker", messages=count))
             self.waiting.pop(send.identity, None)  # its waiters will find no one: stop counting them
             return self.out.take()
-        self._bury(send.role, send.identity, "its connection is gone", now)
+        refused = getattr(send.message, "message_id", None)
+        self._bury(send.role, send.identity, "its connection is gone", now,
+                   unsent={*unsent, refused} if isinstance(refused, str) else unsent)
         self.dispatch(now)
         return self.out.take()
 
@@ -255,21 +263,56 @@ class Router:
 
     # --- workers ------------------------------------------------------------------------
 
-    def _hello(self, role: str, identity: bytes, credit: int, now: float) -> None:
-        granted = self.crew.join(role, identity, credit, now)
+    def _hello(self, role: str, identity: bytes, hello: Hello, now: float) -> None:
+        """A heartbeat from a worker known here; else a new connection: a worker new here, its
+        worker's newer connection (the older one is dropped, its work sent again), or an
+        older one, whose Hello waited here while its worker reconnected: nothing is kept of
+        it, so nothing is ever sent to it (broker.workers)."""
+        connection = Connection()  # a heartbeat (known) or a worker new here
+        if identity not in self.crew.of[role]:
+            connection = self.crew.connect(role, identity, hello.worker, hello.connection)
+            if connection.stale:
+                self.counters[f"stale_connection.{role}"] += 1
+                return
+            if connection.replaces is not None:  # the same worker: no worker_joined, no worker_lost
+                self.counters[f"reconnected.{role}"] += 1
+                self._bury(role, connection.replaces, "its worker connected again: the newer connection replaces it",
+                           now, replaced=True)
+        granted = self.crew.join(role, identity, hello.credit, now, hello.worker)
         if granted is not None:
-            self.out.trace(WorkerJoined(utc_now(), None, "broker", role=role, credit=granted))
+            self._joined.append((role, identity))
+            if connection.replaces is None:
+                self.out.trace(WorkerJoined(utc_now(), None, "broker", role=role, credit=granted))
 
-    def _bury(self, role: str, identity: bytes, why: str, now: float) -> None:
+    def greetings(self) -> list[Effect]:
+        """A Heartbeat to each connection that joined since the last call, still known. The
+        loop sends these before the queues are served: a connection its worker closed after
+        its Hello (the Hello waited here) is refused by the socket and buried, so no work is
+        sent to it."""
+        for role, identity in self._joined:
+            if identity in self.crew.of[role]:
+                self.out.send(role, identity, Heartbeat())
+        self._joined.clear()
+        return self.out.take()
+
+    def _bury(self, role: str, identity: bytes, why: str, now: float, replaced: bool = False,
+              unsent: Collection[str] = ()) -> None:
+        """Forget a worker and send again what it held. A delivery counts toward max_attempts
+        only if it says something against the email: not one in `unsent` (the socket refused
+        it, so no worker saw it), nor any of a connection its own worker `replaced` (alive, it
+        connected again). A replaced connection is no worker lost: a line only if it held work."""
         worker = self.crew.lose(role, identity, now)
         if worker is None:
             return
-        self.counters[f"worker_lost.{role}"] += 1
-        self.out.trace(WorkerLost(utc_now(), None, "broker", role=role, reason=why, held=len(worker.assigned)))
+        if not replaced:
+            self.counters[f"worker_lost.{role}"] += 1
+        if not replaced or worker.assigned:
+            self.out.trace(WorkerLost(utc_now(), None, "broker", role=role, reason=why, held=len(worker.assigned)))
         for message_id in sorted(worker.assigned):
             flight = self.flights.get(message_id)
             if flight is not None and flight.stage == role and flight.worker == identity:
-                self.lifecycle.redeliver(flight, f"the {role} holding it was lost ({why})", now)
+                self.lifecycle.redeliver(flight, f"the {role} holding it was lost ({why})", now,
+                                         counted=not replaced and message_id not in unsent)
 
     def _on_notice(self, role: str, identity: bytes, message: Notice, now: float) -> None:
         self.out.trace(PeerFact(utc_now(), None, SUPERVISOR, message.event, events.escaped(message.detail)))

@@ -10,6 +10,12 @@ more than its credit, so a ROUTER's high-water mark never limits a queue and not
 dropped there. A worker heard from within `silent_after_s` (heartbeat interval x liveness)
 is alive; an idle one silent for longer is gone, and a busy one is judged by its stage
 deadline instead (it may be inside a slow model call).
+A worker process is one worker however often it reconnects: each new socket is a new
+identity here, so its Hello names the process and numbers the connection (wire.Hello). The
+newest connection of a name replaces the one known (its work goes back to the queue), and an
+older one's Hello, left queued at the broker from before the worker closed it (a broker too
+busy to answer for a while sees several), is stale: it registers nothing, and nothing is
+ever sent to a connection that is gone.
 """
 
 from __future__ import annotations
@@ -21,6 +27,16 @@ from dataclasses import dataclass, field
 MAX_CREDIT = 10_000  # a Hello asking for more is granted this many
 
 
+@dataclass(frozen=True)
+class Connection:
+    """What a new connection's Hello is to the worker that sent it: `stale` (an older
+    connection than one already known: ignore it), or new, replacing the identity of its
+    worker's connection known until now (`replaces`; None for a worker new here)."""
+
+    stale: bool = False
+    replaces: bytes | None = None
+
+
 @dataclass
 class Worker:
     identity: bytes
@@ -28,6 +44,7 @@ class Worker:
     last_seen: float = 0.0
     assigned: set[str] = field(default_factory=set)
     suspect: str | None = None  # a redelivered email it holds alone (see broker.dispatch)
+    name: str = ""  # its worker's name across reconnects (wire.Hello); "" if it gave none
 
 
 class Workers:
@@ -40,6 +57,8 @@ class Workers:
         # When each role's last worker left (0.0: none yet, so an email's own queued_at is
         # the later; see broker.unserved).
         self.left_at: dict[str, float] = dict.fromkeys(self.of, 0.0)
+        # role -> worker name -> (its newest connection's number, that connection's identity).
+        self.named: dict[str, dict[str, tuple[int, bytes]]] = {role: {} for role in self.of}
 
     def seen(self, role: str, identity: bytes, now: float) -> None:
         """Any frame is a sign of life (a client's role has no workers: nothing to note)."""
@@ -47,21 +66,34 @@ class Workers:
         if worker is not None:
             worker.last_seen = now
 
-    def join(self, role: str, identity: bytes, credit: int, now: float) -> int | None:
+    def join(self, role: str, identity: bytes, credit: int, now: float, name: str = "") -> int | None:
         """A Hello: the credit granted to a new worker, or None for one already known (a
         heartbeat: its credit is already counted)."""
         if identity in self.of[role]:
             return None
         credit = max(1, min(credit, MAX_CREDIT))
-        self.of[role][identity] = Worker(identity, credit, last_seen=now)
+        self.of[role][identity] = Worker(identity, credit, last_seen=now, name=name)
         self.ready[role].extend([identity] * credit)
         return credit
+
+    def connect(self, role: str, identity: bytes, name: str, number: int) -> Connection:
+        """A Hello from `identity`, not known yet, naming its worker and connection number.
+        A worker that names none is one worker per connection (a new one)."""
+        if not name:
+            return Connection()
+        known = self.named[role].get(name)
+        if known is not None and known[0] >= number:
+            return Connection(stale=True)
+        self.named[role][name] = (number, identity)
+        return Connection(replaces=known[1] if known is not None else None)
 
     def lose(self, role: str, identity: bytes, now: float) -> Worker | None:
         """Forget a worker (silent or its connection gone); it is returned with what it held."""
         worker = self.of[role].pop(identity, None)
         if worker is not None and not self.of[role]:
             self.left_at[role] = now
+        if worker is not None and worker.name and self.named[role].get(worker.name, (0, b""))[1] == identity:
+            del self.named[role][worker.name]
         return worker
 
     def silent_idle(self, now: float) -> list[tuple[str, bytes]]:

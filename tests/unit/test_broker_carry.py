@@ -102,10 +102,13 @@ def test_a_failed_fsync_refuses_the_email_and_ends_it_failed(settings, capsys) -
 
 
 def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> None:
-    """What the socket refused comes back as the Router's effects, after this turn's lines."""
+    """What the socket refused comes back as the Router's effects, after this turn's lines;
+    the email it refused never reached a worker, so it is sent again, not failed, even at
+    max_attempts 1."""
     log, router = turn(msgspec.structs.replace(settings, max_attempts=1), gone=("reader",))
     lines = [json.loads(line)["event"] for role, chunk in log if role == "trace" for line in chunk.splitlines()]
-    assert lines[-2:] == ["worker_lost", "outcome"] and b"r1" not in router.workers["reader"]
+    assert lines[-2:] == ["worker_lost", "redelivery"] and b"r1" not in router.workers["reader"]
+    assert [flight.attempts for flight in router.flights.values()] == [0]
 
 
 @pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
@@ -126,3 +129,17 @@ def test_published_trace_chunks_keep_whole_lines_under_the_cap() -> None:
     assert b"".join(chunks) == b"".join(lines) and all(c.endswith(b"\n") for c in chunks)
     assert len(chunks) > 5 and all(len(c) <= cap - FRAME_OVERHEAD_BYTES for c in chunks)
     assert trace_chunks([b"y" * 5_000 + b"\n", b"z\n"], cap) == [b"y" * 5_000 + b"\n", b"z\n"]
+
+
+def test_a_greeting_the_socket_refuses_leaves_the_worker_lost_to_the_turns_effects(settings) -> None:
+    """send_now sends a new connection's greeting at once and writes nothing: the worker_lost
+    it led to comes back, to be carried out after the turn's own lines (its worker_joined)."""
+    log: list = []
+    router = Router(settings, boot=0xABC)
+    joined = router.handle_frame("reader", b"r1", [Hello(credit=1)], 0.0, serve=False)
+    carry = CarryOut(settings, router, cast(endpoints.Endpoints, Endpoints(log, gone=("reader",))),
+                     cast(journal.Journal, Journal(log)), cast(TraceWriter, Writer(log)), Storage(router.counters))
+    later = carry.send_now(router.greetings())
+    assert log == [] and b"r1" not in router.workers["reader"]
+    events = [json.loads(line)["event"] for line in [*joined, *later] if isinstance(line, bytes)]
+    assert events == ["worker_joined", "worker_lost"]

@@ -1,8 +1,16 @@
-"""broker.workers alone: credit granted by Hello and returned by results, liveness."""
+"""broker.workers: credit granted by Hello and returned by results, liveness, and one worker
+per process whatever its reconnects (alone, and through the Router)."""
 
 from __future__ import annotations
 
-from broker.workers import MAX_CREDIT, Workers
+import json
+
+import msgspec
+
+from airlock.wire import Email, Heartbeat, Hello, Submit
+from broker.outbox import Effect, Send
+from broker.router import Router
+from broker.workers import MAX_CREDIT, Connection, Workers
 
 R1, R2 = b"r1", b"r2"
 
@@ -73,3 +81,86 @@ def test_copies_held_and_everyone_cover_every_role() -> None:
     workers.assign(workers.of["actor"][R2], "m-2", suspect=False)
     assert workers.copies_held() == {"m-1", "m-2"}
     assert list(workers.everyone()) == [("reader", R1), ("actor", R2)]
+
+
+def test_a_named_workers_newest_connection_replaces_the_one_known_and_an_older_one_is_stale() -> None:
+    """Connection 3 replaces 2; a Hello of connection 1 read after them is stale; no name: new."""
+    workers = crew()
+    assert workers.connect("reader", b"c2", "w", 2) == Connection()
+    workers.join("reader", b"c2", 1, 0.0, "w")
+    assert workers.connect("reader", b"c3", "w", 3) == Connection(replaces=b"c2")
+    assert workers.connect("reader", b"c1", "w", 1) == Connection(stale=True)
+    assert workers.connect("reader", b"c3b", "w", 3) == Connection(stale=True)  # the same number again
+    assert workers.connect("reader", b"x", "", 0) == Connection()
+    assert workers.connect("actor", b"c1", "w", 1) == Connection()  # names are per role
+
+
+def test_a_lost_connection_forgets_its_name_only_if_it_is_the_newest() -> None:
+    """Losing a replaced connection keeps the name's newest; losing the newest frees the name."""
+    workers = crew()
+    workers.connect("reader", b"c1", "w", 1)
+    workers.join("reader", b"c1", 1, 0.0, "w")
+    workers.connect("reader", b"c2", "w", 2)
+    workers.lose("reader", b"c1", 1.0)
+    assert workers.named["reader"] == {"w": (2, b"c2")}
+    workers.join("reader", b"c2", 1, 1.0, "w")
+    workers.lose("reader", b"c2", 2.0)
+    assert workers.named["reader"] == {}
+
+
+def _sends(effects: list[Effect], role: str) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send) and e.role == role]
+
+
+def _submit(router: Router, ref: int, now: float = 0.0) -> list[Effect]:
+    return router.handle("intake", b"client", Submit(ref=ref, raw=b"Order 4411", format="text"), now)
+
+
+def test_reconnects_read_in_any_order_leave_one_worker_holding_the_work(settings) -> None:
+    """Five connections of one reader, their Hellos read out of order: one worker, the newest,
+    and the work the replaced one held goes back without counting as a delivery."""
+    router = Router(settings, boot=0xABC)
+    for number in (2, 1):
+        router.handle("reader", f"c{number}".encode(), Hello(credit=2, worker="w", connection=number), 0.0)
+    effects = _submit(router, 1)
+    assert [s.identity for s in _sends(effects, "reader")] == [b"c2"]
+    effects = []
+    for number in (4, 3, 5, 1):  # one turn's frames, as the loop reads them: served after, by tick
+        effects += router.handle_frame("reader", f"c{number}".encode(),
+                                       [Hello(credit=2, worker="w", connection=number)], 1.0, serve=False)
+    effects += router.tick(1.0)
+    assert list(router.workers["reader"]) == [b"c5"] and router.crew.counts()["reader"] == 1
+    assert [s.identity for s in _sends(effects, "reader") if isinstance(s.message, Email)] == [b"c5"]
+    assert [flight.attempts for flight in router.flights.values()] == [1]
+    assert router.counters["stale_connection.reader"] == 3 and router.counters["reconnected.reader"] == 2
+    assert "worker_lost.reader" not in router.counters
+    events = [json.loads(line)["event"] for line in effects if isinstance(line, bytes)]
+    assert events.count("worker_joined") == 0 and events.count("worker_lost") == 1  # c2 held the email
+
+
+def test_work_the_socket_refused_is_no_delivery(settings) -> None:
+    """Sent to three connections gone before it left (their Hellos waited at the broker), an
+    email is not failed at max_attempts: the fourth, live reader gets it."""
+    router = Router(msgspec.structs.replace(settings, max_attempts=3), boot=0xABC)
+    effects = _submit(router, 1)
+    for ghost in (b"g1", b"g2", b"g3"):
+        effects = router.handle("reader", ghost, Hello(credit=1), 1.0)
+        (sent,) = _sends(effects, "reader")
+        effects = router.undeliverable(sent, 1.0)
+    assert not [line for line in effects if isinstance(line, bytes) and b'"outcome"' in line]
+    effects = router.handle("reader", b"live", Hello(credit=1), 2.0)
+    (sent,) = _sends(effects, "reader")
+    assert sent.identity == b"live" and [flight.attempts for flight in router.flights.values()] == [1]
+
+
+def test_each_new_connection_is_greeted_once_before_work_is_served(settings) -> None:
+    """greetings(): one Heartbeat to each connection joined since the last call, if still known."""
+    router = Router(settings, boot=0xABC)
+    router.handle_frame("reader", b"c1", [Hello(credit=1, worker="w", connection=1)], 0.0, serve=False)
+    router.handle_frame("reader", b"c2", [Hello(credit=1, worker="w", connection=2)], 0.0, serve=False)
+    router.handle_frame("actor", b"a", [Hello(credit=1)], 0.0, serve=False)
+    router.handle_frame("actor", b"a", [Hello(credit=1)], 0.5, serve=False)  # a heartbeat: no greeting
+    greeted = router.greetings()
+    assert [(s.role, s.identity, type(s.message)) for s in _sends(greeted, "reader") + _sends(greeted, "actor")] \
+        == [("reader", b"c2", Heartbeat), ("actor", b"a", Heartbeat)]
+    assert router.greetings() == []

@@ -52,7 +52,8 @@ def test_reader_loop(run_worker) -> None:
     from reader.app import serve
 
     channel, receive = run_worker(serve, "reader")
-    assert receive() == Hello(credit=64)
+    hello = receive()
+    assert isinstance(hello, Hello) and (hello.credit, hello.connection) == (64, 1) and hello.worker
     channel.send(Email(message_id="m", raw=SEED, format="eml"))
     reading = receive()
     assert isinstance(reading, Reading) and (reading.answer, reading.source) == ("4411", "recorded")
