@@ -18,6 +18,13 @@ never unpickles anything the student made: in "plain" mode (the services) datacl
 Structs arrive as maps; in "shapes" mode (the graders) tuples, sets and objects keep their
 shape (airlock.shapes). The child gets none of the caller's environment (no keys folder, no
 data dir), a private workspace as its only writable folder, and its own session.
+
+None of the caller's descriptors either: the child's stderr (where its print goes) is a pipe
+of its own, read here by a thread that writes at most PRINTED_LIMIT_BYTES of it to the
+caller's stderr, each line marked as the student's and escaped (airlock.terminal), or as
+printed where the caller's stderr is itself read and escaped by another process (a grader's,
+by the lab runner). So a student's code never writes into a file or terminal its grader
+writes to, and cannot flood or recolour it.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from airlock import sandbox, shapes, warden
+from airlock import sandbox, shapes, terminal, warden
 from airlock.errors import SettingsError
 
 # Each plug point: the service whose piece it replaces, and the functions the student's
@@ -60,6 +67,8 @@ MAX_REPLY_BYTES = 1024 * 1024  # one answer of the student's; larger is a typed 
 MEMORY_LIMIT_BYTES = 1024 * 1024 * 1024  # the child's address space: a runaway list dies, not the host
 MAX_CALLBACKS_RUNNING = 32  # the caller's threads a student's code can keep busy at once
 STOP_GRACE_S = 2.0  # the warden's time to kill the student's processes before its session is killed
+PRINTED_LIMIT_BYTES = 256 * 1024  # a child's printed output passed on; the rest is read and dropped
+PRINTED_LINE_CHARS = 4000  # a longer line is passed on in pieces
 DETAIL_LIMIT_CHARS = 300
 MESSAGE_LIMIT_CHARS = 2000  # a raised exception's message, as the child cuts it: a forged frame is cut here
 _HEADER = struct.Struct(">I")
@@ -133,8 +142,9 @@ class StudentCode:
     """One student's file behind a process boundary. Thread-safe; one call at a time."""
 
     def __init__(self, path: Path, timeout_s: float = 2.0, *, mode: Mode = "plain",
-                 limits: sandbox.Limits | None = None) -> None:
+                 limits: sandbox.Limits | None = None, printed_as_is: bool = False) -> None:
         self.path, self.timeout_s, self.mode = Path(path), timeout_s, mode
+        self.printed_as_is = printed_as_is  # the reader of this process's stderr escapes it
         self.limits = limits or sandbox.Limits(memory_bytes=MEMORY_LIMIT_BYTES)
         self.confinement = ""  # what the last child said was in force (airlock.sandbox)
         self.functions: tuple[str, ...] = ()  # the names the student's file defines as functions
@@ -274,10 +284,14 @@ class StudentCode:
                 [sys.executable, "-P", "-c", "from airlock.student_child import main; main()", str(self.path),
                  self.mode, str(workspace), str(lifeline), str(self.limits.cpu_s), str(self.limits.memory_bytes),
                  str(self.limits.file_bytes), *[str(reference) for _, reference in self._references]],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=workspace, pass_fds=(lifeline,),
-                start_new_session=True)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workspace,
+                pass_fds=(lifeline,), start_new_session=True)
         finally:
             os.close(lifeline)
+        assert process.stderr is not None  # opened with PIPE
+        marked = None if self.printed_as_is else self.path.name
+        threading.Thread(target=_pass_on_printed, args=(process.stderr, marked), daemon=True,
+                         name=f"student-printed-{process.pid}").start()
         child = self._child = _Child(process, keep, workspace)
         started = self._loaded(child, function, time.monotonic() + START_TIMEOUT_S)
         if isinstance(started, StudentFailed):
@@ -355,6 +369,44 @@ class _Child:
                     pipe.close()
         shutil.rmtree(self.workspace, ignore_errors=True)
         return code
+
+
+def _pass_on_printed(pipe: io.BufferedReader, name: str | None) -> None:
+    """Copy a child's printed lines to this process's stderr, escaped and marked with the
+    file's name (or as printed, for a `name` of None), up to
+    PRINTED_LIMIT_BYTES; read to the end all the same, so a child that prints without pause
+    never blocks on a full pipe. The pipe ends when the warden's whole session has ended."""
+    passed, dropped, pending = 0, 0, b""
+    try:
+        while chunk := pipe.read1(65536):
+            if passed >= PRINTED_LIMIT_BYTES:
+                dropped += len(chunk)
+                continue
+            passed += len(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > PRINTED_LINE_CHARS:
+                lines.append(pending)
+                pending = b""
+            _write_printed(name, lines)
+        if pending:
+            _write_printed(name, [pending])
+        if dropped:
+            _write_printed(name, [f"[{dropped} more bytes printed, not shown]".encode()])
+    except (OSError, ValueError):  # this process's own stderr is gone: nothing to show the lines on
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+
+def _write_printed(name: str | None, lines: list[bytes]) -> None:
+    if not lines:
+        return
+    decoded = [line.decode("utf-8", "backslashreplace") for line in lines]
+    text = "".join(f"{line}\n" if name is None else f"{name}: {terminal.shown(line)}\n" for line in decoded)
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 class _StubbingPickler(pickle.Pickler):

@@ -173,7 +173,8 @@ def open_student(student_dir: Path, filename: str) -> StudentModule:
     path = student_dir / filename
     if not path.is_file():
         raise StudentCodeMissing(f"{path} does not exist (airlock lab start copies the starter there)")
-    code = StudentCode(path.resolve(), CALL_TIMEOUT_S, mode="shapes", limits=_Limits.limits)
+    code = StudentCode(path.resolve(), CALL_TIMEOUT_S, mode="shapes", limits=_Limits.limits,
+                       printed_as_is=True)  # the lab runner shows this process's output escaped
     _Limits.opened.append(code)
     loaded = code.load()
     if isinstance(loaded, StudentFailed):

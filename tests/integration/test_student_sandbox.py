@@ -165,6 +165,16 @@ def evil_text():
             return True
         __hash__ = str.__hash__
     return Liar("no")
+
+def stderr_identity():
+    st = os.fstat(2)
+    return [st.st_dev, st.st_ino]
+
+def print_hostile(size):
+    import sys
+    sys.stderr.write("colour \\x1b[31mred\\u202e gone\\n")
+    os.write(2, b"x" * size + b"\\n")
+    return "printed"
 '''
 
 
@@ -234,6 +244,29 @@ def test_a_symbolic_link_beside_the_file_opens_nothing(student: StudentCode, tmp
 def test_no_keystrokes_into_the_inherited_terminal(student: StudentCode) -> None:
     """TIOCSTI on the stderr it inherited is refused, whatever that stderr is."""
     assert student.call("raw_tiocsti") == errno.EPERM
+
+
+def test_the_childs_stderr_is_not_the_callers(student: StudentCode) -> None:
+    """The student's process writes its print into a pipe of its own, never into the
+    descriptor its caller (a grader, a service) writes to."""
+    mine = os.fstat(2)
+    assert student.call("stderr_identity") != [mine.st_dev, mine.st_ino]
+
+
+def test_what_the_child_prints_reaches_the_callers_stderr_escaped_marked_and_bounded(
+        student: StudentCode, capfd: pytest.CaptureFixture[str]) -> None:
+    """An ESC sequence and a bidi override arrive escaped, each line marked with the file's
+    name; a flood of 4 MiB is cut at the limit and the call still answers."""
+    from airlock.student import PRINTED_LIMIT_BYTES
+    assert student.call("print_hostile", 4 * 1024 * 1024) == "printed"
+    student.close()  # the relay has read to the end once the child's session is gone
+    deadline = time.monotonic() + 10
+    err = ""
+    while time.monotonic() < deadline and "not shown" not in err:
+        time.sleep(0.1)
+        err += capfd.readouterr().err
+    assert "hostile.py: colour \\x1b[31mred\\u202e gone" in err and "\x1b" not in err and "\u202e" not in err
+    assert len(err) < PRINTED_LIMIT_BYTES + 16 * 1024 and "more bytes printed, not shown]" in err
 
 
 def test_a_flood_of_calls_back_stops_the_child_not_the_caller(student: StudentCode) -> None:
