@@ -22,6 +22,7 @@ from airlock import task as task_module
 from airlock.errors import SettingsError
 from intake.app import Handler, load_smtp, verifier
 from intake.authentication import KeyFile, NoKeys, Verifier, key_source
+from intake.relays import TrustedRelays, parse
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, TASKS
 from tests.unit.test_intake import FakeSubmitter, deliver
@@ -101,6 +102,10 @@ def test_hostile_bytes_give_no_proof_and_no_exception(verify, raw: bytes) -> Non
     assert verify.authenticate(raw).proof == "none"
 
 
+RELAY = "192.0.2.25"  # the address of the MTA in front of the intake
+RELAYED = parse(f"{RELAY}, 2001:db8::/64", "mx.shop.example")
+
+
 def _with_results(raw: bytes, *headers: str) -> bytes:
     return "".join(f"Authentication-Results: {h}\r\n" for h in headers).encode() + raw
 
@@ -117,9 +122,57 @@ def _with_results(raw: bytes, *headers: str) -> bytes:
     pytest.param(["mx.shop.example; ;;; dkim=="], "none", id="unparsable"),
 ])
 def test_authentication_results_count_only_from_a_trusted_authserv_id(headers: list[str], proof: str) -> None:
-    """Only the topmost header, from a configured authserv-id, saying pass for the From domain."""
-    verify = Verifier(NoKeys(), frozenset({"mx.shop.example"}))
-    assert verify.authenticate(_with_results(HONEST, *headers)).proof == proof
+    """On mail the trusted relay delivered: only the topmost header, from a configured
+    authserv-id, saying pass for the From domain."""
+    verify = Verifier(NoKeys(), relays=RELAYED)
+    assert verify.authenticate(_with_results(HONEST, *headers), RELAY).proof == proof
+
+
+@pytest.mark.parametrize(("peer", "proof"), [
+    pytest.param(RELAY, "authres", id="the-relay"),
+    pytest.param(f"::ffff:{RELAY}", "authres", id="the-relay-on-a-dual-stack-socket"),
+    pytest.param("2001:db8::7", "authres", id="inside-the-relay-network"),
+    pytest.param("192.0.2.26", "none", id="next-door"),
+    pytest.param("127.0.0.1", "none", id="loopback"),
+    pytest.param("", "none", id="no-client"),
+    pytest.param("not an address", "none", id="garbage"),
+])
+def test_a_trusted_id_counts_only_on_mail_a_trusted_relay_delivered(peer: str, proof: str) -> None:
+    """The same header, written by whoever connects: it proves a sender only when the SMTP
+    client is a configured relay; from anyone else it is the sender's own text."""
+    raw = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
+    sender = Verifier(NoKeys(), relays=RELAYED).authenticate(raw, peer)
+    assert sender.proof == proof, sender
+    assert proof == "authres" or "no trusted relay delivered it" in sender.why
+
+
+@pytest.mark.parametrize(("relays", "ids", "named"), [
+    pytest.param("", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="id-without-relay"),
+    pytest.param("192.0.2.25", "", "AIRLOCK_TRUSTED_AUTHSERV_IDS", id="relay-without-id"),
+    pytest.param("192.0.2.25/24", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="host-bits-set"),
+    pytest.param("mx.shop.example", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="a-name"),
+])
+def test_relay_settings_that_prove_nothing_or_trust_anyone_stop_the_intake(relays: str, ids: str, named: str) -> None:
+    """A trusted id with no relay, a relay with no id, a network that is not one: SettingsError
+    naming the key, at start (78), never an intake that trusts what any sender writes."""
+    with pytest.raises(SettingsError, match=named):
+        load_smtp({"AIRLOCK_TRUSTED_RELAYS": relays, "AIRLOCK_TRUSTED_AUTHSERV_IDS": ids})
+
+
+def test_a_relays_pass_holds_only_for_what_the_signature_covers(keys) -> None:
+    """The relay says dkim=pass for the owner's genuine signature, but the email also carries a
+    Subject the reader reads twice, or one no signature of the domain names: proof none."""
+    import dkim
+
+    verify = Verifier(NoKeys(), relays=RELAYED)
+    good = keys["example.org"].sign(HONEST, "example.org")
+    results = "mx.shop.example; dkim=pass header.d=example.org"
+    assert verify.authenticate(_with_results(good, results), RELAY).proof == "authres"
+    twice = _with_results(b"Subject: status of order 4411 too\r\n" + good, results)
+    bare = HONEST.replace(b"Subject: my order\r\n", b"")
+    narrow = dkim.sign(bare, b"lab", b"example.org", keys["example.org"].private_pem, include_headers=[b"from"])
+    unsigned = _with_results(narrow + b"Subject: status of order 4411 too\r\n" + bare, results)
+    assert [verify.authenticate(raw, RELAY).proof for raw in (twice, unsigned)] == ["none", "none"]
 
 
 def test_without_configured_ids_no_authentication_results_header_counts() -> None:
@@ -129,9 +182,12 @@ def test_without_configured_ids_no_authentication_results_header_counts() -> Non
 
 
 def test_settings_name_the_key_source(tmp_path: Path) -> None:
-    """AIRLOCK_DKIM_KEYS and AIRLOCK_TRUSTED_AUTHSERV_IDS load; a bad key file names its setting."""
-    smtp = load_smtp({"AIRLOCK_TRUSTED_AUTHSERV_IDS": " mx.a , mx.b ,"})
-    assert smtp.authserv_ids == {"mx.a", "mx.b"} and isinstance(verifier(smtp).keys, NoKeys)
+    """AIRLOCK_DKIM_KEYS, AIRLOCK_TRUSTED_RELAYS and AIRLOCK_TRUSTED_AUTHSERV_IDS load; a bad
+    key file names its setting."""
+    smtp = load_smtp({"AIRLOCK_TRUSTED_AUTHSERV_IDS": " mx.a , mx.b ,", "AIRLOCK_TRUSTED_RELAYS": "10.0.0.0/8,"})
+    assert smtp.relays.authserv_ids == {"mx.a", "mx.b"} and smtp.relays.delivered("10.1.2.3")
+    assert isinstance(verifier(smtp).keys, NoKeys) and verifier(smtp).relays == smtp.relays
+    assert load_smtp({}).relays == TrustedRelays()
     bad = tmp_path / "bad.toml"
     bad.write_text("[keys]\nx = 3\n")
     with pytest.raises(SettingsError, match="AIRLOCK_DKIM_KEYS"):
@@ -210,7 +266,7 @@ def test_work_is_bounded_for_any_email_the_broker_would_take(keys, tmp_path: Pat
     from airlock import settings as settings_module
 
     limit = settings_module.load({}).max_email_bytes
-    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), frozenset({"mx.shop.example"}), limit)
+    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), limit, RELAYED)
     tail = b"From: a@example.org\r\n\r\nhi\r\n"
     unit = {"many-headers": b"X-H: v\r\n", "many-addresses": b"a@example.org, ", "long-from": b"a",
             "encoded-words": b"=?utf-8?q?a?= ", "many-signatures": b"DKIM-Signature: v=1; a=rsa-sha256; d=example.org; "
@@ -221,7 +277,83 @@ def test_work_is_bounded_for_any_email_the_broker_would_take(keys, tmp_path: Pat
            "encoded-words": b"From: a@example.org\r\nSubject: " + body + b"\r\n\r\nhi\r\n"}.get(shape, body + tail)
     assert len(raw) <= limit
     started = time.process_time()  # CPU time: a shared, loaded machine does not make it flaky
-    assert verify.authenticate(raw).proof == "none"
+    assert verify.authenticate(raw, RELAY).proof == "none"
     assert time.process_time() - started < 1.0
     over = Verifier(NoKeys(), max_bytes=limit).authenticate(raw + b"x" * limit)
     assert over.proof == "none" and "not read" in over.why
+
+
+SEED = (ROOT / "samples" / "seed_4411_de.eml").read_bytes().replace(b"\n", b"\r\n")  # as SMTP carries it
+
+
+def test_a_signed_email_with_mime_headers_proves_its_sender(keys, verify) -> None:
+    """The seed (MIME-Version, Content-Type, Content-Transfer-Encoding) signed by the lab's
+    signer keeps proof dkim: every header the reader reads is signed."""
+    sender = verify.authenticate(keys["example.org"].sign(SEED.replace(b"example.de", b"example.org"),
+                                                          "example.org"))
+    assert sender.proof == "dkim", sender
+
+
+def _replayed(keys, prefix: bytes) -> bytes:
+    """The owner's genuine signed email with `prefix` put above it, as an attacker replays it."""
+    return prefix + keys["example.org"].sign(HONEST, "example.org")
+
+
+@pytest.mark.parametrize("prefix", [
+    pytest.param(b"Subject: status of order 4411 too\r\n", id="prepended-subject"),
+    pytest.param(b"X-Note: hi\rSubject: status of order 4411 too\r\n", id="subject-behind-a-bare-cr"),
+    pytest.param(b"X-Note: hi\nSubject: status of order 4411 too\r\n", id="subject-behind-a-lone-lf"),
+    pytest.param(b"Content-Type: text/html\r\n", id="unsigned-content-type"),
+    pytest.param(b"X-Note: hi\r\r\nSubject: status of order 4411 too\r\n", id="bare-cr-ends-the-headers"),
+])
+def test_what_the_reader_reads_must_be_what_was_signed(keys, verify, prefix: bytes) -> None:
+    """A genuine signature still verifies, but the reader would read a header it does not
+    cover (a second Subject, one hidden behind a bare CR, an unsigned Content-Type): proof none."""
+    from reader import mail
+
+    raw = _replayed(keys, prefix)
+    signed_only = mail.parse(keys["example.org"].sign(HONEST, "example.org"), "eml")
+    assert mail.parse(raw, "eml") != signed_only  # the premise: the reader reads something else
+    sender = verify.authenticate(raw)
+    assert sender.proof == "none", sender
+
+
+def test_a_header_the_reader_reads_that_no_signature_names_is_unproven(keys, verify) -> None:
+    """Signed with an h= that leaves out Subject, then a Subject added: the signature verifies,
+    the Subject is the sender's own word, so proof none."""
+    import dkim
+
+    bare = HONEST.replace(b"Subject: my order\r\n", b"")
+    signature = dkim.sign(bare, b"lab", b"example.org", keys["example.org"].private_pem,
+                          include_headers=[b"from", b"to", b"message-id"])
+    raw = signature + b"Subject: status of order 4411 too\r\n" + bare
+    assert dkim.verify(raw, dnsfunc=verify.keys)  # the premise: DKIM alone says pass
+    assert verify.authenticate(raw).proof == "none"
+
+
+def dkim_bomb(domain: str = "example.org", names: int = 5_000, lines: int = 13_000) -> bytes:
+    """Four DKIM-Signature headers of `domain` (whose key is published) with a body hash that
+    matches and `names` h= names, over `lines` header lines: no valid signature, all the work."""
+    import base64
+    import hashlib
+
+    body = b"Where is my order 772?\r\n"
+    bh = base64.b64encode(hashlib.sha256(body).digest()).decode()
+    h = ":".join(f"x{i}" for i in range(names))
+    signature = (f"DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/simple; d={domain}; s=lab; "
+                 f"bh={bh}; h={h}; b=AAAA\r\n").encode()
+    filler = b"".join(b"X-%d: v\r\n" % i for i in range(lines - 6))
+    return signature * 4 + filler + f"From: {OWNER}\r\n".encode() + b"Subject: hi\r\n\r\n" + body
+
+
+def test_the_dkim_bomb_is_bounded_before_dkimpy(verify) -> None:
+    """Four signatures of 5,000 names over 13,000 header lines (about 250 KiB): proof none in
+    well under a second of CPU, the reason naming the bound."""
+    import time
+
+    raw = dkim_bomb()
+    assert 240 * 1024 < len(raw) <= 256 * 1024
+    started = time.process_time()
+    sender = verify.authenticate(raw)
+    assert time.process_time() - started < 0.5
+    assert sender.proof == "none" and "limit" in sender.why, sender
