@@ -60,7 +60,8 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     dkim_keys: str = ""  # AIRLOCK_DKIM_KEYS: "", "dns" or a key file (authentication.key_source)
-    # AIRLOCK_TRUSTED_RELAYS and AIRLOCK_TRUSTED_AUTHSERV_IDS, both or neither (intake/relays.py)
+    # AIRLOCK_TRUSTED_AUTHSERV_IDS and AIRLOCK_TRUSTED_RELAYS, both or neither (intake/relays.py)
+    authserv_ids: frozenset[str] = frozenset()
     relays: relays.TrustedRelays = relays.TrustedRelays()
     check_budget_s: float = CHECK_BUDGET_S  # AIRLOCK_SENDER_CHECK_BUDGET_S
 
@@ -73,17 +74,16 @@ def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
     budget_s = read("AIRLOCK_SENDER_CHECK_BUDGET_S", float, f"{CHECK_BUDGET_S:g}")
     if not 0 < budget_s <= 300:
         raise SettingsError(f"setting AIRLOCK_SENDER_CHECK_BUDGET_S={budget_s:g}: must be over 0 and at most 300")
+    trusted, ids = relays.parse(read("AIRLOCK_TRUSTED_RELAYS", str, ""), read("AIRLOCK_TRUSTED_AUTHSERV_IDS", str, ""))
     return SmtpSettings(host=read("AIRLOCK_SMTP_HOST", str, "127.0.0.1"),
                         port=read("AIRLOCK_SMTP_PORT", settings_module.port, "2525"),
-                        dkim_keys=read("AIRLOCK_DKIM_KEYS", str, ""),
-                        relays=relays.parse(read("AIRLOCK_TRUSTED_RELAYS", str, ""),
-                                            read("AIRLOCK_TRUSTED_AUTHSERV_IDS", str, "")),
+                        dkim_keys=read("AIRLOCK_DKIM_KEYS", str, ""), authserv_ids=ids, relays=trusted,
                         check_budget_s=budget_s)
 
 
 def verifier(smtp: SmtpSettings, max_email_bytes: int = 0) -> Verifier:
     """The sender verifier these settings describe; a key file that does not load stops the intake."""
-    return Verifier(key_source(smtp.dkim_keys), max_email_bytes, smtp.relays)
+    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids, max_email_bytes, smtp.relays)
 
 
 def data_size_limit(settings: Settings) -> int:
@@ -185,10 +185,9 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
                             f"AIRLOCK_SMTP_PORT): {exc.strerror or exc}") from exc
     # One start line, which says what proves a sender: with no keys and no trusted authserv-id,
     # every sender is unverified and the guarded task answers nobody.
-    trusted = smtp.relays
     proofs = (f"DKIM keys from {shown(smtp.dkim_keys)}" if smtp.dkim_keys else "no DKIM keys") + ", " + (
-        f"Authentication-Results from {shown(', '.join(sorted(trusted.authserv_ids)))} on mail relayed by "
-        f"{', '.join(str(n) for n in trusted.networks)}" if trusted.networks else "no trusted relay")
+        f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))} on mail relayed by "
+        f"{', '.join(str(n) for n in smtp.relays.networks)}" if smtp.relays.networks else "no trusted relay")
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
           f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:

@@ -118,6 +118,7 @@ def key_source(setting: str) -> TxtLookup:
 @dataclass(frozen=True)
 class Verifier:
     keys: TxtLookup
+    authserv_ids: frozenset[str] = frozenset()  # counted only on mail one of `relays` delivered
     # Work is bounded by the email's size: one over the broker's limit (AIRLOCK_MAX_EMAIL_BYTES)
     # is rejected there anyway, so it is not parsed here (0: no bound, for tests).
     max_bytes: int = 0
@@ -137,7 +138,7 @@ class Verifier:
             return Sender("", "none", problem)
         domain = senders.domain_of(address)
         relayed = self.relays.delivered(peer)
-        vouched, why_not_vouched = _by_authres(block, self.relays.authserv_ids, domain) if relayed else (None, "")
+        vouched, why_not_vouched = _by_authres(block, self.authserv_ids, domain) if relayed else (None, "")
         if vouched is not None:
             return Sender(address, vouched, why_not_vouched)
         try:

@@ -37,7 +37,7 @@ MAX_SIGNED_NAMES = 100  # names in one h=: real signers list 5 to 40 (oversignin
 MAX_HEADER_FIELDS = mailbounds.MAX_HEADER_FIELDS  # as many as the reader's parse takes
 # Headers RFC 5322 and MIME allow once, that the reader or a person reads: the reader's parse
 # (mailbounds.PARSED: From, Subject, the Content-* headers) and the addressing and date.
-SINGLE = mailbounds.PARSED | frozenset({"to", "cc", "reply-to", "sender", "date", "message-id"})
+SINGLE = mailbounds.PARSED | frozenset({"to", "cc", "reply-to", "date"})
 
 _FIELD = re.compile(rb"([\x21-\x39\x3b-\x7e]+):")  # FeedParser's headerRE and dkimpy's field name, alike
 _SIGNED_NAMES = re.compile(rb"(?:\A|;)\s*h\s*=([^;]*)")

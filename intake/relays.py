@@ -26,7 +26,6 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 @dataclass(frozen=True)
 class TrustedRelays:
     networks: tuple[Network, ...] = ()
-    authserv_ids: frozenset[str] = frozenset()
 
     def delivered(self, peer: str) -> bool:
         """True if `peer` (the SMTP client's address, "" if unknown) is a trusted relay."""
@@ -39,7 +38,7 @@ class TrustedRelays:
         return any(address in network for network in self.networks)
 
 
-def parse(relays: str, authserv_ids: str) -> TrustedRelays:
+def parse(relays: str, authserv_ids: str) -> tuple[TrustedRelays, frozenset[str]]:
     """AIRLOCK_TRUSTED_RELAYS (comma-separated addresses or networks: "10.0.0.25",
     "192.0.2.0/28", "2001:db8::/64") and AIRLOCK_TRUSTED_AUTHSERV_IDS (comma-separated),
     both set or both empty; anything else is a SettingsError naming the key."""
@@ -59,4 +58,4 @@ def parse(relays: str, authserv_ids: str) -> TrustedRelays:
     if networks and not ids:
         raise SettingsError(f"setting AIRLOCK_TRUSTED_RELAYS={relays!r} needs AIRLOCK_TRUSTED_AUTHSERV_IDS: "
                             "the authserv-id the relay writes in its Authentication-Results header")
-    return TrustedRelays(tuple(networks), ids)
+    return TrustedRelays(tuple(networks)), ids

@@ -103,7 +103,7 @@ def test_hostile_bytes_give_no_proof_and_no_exception(verify, raw: bytes) -> Non
 
 
 RELAY = "192.0.2.25"  # the address of the MTA in front of the intake
-RELAYED = parse(f"{RELAY}, 2001:db8::/64", "mx.shop.example")
+RELAYED, IDS = parse(f"{RELAY}, 2001:db8::/64", "mx.shop.example")
 
 
 def _with_results(raw: bytes, *headers: str) -> bytes:
@@ -124,7 +124,7 @@ def _with_results(raw: bytes, *headers: str) -> bytes:
 def test_authentication_results_count_only_from_a_trusted_authserv_id(headers: list[str], proof: str) -> None:
     """On mail the trusted relay delivered: only the topmost header, from a configured
     authserv-id, saying pass for the From domain."""
-    verify = Verifier(NoKeys(), relays=RELAYED)
+    verify = Verifier(NoKeys(), IDS, relays=RELAYED)
     assert verify.authenticate(_with_results(HONEST, *headers), RELAY).proof == proof
 
 
@@ -141,7 +141,7 @@ def test_a_trusted_id_counts_only_on_mail_a_trusted_relay_delivered(peer: str, p
     """The same header, written by whoever connects: it proves a sender only when the SMTP
     client is a configured relay; from anyone else it is the sender's own text."""
     raw = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
-    sender = Verifier(NoKeys(), relays=RELAYED).authenticate(raw, peer)
+    sender = Verifier(NoKeys(), IDS, relays=RELAYED).authenticate(raw, peer)
     assert sender.proof == proof, sender
     assert proof == "authres" or "no trusted relay delivered it" in sender.why
 
@@ -164,7 +164,7 @@ def test_a_relays_pass_holds_only_for_what_the_signature_covers(keys) -> None:
     Subject the reader reads twice, or one no signature of the domain names: proof none."""
     import dkim
 
-    verify = Verifier(NoKeys(), relays=RELAYED)
+    verify = Verifier(NoKeys(), IDS, relays=RELAYED)
     good = keys["example.org"].sign(HONEST, "example.org")
     results = "mx.shop.example; dkim=pass header.d=example.org"
     assert verify.authenticate(_with_results(good, results), RELAY).proof == "authres"
@@ -185,9 +185,9 @@ def test_settings_name_the_key_source(tmp_path: Path) -> None:
     """AIRLOCK_DKIM_KEYS, AIRLOCK_TRUSTED_RELAYS and AIRLOCK_TRUSTED_AUTHSERV_IDS load; a bad
     key file names its setting."""
     smtp = load_smtp({"AIRLOCK_TRUSTED_AUTHSERV_IDS": " mx.a , mx.b ,", "AIRLOCK_TRUSTED_RELAYS": "10.0.0.0/8,"})
-    assert smtp.relays.authserv_ids == {"mx.a", "mx.b"} and smtp.relays.delivered("10.1.2.3")
+    assert smtp.authserv_ids == {"mx.a", "mx.b"} and smtp.relays.delivered("10.1.2.3")
     assert isinstance(verifier(smtp).keys, NoKeys) and verifier(smtp).relays == smtp.relays
-    assert load_smtp({}).relays == TrustedRelays()
+    assert (load_smtp({}).relays, load_smtp({}).authserv_ids) == (TrustedRelays(), frozenset())
     bad = tmp_path / "bad.toml"
     bad.write_text("[keys]\nx = 3\n")
     with pytest.raises(SettingsError, match="AIRLOCK_DKIM_KEYS"):
@@ -220,17 +220,20 @@ def _value_goals() -> list[tuple[str, bytes, str, str]]:
     return found
 
 
-def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_path: Path) -> None:
+@pytest.mark.parametrize("own_results", [False, True], ids=["forged-from", "forged-from-and-authentication-results"])
+def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_path: Path, own_results: bool) -> None:
     """The issue's measurement, with the reader assumed fooled every time: each corpus email
-    whose goal is an order, its From (and MAIL FROM) forged to that order's owner, through
-    the intake's verifier and the guarded task: 0 of 57 sent (57 of 57 before). The owner's
-    own email, signed by their domain's key, is still answered."""
+    whose goal is an order, its From (and MAIL FROM) forged to that order's owner, sent
+    straight to an intake that trusts a relay's authserv-id, through the intake's verifier
+    and the guarded task: 0 of 57 sent (57 of 57 before), also with the sender's own
+    `Authentication-Results: <trusted id>; dkim=pass` line on top. The owner's own email,
+    signed by their domain's key, is still answered."""
     orders = load_orders()
     goals = _value_goals()
     assert len(goals) == 57
     owners = {orders[g]["customer"] for _, _, g, _ in goals if g in orders}
     signers = dict.fromkeys({o.rpartition("@")[2] for o in owners}, keys["example.org"])
-    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", signers)))
+    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", signers)), IDS, relays=RELAYED)
     task = task_module.load(TASKS / "order_status_guarded.toml")
     catalog = catalog_module.load()
     tools = CallLog(tmp_path / "calls.jsonl")
@@ -241,7 +244,11 @@ def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_p
         for name, raw, goal, _ in goals:
             owner = (orders.get(goal) or {}).get("customer", "nobody@example.org")
             claimed = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)["From"]
-            sender = verify.authenticate(raw.replace(claimed.encode(), owner.encode(), 1))
+            forged = raw.replace(claimed.encode(), owner.encode(), 1)
+            if own_results:
+                forged = f"Authentication-Results: mx.shop.example; dkim=pass header.d={owner.rpartition('@')[2]}\n" \
+                    .encode() + forged
+            sender = verify.authenticate(forged, "127.0.0.1")
             assert sender.address == owner and sender.proof == "none", (name, sender)
             if executor.run(f"forged:{name}", goal, sender.address, sender_proof=sender.proof).outcome == "completed":
                 reached.append(name)
@@ -266,7 +273,7 @@ def test_work_is_bounded_for_any_email_the_broker_would_take(keys, tmp_path: Pat
     from airlock import settings as settings_module
 
     limit = settings_module.load({}).max_email_bytes
-    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), limit, RELAYED)
+    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), IDS, limit, RELAYED)
     tail = b"From: a@example.org\r\n\r\nhi\r\n"
     unit = {"many-headers": b"X-H: v\r\n", "many-addresses": b"a@example.org, ", "long-from": b"a",
             "encoded-words": b"=?utf-8?q?a?= ", "many-signatures": b"DKIM-Signature: v=1; a=rsa-sha256; d=example.org; "
