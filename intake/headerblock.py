@@ -72,8 +72,8 @@ def read(raw: bytes) -> Block | NotProvable:
         return NotProvable(f"{stray} in the header block of CRLF lines: the reader would split "
                            "a line there that DKIM does not")
     if not crlf and b"\r" in block:
-        return NotProvable("a CR in the header block of LF lines: the reader would split a line there "
-                           "that DKIM does not")
+        return NotProvable("a CR in a header block whose first line ends in a lone LF (a bare CR, or CRLF "
+                           "after a lone LF): the reader would split a line there that DKIM does not")
     lines = block.split(end_of_line)
     if lines and lines[-1] == b"":
         lines.pop()
