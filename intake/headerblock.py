@@ -60,9 +60,8 @@ class Block:
 
 def read(raw: bytes) -> Block | NotProvable:
     """The header block's fields, or why it is past a bound or not split alike by both parsers."""
-    first = raw.find(b"\n")
-    crlf = first > 0 and raw[first - 1:first] == b"\r"
-    end_of_line = b"\r\n" if crlf else b"\n"
+    end_of_line = line_end(raw)
+    crlf = end_of_line == b"\r\n"
     end = raw.find(end_of_line * 2)
     if raw.startswith(end_of_line):
         return NotProvable("the email has no header block")
@@ -92,6 +91,12 @@ def read(raw: bytes) -> Block | NotProvable:
         if len(fields) > MAX_HEADER_FIELDS:
             return NotProvable(f"more than {MAX_HEADER_FIELDS:,} header fields, over the limit")
     return _bounded(Block(fields))
+
+
+def line_end(raw: bytes) -> bytes:
+    """How the email's first line ends, which every header line must: CRLF or LF."""
+    first = raw.find(b"\n")
+    return b"\r\n" if first > 0 and raw[first - 1:first] == b"\r" else b"\n"
 
 
 def _bounded(block: Block) -> Block | NotProvable:

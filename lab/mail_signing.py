@@ -56,7 +56,9 @@ class SigningKey:
         so nobody can add it later, as careful signers oversign."""
         signature = dkim.sign(raw, selector.encode(), domain.encode(), self.private_pem,
                               include_headers=[name.encode() for name in sorted(headerblock.SINGLE)])
-        return signature + raw
+        # dkimpy writes CRLF; an email kept as a file ends its lines in LF alone, and a block
+        # of both proves nothing (headerblock.read), so the signature takes the email's ends.
+        return signature.replace(b"\r\n", headerblock.line_end(raw)) + raw
 
 
 def write_key_file(path: Path, published: dict[str, SigningKey], selector: str = SELECTOR) -> Path:
