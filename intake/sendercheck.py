@@ -63,6 +63,8 @@ class SenderCheck:
 
     async def authenticate(self, raw: bytes, peer: str) -> Sender:
         """Verifier.authenticate(raw, peer) in a worker, or proof none once the budget is spent."""
+        if self.verify.max_bytes and len(raw) > self.verify.max_bytes:
+            return self.verify.authenticate(raw, peer)  # refused unread, at once: not worth a pipe
         async with self._slots:
             try:
                 worker = self._idle.pop() if self._idle else _Worker(self.verify)
