@@ -4,6 +4,7 @@ Authentication-Results header vouches for it; everything else is unverified."""
 
 from __future__ import annotations
 
+import asyncio
 import email.parser
 import email.policy
 from pathlib import Path
@@ -381,3 +382,24 @@ def test_every_corpus_email_signed_by_its_domain_is_proven() -> None:
     proven = mail_signing.signed_and_verified(emails)
     assert len(proven) > 150
     assert [(e.file, e.sender_proof) for e in proven if e.sender_proof != "dkim"] == []
+
+
+@pytest.mark.parametrize(("client", "proof"), [
+    pytest.param((RELAY, 40001), "authres", id="from-the-relay"),
+    pytest.param(("127.0.0.1", 40001), "none", id="straight-from-a-sender"),
+    pytest.param(None, "none", id="no-peer-known"),
+])
+async def test_the_smtp_handler_passes_the_clients_address(client, proof: str) -> None:
+    """The DATA hook hands the SMTP client's address to the check: the same header proves the
+    sender only when the trusted relay's connection delivered it."""
+    from aiosmtpd.smtp import Session
+
+    submitter = FakeSubmitter()
+    handler = Handler(submitter, Verifier(NoKeys(), IDS, relays=RELAYED))
+    session = Session(asyncio.get_running_loop())
+    session.peer = client
+    made = Envelope()
+    made.mail_from, made.rcpt_tos = OWNER, ["support@shop.example"]
+    made.original_content = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
+    assert (await deliver(handler, made, session)).startswith("250")
+    assert submitter.proofs == [proof]
