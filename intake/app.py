@@ -6,8 +6,8 @@ what came in; the reader's prompt evens out line ends), whose origin is
 `smtp:<envelope sender>`. So the broker's size limit counts the CRLFs too: an email just
 under AIRLOCK_MAX_EMAIL_BYTES as a file can be `intake.too_large` over SMTP. Its sender is
 the From address with what proves it (intake/authentication.py: a verified DKIM signature
-of the From domain, or a trusted Authentication-Results header); without a proof it is
-unverified and corroborates nothing. The reply tells the sender the truth:
+of the From domain, or the Authentication-Results header of a trusted relay that delivered
+it); without a proof it is unverified and corroborates nothing. The reply tells the sender the truth:
 
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
 - 451 (transient): the broker did not answer; the sender keeps the email and retries.
@@ -143,8 +143,8 @@ def hand_over(submitter: Submitter, raw: bytes, mail_from: str, sender: Sender =
 
 
 class Handler:
-    """aiosmtpd's handler: every DATA's sender is checked in a child (intake/sendercheck.py),
-    then goes to `hand_over`, both off the event loop."""
+    """aiosmtpd's handler: every DATA's sender is checked in a worker process
+    (intake/sendercheck.py), then the email goes to `hand_over`, both off the event loop."""
 
     def __init__(self, submitter: Submitter, verify: Verifier | None = None,
                  check_budget_s: float = CHECK_BUDGET_S) -> None:
@@ -216,7 +216,8 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     sendercheck.start_server()
     handler = Handler(submitter, verify, smtp.check_budget_s)
     try:
-        asyncio.run(listen(smtp, handler, data_size_limit(settings), settings.endpoint("intake"), stop))
+        asyncio.run(listen(smtp, handler, data_size_limit(settings),
+                            settings.endpoint("intake"), stop))
     finally:
         handler.checks.close()
         submitter.close()
