@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import smtplib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +101,17 @@ def test_only_the_relays_own_header_proves_a_sender(stack, intake, relay, tmp_pa
     assert results[relayed_forged]["outcome"] == "refused"
     assert results[relayed_signed]["outcome"] == "completed", results[relayed_signed]
     assert [c["tool"] for c in s.calls(straight)] == ["lookup_order"]
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    pytest.param({"AIRLOCK_TRUSTED_AUTHSERV_IDS": RELAY_ID}, "AIRLOCK_TRUSTED_RELAYS", id="id-without-relay"),
+    pytest.param({"AIRLOCK_TRUSTED_RELAYS": RELAY_ADDRESS}, "AIRLOCK_TRUSTED_AUTHSERV_IDS", id="relay-without-id"),
+])
+def test_a_trusted_id_without_its_relay_stops_the_intake_at_start(env: dict[str, str], named: str) -> None:
+    """`python -m intake` with only one of the two settings: one line naming the missing key,
+    exit 78 (EX_CONFIG), before it listens."""
+    (port,) = free_ports(1)
+    done = subprocess.run([sys.executable, "-m", "intake"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "", "PYTHONPATH": str(ROOT), "AIRLOCK_SMTP_PORT": str(port), **env})
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("intake: ") and named in done.stderr

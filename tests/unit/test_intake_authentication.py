@@ -403,3 +403,11 @@ async def test_the_smtp_handler_passes_the_clients_address(client, proof: str) -
     made.original_content = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
     assert (await deliver(handler, made, session)).startswith("250")
     assert submitter.proofs == [proof]
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan", "inf", "301", "soon"])
+def test_a_check_budget_that_is_no_budget_stops_the_intake(budget: str) -> None:
+    """AIRLOCK_SENDER_CHECK_BUDGET_S must be a number of seconds over 0 and at most 300."""
+    with pytest.raises(SettingsError, match="AIRLOCK_SENDER_CHECK_BUDGET_S"):
+        load_smtp({"AIRLOCK_SENDER_CHECK_BUDGET_S": budget})
+    assert load_smtp({"AIRLOCK_SENDER_CHECK_BUDGET_S": "2.5"}).check_budget_s == 2.5
