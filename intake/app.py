@@ -6,8 +6,8 @@ what came in; the reader's prompt evens out line ends), whose origin is
 `smtp:<envelope sender>`. So the size limit counts the CRLFs too: an email just under
 AIRLOCK_MAX_EMAIL_BYTES as a file can be refused 552 over SMTP. Its sender is
 the From address with what proves it (intake/authentication.py: a verified DKIM signature
-of the From domain, or a trusted Authentication-Results header); without a proof it is
-unverified and corroborates nothing. The reply tells the sender the truth:
+of the From domain, or the Authentication-Results header of a trusted relay that delivered
+it); without a proof it is unverified and corroborates nothing. The reply tells the sender the truth:
 
 - 250 Queued as <message id>: the broker accepted it; its outcome is in the trace.
 - 451 (transient): the broker did not answer; the sender keeps the email and retries.
@@ -41,6 +41,7 @@ from airlock.senders import SenderProof
 from airlock.settings import Settings
 from airlock.terminal import shown
 from airlock.transport import client_keys
+from intake import relays, sendercheck
 from intake.authentication import UNPROVEN, NoKeys, Sender, Verifier, key_source
 
 BROKER_TIMEOUT_S = 5.0  # how long one submission may wait for the broker's Accepted
@@ -50,6 +51,9 @@ SHUTDOWN_GRACE_S = 5.0  # closing connections at stop may take this long, no lon
 # an origin no longer than an SMTP command line (about 520 bytes).
 FRAME_HEADROOM_BYTES = 16 * 1024
 HOSTNAME = "airlock-intake"  # fixed, so no session waits on a DNS lookup of our own name
+# One email's sender check, key lookups in DNS included (dkimpy waits up to 5 s for one):
+# past it the check is stopped and the sender is unverified (intake/sendercheck.py).
+CHECK_BUDGET_S = 10.0
 UNAVAILABLE = "451 4.3.0 airlock broker unavailable, try again later"
 
 
@@ -57,23 +61,30 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     dkim_keys: str = ""  # AIRLOCK_DKIM_KEYS: "", "dns" or a key file (authentication.key_source)
-    authserv_ids: frozenset[str] = frozenset()  # AIRLOCK_TRUSTED_AUTHSERV_IDS, comma-separated
+    # AIRLOCK_TRUSTED_AUTHSERV_IDS and AIRLOCK_TRUSTED_RELAYS, both or neither (intake/relays.py)
+    authserv_ids: frozenset[str] = frozenset()
+    relays: relays.TrustedRelays = relays.TrustedRelays()
+    check_budget_s: float = CHECK_BUDGET_S  # AIRLOCK_SENDER_CHECK_BUDGET_S
 
 
 def load_smtp(env: Mapping[str, str] | None = None) -> SmtpSettings:
-    """AIRLOCK_SMTP_HOST, AIRLOCK_SMTP_PORT, AIRLOCK_DKIM_KEYS and AIRLOCK_TRUSTED_AUTHSERV_IDS;
-    a value that does not cast names its key."""
+    """AIRLOCK_SMTP_HOST, AIRLOCK_SMTP_PORT, AIRLOCK_DKIM_KEYS, AIRLOCK_TRUSTED_RELAYS,
+    AIRLOCK_TRUSTED_AUTHSERV_IDS and AIRLOCK_SENDER_CHECK_BUDGET_S; a value that does not cast
+    names its key."""
     read = settings_module.reader(os.environ if env is None else env)
-    ids = read("AIRLOCK_TRUSTED_AUTHSERV_IDS", str, "")
+    budget_s = read("AIRLOCK_SENDER_CHECK_BUDGET_S", float, f"{CHECK_BUDGET_S:g}")
+    if not 0 < budget_s <= 300:
+        raise SettingsError(f"setting AIRLOCK_SENDER_CHECK_BUDGET_S={budget_s:g}: must be over 0 and at most 300")
+    trusted, ids = relays.parse(read("AIRLOCK_TRUSTED_RELAYS", str, ""), read("AIRLOCK_TRUSTED_AUTHSERV_IDS", str, ""))
     return SmtpSettings(host=read("AIRLOCK_SMTP_HOST", str, "127.0.0.1"),
                         port=read("AIRLOCK_SMTP_PORT", settings_module.port, "2525"),
-                        dkim_keys=read("AIRLOCK_DKIM_KEYS", str, ""),
-                        authserv_ids=frozenset(i.strip() for i in ids.split(",") if i.strip()))
+                        dkim_keys=read("AIRLOCK_DKIM_KEYS", str, ""), authserv_ids=ids, relays=trusted,
+                        check_budget_s=budget_s)
 
 
 def verifier(smtp: SmtpSettings, max_email_bytes: int = 0) -> Verifier:
     """The sender verifier these settings describe; a key file that does not load stops the intake."""
-    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids, max_email_bytes)
+    return Verifier(key_source(smtp.dkim_keys), smtp.authserv_ids, max_email_bytes, smtp.relays)
 
 
 def data_size_limit(settings: Settings) -> int:
@@ -133,23 +144,23 @@ def hand_over(submitter: Submitter, raw: bytes, mail_from: str, sender: Sender =
     return f"250 Queued as {message_id}"
 
 
-def receive(submitter: Submitter, verify: Verifier, raw: bytes, mail_from: str) -> tuple[str, Sender]:
-    """Authenticate the sender, then hand the email over: (SMTP reply, sender)."""
-    sender = verify.authenticate(raw)
-    return hand_over(submitter, raw, mail_from, sender), sender
-
-
 class Handler:
-    """aiosmtpd's handler: every DATA goes to `hand_over`, off the event loop."""
+    """aiosmtpd's handler: every DATA's sender is checked in a worker process
+    (intake/sendercheck.py), then the email goes to `hand_over`, both off the event loop."""
 
-    def __init__(self, submitter: Submitter, verify: Verifier | None = None) -> None:
+    def __init__(self, submitter: Submitter, verify: Verifier | None = None,
+                 check_budget_s: float = CHECK_BUDGET_S) -> None:
         self.submitter = submitter
-        self.verify = verify or Verifier(NoKeys())
+        self.checks = sendercheck.SenderCheck(verify or Verifier(NoKeys()), check_budget_s)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802  (aiosmtpd calls handle_<VERB>)
         raw = envelope.original_content or b""
         mail_from = envelope.mail_from or ""
-        reply, sender = await asyncio.to_thread(receive, self.submitter, self.verify, raw, mail_from)
+        # The client's (host, port), though aiosmtpd's annotation says a string.
+        client: object = session.peer
+        peer = str(client[0]) if isinstance(client, tuple) and client else ""
+        sender = await self.checks.authenticate(raw, peer)
+        reply = await asyncio.to_thread(hand_over, self.submitter, raw, mail_from, sender)
         # The envelope, the From and the peer's address are the sender's words: escaped for the console.
         print(f"intake: {reply} from=<{shown(mail_from)}> sender=<{shown(sender.address)}> "
               f"proof={sender.proof} ({shown(sender.why)}) rcpts={len(envelope.rcpt_tos)} bytes={len(raw)} "
@@ -177,8 +188,8 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
     # One start line, which says what proves a sender: with no keys and no trusted authserv-id,
     # every sender is unverified and the guarded task answers nobody.
     proofs = (f"DKIM keys from {shown(smtp.dkim_keys)}" if smtp.dkim_keys else "no DKIM keys") + ", " + (
-        f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))}" if smtp.authserv_ids
-        else "no trusted authserv-id")
+        f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))} on mail relayed by "
+        f"{', '.join(str(n) for n in smtp.relays.networks)}" if smtp.relays.networks else "no trusted relay")
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
           f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:
@@ -204,8 +215,11 @@ def serve(settings: Settings, task: object, stop: threading.Event) -> None:
     # rather than answering every sender 451.
     client_keys(settings, keys.SMTP_ROLE)
     submitter = BrokerSubmitter(lambda: IntakeClient(settings, timeout_s=BROKER_TIMEOUT_S, role=keys.SMTP_ROLE))
+    sendercheck.start_server()
+    handler = Handler(submitter, verify, smtp.check_budget_s)
     try:
-        asyncio.run(listen(smtp, Handler(submitter, verify), data_size_limit(settings),
+        asyncio.run(listen(smtp, handler, data_size_limit(settings),
                             settings.endpoint("intake"), stop))
     finally:
+        handler.checks.close()
         submitter.close()

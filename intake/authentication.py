@@ -9,12 +9,20 @@ through with a forged one), so the sender counts only when a signature proves it
 
   dkim      a DKIM-Signature verifies with dkimpy against the TXT source, its d= is exactly
             the From address's domain (DMARC's strict alignment), it signs the whole body
-            (no l=: a tail nobody signed may carry the attack) and the email has exactly
-            one From header with one address;
-  authres   the topmost Authentication-Results header, the one the MTA in front of this
-            intake adds, names a configured authserv-id and says dkim=pass with header.d,
-            or dmarc=pass with header.from, equal to the From domain. One from anyone else,
-            or lower down, is the sender's text and ignored (RFC 8601, section 5).
+            (no l=: a tail nobody signed may carry the attack) and every header the reader
+            reads that the email carries (intake/headerblock.py: SINGLE), and the email has
+            exactly one From header with one address;
+  authres   the email was delivered by a trusted relay (intake/relays.py: its SMTP client's
+            address), and the topmost Authentication-Results header, the one that relay
+            adds, names a configured authserv-id and says dkim=pass with header.d, or
+            dmarc=pass with header.from, equal to the From domain; each DKIM-Signature of
+            that domain in the email signs every header the reader reads that it carries.
+            Lower down, from another id, or on mail from any other client, the header is the
+            sender's own text and ignored (RFC 8601, section 5).
+
+Either holds only for a header block dkimpy and the reader split alike, within the bounds
+that keep dkimpy's work small (intake/headerblock.py); the check runs in a worker process
+with a time budget (intake/sendercheck.py), so no email holds another sender's reply.
 
 Anything else is "none": the sender stays unverified and corroborates nothing. SPF is not
 consulted: it proves only the envelope domain for the connecting IP, not the From address
@@ -37,8 +45,9 @@ import dkim
 from airlock import senders
 from airlock.errors import SettingsError
 from airlock.senders import SenderProof
+from intake import headerblock
+from intake.relays import TrustedRelays
 
-MAX_SIGNATURES = 4  # DKIM-Signature headers tried per email: each costs a key lookup and an RSA verify
 # A From header longer than this is not one mailbox (254 bytes, plus a display name within
 # RFC 5322's 998-byte line): refused before the address parser, whose time grows with it.
 MAX_FROM_BYTES = 2048
@@ -55,6 +64,7 @@ class Sender:
 
 
 UNPROVEN = Sender("", "none", "not checked")
+NO_RELAYS = TrustedRelays()
 
 
 class KeyFile:
@@ -108,55 +118,89 @@ def key_source(setting: str) -> TxtLookup:
 @dataclass(frozen=True)
 class Verifier:
     keys: TxtLookup
-    authserv_ids: frozenset[str] = frozenset()
+    authserv_ids: frozenset[str] = frozenset()  # counted only on mail one of `relays` delivered
     # Work is bounded by the email's size: one over the broker's limit (AIRLOCK_MAX_EMAIL_BYTES)
     # is rejected there anyway, so it is not parsed here (0: no bound, for tests).
     max_bytes: int = 0
+    # Who may vouch with Authentication-Results (intake/relays.py): nobody unless configured.
+    relays: TrustedRelays = NO_RELAYS
 
-    def authenticate(self, raw: bytes) -> Sender:
-        """The From address and what proves it, never an exception: hostile bytes give "none"."""
+    def authenticate(self, raw: bytes, peer: str = "") -> Sender:
+        """The From address and what proves it, never an exception: hostile bytes give "none".
+        `peer` is the address of the SMTP client that delivered the email ("" if none did)."""
         if self.max_bytes and len(raw) > self.max_bytes:
             return Sender("", "none", f"{len(raw)} bytes, over the {self.max_bytes}-byte email limit: not read")
-        try:
-            parsed = dkim.DKIM(raw, minkey=MIN_KEY_BITS)
-        except Exception as exc:  # noqa: BLE001  dkimpy's parser on hostile bytes: no proof, not a crash
-            return Sender("", "none", f"unreadable headers: {type(exc).__name__}")
-        address, problem = _from_address(parsed.headers)
+        block = headerblock.read(raw)
+        if isinstance(block, headerblock.NotProvable):
+            return Sender("", "none", f"no proof can hold: {block.reason}")
+        address, problem = _from_address(block.values("from"))
         if not address:
             return Sender("", "none", problem)
         domain = senders.domain_of(address)
-        proven = self._by_authres(parsed.headers, domain) or _by_dkim(parsed, self.keys, domain)
-        if proven is not None:
-            return Sender(address, *proven)
-        return Sender(address, "none", f"no DKIM signature of {domain} verified and no trusted "
-                                       "Authentication-Results header vouches for it")
-
-    def _by_authres(self, headers: list[tuple[bytes, bytes]], domain: str) -> tuple[SenderProof, str] | None:
-        if not self.authserv_ids:
-            return None
-        topmost = next((value for name, value in headers if name.lower() == b"authentication-results"), None)
-        if topmost is None:
-            return None
+        relayed = self.relays.delivered(peer)
+        vouched, why_not_vouched = _by_authres(block, self.authserv_ids, domain) if relayed else (None, "")
+        if vouched is not None:
+            return Sender(address, vouched, why_not_vouched)
         try:
-            header = authres.AuthenticationResultsHeader.parse_value(
-                " ".join(topmost.decode("utf-8", "replace").split()))
-        except Exception:  # noqa: BLE001  authres raises its own errors and, on odd input, plain ones
-            return None
-        if header.authserv_id not in self.authserv_ids:
-            return None
-        for result in header.results:
-            wanted = {"dkim": ("header", "d"), "dmarc": ("header", "from")}.get(result.method)
-            if wanted is None or result.result != "pass":
-                continue
-            named = [p.value for p in result.properties if (p.type, p.name) == wanted]
-            if any(senders.normalized(f"x@{value}") == f"x@{domain}" for value in named):
-                return "authres", f"{result.method}=pass for {domain} from {header.authserv_id}"
-        return None
+            parsed = dkim.DKIM(raw, minkey=MIN_KEY_BITS)
+        except Exception as exc:  # noqa: BLE001  dkimpy's parser on hostile bytes: no proof, not a crash
+            return Sender(address, "none", f"unreadable headers: {type(exc).__name__}")
+        proven, why = _by_dkim(parsed, block, self.keys, domain)
+        if proven is not None:
+            return Sender(address, proven, why)
+        relay = (why_not_vouched or "the trusted relay's Authentication-Results header does not vouch for it") \
+            if relayed else "no trusted relay delivered it"
+        return Sender(address, "none", f"{why or f'no DKIM signature of {domain} verified'}; {relay}")
 
 
-def _from_address(headers: list[tuple[bytes, bytes]]) -> tuple[str, str]:
+def _by_authres(block: headerblock.Block, authserv_ids: frozenset[str],
+                domain: str) -> tuple[SenderProof | None, str]:
+    """("authres", what it says) if the topmost Authentication-Results header is a trusted
+    id's pass for `domain`, else (None, why not, or "" if it says nothing of the kind)."""
+    found = block.values("authentication-results")
+    if not found:
+        return None, ""
+    try:
+        header = authres.AuthenticationResultsHeader.parse_value(" ".join(found[0].decode("utf-8", "replace").split()))
+    except Exception:  # noqa: BLE001  authres raises its own errors and, on odd input, plain ones
+        return None, ""
+    if header.authserv_id not in authserv_ids:
+        return None, ""
+    for result in header.results:
+        wanted = {"dkim": ("header", "d"), "dmarc": ("header", "from")}.get(result.method)
+        if wanted is None or result.result != "pass":
+            continue
+        named = [p.value for p in result.properties if (p.type, p.name) == wanted]
+        if any(senders.normalized(f"x@{value}") == f"x@{domain}" for value in named):
+            left_out = _left_out_by_signatures_of(block, domain)
+            if left_out is not None:
+                return None, (f"{header.authserv_id} says {result.method}=pass, but a signature of {domain} "
+                              f"does not sign the {left_out!r} header the reader reads")
+            return "authres", f"{result.method}=pass for {domain} from {header.authserv_id}"
+    return None, ""
+
+
+def _left_out_by_signatures_of(block: headerblock.Block, domain: str) -> str | None:
+    """A header the reader reads that some DKIM-Signature of `domain` in the email does not sign."""
+    for value in block.values("dkim-signature"):
+        try:
+            tags = dkim.util.parse_tag_value(value)
+        except Exception:  # noqa: BLE001  not a signature anyone verified: it vouches for nothing
+            continue
+        if senders.normalized(f"x@{tags.get(b'd', b'').decode('ascii', 'replace')}") != f"x@{domain}":
+            continue
+        left_out = headerblock.unsigned(block, _signed_names(tags.get(b"h", b"")))
+        if left_out is not None:
+            return left_out
+    return None
+
+
+def _signed_names(h: bytes) -> frozenset[str]:
+    return frozenset(name.strip().decode("ascii", "replace").lower() for name in h.split(b":"))
+
+
+def _from_address(values: list[bytes]) -> tuple[str, str]:
     """(exact From address, "") or ("", why not): exactly one From header, one address."""
-    values = [value for name, value in headers if name.lower() == b"from"]
     if len(values) != 1:
         return "", f"{len(values)} From headers: the sender is ambiguous"
     if len(values[0]) > MAX_FROM_BYTES:
@@ -168,9 +212,11 @@ def _from_address(headers: list[tuple[bytes, bytes]]) -> tuple[str, str]:
     return (address, "") if address else ("", "the From header holds no usable address")
 
 
-def _by_dkim(parsed: dkim.DKIM, keys: TxtLookup, domain: str) -> tuple[SenderProof, str] | None:
-    signatures = sum(1 for name, _ in parsed.headers if name.lower() == b"dkim-signature")
-    for index in range(min(signatures, MAX_SIGNATURES)):
+def _by_dkim(parsed: dkim.DKIM, block: headerblock.Block, keys: TxtLookup,
+             domain: str) -> tuple[SenderProof | None, str]:
+    """("dkim", which signature) for the first that proves the sender, else (None, why the last did not)."""
+    why = ""
+    for index in range(len(block.values("dkim-signature"))):  # at most headerblock.MAX_SIGNATURES
         try:
             if not parsed.verify(idx=index, dnsfunc=keys):
                 continue
@@ -181,5 +227,9 @@ def _by_dkim(parsed: dkim.DKIM, keys: TxtLookup, domain: str) -> tuple[SenderPro
         if b"l" in fields or b"from" not in parsed.include_headers \
                 or senders.normalized(f"x@{signer}") != f"x@{domain}":
             continue  # a partial body, an unsigned From, or another domain than the From's
+        left_out = headerblock.unsigned(block, frozenset(n.decode("ascii", "replace") for n in parsed.include_headers))
+        if left_out is not None:
+            why = f"the signature of {domain} verified but does not sign the {left_out!r} header the reader reads"
+            continue
         return "dkim", f"dkim d={domain} s={fields.get(b's', b'').decode('ascii', 'replace')}"
-    return None
+    return None, why

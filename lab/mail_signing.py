@@ -20,6 +20,7 @@ from pathlib import Path
 import dkim
 
 from airlock import senders, sources
+from intake import headerblock
 from intake.authentication import KeyFile, Verifier
 from lab.campaign import CampaignEmail
 
@@ -50,10 +51,14 @@ class SigningKey:
         return cls(pem, "v=DKIM1; k=rsa; p=" + base64.b64encode(public).decode("ascii"))
 
     def sign(self, raw: bytes, domain: str, selector: str = SELECTOR) -> bytes:
-        """`raw` with a DKIM-Signature of `domain` prepended (relaxed/simple, From signed)."""
+        """`raw` with a DKIM-Signature of `domain` prepended (relaxed/simple), signing every
+        header the reader reads (headerblock.SINGLE), each once: one it lacks is signed absent,
+        so nobody can add it later, as careful signers oversign."""
         signature = dkim.sign(raw, selector.encode(), domain.encode(), self.private_pem,
-                              include_headers=[b"from", b"to", b"subject", b"date", b"message-id"])
-        return signature + raw
+                              include_headers=[name.encode() for name in sorted(headerblock.SINGLE)])
+        # dkimpy writes CRLF; an email kept as a file ends its lines in LF alone, and a block
+        # of both proves nothing (headerblock.read), so the signature takes the email's ends.
+        return signature.replace(b"\r\n", headerblock.line_end(raw)) + raw
 
 
 def write_key_file(path: Path, published: dict[str, SigningKey], selector: str = SELECTOR) -> Path:

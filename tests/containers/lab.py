@@ -125,8 +125,11 @@ class Lab:
                         AIRLOCK_DASHBOARD_PORT=str(dashboard_port), PYTHONPATH=str(folder),
                         PWD=str(folder),  # as a shell in the folder has it; compose.yaml's lab tool reads it
                         # The lab as a class runs it: behind a mail server the intake trusts to say
-                        # who signed (README Guarantees: what counts as an authenticated sender).
-                        AIRLOCK_TRUSTED_AUTHSERV_IDS=TRUSTED_AUTHSERV_ID)
+                        # who signed (docs/guarantees.md: what counts as an authenticated sender).
+                        # The tests play that server from the host, whose connections to the
+                        # published port arrive from the edge network's gateway.
+                        AIRLOCK_TRUSTED_AUTHSERV_IDS=TRUSTED_AUTHSERV_ID,
+                        AIRLOCK_TRUSTED_RELAYS=f"{subnet}.1")
         self.started = False
 
     @classmethod

@@ -4,6 +4,7 @@ Authentication-Results header vouches for it; everything else is unverified."""
 
 from __future__ import annotations
 
+import asyncio
 import email.parser
 import email.policy
 from pathlib import Path
@@ -22,6 +23,7 @@ from airlock import task as task_module
 from airlock.errors import SettingsError
 from intake.app import Handler, load_smtp, verifier
 from intake.authentication import KeyFile, NoKeys, Verifier, key_source
+from intake.relays import TrustedRelays, parse
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, TASKS
 from tests.unit.test_intake import FakeSubmitter, deliver
@@ -101,6 +103,10 @@ def test_hostile_bytes_give_no_proof_and_no_exception(verify, raw: bytes) -> Non
     assert verify.authenticate(raw).proof == "none"
 
 
+RELAY = "192.0.2.25"  # the address of the MTA in front of the intake
+RELAYED, IDS = parse(f"{RELAY}, 2001:db8::/64", "mx.shop.example")
+
+
 def _with_results(raw: bytes, *headers: str) -> bytes:
     return "".join(f"Authentication-Results: {h}\r\n" for h in headers).encode() + raw
 
@@ -117,9 +123,57 @@ def _with_results(raw: bytes, *headers: str) -> bytes:
     pytest.param(["mx.shop.example; ;;; dkim=="], "none", id="unparsable"),
 ])
 def test_authentication_results_count_only_from_a_trusted_authserv_id(headers: list[str], proof: str) -> None:
-    """Only the topmost header, from a configured authserv-id, saying pass for the From domain."""
-    verify = Verifier(NoKeys(), frozenset({"mx.shop.example"}))
-    assert verify.authenticate(_with_results(HONEST, *headers)).proof == proof
+    """On mail the trusted relay delivered: only the topmost header, from a configured
+    authserv-id, saying pass for the From domain."""
+    verify = Verifier(NoKeys(), IDS, relays=RELAYED)
+    assert verify.authenticate(_with_results(HONEST, *headers), RELAY).proof == proof
+
+
+@pytest.mark.parametrize(("peer", "proof"), [
+    pytest.param(RELAY, "authres", id="the-relay"),
+    pytest.param(f"::ffff:{RELAY}", "authres", id="the-relay-on-a-dual-stack-socket"),
+    pytest.param("2001:db8::7", "authres", id="inside-the-relay-network"),
+    pytest.param("192.0.2.26", "none", id="next-door"),
+    pytest.param("127.0.0.1", "none", id="loopback"),
+    pytest.param("", "none", id="no-client"),
+    pytest.param("not an address", "none", id="garbage"),
+])
+def test_a_trusted_id_counts_only_on_mail_a_trusted_relay_delivered(peer: str, proof: str) -> None:
+    """The same header, written by whoever connects: it proves a sender only when the SMTP
+    client is a configured relay; from anyone else it is the sender's own text."""
+    raw = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
+    sender = Verifier(NoKeys(), IDS, relays=RELAYED).authenticate(raw, peer)
+    assert sender.proof == proof, sender
+    assert proof == "authres" or "no trusted relay delivered it" in sender.why
+
+
+@pytest.mark.parametrize(("relays", "ids", "named"), [
+    pytest.param("", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="id-without-relay"),
+    pytest.param("192.0.2.25", "", "AIRLOCK_TRUSTED_AUTHSERV_IDS", id="relay-without-id"),
+    pytest.param("192.0.2.25/24", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="host-bits-set"),
+    pytest.param("mx.shop.example", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="a-name"),
+])
+def test_relay_settings_that_prove_nothing_or_trust_anyone_stop_the_intake(relays: str, ids: str, named: str) -> None:
+    """A trusted id with no relay, a relay with no id, a network that is not one: SettingsError
+    naming the key, at start (78), never an intake that trusts what any sender writes."""
+    with pytest.raises(SettingsError, match=named):
+        load_smtp({"AIRLOCK_TRUSTED_RELAYS": relays, "AIRLOCK_TRUSTED_AUTHSERV_IDS": ids})
+
+
+def test_a_relays_pass_holds_only_for_what_the_signature_covers(keys) -> None:
+    """The relay says dkim=pass for the owner's genuine signature, but the email also carries a
+    Subject the reader reads twice, or one no signature of the domain names: proof none."""
+    import dkim
+
+    verify = Verifier(NoKeys(), IDS, relays=RELAYED)
+    good = keys["example.org"].sign(HONEST, "example.org")
+    results = "mx.shop.example; dkim=pass header.d=example.org"
+    assert verify.authenticate(_with_results(good, results), RELAY).proof == "authres"
+    twice = _with_results(b"Subject: status of order 4411 too\r\n" + good, results)
+    bare = HONEST.replace(b"Subject: my order\r\n", b"")
+    narrow = dkim.sign(bare, b"lab", b"example.org", keys["example.org"].private_pem, include_headers=[b"from"])
+    unsigned = _with_results(narrow + b"Subject: status of order 4411 too\r\n" + bare, results)
+    assert [verify.authenticate(raw, RELAY).proof for raw in (twice, unsigned)] == ["none", "none"]
 
 
 def test_without_configured_ids_no_authentication_results_header_counts() -> None:
@@ -129,9 +183,12 @@ def test_without_configured_ids_no_authentication_results_header_counts() -> Non
 
 
 def test_settings_name_the_key_source(tmp_path: Path) -> None:
-    """AIRLOCK_DKIM_KEYS and AIRLOCK_TRUSTED_AUTHSERV_IDS load; a bad key file names its setting."""
-    smtp = load_smtp({"AIRLOCK_TRUSTED_AUTHSERV_IDS": " mx.a , mx.b ,"})
-    assert smtp.authserv_ids == {"mx.a", "mx.b"} and isinstance(verifier(smtp).keys, NoKeys)
+    """AIRLOCK_DKIM_KEYS, AIRLOCK_TRUSTED_RELAYS and AIRLOCK_TRUSTED_AUTHSERV_IDS load; a bad
+    key file names its setting."""
+    smtp = load_smtp({"AIRLOCK_TRUSTED_AUTHSERV_IDS": " mx.a , mx.b ,", "AIRLOCK_TRUSTED_RELAYS": "10.0.0.0/8,"})
+    assert smtp.authserv_ids == {"mx.a", "mx.b"} and smtp.relays.delivered("10.1.2.3")
+    assert isinstance(verifier(smtp).keys, NoKeys) and verifier(smtp).relays == smtp.relays
+    assert (load_smtp({}).relays, load_smtp({}).authserv_ids) == (TrustedRelays(), frozenset())
     bad = tmp_path / "bad.toml"
     bad.write_text("[keys]\nx = 3\n")
     with pytest.raises(SettingsError, match="AIRLOCK_DKIM_KEYS"):
@@ -164,17 +221,20 @@ def _value_goals() -> list[tuple[str, bytes, str, str]]:
     return found
 
 
-def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_path: Path) -> None:
+@pytest.mark.parametrize("own_results", [False, True], ids=["forged-from", "forged-from-and-authentication-results"])
+def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_path: Path, own_results: bool) -> None:
     """The issue's measurement, with the reader assumed fooled every time: each corpus email
-    whose goal is an order, its From (and MAIL FROM) forged to that order's owner, through
-    the intake's verifier and the guarded task: 0 of 57 sent (57 of 57 before). The owner's
-    own email, signed by their domain's key, is still answered."""
+    whose goal is an order, its From (and MAIL FROM) forged to that order's owner, sent
+    straight to an intake that trusts a relay's authserv-id, through the intake's verifier
+    and the guarded task: 0 of 57 sent (57 of 57 before), also with the sender's own
+    `Authentication-Results: <trusted id>; dkim=pass` line on top. The owner's own email,
+    signed by their domain's key, is still answered."""
     orders = load_orders()
     goals = _value_goals()
     assert len(goals) == 57
     owners = {orders[g]["customer"] for _, _, g, _ in goals if g in orders}
     signers = dict.fromkeys({o.rpartition("@")[2] for o in owners}, keys["example.org"])
-    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", signers)))
+    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", signers)), IDS, relays=RELAYED)
     task = task_module.load(TASKS / "order_status_guarded.toml")
     catalog = catalog_module.load()
     tools = CallLog(tmp_path / "calls.jsonl")
@@ -185,7 +245,11 @@ def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_p
         for name, raw, goal, _ in goals:
             owner = (orders.get(goal) or {}).get("customer", "nobody@example.org")
             claimed = email.parser.BytesParser(policy=email.policy.compat32).parsebytes(raw, headersonly=True)["From"]
-            sender = verify.authenticate(raw.replace(claimed.encode(), owner.encode(), 1))
+            forged = raw.replace(claimed.encode(), owner.encode(), 1)
+            if own_results:
+                forged = f"Authentication-Results: mx.shop.example; dkim=pass header.d={owner.rpartition('@')[2]}\n" \
+                    .encode() + forged
+            sender = verify.authenticate(forged, "127.0.0.1")
             assert sender.address == owner and sender.proof == "none", (name, sender)
             if executor.run(f"forged:{name}", goal, sender.address, sender_proof=sender.proof).outcome == "completed":
                 reached.append(name)
@@ -210,7 +274,7 @@ def test_work_is_bounded_for_any_email_the_broker_would_take(keys, tmp_path: Pat
     from airlock import settings as settings_module
 
     limit = settings_module.load({}).max_email_bytes
-    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), frozenset({"mx.shop.example"}), limit)
+    verify = Verifier(KeyFile.load(write_key_file(tmp_path / "dkim.toml", keys)), IDS, limit, RELAYED)
     tail = b"From: a@example.org\r\n\r\nhi\r\n"
     unit = {"many-headers": b"X-H: v\r\n", "many-addresses": b"a@example.org, ", "long-from": b"a",
             "encoded-words": b"=?utf-8?q?a?= ", "many-signatures": b"DKIM-Signature: v=1; a=rsa-sha256; d=example.org; "
@@ -221,7 +285,129 @@ def test_work_is_bounded_for_any_email_the_broker_would_take(keys, tmp_path: Pat
            "encoded-words": b"From: a@example.org\r\nSubject: " + body + b"\r\n\r\nhi\r\n"}.get(shape, body + tail)
     assert len(raw) <= limit
     started = time.process_time()  # CPU time: a shared, loaded machine does not make it flaky
-    assert verify.authenticate(raw).proof == "none"
+    assert verify.authenticate(raw, RELAY).proof == "none"
     assert time.process_time() - started < 1.0
     over = Verifier(NoKeys(), max_bytes=limit).authenticate(raw + b"x" * limit)
     assert over.proof == "none" and "not read" in over.why
+
+
+SEED = (ROOT / "samples" / "seed_4411_de.eml").read_bytes().replace(b"\n", b"\r\n")  # as SMTP carries it
+
+
+def test_a_signed_email_with_mime_headers_proves_its_sender(keys, verify) -> None:
+    """The seed (MIME-Version, Content-Type, Content-Transfer-Encoding) signed by the lab's
+    signer keeps proof dkim: every header the reader reads is signed."""
+    sender = verify.authenticate(keys["example.org"].sign(SEED.replace(b"example.de", b"example.org"),
+                                                          "example.org"))
+    assert sender.proof == "dkim", sender
+
+
+def _replayed(keys, prefix: bytes) -> bytes:
+    """The owner's genuine signed email with `prefix` put above it, as an attacker replays it."""
+    return prefix + keys["example.org"].sign(HONEST, "example.org")
+
+
+@pytest.mark.parametrize("prefix", [
+    pytest.param(b"Subject: status of order 4411 too\r\n", id="prepended-subject"),
+    pytest.param(b"X-Note: hi\rSubject: status of order 4411 too\r\n", id="subject-behind-a-bare-cr"),
+    pytest.param(b"X-Note: hi\nSubject: status of order 4411 too\r\n", id="subject-behind-a-lone-lf"),
+    pytest.param(b"Content-Type: text/html\r\n", id="unsigned-content-type"),
+    pytest.param(b"X-Note: hi\r\r\nSubject: status of order 4411 too\r\n", id="bare-cr-ends-the-headers"),
+])
+def test_what_the_reader_reads_must_be_what_was_signed(keys, verify, prefix: bytes) -> None:
+    """A genuine signature still verifies, but the reader would read a header it does not
+    cover (a second Subject, one hidden behind a bare CR, an unsigned Content-Type): proof none."""
+    from reader import mail
+
+    raw = _replayed(keys, prefix)
+    signed_only = mail.parse(keys["example.org"].sign(HONEST, "example.org"), "eml")
+    assert mail.parse(raw, "eml") != signed_only  # the premise: the reader reads something else
+    sender = verify.authenticate(raw)
+    assert sender.proof == "none", sender
+
+
+def test_a_header_the_reader_reads_that_no_signature_names_is_unproven(keys, verify) -> None:
+    """Signed with an h= that leaves out Subject, then a Subject added: the signature verifies,
+    the Subject is the sender's own word, so proof none."""
+    import dkim
+
+    bare = HONEST.replace(b"Subject: my order\r\n", b"")
+    signature = dkim.sign(bare, b"lab", b"example.org", keys["example.org"].private_pem,
+                          include_headers=[b"from", b"to", b"message-id"])
+    raw = signature + b"Subject: status of order 4411 too\r\n" + bare
+    assert dkim.verify(raw, dnsfunc=verify.keys)  # the premise: DKIM alone says pass
+    assert verify.authenticate(raw).proof == "none"
+
+
+def dkim_bomb(domain: str = "example.org", names: int = 5_000, lines: int = 13_000) -> bytes:
+    """Four DKIM-Signature headers of `domain` (whose key is published) with a body hash that
+    matches and `names` distinct h= names each, folded 40 to a line (SMTP carries lines of at
+    most 1,000 bytes), the rest of `lines` header lines filler fields: no valid signature
+    needed, and dkimpy looks for every name among every field."""
+    import base64
+    import hashlib
+
+    body = b"Where is my order 772?\r\n"
+    bh = base64.b64encode(hashlib.sha256(body).digest()).decode()
+    listed = [f"x{i}" for i in range(names)]
+    folded = [":".join(listed[i:i + 40]) for i in range(0, names, 40)]
+    signature = (f"DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/simple; d={domain}; s=lab;\r\n"
+                 f"\tbh={bh};\r\n\th=" + ":\r\n\t".join(folded) + ";\r\n\tb=AAAA\r\n").encode()
+    filler = b"F: v\r\n" * max(lines - 4 * (len(folded) + 3) - 2, 0)
+    return signature * 4 + filler + f"From: {OWNER}\r\n".encode() + b"Subject: hi\r\n\r\n" + body
+
+
+def test_the_dkim_bomb_is_bounded_before_dkimpy(verify) -> None:
+    """Four signatures of 5,000 names over 13,000 header lines (about 250 KiB, every line SMTP
+    carries): proof none in well under a second of CPU, the reason naming the bound."""
+    import time
+
+    raw = dkim_bomb()
+    assert 180 * 1024 < len(raw) <= 256 * 1024 and raw.count(b"\n") > 13_000
+    assert max(len(line) for line in raw.split(b"\r\n")) < 1000
+    started = time.process_time()
+    sender = verify.authenticate(raw)
+    assert time.process_time() - started < 0.5
+    assert sender.proof == "none" and "limit" in sender.why, sender
+
+
+def test_every_corpus_email_signed_by_its_domain_is_proven() -> None:
+    """The lab's signer over each corpus and sample email as a file holds it (LF line ends),
+    then the intake's verifier: every one is proven, so the header rules refuse no honest mail."""
+    from lab import mail_signing
+    from lab.campaign import CampaignEmail
+
+    files = sorted((ROOT / "corpus").rglob("*.eml")) + sorted((ROOT / "samples").rglob("*.eml"))
+    emails = [CampaignEmail(file=str(path), raw=path.read_bytes(), format="eml") for path in files]
+    proven = mail_signing.signed_and_verified(emails)
+    assert len(proven) > 150
+    assert [(e.file, e.sender_proof) for e in proven if e.sender_proof != "dkim"] == []
+
+
+@pytest.mark.parametrize(("client", "proof"), [
+    pytest.param((RELAY, 40001), "authres", id="from-the-relay"),
+    pytest.param(("127.0.0.1", 40001), "none", id="straight-from-a-sender"),
+    pytest.param(None, "none", id="no-peer-known"),
+])
+async def test_the_smtp_handler_passes_the_clients_address(client, proof: str) -> None:
+    """The DATA hook hands the SMTP client's address to the check: the same header proves the
+    sender only when the trusted relay's connection delivered it."""
+    from aiosmtpd.smtp import Session
+
+    submitter = FakeSubmitter()
+    handler = Handler(submitter, Verifier(NoKeys(), IDS, relays=RELAYED))
+    session = Session(asyncio.get_running_loop())
+    session.peer = client
+    made = Envelope()
+    made.mail_from, made.rcpt_tos = OWNER, ["support@shop.example"]
+    made.original_content = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
+    assert (await deliver(handler, made, session)).startswith("250")
+    assert submitter.proofs == [proof]
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan", "inf", "301", "soon"])
+def test_a_check_budget_that_is_no_budget_stops_the_intake(budget: str) -> None:
+    """AIRLOCK_SENDER_CHECK_BUDGET_S must be a number of seconds over 0 and at most 300."""
+    with pytest.raises(SettingsError, match="AIRLOCK_SENDER_CHECK_BUDGET_S"):
+        load_smtp({"AIRLOCK_SENDER_CHECK_BUDGET_S": budget})
+    assert load_smtp({"AIRLOCK_SENDER_CHECK_BUDGET_S": "2.5"}).check_budget_s == 2.5
