@@ -82,9 +82,12 @@ def _fitting(text: str, limit: int) -> int:
     return len(text)
 
 
+_BACKSLASH_SHOWN = 2  # at most: a backslash before an escape letter is doubled
+
+
 def _shown_length(ch: str) -> int:
     if ch == "\\":
-        return 2
+        return _BACKSLASH_SHOWN
     if ch == "\n" or not hidden(ch):
         return 1
     code = ord(ch)
