@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
+from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex, is_damage
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
 from airlock.records import Call, utc_now
@@ -45,12 +45,10 @@ class CallLog:
         self.lock = ledger_lock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
         opened: list[Any] = [self.lock]
         try:
-            self.keys = KeyIndex(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
-            opened.append(self.keys)
             self._log = AppendLog(path)
             opened.append(self._log)
-            # What a restart found, for stderr and (through the actor's first answer) the trace.
-            self.notices: list[dict[str, Any]] = self._reconcile()
+            self.keys = self._indexed(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
+            opened.append(self.keys)
         except BaseException as exc:
             for resource in reversed(opened):
                 _close_quietly(resource)
@@ -91,11 +89,44 @@ class CallLog:
                 raise
             return True
 
+    def _indexed(self, index: Path, cache_keys: int) -> KeyIndex:
+        """The key index, brought up to the log. Damage SQLite finds only while indexing (past
+        the start check) sets it aside once and rebuilds it from the log: a start never fails
+        for ever on an index the log can replace."""
+        keys = KeyIndex(index, cache_keys)
+        try:
+            # What a restart found, for stderr and (through the actor's first answer) the trace.
+            self.notices: list[dict[str, Any]] = self._reconcile(keys)
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                _close_quietly(keys)
+                raise
+            keys.set_aside(str(exc))
+            keys.close()
+            keys = KeyIndex(index, cache_keys)
+            self.notices = self._reconcile(keys)
+        return keys
+
+    def _damaged(self, exc: sqlite3.Error) -> bool:
+        """If SQLite says the index is damaged: set it aside (the restart rebuilds it from the log)
+        and stop acting on this ledger, whose keys can no longer be told (LedgerUntrusted). The
+        emails it holds get no answer: their successor runs them on the rebuilt index."""
+        if not is_damage(exc):
+            return False
+        self.keys.set_aside(str(exc))
+        if not self.untrusted:
+            self.untrusted = (f"the key index {self.keys.path.name} is damaged ({exc}); it was moved aside, "
+                              "to be rebuilt from the call log when the actor restarts")
+            print(f"actor: WARNING: {self.untrusted}. No tool runs until then", file=sys.stderr)
+        return True
+
     def _claim(self, key: str) -> bool:
         """KeyIndex.claim, or LedgerWriteFailed naming the disk if SQLite refuses the key."""
         try:
             return self.keys.claim(key)
         except sqlite3.Error as exc:
+            if self._damaged(exc):
+                raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
             self._index_lost(exc)
             raise LedgerWriteFailed(f"the key index {self.keys.path.name} cannot take a key: {exc}; "
                                     "nothing ran") from exc
@@ -112,7 +143,12 @@ class CallLog:
         """Whether the ledger holds this step's call (an escalated email's earlier steps must)."""
         key = call_key(message_id, step)
         with self._lock:
-            return key in self._pinned or key in self._unsynced_pins or key in self.keys
+            try:
+                return key in self._pinned or key in self._unsynced_pins or key in self.keys
+            except sqlite3.Error as exc:
+                if not self._damaged(exc):
+                    raise
+                return True  # unknown: said to be there, and the untrusted ledger runs nothing
 
     def sync(self) -> None:
         """fsync what was logged since the last sync, then commit its keys to the index. The
@@ -150,6 +186,7 @@ class CallLog:
                 self.keys.add_all(self._pinned)
             self.keys.synced(covers)
         except sqlite3.Error as exc:
+            self._damaged(exc)
             # The records are durable in the log (the ground truth; a restart re-indexes it),
             # so their answers may go; until the index takes them, they are held here (the
             # batch's too, if the index failed before synced() moved it to the durable keys).
@@ -175,11 +212,13 @@ class CallLog:
                 print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
                       "reconciles the ledger with its key index", file=sys.stderr)
 
-    def _reconcile(self) -> list[dict[str, Any]]:
+    def _reconcile(self, keys: KeyIndex) -> list[dict[str, Any]]:
         """Bring the key index up to the log as found at start; report a log that is not the
         one the index last saw (the keys it holds stay: no call they name runs again)."""
-        indexed, log = self.keys.indexed(), self._log
+        indexed, log = keys.indexed(), self._log
         notices: list[dict[str, Any]] = []
+        if keys.rebuilt:  # its keys come back from the log, below
+            notices.append({"event": "key_index_damaged", "detail": dict(keys.rebuilt)})
         if log.repaired is not None:  # a crash mid-record: never acknowledged (a record is synced before its Done)
             cut = log.repaired
             notices.append({"event": "ledger_repaired", "detail": {
@@ -196,8 +235,8 @@ class CallLog:
                       f"deleted, cut or replaced: {indexed.size} bytes indexed, {log.size} found). Every "
                       "key already indexed is kept, so none of those calls runs again; the calls they "
                       "record are no longer in the log", file=sys.stderr)
-        self.keys.add_all(_keys_in(log.path, start))
-        self.keys.commit(Indexed(*log.identity, log.size))
+        keys.add_all(_keys_in(log.path, start))
+        keys.commit(Indexed(*log.identity, log.size))
         return notices
 
     def close(self) -> None:

@@ -492,3 +492,62 @@ def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path,
     assert restarted.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
     restarted.close()
     assert _calls(path) == [("m2", 1)]
+
+
+def _flip_pages(index: Path, first_page: int = 2) -> None:
+    """Flip bytes inside every page of the index from `first_page` on, leaving its header
+    and first pages whole: SQLite opens it and reads its first page without a complaint."""
+    data = bytearray(index.read_bytes())
+    for page_start in range(first_page * 4096, len(data), 4096):
+        for offset in range(page_start + 100, min(page_start + 400, len(data))):
+            data[offset] ^= 0xFF
+    index.write_bytes(bytes(data))
+
+
+def _many_calls(path: Path, count: int) -> None:
+    log = CallLog(path)
+    for number in range(count):
+        assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+        if number % 100 == 0:
+            log.sync()
+    log.close()
+
+
+def test_a_key_index_damaged_inside_its_pages_is_rebuilt_at_start(tmp_path: Path, capsys) -> None:
+    """Bytes flipped inside the index's pages (its header whole) are found at start by a check
+    that reads every page: the index is moved aside and rebuilt, and no logged call runs again."""
+    path = tmp_path / "calls.jsonl"
+    _many_calls(path, 3000)
+    _flip_pages(tmp_path / "calls.keys.sqlite")
+    again = CallLog(path)
+    assert [notice["event"] for notice in again.notices] == ["key_index_damaged"]  # for the trace
+    assert [n for n in range(3000) if again.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"})] == []
+    assert again.call("new", 1, "shop", "lookup_order", {"order_id": "1"})
+    again.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    assert "is damaged" in capsys.readouterr().err
+    restarted = CallLog(path)  # and the rebuilt index is whole: the next start uses it
+    assert not restarted.call("new", 1, "shop", "lookup_order", {"order_id": "1"})
+    restarted.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+
+
+def test_a_key_index_damaged_while_running_stops_acting_and_is_rebuilt_on_restart(tmp_path: Path) -> None:
+    """Damage SQLite finds at use (`database disk image is malformed`) is not a failed email:
+    the ledger is no longer trusted (nothing runs, the actor exits 75), the index is moved aside,
+    and the restart rebuilds it from the log and comes up."""
+    path = tmp_path / "calls.jsonl"
+    _many_calls(path, 3000)
+    log = CallLog(path, cache_keys=1)
+    log.keys._db.execute("PRAGMA cache_size=0")  # read pages from the file, as a long run would
+    _flip_pages(tmp_path / "calls.keys.sqlite")
+    with pytest.raises(LedgerUntrusted, match="key index"):
+        for number in range(3000):
+            log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+    assert log.untrusted
+    log.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    restarted = CallLog(path)
+    assert [n for n in range(3000) if restarted.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"})] == []
+    restarted.close()
+    assert len(_calls(path)) == 3000
