@@ -17,17 +17,23 @@ land later. What a tool does and returns is not this module's: see actor/mocks.p
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex, is_damage
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
-from airlock.records import Call, utc_now
+from airlock.records import Call, Intent, utc_now
+
+NEW, DONE, UNKNOWN = "new", "done", "unknown"  # what claim() found (Claimed.state)
+REINDEX_CHUNK = 10_000  # log records indexed per batch at start: the results of a chunk at most in memory
 
 
 def call_key(message_id: str, step: int) -> str:
@@ -63,22 +69,29 @@ class CallLog:
         # Keys whose records are in the log but not yet durable, which the index lost when it
         # rolled back (a full disk): honoured until the sync, then pinned, or dropped with the batch.
         self._unsynced_pins: set[str] = set()
+        # Calls recorded whose results the index has not committed yet (None: no result kept),
+        # and those of them whose records the log has not made durable yet.
+        self._finished: dict[str, bytes | None] = {}
+        self._recorded_unsynced: set[str] = set()
 
-    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
-             student: str = "", to: str = "") -> bool:
-        """Log one call; False (and nothing written) if its key was already logged. `student`
-        names the lab plug point whose code took part in deciding it, `to` a mail tool's
-        recipient (each kept only when set). Raises LedgerUntrusted (the ledger is not the file
-        this actor opened: nothing runs) or LedgerWriteFailed (nothing of the record stays)."""
+    def claim(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+              student: str = "") -> Claimed:
+        """Claim a step's key before its tool runs. NEW: its Intent is durable (fsynced, with the
+        key index committed) and the caller may call the tool, then must record() what it
+        returned. DONE: the log records the call (its kept result comes with it). UNKNOWN: an
+        Intent claimed it and no Call followed (the actor stopped in between, or the tool
+        failed): it may have taken effect. Neither of the last two may run. Raises
+        LedgerUntrusted (the ledger is not the file this actor opened) or LedgerWriteFailed
+        (the intent could not be made durable: nothing of it stays, nothing may run)."""
         key = call_key(message_id, step)
         with self._lock:
             self._check_trusted()
             if key in self._pinned or key in self._unsynced_pins or not self._claim(key):
-                return False
-            record = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
-                          to=to, student=student)
+                return self._claimed(key)
+            intent = Intent(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
+                            student=student)
             try:
-                self._log.append(records.encode(record))
+                self._log.append(records.encode(intent))
             except LedgerWriteFailed:
                 try:
                     self.keys.release(key)
@@ -87,7 +100,52 @@ class CallLog:
                     self._unsynced_pins.discard(key)  # its record was cut back out: it did not run
                 self._latch_untrusted()  # the record could not be cut back out: no more records here
                 raise
-            return True
+            self._unfinished.add(key)
+            self._sync()  # durable before the call, or LedgerWriteFailed and taken back
+            return Claimed(NEW)
+
+    def record(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+               student: str = "", to: str = "", result: dict[str, Any] | None = None) -> None:
+        """Record the call a claim() let run, once its tool answered: `to` is a mail tool's
+        recipient, `result` what it returned (kept to answer a replay; None: not kept), each
+        written only when set. Durable at the next sync(). Raises LedgerWriteFailed if it
+        cannot be written: the step stays claimed and unfinished (`unknown` from then on)."""
+        key = call_key(message_id, step)
+        with self._lock:
+            call = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
+                        to=to, student=student, result=result)
+            try:
+                self._log.append(records.encode(call))
+            except LedgerWriteFailed:
+                self._latch_untrusted()
+                raise
+            self._unfinished.discard(key)
+            self._finished[key] = _encode(result) if result is not None else None
+            self._recorded_unsynced.add(key)
+
+    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+             student: str = "", to: str = "", result: dict[str, Any] | None = None) -> bool:
+        """claim() and record() in one, for a call whose record is its only effect (a mock, a
+        grader's replay): True if it was made now, False (nothing written) if its key was
+        already claimed. Raises as claim() and record() do."""
+        if self.claim(message_id, step, server, tool, args, student).state != NEW:
+            return False
+        self.record(message_id, step, server, tool, args, student, to, result)
+        return True
+
+    def _claimed(self, key: str) -> Claimed:
+        """An earlier claim of `key`: unknown, or done with the result the log kept for it."""
+        if key in self._unfinished:
+            return Claimed(UNKNOWN)
+        kept = self._finished.get(key)
+        if kept is None and key not in self._finished:
+            try:
+                kept = self.keys.result(key)
+            except sqlite3.Error as exc:
+                if self._damaged(exc):
+                    raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
+                kept = None  # the index cannot say: the step replays with no result (its facts unknown)
+        return Claimed(DONE, None if kept is None else _decode_result(kept))
 
     def _indexed(self, index: Path, cache_keys: int) -> KeyIndex:
         """The key index, brought up to the log. Damage SQLite finds only while indexing (past
@@ -157,33 +215,52 @@ class CallLog:
         records are cut out of the log and its keys given back, and none of its answers may be
         sent."""
         with self._lock:
-            try:
-                self._log.sync()
-            except LedgerWriteFailed:
-                self.keys.forget_batch()
-                self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
-                self._latch_untrusted()
-                raise
-            self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
-            self._unsynced_pins.clear()
-            self._index_synced()  # even if the log turns out replaced: those calls did run
-            try:
-                self._check_trusted(full=True)
-            except LedgerUntrusted:
-                pass  # latched: the next call is refused; this batch's answers may go
+            self._sync()
+
+    def _sync(self) -> None:
+        """sync(), with the lock held."""
+        try:
+            self._log.sync()
+        except LedgerWriteFailed:
+            self._taken_back()
+            self._latch_untrusted()
+            raise
+        self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
+        self._unsynced_pins.clear()
+        self._recorded_unsynced.clear()  # their calls are durable in the log now
+        self._index_synced()  # even if the log turns out replaced: those calls did run
+        try:
+            self._check_trusted(full=True)
+        except LedgerUntrusted:
+            pass  # latched: the next call is refused; this batch's answers may go
+
+    def _taken_back(self) -> None:
+        """The records since the last sync were cut out of the log: an intent among them never
+        claimed its key (its tool never ran), and a call among them is unfinished again (its
+        tool ran, but the log no longer says it answered)."""
+        for key in self.keys.unsynced():
+            self._unfinished.discard(key)
+        self.keys.forget_batch()
+        for key in self._unsynced_pins:
+            self._unfinished.discard(key)
+        self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
+        for key in self._recorded_unsynced:
+            self._unfinished.add(key)
+            self._finished.pop(key, None)
+        self._recorded_unsynced.clear()
 
     def rollback(self) -> None:
         """Forget every call since the last sync (their answers will never be sent)."""
         with self._lock:
             self._log.rollback()
-            self.keys.forget_batch()
-            self._unsynced_pins.clear()
+            self._taken_back()
 
     def _index_synced(self) -> None:
         covers = Indexed(*self._log.identity, self._log.synced)
         try:
             if self._pinned:
                 self.keys.add_all(self._pinned)
+            self.keys.keep(self._unfinished, ((key, kept) for key, kept in self._finished.items() if kept is not None))
             self.keys.synced(covers)
         except sqlite3.Error as exc:
             self._damaged(exc)
@@ -196,6 +273,7 @@ class CallLog:
                   "memory until it can", file=sys.stderr)
         else:
             self._pinned.clear()
+            self._finished.clear()  # their results are in the index now
 
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
@@ -235,7 +313,20 @@ class CallLog:
                       f"deleted, cut or replaced: {indexed.size} bytes indexed, {log.size} found). Every "
                       "key already indexed is kept, so none of those calls runs again; the calls they "
                       "record are no longer in the log", file=sys.stderr)
-        keys.add_all(_keys_in(log.path, start))
+        self._unfinished = keys.unfinished()
+        for chunk in _chunks(_entries_in(log.path, start), REINDEX_CHUNK):
+            results: dict[str, bytes] = {}
+            for entry in chunk:
+                key = call_key(entry.message_id, entry.step)
+                if entry.intent:
+                    self._unfinished.add(key)
+                else:  # a call after its intent, or one logged before intents were
+                    self._unfinished.discard(key)
+                    if entry.result is not None:
+                        results[key] = entry.result
+            keys.add_all(call_key(entry.message_id, entry.step) for entry in chunk)
+            keys.keep((), results.items())
+        keys.keep(self._unfinished, ())
         keys.commit(Indexed(*log.identity, log.size))
         return notices
 
@@ -250,6 +341,17 @@ class CallLog:
             self.lock.close()
 
 
+class Claimed(NamedTuple):
+    """What claim() found: NEW (the tool may run now), DONE (with the result the log kept,
+    None if it kept none) or UNKNOWN (claimed, never recorded: it may have taken effect)."""
+    state: str
+    result: dict[str, Any] | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_result = msgspec.json.Decoder(dict[str, Any]).decode
+
+
 def _close_quietly(resource: Any) -> None:
     """Close what a failed start opened; its own failure must not hide the first one."""
     try:
@@ -258,12 +360,17 @@ def _close_quietly(resource: Any) -> None:
         pass
 
 
-def _keys_in(path: Path, start: int) -> Iterator[str]:
-    """The call keys of the log's records from byte `start` (a torn line is skipped)."""
+def _chunks(entries: Iterator[records.CallEntry], size: int) -> Iterator[list[records.CallEntry]]:
+    while chunk := list(itertools.islice(entries, size)):
+        yield chunk
+
+
+def _entries_in(path: Path, start: int) -> Iterator[records.CallEntry]:
+    """What the log's records from byte `start` say of their calls (a torn line is skipped)."""
     with open(path, "rb") as handle:
         handle.seek(start)
         for raw in handle:
-            key = records.call_key_of(raw)  # lenient: a damaged record still says its call ran
-            if key is not None:
-                yield call_key(*key)
+            entry = records.call_entry_of(raw)  # lenient: a damaged record still says its call was claimed
+            if entry is not None:
+                yield entry
 

@@ -118,6 +118,24 @@ class KeyIndex:
         self._begin()
         self._db.executemany("INSERT OR IGNORE INTO keys (key) VALUES (?)", ((key,) for key in keys))
 
+    def unfinished(self) -> set[str]:
+        """The keys claimed by an intent whose call the log does not record (few: one per call
+        an actor was stopped in, or that failed or overran)."""
+        return {key for (key,) in self._db.execute("SELECT key FROM unfinished")}
+
+    def keep(self, unfinished: Iterable[str], results: Iterable[tuple[str, bytes]]) -> None:
+        """In the open transaction: the unfinished keys as they are now (all of them), and the
+        results of calls the log recorded (a replay is answered from them)."""
+        self._begin()
+        self._db.execute("DELETE FROM unfinished")
+        self._db.executemany("INSERT OR IGNORE INTO unfinished (key) VALUES (?)", ((key,) for key in unfinished))
+        self._db.executemany("INSERT OR REPLACE INTO results (key, result) VALUES (?, ?)", results)
+
+    def result(self, key: str) -> bytes | None:
+        """What the call of `key` returned, as the log recorded it (None: not kept)."""
+        row = self._db.execute("SELECT result FROM results WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def set_aside(self, reason: str) -> None:
         """The index was found damaged while in use: move its files aside, so that the next start
         rebuilds it whole from the log, and go on in memory, where nothing is committed (a commit
@@ -224,6 +242,8 @@ def _open(path: Path) -> sqlite3.Connection:
 
 def _schema(db: sqlite3.Connection) -> sqlite3.Connection:
     db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS unfinished (key TEXT PRIMARY KEY) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, result BLOB) WITHOUT ROWID")
     db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
                "device INTEGER, inode INTEGER, size INTEGER)")
     return db

@@ -50,7 +50,7 @@ sees (an email redone, a call not counted). Rule 3 keeps ignoring exact.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import msgspec
 
@@ -73,7 +73,7 @@ from airlock.recordfacts import (
     WorkerJoined as WorkerJoined,
     WorkerLost as WorkerLost,
 )
-from airlock.wire import Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
+from airlock.wire import CallStatus, Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
 
 WORKER_STAGES = ("reader", "validator", "actor")
 WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
@@ -228,14 +228,20 @@ class Authorization(Record, tag="authorization", frozen=True, kw_only=True):
 
 
 class Call(Record, tag="call", frozen=True, kw_only=True):
-    """One tool call: the one record type of calls.jsonl and of the trace's call line.
+    """One tool call: the one call record of calls.jsonl and of the trace's call line.
 
-    calls.jsonl (the actor, before the tool runs): at, message_id, step, server, tool, args,
-    and `to` (a mail tool's recipient) and `student` when set; stage, layer, status, error,
-    key are absent (None). The trace (a Step that ran, through expand; its own line in
-    traces written before Step): stage "actor", layer "execution", status, error, key, and
-    the task and plan it ran under when the actor named them; `to` is absent. calls.jsonl
-    lines written before it had `event` read too."""
+    calls.jsonl (the actor, once the tool answered, after its Intent): at, message_id, step,
+    server, tool, args, and `to` (a mail tool's recipient), `student` and `result` (what the
+    tool returned, kept so that a replay of the step is answered from here and the tool is
+    never asked again) when set; stage, layer, status, error, key are absent (None). The
+    trace (a Step that ran, through expand; its own line in traces written before Step):
+    stage "actor", layer "execution", status, error, key, and the task and plan it ran under
+    when the actor named them; `to` and `result` are absent (the trace's Observation has
+    the result). calls.jsonl lines written before it had `event` read too.
+
+    `unknown` (trace only): the step's key was claimed by an Intent and its tool called, but
+    no Call follows it (the actor stopped in between, or the tool failed or overran): it may
+    or may not have taken effect, so it is never run again and a person must check."""
 
     STAGE: ClassVar[str] = "actor"
     message_id: str
@@ -245,12 +251,30 @@ class Call(Record, tag="call", frozen=True, kw_only=True):
     tool: str
     args: dict[str, Scalar]
     layer: str | None = None
-    status: Literal["ok", "error", "refused", "escalated", "replayed"] | None = None
+    status: CallStatus | None = None
     error: str | None = None
     key: str | None = None
     task: str = ""
     plan: list[tuple[str, str]] = []
     to: str = ""
+    student: str = ""
+    result: dict[str, Any] | None = None
+
+
+class Intent(Record, tag="intent", frozen=True, kw_only=True):
+    """calls.jsonl only: the call the actor is about to make, fsynced before its tool runs.
+    Its key is then claimed for good: a Call line for the same message_id and step follows
+    once the tool answered; an Intent with none after it is a call whose effect is unknown
+    (airlock never runs it again, and says `unknown`). A new event (rule 3): a reader that
+    knows only Call sees it as damaged, never as a call that ran."""
+
+    STAGE: ClassVar[str] = "actor"
+    message_id: str
+    stage: str | None = None  # type: ignore[assignment]  # calls.jsonl lines have none
+    step: int
+    server: str
+    tool: str
+    args: dict[str, Scalar]
     student: str = ""
 
 
@@ -284,7 +308,7 @@ class Step(Record, tag="step", frozen=True, kw_only=True):
     key: str
     decision: dict[str, Any]
     student: str = ""
-    status: Literal["ok", "error", "replayed"] | None = None
+    status: Literal["ok", "error", "replayed", "unknown"] | None = None
     args: dict[str, Scalar] = {}
     error: str = ""
     task: str = ""
@@ -342,6 +366,7 @@ BASE_FIELDS = ("at", "message_id", "stage", "event")
 _encoder = msgspec.json.Encoder()
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_call = msgspec.json.Decoder(Call).decode
+_decode_intent = msgspec.json.Decoder(Intent).decode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
@@ -366,11 +391,18 @@ def decode(raw: bytes) -> TraceRecord:
     return record
 
 
-def decode_call(raw: bytes) -> Call | Damaged:
+def decode_call(raw: bytes) -> Call | Intent | Damaged:
     """One calls.jsonl line (no `event` or `stage` in lines from before they shared a type)."""
     try:
         return _decode_call(raw)
-    except msgspec.DecodeError as exc:  # ValidationError too
+    except msgspec.ValidationError as exc:
+        if b'"intent"' in raw:
+            try:
+                return _decode_intent(raw)
+            except msgspec.DecodeError:
+                pass
+        return _damaged(raw, str(exc))
+    except msgspec.DecodeError as exc:
         return _damaged(raw, str(exc))
 
 
@@ -420,20 +452,38 @@ def _damaged(raw: bytes, reason: str) -> Damaged:
 class _CallKey(msgspec.Struct):
     message_id: object = None
     step: object = None
+    event: object = None
+    result: object = None
 
 
 _decode_call_key = msgspec.json.Decoder(_CallKey).decode
+_encode_result = msgspec.json.Encoder().encode
 
 
-def call_key_of(raw: bytes) -> tuple[str, int] | None:
-    """(message_id, step) of a calls.jsonl line, or None for a line that names none (torn).
-    The actor's idempotency ledger rebuilds its keys with this, not with decode_call, and
-    is lenient on purpose: a record whose other fields were damaged still says its call
-    ran, so it must never run again."""
+class CallEntry(NamedTuple):
+    """What the actor's ledger reads back from one calls.jsonl line (call_entry_of)."""
+    message_id: str
+    step: int
+    intent: bool  # an Intent: claimed, its tool about to run; else the call ran
+    result: bytes | None  # what the tool returned, as JSON, if the line kept it
+
+
+def call_entry_of(raw: bytes) -> CallEntry | None:
+    """The key of a calls.jsonl line and what it says of its call, or None for a line that
+    names none (torn). The actor's idempotency ledger rebuilds its keys with this, not with
+    decode_call, and is lenient on purpose: a record whose other fields were damaged still
+    says its call was claimed, so it must never run again."""
     try:
         key = _decode_call_key(raw)
     except msgspec.DecodeError:
         return None
-    if isinstance(key.message_id, str) and isinstance(key.step, int):
-        return key.message_id, key.step
+    if isinstance(key.message_id, str) and isinstance(key.step, int) and not isinstance(key.step, bool):
+        result = _encode_result(key.result) if isinstance(key.result, dict) else None
+        return CallEntry(key.message_id, key.step, key.event == "intent", result)
     return None
+
+
+def call_key_of(raw: bytes) -> tuple[str, int] | None:
+    """(message_id, step) of a calls.jsonl line, or None for a line that names none (torn)."""
+    entry = call_entry_of(raw)
+    return None if entry is None else (entry.message_id, entry.step)

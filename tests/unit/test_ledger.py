@@ -120,22 +120,44 @@ def test_a_short_write_is_cut_back(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_a_failed_fsync_takes_the_batch_back(make_actor, settings, monkeypatch) -> None:
-    """EIO on the group commit's fsync: the batch's records are cut out of calls.jsonl and
-    the sync raises, so no Done acknowledges a call that is not on disk (the old log kept
-    the lines it could not make durable, and the loop's exception stopped the actor)."""
+    """EIO on the group commit's fsync: the batch's call records are cut out of calls.jsonl and
+    the sync raises, so no Done acknowledges a call that is not on disk. The intents were
+    durable before each tool ran, so the successor never runs those tools again: `unknown`."""
     actor = make_actor()
     assert actor.run("m1", "4411").outcome == "completed"
     actor.sync()
+    assert actor.run("m2", "4411").outcome == "completed"  # each intent fsynced before its call
 
     def broken(descriptor: int) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
     monkeypatch.setattr(os, "fsync", broken)
-    assert actor.run("m2", "4411").outcome == "completed"
     with pytest.raises(LedgerWriteFailed, match=r"Input/output error \(EIO\) syncing calls.jsonl"):
         actor.sync()
     monkeypatch.undo()
-    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2)]
-    # the successor the broker redelivers m2 to makes its calls: none of them was recorded
+    # step 2's intent made step 1's record durable; step 2's record was cut back out
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2), ("m2", 1)]
+    # the successor the broker redelivers m2 to: step 2 may have acted, so it stops there
+    done = make_actor().run("m2", "4411")
+    assert [call.status for call in done.calls] == ["replayed", "unknown"] and done.outcome == "failed"
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2), ("m2", 1)]
+
+
+def test_an_intent_that_cannot_be_made_durable_runs_nothing(make_actor, settings, monkeypatch) -> None:
+    """EIO on the fsync of a step's intent: the tool is not called, the email fails saying
+    nothing ran, and the successor runs the step (its key was given back)."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+    ran: list[str] = []
+    real_run = actor.executor.tools.run
+    actor.executor.tools.run = lambda tool, args, cancelled: ran.append(tool.tool) or real_run(tool, args, cancelled)
+
+    def broken(descriptor: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "fsync", broken)
+    done = actor.run("m2", "4411")
+    monkeypatch.undo()
+    assert done.outcome == "failed" and "nothing ran" in done.reason and ran == []
     assert [call.status for call in make_actor().run("m2", "4411").calls] == ["ok", "ok"]
 
 
@@ -287,9 +309,10 @@ def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
     log.close()
 
 
-def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
+def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path, monkeypatch) -> None:
     """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
     key long out of the cache still replays."""
+    monkeypatch.setattr(os, "fsync", lambda descriptor: None)  # memory is measured here, not durability
     log = CallLog(tmp_path / "calls.jsonl", cache_keys=100)
     for number in range(5000):
         assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
@@ -460,8 +483,16 @@ def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is
     log = CallLog(path)
     _logged, _ = _fill_index_then_call(log, 0)
     log.keys._db.execute("PRAGMA max_page_count=1073741823")  # space is back
-    log.call("after", 1, "orders", "lookup", {"order_id": "A1"})
-    log._log.rollback()  # the crash before the fsync: the record never became durable
+
+    class Killed(BaseException):
+        """The actor killed between the claim of the key and the fsync of its intent."""
+
+    def crash_before_the_fsync() -> None:
+        log._log.rollback()  # what was not fsynced is lost with the process
+        raise Killed
+    log._log.sync = crash_before_the_fsync  # type: ignore[method-assign]  # the kill, at that point
+    with pytest.raises(Killed):
+        log.claim("after", 1, "orders", "lookup", {"order_id": "A1"})
     _crash(log)
     restarted = CallLog(path)
     assert restarted.call("after", 1, "orders", "lookup", {"order_id": "A1"}), "a call that never ran was refused"
@@ -505,6 +536,16 @@ def _flip_pages(index: Path, first_page: int = 2) -> None:
 
 
 def _many_calls(path: Path, count: int) -> None:
+    """`count` calls logged, fast: durability is not what the tests using this look at."""
+    real_fsync = os.fsync
+    os.fsync = lambda descriptor: None
+    try:
+        _logged_calls(path, count)
+    finally:
+        os.fsync = real_fsync
+
+
+def _logged_calls(path: Path, count: int) -> None:
     log = CallLog(path)
     for number in range(count):
         assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
@@ -551,3 +592,47 @@ def test_a_key_index_damaged_while_running_stops_acting_and_is_rebuilt_on_restar
     assert [n for n in range(3000) if restarted.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"})] == []
     restarted.close()
     assert len(_calls(path)) == 3000
+
+
+def _counting(actor: Actor) -> list[str]:
+    """Every call the actor's tools get from now on, by tool name."""
+    ran: list[str] = []
+    real_run = actor.executor.tools.run
+    actor.executor.tools.run = lambda tool, args, cancelled: ran.append(tool.tool) or real_run(tool, args, cancelled)
+    return ran
+
+
+@pytest.mark.parametrize("replayed_by", ["the-same-actor", "a-restarted-actor", "an-actor-on-a-rebuilt-index"])
+def test_a_replayed_step_is_answered_from_the_ledger_never_by_its_tool(make_actor, settings, replayed_by) -> None:
+    """A step the ledger records is never called again: its replay carries the result the log
+    kept, and the facts it provides still feed later checks (the email completes again)."""
+    actor = make_actor()
+    first = actor.run("m1", "4411")
+    assert first.outcome == "completed"
+    actor.sync()
+    if replayed_by != "the-same-actor":
+        actor.close()
+        if replayed_by == "an-actor-on-a-rebuilt-index":
+            (settings.data_dir / "calls.keys.sqlite").unlink()
+        actor = make_actor()
+    ran = _counting(actor)
+    again = actor.run("m1", "4411")
+    assert ran == [] and again.outcome == "completed"
+    assert [(call.status, call.result) for call in again.calls] == [("replayed", call.result) for call in first.calls]
+
+
+def test_an_intent_is_durable_before_its_tool_runs(make_actor, settings) -> None:
+    """When the tool is called, calls.jsonl already holds the step's intent, fsynced; the call
+    line follows once the tool answered."""
+    actor = make_actor()
+    seen: list[bytes] = []
+    real_run = actor.executor.tools.run
+
+    def looking(tool, args, cancelled):
+        seen.append(settings.calls_path.read_bytes())
+        return real_run(tool, args, cancelled)
+    actor.executor.tools.run = looking
+    assert actor.run("m1", "4411").outcome == "completed"
+    events = [[msgspec.json.decode(line)["event"] for line in text.splitlines()] for text in seen]
+    assert events == [["intent"], ["intent", "call", "intent"]]
+    assert actor.ledger._log.synced >= len(seen[1])  # the second intent, and the call before it, were synced
