@@ -14,15 +14,16 @@ from airlock.records import Authorization, DecisionTaken, OutcomeLine, Received,
 TRACE_POLL_S = 0.05  # how often decision_refused looks for the broker's outcome line
 
 
-def waiting(path: Path) -> list[dict[str, object]]:
+def waiting(path: Path, damage: trace.Damage | None = None) -> list[dict[str, object]]:
     """Each escalated email with no decision yet, as the trace tells it: the step and tool
     waiting, the role it needs and why, the value the validator passed, the sender the
     intake vouched for and where the email came from. One pass over the trace; for each
     field the last record wins (a refused decision escalates the same step again). Each
-    fact comes from the stage that may state it (a typed record: airlock.records)."""
+    fact comes from the stage that may state it (a typed record: airlock.records). Damaged
+    lines met are noted in `damage`, for the caller to report."""
     _, escalated = trace.unfinished(path)
     found: dict[str, dict[str, object]] = {message_id: {"id": message_id} for message_id in escalated}
-    for record in trace.read(path):
+    for record in trace.read(path, damage=damage):
         entry = found.get(trace.about(record) or "")
         if entry is None:
             continue

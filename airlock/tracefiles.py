@@ -110,19 +110,22 @@ class History:
     def __init__(self, path: Path, whole_only: bool = False) -> None:
         self.path, self.whole_only = path, whole_only
         self.since: Mark = (None, 0)
+        # Where the line last given is: its file and line number (1 = the first), for a
+        # reader that reports a damaged line where a person can find it.
+        self.file, self.line = path, 0
 
     def __iter__(self) -> Iterator[bytes]:
         live = _open_or_none(self.path)
         if live is None:  # no live file (none yet, or between a rename and the new file)
             for segment in older_than(self.path, None):
-                yield from lines_of(segment)
+                yield from self._numbered(segment, lines_of(segment))
                 self.since = (_identity_of(segment), segment.stat().st_size)
             return
         with live:
             for segment in older_than(self.path, live):
-                yield from lines_of(segment)
+                yield from self._numbered(segment, lines_of(segment))
             offset = 0
-            for raw in live:
+            for raw in self._numbered(self.path, live):
                 if not raw.endswith(b"\n"):
                     if not self.whole_only:
                         yield raw  # torn (a crash mid-write) or being written: decoders judge it
@@ -130,6 +133,12 @@ class History:
                 offset += len(raw)
                 yield raw
             self.since = (identity(live), offset)
+
+    def _numbered(self, file: Path, raw_lines: Iterable[bytes]) -> Iterator[bytes]:
+        self.file, self.line = file, 0
+        for raw in raw_lines:
+            self.line += 1
+            yield raw
 
 
 def older_than(path: Path, live: BinaryIO | None) -> list[Path]:

@@ -345,3 +345,28 @@ def test_attack_campaign_refuses_a_folder_with_a_link_out(planted) -> None:
     folder, link = planted
     with pytest.raises(LinkOutside, match=re.escape(str(link))):
         campaign.load([str(folder)])
+
+
+def _flip(path: Path, line_number: int, mask: int = 0x80) -> None:
+    """Flip one byte in the middle of a line (0x80: no longer UTF-8; the line is no record)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = bytearray(lines[line_number])
+    damaged[len(damaged) // 2] ^= mask
+    lines[line_number] = bytes(damaged)
+    path.write_bytes(b"".join(lines))
+
+
+@pytest.mark.parametrize("args", [pytest.param(["trace"], id="trace"),
+                                  pytest.param(["trace", ESCALATED], id="trace-one-email"),
+                                  pytest.param(["trace", "--json", ESCALATED], id="trace-json"),
+                                  pytest.param(["pending"], id="pending")])
+def test_a_flipped_byte_in_the_trace_is_reported_not_read_past(env, capsys, args: list[str]) -> None:
+    """A trace line a flipped byte made unreadable is named on stderr, with its file and line,
+    by every command that reads past it (a damaged line names no email: filtered out, it
+    would vanish without a word), as the broker names the journal's damage."""
+    path = Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl"
+    write_trace(path)
+    _flip(path, 2)
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"1 damaged line in .*trace\.jsonl \(line 3\)", err), err

@@ -6,8 +6,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -15,7 +18,9 @@ import pytest
 from actor import app
 from actor.app import Actor
 from actor.calllog import CallLog
+from actor.catalog import Tool
 from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.mocks import Answer, MockTools, Orders
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
 from airlock import task as task_module, trace
@@ -148,9 +153,7 @@ def test_an_intent_that_cannot_be_made_durable_runs_nothing(make_actor, settings
     actor = make_actor()
     assert actor.run("m1", "4411").outcome == "completed"
     actor.sync()
-    ran: list[str] = []
-    real_run = actor.executor.tools.run
-    actor.executor.tools.run = lambda tool, args, cancelled: ran.append(tool.tool) or real_run(tool, args, cancelled)
+    ran = _counting(actor)
 
     def broken(descriptor: int) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -537,12 +540,8 @@ def _flip_pages(index: Path, first_page: int = 2) -> None:
 
 def _many_calls(path: Path, count: int) -> None:
     """`count` calls logged, fast: durability is not what the tests using this look at."""
-    real_fsync = os.fsync
-    os.fsync = lambda descriptor: None
-    try:
+    with mock.patch.object(os, "fsync", return_value=None):
         _logged_calls(path, count)
-    finally:
-        os.fsync = real_fsync
 
 
 def _logged_calls(path: Path, count: int) -> None:
@@ -594,11 +593,22 @@ def test_a_key_index_damaged_while_running_stops_acting_and_is_rebuilt_on_restar
     assert len(_calls(path)) == 3000
 
 
+class _Watched(MockTools):
+    """The mock tools, calling `before` with each tool's name first."""
+
+    def __init__(self, orders: Orders, before: Callable[[str], None]) -> None:
+        super().__init__(orders)
+        self.before = before
+
+    def run(self, tool: Tool, args: dict[str, Any], cancelled: threading.Event) -> Answer:
+        self.before(tool.tool)
+        return super().run(tool, args, cancelled)
+
+
 def _counting(actor: Actor) -> list[str]:
     """Every call the actor's tools get from now on, by tool name."""
     ran: list[str] = []
-    real_run = actor.executor.tools.run
-    actor.executor.tools.run = lambda tool, args, cancelled: ran.append(tool.tool) or real_run(tool, args, cancelled)
+    actor.executor.tools = _Watched(actor.executor.tools.orders, ran.append)
     return ran
 
 
@@ -626,12 +636,8 @@ def test_an_intent_is_durable_before_its_tool_runs(make_actor, settings) -> None
     line follows once the tool answered."""
     actor = make_actor()
     seen: list[bytes] = []
-    real_run = actor.executor.tools.run
-
-    def looking(tool, args, cancelled):
-        seen.append(settings.calls_path.read_bytes())
-        return real_run(tool, args, cancelled)
-    actor.executor.tools.run = looking
+    actor.executor.tools = _Watched(actor.executor.tools.orders,
+                                    lambda tool: seen.append(settings.calls_path.read_bytes()))
     assert actor.run("m1", "4411").outcome == "completed"
     events = [[msgspec.json.decode(line)["event"] for line in text.splitlines()] for text in seen]
     assert events == [["intent"], ["intent", "call", "intent"]]
