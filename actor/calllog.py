@@ -18,6 +18,7 @@ land later. What a tool does and returns is not this module's: see actor/mocks.p
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
 import sys
 import threading
@@ -25,15 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import msgspec
-
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex, is_damage
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
 from airlock.records import Call, Intent, utc_now
 
 NEW, DONE, UNKNOWN = "new", "done", "unknown"  # what claim() found (Claimed.state)
-REINDEX_CHUNK = 10_000  # log records indexed per batch at start: the results of a chunk at most in memory
+REINDEX_CHUNK = 10_000  # log records indexed per batch at start (their keys and offsets in memory)
+LINE_READ_BYTES = 65536  # read at a time when a replay reads its call line back
 
 
 def call_key(message_id: str, step: int) -> str:
@@ -53,6 +53,8 @@ class CallLog:
         try:
             self._log = AppendLog(path)
             opened.append(self._log)
+            self._reader = open(path, "rb")  # noqa: SIM115  a replay reads its call line back here; closed in close()
+            opened.append(self._reader)
             self.keys = self._indexed(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
             opened.append(self.keys)
         except BaseException as exc:
@@ -69,9 +71,9 @@ class CallLog:
         # Keys whose records are in the log but not yet durable, which the index lost when it
         # rolled back (a full disk): honoured until the sync, then pinned, or dropped with the batch.
         self._unsynced_pins: set[str] = set()
-        # Calls recorded whose results the index has not committed yet (None: no result kept),
-        # and those of them whose records the log has not made durable yet.
-        self._finished: dict[str, bytes | None] = {}
+        # Calls recorded whose offsets the index has not committed yet (where each call line
+        # starts in the log), and those of them whose records the log has not made durable yet.
+        self._finished: dict[str, int] = {}
         self._recorded_unsynced: set[str] = set()
 
     def claim(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
@@ -114,13 +116,14 @@ class CallLog:
         with self._lock:
             call = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
                         to=to, student=student, result=result)
+            offset = self._log.size
             try:
                 self._log.append(records.encode(call))
             except LedgerWriteFailed:
                 self._latch_untrusted()
                 raise
             self._unfinished.discard(key)
-            self._finished[key] = _encode(result) if result is not None else None
+            self._finished[key] = offset
             self._recorded_unsynced.add(key)
 
     def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
@@ -134,18 +137,35 @@ class CallLog:
         return True
 
     def _claimed(self, key: str) -> Claimed:
-        """An earlier claim of `key`: unknown, or done with the result the log kept for it."""
+        """An earlier claim of `key`: unknown, or done with the result its call line kept."""
         if key in self._unfinished:
             return Claimed(UNKNOWN)
-        kept = self._finished.get(key)
-        if kept is None and key not in self._finished:
+        offset = self._finished.get(key)
+        if offset is None:
             try:
-                kept = self.keys.result(key)
+                offset = self.keys.offset(key)
             except sqlite3.Error as exc:
                 if self._damaged(exc):
                     raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
-                kept = None  # the index cannot say: the step replays with no result (its facts unknown)
-        return Claimed(DONE, None if kept is None else _decode_result(kept))
+                offset = None  # the index cannot say: the step replays with no result (its facts unknown)
+        return Claimed(DONE, None if offset is None else self._result_at(offset, key))
+
+    def _result_at(self, offset: int, key: str) -> dict[str, Any] | None:
+        """The result kept by the call line of `key` at `offset` in the log; None if there is
+        none there (a line of an older version, a log replaced since, damage)."""
+        line = b""
+        try:
+            while not line.endswith(b"\n"):
+                chunk = os.pread(self._reader.fileno(), LINE_READ_BYTES, offset + len(line))
+                if not chunk:
+                    break
+                line += chunk[:chunk.index(b"\n") + 1] if b"\n" in chunk else chunk
+        except OSError:
+            return None
+        found = records.decode_call(line)
+        if not isinstance(found, Call) or call_key(found.message_id, found.step) != key:
+            return None
+        return found.result
 
     def _indexed(self, index: Path, cache_keys: int) -> KeyIndex:
         """The key index, brought up to the log. Damage SQLite finds only while indexing (past
@@ -260,7 +280,8 @@ class CallLog:
         try:
             if self._pinned:
                 self.keys.add_all(self._pinned)
-            self.keys.keep(self._unfinished, ((key, kept) for key, kept in self._finished.items() if kept is not None))
+            self.keys.keep_unfinished(self._unfinished)
+            self.keys.add_offsets(self._finished.items())
             self.keys.synced(covers)
         except sqlite3.Error as exc:
             self._damaged(exc)
@@ -273,7 +294,7 @@ class CallLog:
                   "memory until it can", file=sys.stderr)
         else:
             self._pinned.clear()
-            self._finished.clear()  # their results are in the index now
+            self._finished.clear()  # their offsets are in the index now
 
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
@@ -313,20 +334,24 @@ class CallLog:
                       f"deleted, cut or replaced: {indexed.size} bytes indexed, {log.size} found). Every "
                       "key already indexed is kept, so none of those calls runs again; the calls they "
                       "record are no longer in the log", file=sys.stderr)
+        if start == 0:
+            keys.forget_offsets()  # offsets into another file (or none): this log's are indexed below
         self._unfinished = keys.unfinished()
+        unfinished = self._unfinished
         for chunk in _chunks(_entries_in(log.path, start), REINDEX_CHUNK):
-            results: dict[str, bytes] = {}
-            for entry in chunk:
-                key = call_key(entry.message_id, entry.step)
-                if entry.intent:
-                    self._unfinished.add(key)
+            claimed: dict[str, None] = {}  # each key once: an intent and its call name the same
+            offsets: list[tuple[str, int]] = []
+            for offset, (message_id, step, intent) in chunk:
+                key = f"{message_id}:{step}"  # call_key, inline: this loop runs once per record
+                claimed[key] = None
+                if intent:
+                    unfinished.add(key)
                 else:  # a call after its intent, or one logged before intents were
-                    self._unfinished.discard(key)
-                    if entry.result is not None:
-                        results[key] = entry.result
-            keys.add_all(call_key(entry.message_id, entry.step) for entry in chunk)
-            keys.keep((), results.items())
-        keys.keep(self._unfinished, ())
+                    unfinished.discard(key)
+                    offsets.append((key, offset))
+            keys.add_all(claimed)
+            keys.add_offsets(offsets)
+        keys.keep_unfinished(self._unfinished)
         keys.commit(Indexed(*log.identity, log.size))
         return notices
 
@@ -337,6 +362,7 @@ class CallLog:
             self.sync()
         finally:
             self._log.close()
+            self._reader.close()
             self.keys.close()
             self.lock.close()
 
@@ -348,8 +374,6 @@ class Claimed(NamedTuple):
     result: dict[str, Any] | None = None
 
 
-_encode = msgspec.json.Encoder().encode
-_decode_result = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def _close_quietly(resource: Any) -> None:
@@ -360,17 +384,22 @@ def _close_quietly(resource: Any) -> None:
         pass
 
 
-def _chunks(entries: Iterator[records.CallEntry], size: int) -> Iterator[list[records.CallEntry]]:
+Entries = Iterator[tuple[int, records.CallEntry]]  # where each log record starts, and what it says
+
+
+def _chunks(entries: Entries, size: int) -> Iterator[list[tuple[int, records.CallEntry]]]:
     while chunk := list(itertools.islice(entries, size)):
         yield chunk
 
 
-def _entries_in(path: Path, start: int) -> Iterator[records.CallEntry]:
-    """What the log's records from byte `start` say of their calls (a torn line is skipped)."""
+def _entries_in(path: Path, start: int) -> Entries:
+    """Where each of the log's records from byte `start` begins, and what it says of its call
+    (a torn line is skipped)."""
     with open(path, "rb") as handle:
         handle.seek(start)
+        offset = start
         for raw in handle:
             entry = records.call_entry_of(raw)  # lenient: a damaged record still says its call was claimed
             if entry is not None:
-                yield entry
-
+                yield offset, entry
+            offset += len(raw)

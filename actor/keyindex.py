@@ -123,18 +123,27 @@ class KeyIndex:
         an actor was stopped in, or that failed or overran)."""
         return {key for (key,) in self._db.execute("SELECT key FROM unfinished")}
 
-    def keep(self, unfinished: Iterable[str], results: Iterable[tuple[str, bytes]]) -> None:
-        """In the open transaction: the unfinished keys as they are now (all of them), and the
-        results of calls the log recorded (a replay is answered from them)."""
+    def keep_unfinished(self, unfinished: Iterable[str]) -> None:
+        """In the open transaction: the unfinished keys as they are now, all of them."""
         self._begin()
         self._db.execute("DELETE FROM unfinished")
         self._db.executemany("INSERT OR IGNORE INTO unfinished (key) VALUES (?)", ((key,) for key in unfinished))
-        self._db.executemany("INSERT OR REPLACE INTO results (key, result) VALUES (?, ?)", results)
 
-    def result(self, key: str) -> bytes | None:
-        """What the call of `key` returned, as the log recorded it (None: not kept)."""
-        row = self._db.execute("SELECT result FROM results WHERE key = ?", (key,)).fetchone()
-        return None if row is None else bytes(row[0])
+    def add_offsets(self, offsets: Iterable[tuple[str, int]]) -> None:
+        """In the open transaction: where in the log each key's call line starts (a replay
+        is answered from the result that line kept)."""
+        self._begin()
+        self._db.executemany("INSERT OR REPLACE INTO calls (key, offset) VALUES (?, ?)", offsets)
+
+    def forget_offsets(self) -> None:
+        """The log is another file now: its offsets name nothing (the keys stay)."""
+        self._begin()
+        self._db.execute("DELETE FROM calls")
+
+    def offset(self, key: str) -> int | None:
+        """Where the call line of `key` starts in the log (None: not known)."""
+        row = self._db.execute("SELECT offset FROM calls WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
 
     def set_aside(self, reason: str) -> None:
         """The index was found damaged while in use: move its files aside, so that the next start
@@ -243,7 +252,7 @@ def _open(path: Path) -> sqlite3.Connection:
 def _schema(db: sqlite3.Connection) -> sqlite3.Connection:
     db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
     db.execute("CREATE TABLE IF NOT EXISTS unfinished (key TEXT PRIMARY KEY) WITHOUT ROWID")
-    db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, result BLOB) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, offset INTEGER) WITHOUT ROWID")
     db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
                "device INTEGER, inode INTEGER, size INTEGER)")
     return db

@@ -453,11 +453,9 @@ class _CallKey(msgspec.Struct):
     message_id: object = None
     step: object = None
     event: object = None
-    result: object = None
 
 
 _decode_call_key = msgspec.json.Decoder(_CallKey).decode
-_encode_result = msgspec.json.Encoder().encode
 
 
 class CallEntry(NamedTuple):
@@ -465,11 +463,10 @@ class CallEntry(NamedTuple):
     message_id: str
     step: int
     intent: bool  # an Intent: claimed, its tool about to run; else the call ran
-    result: bytes | None  # what the tool returned, as JSON, if the line kept it
 
 
 def call_entry_of(raw: bytes) -> CallEntry | None:
-    """The key of a calls.jsonl line and what it says of its call, or None for a line that
+    """The key of a calls.jsonl line and whether it is an intent, or None for a line that
     names none (torn). The actor's idempotency ledger rebuilds its keys with this, not with
     decode_call, and is lenient on purpose: a record whose other fields were damaged still
     says its call was claimed, so it must never run again."""
@@ -478,8 +475,7 @@ def call_entry_of(raw: bytes) -> CallEntry | None:
     except msgspec.DecodeError:
         return None
     if isinstance(key.message_id, str) and isinstance(key.step, int) and not isinstance(key.step, bool):
-        result = _encode_result(key.result) if isinstance(key.result, dict) else None
-        return CallEntry(key.message_id, key.step, key.event == "intent", result)
+        return CallEntry(key.message_id, key.step, key.event == "intent")
     return None
 
 

@@ -428,6 +428,7 @@ def _crash(log: CallLog) -> None:
     """Stop a call log as a killed actor would: no commit, no sync, its lock dropped."""
     log.keys._db.close()  # an open transaction is lost, as at a kill
     log._log.close()
+    log._reader.close()
     log.lock.close()
 
 
