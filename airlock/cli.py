@@ -318,6 +318,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
     """Escalated emails with no decision yet, read from the trace."""
     damage = trace.Damage()
     waiting = escalations.waiting(_settings(args).trace_path, damage)
+    unknown = [] if args.json else escalations.unknown_steps(_settings(args).trace_path)
     if damage.count:
         print(f"airlock pending: {damage.report()}", file=sys.stderr)
     if args.json:
@@ -334,6 +335,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
               f"needs a {shown(str(entry['needs']))}: {shown(str(entry['reason']))}")
         sender = shown(str(entry.get("sender") or "(none vouched for)"))
         print(f"    value {json_line(entry.get('value'))}  sender {sender}  from {shown(str(entry.get('file', '')))}")
+    if unknown:
+        print("steps whose effect is unknown (called, never recorded; they never run again: check the tool's "
+              "own records):")
+    for entry in unknown:
+        print(f"{shown(str(entry['id']))}  step {entry['step']} {shown(str(entry['tool']))}: unknown "
+              f"(key {shown(str(entry['key']))})")
     return 0
 
 

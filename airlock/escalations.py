@@ -38,6 +38,24 @@ def waiting(path: Path, damage: trace.Damage | None = None) -> list[dict[str, ob
     return list(found.values())
 
 
+UNKNOWN_STEP = "worker.call_unknown"  # the actor's word for a step called and never recorded
+
+
+def unknown_steps(path: Path, damage: trace.Damage | None = None) -> list[dict[str, object]]:
+    """Each step whose effect nobody knows, as the actor said it (`worker.call_unknown`): it
+    claimed the step and called its tool, and no result was ever recorded (a crash after
+    the call, a tool that failed or overran). It never runs again; a person checks the
+    tool's own records. One entry per email and step, in the order first said."""
+    found: dict[tuple[str, object], dict[str, object]] = {}
+    for record in trace.read(path, damage=damage):
+        if isinstance(record, records.PeerFact) and record.event == UNKNOWN_STEP and record.message_id:
+            detail = record.detail
+            found.setdefault((record.message_id, detail.get("step")), {
+                "id": record.message_id, "step": detail.get("step"),
+                "tool": f"{detail.get('server')}/{detail.get('tool')}", "key": detail.get("key")})
+    return list(found.values())
+
+
 def decision_refused(path: Path, message_id: str, timeout_s: float = 5.0) -> str:
     """Why a person's decision did not move this escalated email, or '' if it did.
 

@@ -370,3 +370,18 @@ def test_a_flipped_byte_in_the_trace_is_reported_not_read_past(env, capsys, args
     assert cli.main(args) == 0
     err = capsys.readouterr().err
     assert re.search(r"1 damaged line in .*trace\.jsonl \(line 3\)", err), err
+
+
+def test_pending_names_the_steps_whose_effect_is_unknown(env, capsys) -> None:
+    """A step the actor called and never recorded (worker.call_unknown) is for a person too:
+    `airlock pending` names its email, step, tool and key, escaped, after what waits."""
+    path = Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl"
+    write_trace(path)
+    unknown = records.PeerFact("2026-11-30T10:40:00.000000Z", "m7\x1b[2J", "actor", "worker.call_unknown",
+                               {"step": 2, "server": "mail", "tool": "send_status", "key": "m7:2"})
+    with open(path, "ab") as handle:
+        handle.write(records.encode(unknown))
+    assert cli.main(["pending"]) == 0
+    out = capsys.readouterr().out
+    assert f"{ESCALATED}  step 2 mail/send_refund_confirmation" in out
+    assert "m7\\x1b[2J  step 2 mail/send_status: unknown" in out and "\x1b" not in out
