@@ -12,7 +12,7 @@ a fact came in on, never taken from the sender); each email ends with exactly on
 One encoder (`encode`) writes them and one typed decoder (`decode`, `decode_call`) reads them
 back for every reader: `airlock trace`, attack, score, the page, bench, `airlock pending`, the
 labs' graders. Two readers take a lenient view instead, of the few fields a damaged line must
-still yield: the actor's ledger its call keys (`call_key_of`, below) and recovery and the
+still yield: the actor's ledger its call keys (`call_entry_of`, below) and recovery and the
 checkpoint each email's state (airlock.tracefiles.fold). What no Struct here describes still
 decodes to a typed value, never an exception and never a guess:
 
@@ -23,9 +23,10 @@ decodes to a typed value, never an exception and never a guess:
 
 Readers show the last two escaped (airlock.trace.render) and act on neither.
 
-One call record, two files: `Call` is the line the actor appends to calls.jsonl before the
-tool runs (what airlock *did*; attack scoring and the graders read it). The trace's line for
-a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
+One call record, two files: `Call` is the line the actor appends to calls.jsonl once the
+tool answered (what airlock *did*; attack scoring and the graders read it), after the
+`Intent` it appended and fsynced before calling the tool (its claim of the step's key).
+The trace's line for a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
 the actor answered it (status, error, key, plan) and what the tool returned, in one line.
 Traces written before then hold three lines per step instead (`authorization`, and for a step
 that ran `call` and `observation`). Every reader reads both shapes alike through `expand`,
@@ -477,9 +478,3 @@ def call_entry_of(raw: bytes) -> CallEntry | None:
     if isinstance(key.message_id, str) and isinstance(key.step, int) and not isinstance(key.step, bool):
         return CallEntry(key.message_id, key.step, key.event == "intent")
     return None
-
-
-def call_key_of(raw: bytes) -> tuple[str, int] | None:
-    """(message_id, step) of a calls.jsonl line, or None for a line that names none (torn)."""
-    entry = call_entry_of(raw)
-    return None if entry is None else (entry.message_id, entry.step)

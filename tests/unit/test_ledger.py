@@ -19,7 +19,7 @@ from actor import app
 from actor.app import Actor
 from actor.calllog import CallLog
 from actor.catalog import Tool
-from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.ledger import AppendLog, LedgerBusy, LedgerUntrusted, LedgerWriteFailed
 from actor.mocks import Answer, MockTools, Orders
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
@@ -643,3 +643,24 @@ def test_an_intent_is_durable_before_its_tool_runs(make_actor, settings) -> None
     events = [[msgspec.json.decode(line)["event"] for line in text.splitlines()] for text in seen]
     assert events == [["intent"], ["intent", "call", "intent"]]
     assert actor.ledger._log.synced >= len(seen[1])  # the second intent, and the call before it, were synced
+
+
+def test_a_call_record_that_cannot_be_written_leaves_its_step_unknown(make_actor, settings, monkeypatch) -> None:
+    """The tool answered but its call line could not be written (ENOSPC): the email fails
+    saying the tool answered, and a second delivery does not call it again: `unknown`."""
+    actor = make_actor()
+    ran = _counting(actor)
+    real_append = AppendLog.append
+
+    def no_room_for_calls(log: AppendLog, line: bytes) -> None:
+        if b'"event":"call"' in line:
+            raise LedgerWriteFailed("No space left on device (ENOSPC) writing calls.jsonl")
+        real_append(log, line)
+    monkeypatch.setattr(AppendLog, "append", no_room_for_calls)
+    done = actor.run("m1", "4411")
+    monkeypatch.undo()
+    assert done.outcome == "failed" and "the tool answered" in done.reason and ran == ["lookup_order"]
+    again = make_actor()
+    ran_again = _counting(again)
+    done = again.run("m1", "4411")
+    assert [call.status for call in done.calls] == ["unknown"] and ran_again == []
