@@ -70,6 +70,7 @@ from airlock.recordfacts import (
     StorageRecovered as StorageRecovered,
     TraceCheckpoint as TraceCheckpoint,
     TraceCheckpointFailed as TraceCheckpointFailed,
+    TraceDamaged as TraceDamaged,
     Violation as Violation,
     WorkerJoined as WorkerJoined,
     WorkerLost as WorkerLost,
@@ -321,7 +322,7 @@ Event = (
     | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation | Step
     | Violation | MalformedFrame | ClientGone | WorkerJoined | WorkerLost | Started | Stopped | AuthRefused
     | HandshakeFailed | StorageFailed | StorageRecovered | JournalCompacted | JournalCompactionFailed
-    | JournalDamaged | TraceCheckpoint | TraceCheckpointFailed
+    | JournalDamaged | TraceDamaged | TraceCheckpoint | TraceCheckpointFailed
 )
 EVENT_TYPES: tuple[type[Record], ...] = Event.__args__  # a Union's members
 EVENT_NAMES = frozenset(kind.__struct_config__.tag for kind in EVENT_TYPES)

@@ -219,11 +219,12 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
         raw_lines, history.since = tracefiles.read_since(path, history.since)
 
 
-def states(path: Path) -> dict[str, str]:
+def states(path: Path, unread: tracefiles.Unread | None = None) -> dict[str, str]:
     """Each email's state: `open` (received, no outcome yet), `escalated` (its last outcome
     waits for a person) or `final`. Read from the checkpoint and the live segment only
-    (airlock.tracefiles), so a final email the journal no longer holds may be missing."""
-    return tracefiles.states(path)[0]
+    (airlock.tracefiles), so a final email the journal no longer holds may be missing.
+    The lines read past are noted in `unread`."""
+    return tracefiles.states(path, unread)[0]
 
 
 def unfinished(path: Path) -> tuple[list[str], list[str]]:
