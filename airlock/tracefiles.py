@@ -200,14 +200,16 @@ def fold(state: dict[str, str], raw_lines: Iterable[bytes], unread: Unread | Non
          path: Path | None = None) -> dict[str, str]:
     """Update `state` with what the broker's own lines say: `received` opens an email, its
     `outcome` ends it (`escalated` keeps it waiting for a person). Other stages' lines are
-    not trusted to say where an email stands. Lines it must read past are noted in `unread`
-    (as read from `path`)."""
+    not trusted to say where an email stands. A line that does not read as what it must be
+    (see Unread) is not taken, and is noted in `unread` (as read from `path`)."""
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
         record = _decode_state(raw)  # None for a torn line (a crash mid-write), or no object
-        if unread is not None and raw.endswith(b"\n") and not _fits(record):
-            unread.add(path)
+        if not _fits(record):  # what it says is not taken: the email stays as it stood
+            if unread is not None and raw.endswith(b"\n"):
+                unread.add(path)
+            continue
         if record is None or record.stage != "broker" or not isinstance(record.message_id, str):
             continue
         if record.event == "received":
