@@ -1,20 +1,27 @@
 """The call log: the actor's idempotency ledger, what ran, keyed by (message id, step).
 
-Each call the actor makes is one JSON line in calls.jsonl, written as the outcome of the call:
+Each call the actor makes is two JSON lines in calls.jsonl. First the claim, appended and
+fsynced (with the key index committed) before the tool is called (claim()):
+
+    {"event": "intent", "at", "message_id", "step", "server", "tool", "args"}  (+ "student")
+
+then, once the tool answered, the call (record()), durable at the next group commit:
 
     {"event": "call", "at", "message_id", "step", "server", "tool", "args"}  (+ "to": a mail
-                                                tool's recipient, + "student": a lab's plug point)
+        tool's recipient, + "student": a lab's plug point, + "result": what the tool returned)
 
-each an airlock.records.Call, the type of the trace's call line too.
+an airlock.records.Intent and an airlock.records.Call, the type of the trace's call line too.
 
-calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
-model's words. With its key index (actor/keyindex.py) it is also the idempotency ledger: a
-call whose key was already logged is not logged again, the way a payment API honours an
-idempotency key, so a redelivered step is a replay, never a second side effect. A record is
-either whole or absent (AppendLog, actor/ledger.py): a failed write leaves nothing behind to
-land later. What a tool does and returns is not this module's: see actor/mocks.py.
+calls.jsonl is the ground truth of what airlock *did*; attack scoring reads its call lines,
+never the model's words. With its key index (actor/keyindex.py) it is also the idempotency
+ledger, the way a payment API honours an idempotency key: a step whose key was claimed is
+never called again. With its call line, a replay is answered from the result that line kept
+(DONE); with none (the actor died after calling the tool, or the tool failed or overran),
+nobody knows whether the call took effect, so the step is UNKNOWN from then on: reported,
+for a person, never run again. A record is either whole or absent (AppendLog,
+actor/ledger.py): a failed write leaves nothing behind to land later. What a tool does and
+returns is not this module's: see actor/mocks.py.
 """
-
 from __future__ import annotations
 
 import itertools

@@ -188,9 +188,11 @@ def read(path: Path, message_id: str | None = None, damage: Damage | None = None
 
 
 def read_calls(path: Path) -> Iterator[Call]:
-    """calls.jsonl's records, in order; a torn line (an actor killed mid-write) is skipped,
-    as it never ran: a record is its call's only effect (actor/mocks.py), and one cut short
-    was never synced, so its step was never acknowledged and runs again (actor/calllog.py)."""
+    """calls.jsonl's call records (what ran, each once its tool answered), in order. An
+    intent line (the claim the actor fsyncs before each call) is not a call and is not
+    given; nor is a torn line (an actor killed mid-write): one cut short was never synced,
+    so its step was never acknowledged, and its intent says the step is `unknown` from then
+    on (actor/calllog.py)."""
     for raw in tracefiles.lines_of(path):
         call = records.decode_call(raw)
         if isinstance(call, Call):
