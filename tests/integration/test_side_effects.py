@@ -12,6 +12,8 @@ from pathlib import Path
 import msgspec
 
 from tests.conftest import ROOT, airlock_env
+from tests.integration.conftest import wait_until
+from tests.integration.test_crash import CRASH_ENV, SEED, kill
 
 # The actor's own code in a child process, with one tool swapped for one that counts its own
 # invocations in a file of its own (the ledger never sees that file) and, told to, then
@@ -80,3 +82,57 @@ def test_a_step_killed_after_its_side_effect_never_runs_again(tmp_path: Path) ->
     assert [answer["detail"] for answer in answers if answer.get("event") == "call_unknown"] == [
         {"step": 2, "server": "mail", "tool": "send_status", "key": "m1:2"}]  # the trace's line for a person
     assert "a person must check" in err
+
+
+# Loaded by every process of the stack below (PYTHONPATH): in the actor, mail/send_status
+# also counts its own invocations in a file the ledger never sees, and its first call then
+# holds until the test kills the actor there. Nothing in airlock knows of it.
+SITECUSTOMIZE = r"""
+import os, threading
+if os.environ.get("COUNTED_SENDS"):
+    try:
+        from actor import mocks
+    except Exception:
+        mocks = None
+    if mocks is not None:
+        real_run = mocks.MockTools.run
+
+        def run(self, tool, args, cancelled):
+            answer = real_run(self, tool, args, cancelled)
+            if tool.tool == "send_status":
+                path = os.environ["COUNTED_SENDS"]
+                first = not os.path.exists(path)
+                with open(path, "a") as handle:
+                    handle.write("sent\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                if first:
+                    threading.Event().wait(60)  # killed here, between the effect and its record
+            return answer
+
+        mocks.MockTools.run = run
+"""
+
+
+def test_the_actor_service_killed_after_a_mail_went_out_sends_it_once(stack, fake_model, tmp_path: Path) -> None:
+    """`airlock up`, one email; the actor process is SIGKILLed after send_status's effect and
+    before its record; the supervisor restarts it, the broker hands it the email again, and the
+    mail is not sent twice: the email ends `failed`, its step 2 `unknown`, named for a person."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    sent = tmp_path / "sent"
+    s = stack(COUNTED_SENDS=str(sent), **CRASH_ENV)
+    s.env["PYTHONPATH"] = os.pathsep.join([str(hook), str(ROOT)])
+    s.start("--model-url", fake_model("4411").url)
+    submitted = s.airlock("inject", "--json", SEED)
+    assert submitted.returncode == 0, submitted.stderr
+    (message_id,) = [msgspec.json.decode(line)["id"] for line in submitted.stdout.splitlines()]
+    assert wait_until(sent.exists, timeout_s=60), "send_status never ran"
+    kill(s, "actor")
+    assert wait_until(lambda: s.trace(message_id, event="outcome"), timeout_s=90), "no outcome"
+    (outcome,) = s.trace(message_id, event="outcome")
+    assert sent.read_text() == "sent\n", "the mail was sent again"
+    assert outcome["outcome"] == "failed" and "unknown" in outcome["reason"], outcome
+    assert [line["step"] for line in s.trace(message_id, event="worker.call_unknown")] == [2]
+    assert "step 2 mail/send_status: unknown" in s.airlock("pending").stdout
