@@ -1,9 +1,8 @@
 """The actor's handle(): Passed in, the plan run through the executor, Done out.
 
 A Decision (a person's answer to an escalated step) resumes that email's plan: a step the
-call log already holds is `replayed`, never logged twice. (The mock is asked again for its
-result; with a real tool the key would have to be claimed, and its result kept, before the
-call: see the executor.)
+call log already holds is `replayed` with the result it kept, its tool never called again
+(see the executor: each key is claimed by a durable intent before its tool runs).
 
 The ledger (actor/calllog.py, actor/ledger.py) is trusted or not acted on: if calls.jsonl is
 deleted or replaced while the actor runs, the call that finds it out is not made, and from
@@ -16,6 +15,7 @@ never run again) and says what it found: on stderr, and in the trace (`worker.le
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -57,8 +57,15 @@ class Actor:
                 done = self.decide(message_id, Approval(approve, role, by, key))
             case _:
                 return []  # this role's decoder admits only Passed and Decision
+        # A step whose effect no one can tell is said on its own, for a person to find and check.
+        unknown = [call for call in done.calls if call.status == "unknown"]
+        for call in unknown:
+            print(f"actor: WARNING: {call.key} {call.server}/{call.tool} was called before and its result never "
+                  "recorded: it may have taken effect. It will not run again; a person must check", file=sys.stderr)
+        said: list[Message] = [Event(event="call_unknown", message_id=done.message_id, detail={
+            "step": call.step, "server": call.server, "tool": call.tool, "key": call.key}) for call in unknown]
         # Every answer names the task and plan it ran under, for the trace (see wire.Done).
-        return [msgspec.structs.replace(done, task=self.task, plan=self.plan)]
+        return [*said, msgspec.structs.replace(done, task=self.task, plan=self.plan)]
 
     def run(self, message_id: str, value: int | str, sender: str = "", sender_proof: str = "none") -> Done:
         # The validator already checked the value; checking again costs nothing and means

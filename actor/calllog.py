@@ -1,33 +1,46 @@
 """The call log: the actor's idempotency ledger, what ran, keyed by (message id, step).
 
-Each call the actor makes is one JSON line in calls.jsonl, written as the outcome of the call:
+Each call the actor makes is two JSON lines in calls.jsonl. First the claim, appended and
+fsynced (with the key index committed) before the tool is called (claim()):
+
+    {"event": "intent", "at", "message_id", "step", "server", "tool", "args"}  (+ "student")
+
+then, once the tool answered, the call (record()), durable at the next group commit:
 
     {"event": "call", "at", "message_id", "step", "server", "tool", "args"}  (+ "to": a mail
-                                                tool's recipient, + "student": a lab's plug point)
+        tool's recipient, + "student": a lab's plug point, + "result": what the tool returned)
 
-each an airlock.records.Call, the type of the trace's call line too.
+an airlock.records.Intent and an airlock.records.Call, the type of the trace's call line too.
 
-calls.jsonl is the ground truth of what airlock *did*; attack scoring reads it, never the
-model's words. With its key index (actor/keyindex.py) it is also the idempotency ledger: a
-call whose key was already logged is not logged again, the way a payment API honours an
-idempotency key, so a redelivered step is a replay, never a second side effect. A record is
-either whole or absent (AppendLog, actor/ledger.py): a failed write leaves nothing behind to
-land later. What a tool does and returns is not this module's: see actor/mocks.py.
+calls.jsonl is the ground truth of what airlock *did*; attack scoring reads its call lines,
+never the model's words. With its key index (actor/keyindex.py) it is also the idempotency
+ledger, the way a payment API honours an idempotency key: a step whose key was claimed is
+never called again. With its call line, a replay is answered from the result that line kept
+(DONE); with none (the actor died after calling the tool, or the tool failed or overran),
+nobody knows whether the call took effect, so the step is UNKNOWN from then on: reported,
+for a person, never run again. A record is either whole or absent (AppendLog,
+actor/ledger.py): a failed write leaves nothing behind to land later. What a tool does and
+returns is not this module's: see actor/mocks.py.
 """
-
 from __future__ import annotations
 
+import itertools
+import os
 import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex
+from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex, is_damage
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
-from airlock.records import Call, utc_now
+from airlock.records import Call, Intent, utc_now
+
+NEW, DONE, UNKNOWN = "new", "done", "unknown"  # what claim() found (Claimed.state)
+REINDEX_CHUNK = 10_000  # log records indexed per batch at start (their keys and offsets in memory)
+LINE_READ_BYTES = 65536  # read at a time when a replay reads its call line back
 
 
 def call_key(message_id: str, step: int) -> str:
@@ -45,12 +58,12 @@ class CallLog:
         self.lock = ledger_lock(path.with_name(f"{path.stem}.lock"))  # first: LedgerBusy before any file is touched
         opened: list[Any] = [self.lock]
         try:
-            self.keys = KeyIndex(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
-            opened.append(self.keys)
             self._log = AppendLog(path)
             opened.append(self._log)
-            # What a restart found, for stderr and (through the actor's first answer) the trace.
-            self.notices: list[dict[str, Any]] = self._reconcile()
+            self._reader = open(path, "rb")  # noqa: SIM115  a replay reads its call line back here; closed in close()
+            opened.append(self._reader)
+            self.keys = self._indexed(path.with_name(f"{path.stem}.keys.sqlite"), cache_keys)
+            opened.append(self.keys)
         except BaseException as exc:
             for resource in reversed(opened):
                 _close_quietly(resource)
@@ -65,22 +78,29 @@ class CallLog:
         # Keys whose records are in the log but not yet durable, which the index lost when it
         # rolled back (a full disk): honoured until the sync, then pinned, or dropped with the batch.
         self._unsynced_pins: set[str] = set()
+        # Calls recorded whose offsets the index has not committed yet (where each call line
+        # starts in the log), and those of them whose records the log has not made durable yet.
+        self._finished: dict[str, int] = {}
+        self._recorded_unsynced: set[str] = set()
 
-    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
-             student: str = "", to: str = "") -> bool:
-        """Log one call; False (and nothing written) if its key was already logged. `student`
-        names the lab plug point whose code took part in deciding it, `to` a mail tool's
-        recipient (each kept only when set). Raises LedgerUntrusted (the ledger is not the file
-        this actor opened: nothing runs) or LedgerWriteFailed (nothing of the record stays)."""
+    def claim(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+              student: str = "") -> Claimed:
+        """Claim a step's key before its tool runs. NEW: its Intent is durable (fsynced, with the
+        key index committed) and the caller may call the tool, then must record() what it
+        returned. DONE: the log records the call (its kept result comes with it). UNKNOWN: an
+        Intent claimed it and no Call followed (the actor stopped in between, or the tool
+        failed): it may have taken effect. Neither of the last two may run. Raises
+        LedgerUntrusted (the ledger is not the file this actor opened) or LedgerWriteFailed
+        (the intent could not be made durable: nothing of it stays, nothing may run)."""
         key = call_key(message_id, step)
         with self._lock:
             self._check_trusted()
             if key in self._pinned or key in self._unsynced_pins or not self._claim(key):
-                return False
-            record = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
-                          to=to, student=student)
+                return self._claimed(key)
+            intent = Intent(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
+                            student=student)
             try:
-                self._log.append(records.encode(record))
+                self._log.append(records.encode(intent))
             except LedgerWriteFailed:
                 try:
                     self.keys.release(key)
@@ -89,13 +109,109 @@ class CallLog:
                     self._unsynced_pins.discard(key)  # its record was cut back out: it did not run
                 self._latch_untrusted()  # the record could not be cut back out: no more records here
                 raise
-            return True
+            self._unfinished.add(key)
+            self._sync()  # durable before the call, or LedgerWriteFailed and taken back
+            return Claimed(NEW)
+
+    def record(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+               student: str = "", to: str = "", result: dict[str, Any] | None = None) -> None:
+        """Record the call a claim() let run, once its tool answered: `to` is a mail tool's
+        recipient, `result` what it returned (kept to answer a replay; None: not kept), each
+        written only when set. Durable at the next sync(). Raises LedgerWriteFailed if it
+        cannot be written: the step stays claimed and unfinished (`unknown` from then on)."""
+        key = call_key(message_id, step)
+        with self._lock:
+            call = Call(at=utc_now(), message_id=message_id, step=step, server=server, tool=tool, args=args,
+                        to=to, student=student, result=result)
+            offset = self._log.size
+            try:
+                self._log.append(records.encode(call))
+            except LedgerWriteFailed:
+                self._latch_untrusted()
+                raise
+            self._unfinished.discard(key)
+            self._finished[key] = offset
+            self._recorded_unsynced.add(key)
+
+    def call(self, message_id: str, step: int, server: str, tool: str, args: dict[str, Any],
+             student: str = "", to: str = "", result: dict[str, Any] | None = None) -> bool:
+        """claim() and record() in one, for a call whose record is its only effect (a mock, a
+        grader's replay): True if it was made now, False (nothing written) if its key was
+        already claimed. Raises as claim() and record() do."""
+        if self.claim(message_id, step, server, tool, args, student).state != NEW:
+            return False
+        self.record(message_id, step, server, tool, args, student, to, result)
+        return True
+
+    def _claimed(self, key: str) -> Claimed:
+        """An earlier claim of `key`: unknown, or done with the result its call line kept."""
+        if key in self._unfinished:
+            return Claimed(UNKNOWN)
+        offset = self._finished.get(key)
+        if offset is None:
+            try:
+                offset = self.keys.offset(key)
+            except sqlite3.Error as exc:
+                if self._damaged(exc):
+                    raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
+                offset = None  # the index cannot say: the step replays with no result (its facts unknown)
+        return Claimed(DONE, None if offset is None else self._result_at(offset, key))
+
+    def _result_at(self, offset: int, key: str) -> dict[str, Any] | None:
+        """The result kept by the call line of `key` at `offset` in the log; None if there is
+        none there (a line of an older version, a log replaced since, damage)."""
+        line = b""
+        try:
+            while not line.endswith(b"\n"):
+                chunk = os.pread(self._reader.fileno(), LINE_READ_BYTES, offset + len(line))
+                if not chunk:
+                    break
+                line += chunk[:chunk.index(b"\n") + 1] if b"\n" in chunk else chunk
+        except OSError:
+            return None
+        found = records.decode_call(line)
+        if not isinstance(found, Call) or call_key(found.message_id, found.step) != key:
+            return None
+        return found.result
+
+    def _indexed(self, index: Path, cache_keys: int) -> KeyIndex:
+        """The key index, brought up to the log. Damage SQLite finds only while indexing (past
+        the start check) sets it aside once and rebuilds it from the log: a start never fails
+        for ever on an index the log can replace."""
+        keys = KeyIndex(index, cache_keys)
+        try:
+            # What a restart found, for stderr and (through the actor's first answer) the trace.
+            self.notices: list[dict[str, Any]] = self._reconcile(keys)
+        except sqlite3.DatabaseError as exc:
+            if not is_damage(exc):
+                _close_quietly(keys)
+                raise
+            keys.set_aside(str(exc))
+            keys.close()
+            keys = KeyIndex(index, cache_keys)
+            self.notices = self._reconcile(keys)
+        return keys
+
+    def _damaged(self, exc: sqlite3.Error) -> bool:
+        """If SQLite says the index is damaged: set it aside (the restart rebuilds it from the log)
+        and stop acting on this ledger, whose keys can no longer be told (LedgerUntrusted). The
+        emails it holds get no answer: their successor runs them on the rebuilt index."""
+        if not is_damage(exc):
+            return False
+        self.keys.set_aside(str(exc))
+        if not self.untrusted:
+            self.untrusted = (f"the key index {self.keys.path.name} is damaged ({exc}); it was moved aside, "
+                              "to be rebuilt from the call log when the actor restarts")
+            print(f"actor: WARNING: {self.untrusted}. No tool runs until then", file=sys.stderr)
+        return True
 
     def _claim(self, key: str) -> bool:
         """KeyIndex.claim, or LedgerWriteFailed naming the disk if SQLite refuses the key."""
         try:
             return self.keys.claim(key)
         except sqlite3.Error as exc:
+            if self._damaged(exc):
+                raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
             self._index_lost(exc)
             raise LedgerWriteFailed(f"the key index {self.keys.path.name} cannot take a key: {exc}; "
                                     "nothing ran") from exc
@@ -112,7 +228,12 @@ class CallLog:
         """Whether the ledger holds this step's call (an escalated email's earlier steps must)."""
         key = call_key(message_id, step)
         with self._lock:
-            return key in self._pinned or key in self._unsynced_pins or key in self.keys
+            try:
+                return key in self._pinned or key in self._unsynced_pins or key in self.keys
+            except sqlite3.Error as exc:
+                if not self._damaged(exc):
+                    raise
+                return True  # unknown: said to be there, and the untrusted ledger runs nothing
 
     def sync(self) -> None:
         """fsync what was logged since the last sync, then commit its keys to the index. The
@@ -121,35 +242,56 @@ class CallLog:
         records are cut out of the log and its keys given back, and none of its answers may be
         sent."""
         with self._lock:
-            try:
-                self._log.sync()
-            except LedgerWriteFailed:
-                self.keys.forget_batch()
-                self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
-                self._latch_untrusted()
-                raise
-            self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
-            self._unsynced_pins.clear()
-            self._index_synced()  # even if the log turns out replaced: those calls did run
-            try:
-                self._check_trusted(full=True)
-            except LedgerUntrusted:
-                pass  # latched: the next call is refused; this batch's answers may go
+            self._sync()
+
+    def _sync(self) -> None:
+        """sync(), with the lock held."""
+        try:
+            self._log.sync()
+        except LedgerWriteFailed:
+            self._taken_back()
+            self._latch_untrusted()
+            raise
+        self._pinned |= self._unsynced_pins  # durable now: committed with this batch, or held
+        self._unsynced_pins.clear()
+        self._recorded_unsynced.clear()  # their calls are durable in the log now
+        self._index_synced()  # even if the log turns out replaced: those calls did run
+        try:
+            self._check_trusted(full=True)
+        except LedgerUntrusted:
+            pass  # latched: the next call is refused; this batch's answers may go
+
+    def _taken_back(self) -> None:
+        """The records since the last sync were cut out of the log: an intent among them never
+        claimed its key (its tool never ran), and a call among them is unfinished again (its
+        tool ran, but the log no longer says it answered)."""
+        for key in self.keys.unsynced():
+            self._unfinished.discard(key)
+        self.keys.forget_batch()
+        for key in self._unsynced_pins:
+            self._unfinished.discard(key)
+        self._unsynced_pins.clear()  # their records were cut back out: those calls did not run
+        for key in self._recorded_unsynced:
+            self._unfinished.add(key)
+            self._finished.pop(key, None)
+        self._recorded_unsynced.clear()
 
     def rollback(self) -> None:
         """Forget every call since the last sync (their answers will never be sent)."""
         with self._lock:
             self._log.rollback()
-            self.keys.forget_batch()
-            self._unsynced_pins.clear()
+            self._taken_back()
 
     def _index_synced(self) -> None:
         covers = Indexed(*self._log.identity, self._log.synced)
         try:
             if self._pinned:
                 self.keys.add_all(self._pinned)
+            self.keys.keep_unfinished(self._unfinished)
+            self.keys.add_offsets(self._finished.items())
             self.keys.synced(covers)
         except sqlite3.Error as exc:
+            self._damaged(exc)
             # The records are durable in the log (the ground truth; a restart re-indexes it),
             # so their answers may go; until the index takes them, they are held here (the
             # batch's too, if the index failed before synced() moved it to the durable keys).
@@ -159,6 +301,7 @@ class CallLog:
                   "memory until it can", file=sys.stderr)
         else:
             self._pinned.clear()
+            self._finished.clear()  # their offsets are in the index now
 
     def _check_trusted(self, full: bool = False) -> None:
         """Latch `untrusted` if calls.jsonl is no longer the file being written: per call the
@@ -175,11 +318,13 @@ class CallLog:
                 print(f"actor: WARNING: {self.untrusted}. No tool runs until the actor restarts and "
                       "reconciles the ledger with its key index", file=sys.stderr)
 
-    def _reconcile(self) -> list[dict[str, Any]]:
+    def _reconcile(self, keys: KeyIndex) -> list[dict[str, Any]]:
         """Bring the key index up to the log as found at start; report a log that is not the
         one the index last saw (the keys it holds stay: no call they name runs again)."""
-        indexed, log = self.keys.indexed(), self._log
+        indexed, log = keys.indexed(), self._log
         notices: list[dict[str, Any]] = []
+        if keys.rebuilt:  # its keys come back from the log, below
+            notices.append({"event": "key_index_damaged", "detail": dict(keys.rebuilt)})
         if log.repaired is not None:  # a crash mid-record: never acknowledged (a record is synced before its Done)
             cut = log.repaired
             notices.append({"event": "ledger_repaired", "detail": {
@@ -196,8 +341,25 @@ class CallLog:
                       f"deleted, cut or replaced: {indexed.size} bytes indexed, {log.size} found). Every "
                       "key already indexed is kept, so none of those calls runs again; the calls they "
                       "record are no longer in the log", file=sys.stderr)
-        self.keys.add_all(_keys_in(log.path, start))
-        self.keys.commit(Indexed(*log.identity, log.size))
+        if start == 0:
+            keys.forget_offsets()  # offsets into another file (or none): this log's are indexed below
+        self._unfinished = keys.unfinished()
+        unfinished = self._unfinished
+        for chunk in _chunks(_entries_in(log.path, start), REINDEX_CHUNK):
+            claimed: dict[str, None] = {}  # each key once: an intent and its call name the same
+            offsets: list[tuple[str, int]] = []
+            for offset, (message_id, step, intent) in chunk:
+                key = f"{message_id}:{step}"  # call_key, inline: this loop runs once per record
+                claimed[key] = None
+                if intent:
+                    unfinished.add(key)
+                else:  # a call after its intent, or one logged before intents were
+                    unfinished.discard(key)
+                    offsets.append((key, offset))
+            keys.add_all(claimed)
+            keys.add_offsets(offsets)
+        keys.keep_unfinished(self._unfinished)
+        keys.commit(Indexed(*log.identity, log.size))
         return notices
 
     def close(self) -> None:
@@ -207,8 +369,18 @@ class CallLog:
             self.sync()
         finally:
             self._log.close()
+            self._reader.close()
             self.keys.close()
             self.lock.close()
+
+
+class Claimed(NamedTuple):
+    """What claim() found: NEW (the tool may run now), DONE (with the result the log kept,
+    None if it kept none) or UNKNOWN (claimed, never recorded: it may have taken effect)."""
+    state: str
+    result: dict[str, Any] | None = None
+
+
 
 
 def _close_quietly(resource: Any) -> None:
@@ -219,12 +391,22 @@ def _close_quietly(resource: Any) -> None:
         pass
 
 
-def _keys_in(path: Path, start: int) -> Iterator[str]:
-    """The call keys of the log's records from byte `start` (a torn line is skipped)."""
+Entries = Iterator[tuple[int, records.CallEntry]]  # where each log record starts, and what it says
+
+
+def _chunks(entries: Entries, size: int) -> Iterator[list[tuple[int, records.CallEntry]]]:
+    while chunk := list(itertools.islice(entries, size)):
+        yield chunk
+
+
+def _entries_in(path: Path, start: int) -> Entries:
+    """Where each of the log's records from byte `start` begins, and what it says of its call
+    (a torn line is skipped)."""
     with open(path, "rb") as handle:
         handle.seek(start)
+        offset = start
         for raw in handle:
-            key = records.call_key_of(raw)  # lenient: a damaged record still says its call ran
-            if key is not None:
-                yield call_key(*key)
-
+            entry = records.call_entry_of(raw)  # lenient: a damaged record still says its call was claimed
+            if entry is not None:
+                yield offset, entry
+            offset += len(raw)

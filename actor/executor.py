@@ -4,10 +4,13 @@ For each plan step, in order:
   authorization   the pair is in the plan and the live catalog (bound rule), its pin still
                   holds, the step's grant covers the tool's permission, the arguments fit
                   the schema exactly, and the tool class's preconditions allow it;
-  execution       the tool runs under the timeout_s its catalog entry declares (every
-                  tool, every call, stopped at its deadline: actor/deadline.py); only once it answered
-                  in time is the call logged, keyed by message id and step, so a timed-out
-                  call leaves no line and a replayed message never repeats a side effect;
+  execution       the step's key (message id and step) is claimed first: an intent record,
+                  fsynced before the tool is called; then the tool runs under the timeout_s
+                  its catalog entry declares (every tool, every call, stopped at its
+                  deadline: actor/deadline.py); then what it returned is recorded. A step
+                  claimed before is never called again: `replayed` with the result the log
+                  kept, or `unknown` (the email `failed`, for a person to check) when no
+                  result was recorded (a crash after the call, a tool that failed or overran);
   observation     the result, capped in size; the facts the catalog declares the tool
                   provides (Tool.provides) feed later preconditions.
 A failure at any point is a typed result in the trace, never an invented success. What a
@@ -26,7 +29,7 @@ from typing import Any
 import msgspec
 
 from actor import catalog as catalog_module, schema
-from actor.calllog import CallLog, call_key
+from actor.calllog import DONE, UNKNOWN, CallLog, call_key
 from actor.catalog import Catalog, Tool
 from actor.deadline import Deadlines, Overran
 from actor.ledger import LedgerUntrusted, LedgerWriteFailed
@@ -39,6 +42,12 @@ from airlock import senders
 from airlock.wire import Call, Done
 
 _json = msgspec.json.Encoder()
+# Why a step is `unknown`: claimed, called, never recorded. Said to whoever reads the outcome.
+UNKNOWN_STEP = ("unknown: this step's call was made before (its intent is in the call log) but no result was "
+                "ever recorded for it (the actor stopped after calling the tool, or the tool failed or "
+                "overran), so it may or may not have taken effect; it never runs again: a person must check "
+                "the tool's own records")
+UNFINISHED = "; its key stays claimed: if this email runs again the step is `unknown`, never run twice"
 # The checks authorize() runs on every step before the task's preconditions; a decision
 # record lists each of them as allowed (lab graders tell them from a guard's own rules).
 STRUCTURAL_CHECKS = ("plan", "pin", "permission", "policy", "schema")
@@ -127,7 +136,7 @@ class Executor:
             assert tool is not None, "authorize allows a step only once it found the step's tool"
             call = self.execute(call, tool, message_id, step, args)
             calls.append(call)
-            if call.status == "error":
+            if call.status in ("error", "unknown"):
                 return Done(message_id=message_id, outcome="failed", reason=f"{where}: {call.error}", calls=calls)
             if tool.provides is not None:  # declared in the catalog, pinned with its policy
                 for name in tool.provides.fields:
@@ -161,24 +170,38 @@ class Executor:
         return verdict, tool
 
     def execute(self, call: Call, tool: Tool, message_id: str, step: BoundStep, args: dict[str, Any]) -> Call:
+        """Claim the step's key (a durable intent), call the tool, record what it returned. A
+        step claimed before is never called again: `replayed` with the result the ledger kept,
+        or `unknown` if no result was ever recorded for it (it may have taken effect)."""
         try:
-            answer = self._deadlines.call(functools.partial(self.tools.run, tool, args), tool.timeout_s)
-            # Logged only now, on this thread: a call that overran was never logged, and never will be.
-            made = self.ledger.call(message_id, step.number, tool.server, tool.tool, args, self.student, answer.to)
+            claimed = self.ledger.claim(message_id, step.number, tool.server, tool.tool, args, self.student)
         except LedgerUntrusted as exc:
             return msgspec.structs.replace(call, status="error", error=str(exc))
-        except LedgerWriteFailed as exc:  # the record is the call: with no record, no call ran
+        except LedgerWriteFailed as exc:  # the intent is not durable: the tool must not run
             return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
-        except Overran as exc:  # Deadlines told the call (a slow mock stops at once)
-            return msgspec.structs.replace(call, status="error", error=f"timeout: {exc}")
+        if claimed.state == UNKNOWN:
+            return msgspec.structs.replace(call, status="unknown", error=UNKNOWN_STEP)
+        if claimed.state == DONE:
+            return msgspec.structs.replace(call, status="replayed", result=claimed.result or {})
+        try:
+            answer = self._deadlines.call(functools.partial(self.tools.run, tool, args), tool.timeout_s)
+        except Overran as exc:  # Deadlines told the call (a slow mock stops at once); it may have acted
+            return msgspec.structs.replace(call, status="error", error=f"timeout: {exc}{UNFINISHED}")
         except Exception as exc:  # noqa: BLE001  the tool boundary: any failure is a typed failed call
-            return msgspec.structs.replace(call, status="error", error=f"tool_error: {type(exc).__name__}: {exc}")
+            return msgspec.structs.replace(call, status="error",
+                                           error=f"tool_error: {type(exc).__name__}: {exc}{UNFINISHED}")
         result = answer.result
         size = len(_json.encode(result))
-        if size > self.max_result_bytes:
+        kept = result if size <= self.max_result_bytes else None
+        try:
+            self.ledger.record(message_id, step.number, tool.server, tool.tool, args, self.student, answer.to, kept)
+        except LedgerWriteFailed as exc:
+            return msgspec.structs.replace(call, status="error", error=(
+                f"ledger_write_failed: {exc}; the tool answered, but its record could not be kept{UNFINISHED}"))
+        if kept is None:
             return msgspec.structs.replace(call, status="error", result={"bytes": size, "cap": self.max_result_bytes},
                                            error=f"result_too_large: {size} bytes, cap {self.max_result_bytes}")
-        return msgspec.structs.replace(call, status="ok" if made else "replayed", result=result)
+        return msgspec.structs.replace(call, status="ok", result=result)
 
     def _unrecorded_before(self, message_id: str, approval_step: int) -> str:
         """Why resuming this email could repeat a side effect ("" if it cannot): every step

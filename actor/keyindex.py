@@ -12,6 +12,12 @@ a restarted actor can tell a log that grew (index it from there), one that is ne
 deleted, cut or replaced (index it whole and say so: the keys already here are kept, so a
 deleted calls.jsonl does not make any call run again), and a lost index (rebuilt from the
 log, which stays the ground truth the scorers read).
+
+A damaged index is moved aside (`calls.keys.sqlite.damaged-<time>`) and rebuilt from the
+log: at open when SQLite cannot read it or its integrity check (every page) fails, and
+when SQLite finds damage while in use (the actor then stops acting, and its restart
+rebuilds). The check reads structure, not content: SQLite keeps no page checksums, so a
+changed byte inside a key that leaves its page well-formed and in order is not found.
 """
 
 from __future__ import annotations
@@ -41,17 +47,14 @@ class Indexed(NamedTuple):
 class KeyIndex:
     def __init__(self, path: Path, cache_keys: int = CACHE_KEYS) -> None:
         self.path, self.cache_keys = path, cache_keys
+        self.damaged = ""  # why this index was set aside while in use ("" while it is whole)
+        self.rebuilt: dict[str, str] = {}  # a damaged index found at open: why, and where it went
         try:
             self._db = _open(path)
         except sqlite3.DatabaseError as exc:
-            if getattr(exc, "sqlite_errorcode", None) not in DAMAGED:
+            if not is_damage(exc):
                 raise  # a full disk, a folder it cannot write: the caller's typed failure
-            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
-            for suffix in ("", "-wal", "-shm"):
-                if Path(f"{path}{suffix}").exists():
-                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
-            print(f"actor: WARNING: the key index {path} is damaged ({exc}); moved to {aside.name} and "
-                  "rebuilt from the call log", file=sys.stderr)
+            self.rebuilt = {"path": str(path), "reason": str(exc), "moved_to": move_aside(path, str(exc))}
             self._db = _open(path)
         self._cache: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._batch: list[str] = []  # claimed since the log's last sync
@@ -115,10 +118,51 @@ class KeyIndex:
         self._begin()
         self._db.executemany("INSERT OR IGNORE INTO keys (key) VALUES (?)", ((key,) for key in keys))
 
+    def unfinished(self) -> set[str]:
+        """The keys claimed by an intent whose call the log does not record (few: one per call
+        an actor was stopped in, or that failed or overran)."""
+        return {key for (key,) in self._db.execute("SELECT key FROM unfinished")}
+
+    def keep_unfinished(self, unfinished: Iterable[str]) -> None:
+        """In the open transaction: the unfinished keys as they are now, all of them."""
+        self._begin()
+        self._db.execute("DELETE FROM unfinished")
+        self._db.executemany("INSERT OR IGNORE INTO unfinished (key) VALUES (?)", ((key,) for key in unfinished))
+
+    def add_offsets(self, offsets: Iterable[tuple[str, int]]) -> None:
+        """In the open transaction: where in the log each key's call line starts (a replay
+        is answered from the result that line kept)."""
+        self._begin()
+        self._db.executemany("INSERT OR REPLACE INTO calls (key, offset) VALUES (?, ?)", offsets)
+
+    def forget_offsets(self) -> None:
+        """The log is another file now: its offsets name nothing (the keys stay)."""
+        self._begin()
+        self._db.execute("DELETE FROM calls")
+
+    def offset(self, key: str) -> int | None:
+        """Where the call line of `key` starts in the log (None: not known)."""
+        row = self._db.execute("SELECT offset FROM calls WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def set_aside(self, reason: str) -> None:
+        """The index was found damaged while in use: move its files aside, so that the next start
+        rebuilds it whole from the log, and go on in memory, where nothing is committed (a commit
+        here would claim log bytes whose keys this index no longer holds)."""
+        if self.damaged:
+            return
+        self.damaged = reason
+        self._db.close()
+        move_aside(self.path, reason)
+        self._db = _schema(sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False))
+        self._cache.clear()
+
     def commit(self, covers: Indexed | None = None) -> None:
         """Commit what the log holds durably: its keys, and which bytes of which log they come
         from. Raises sqlite3.Error if the disk refuses; the caller then calls rollback()."""
         covers = covers or self._covers
+        if self.damaged:
+            return
         if covers is None or not self._db.in_transaction:
             return  # never the `indexed` row alone: it would claim keys this index does not hold
         self._db.execute("INSERT OR REPLACE INTO indexed (one, device, inode, size) VALUES (1, ?, ?, ?)", covers)
@@ -159,7 +203,31 @@ class KeyIndex:
             self._cache.popitem(last=False)
 
 
+def is_damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite says the file is damaged (moved aside and rebuilt), not that the disk refused."""
+    return getattr(exc, "sqlite_errorcode", None) in DAMAGED
+
+
+def move_aside(path: Path, reason: str) -> str:
+    """Keep a damaged index (and its -wal, -shm) beside, named, for a person to look at."""
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+    for number in range(1, 1000):  # a second one within the same second keeps the first
+        if not aside.exists():
+            break
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{number}")
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+    print(f"actor: WARNING: the key index {path} is damaged ({reason}); moved to {aside.name}, to be "
+          "rebuilt from the call log", file=sys.stderr)
+    return aside.name
+
+
 def _open(path: Path) -> sqlite3.Connection:
+    """The index, checked page by page (PRAGMA integrity_check: every page of every b-tree, their
+    order and the free list; 0.1 s for 1,000,000 keys). A file whose first page reads but whose
+    other pages are damaged would otherwise open, lose keys silently (a lookup that strays in a
+    damaged page finds nothing: the call would run again) or fail later, mid-email."""
     if not path.exists():
         files.open_append(path).close()  # 0600 before SQLite opens it; its -wal file copies the mode
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -169,11 +237,22 @@ def _open(path: Path) -> sqlite3.Connection:
         # NORMAL: a commit is not fsynced; a power cut can lose the last commits, which the
         # restart re-indexes from the log (fsynced before each commit): the index is never ahead.
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
-        db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
-                   "device INTEGER, inode INTEGER, size INTEGER)")
-        db.execute("SELECT count(*) FROM indexed").fetchone()  # reads a page: a damaged file says so here
+        problem = db.execute("PRAGMA integrity_check(1)").fetchone()[0]
+        if problem != "ok":
+            error = sqlite3.DatabaseError("integrity check: " + " ".join(str(problem).split()))
+            error.sqlite_errorcode = sqlite3.SQLITE_CORRUPT  # as SQLite's own
+            raise error
+        _schema(db)
     except BaseException:
         db.close()
         raise
+    return db
+
+
+def _schema(db: sqlite3.Connection) -> sqlite3.Connection:
+    db.execute("CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS unfinished (key TEXT PRIMARY KEY) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, offset INTEGER) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS indexed (one INTEGER PRIMARY KEY CHECK (one = 1), "
+               "device INTEGER, inode INTEGER, size INTEGER)")
     return db

@@ -1,8 +1,10 @@
 """The mock tools: what a call to each catalog tool does and returns.
 
-A mock has no effect of its own: what it would do is the line the call log writes for it
-(actor/calllog.py), which is why the executor logs a call only once its mock has answered
-within the tool's timeout. Each catalog tool's `mock` table says how its mock behaves: what
+A mock has no effect of its own: what it would do is the call line the call log writes for
+it (actor/calllog.py) once it answered within the tool's timeout; the executor claims the
+step with a durable intent before calling it, as it would for a tool whose effect lies
+outside the ledger (a mail sent), so no mock or tool is called twice for one step. Each
+catalog tool's `mock` table says how its mock behaves: what
 it returns (an ack, or an order from the mock order store, orders.toml), who a mail tool
 writes to (the order's owner in that store), and test-only misbehaviour (slow, failing,
 oversized). Nothing here decides policy: the executor reads the catalog's declarations

@@ -261,11 +261,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
     path = _settings(args).trace_path
     if not path.exists() and not args.follow:
         raise RequestRefused(f"no trace yet at {path}" + (f", so nothing for {args.id}" if args.id else ""))
-    lines = trace.follow(path, args.id) if args.follow else trace.read(path, args.id)
-    found = False
+    damage = trace.Damage()
+    lines = trace.follow(path, args.id, damage=damage) if args.follow else trace.read(path, args.id, damage)
+    found, reported = False, 0
     for record in lines:
         found = True
         print(json_line(trace.as_line(record)) if args.json else trace.render(record), flush=args.follow)
+        if args.follow and damage.count > reported:  # a follower never ends: said as met
+            reported = damage.count
+            print(f"airlock trace: {damage.report()}", file=sys.stderr, flush=True)
+    if damage.count and not args.follow:
+        print(f"airlock trace: {damage.report()}", file=sys.stderr)
     if args.id and not found:
         raise RequestRefused(f"no trace lines for {args.id} in {path}")
     return 0
@@ -312,7 +318,11 @@ def waiting_lines(waiting: dict[str, Waiting]) -> list[str]:
 
 def cmd_pending(args: argparse.Namespace) -> int:
     """Escalated emails with no decision yet, read from the trace."""
-    waiting = escalations.waiting(_settings(args).trace_path)
+    damage = trace.Damage()
+    waiting = escalations.waiting(_settings(args).trace_path, damage)
+    unknown = [] if args.json else escalations.unknown_steps(_settings(args).trace_path)
+    if damage.count:
+        print(f"airlock pending: {damage.report()}", file=sys.stderr)
     if args.json:
         for entry in waiting:
             print(json_line(entry))
@@ -327,6 +337,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
               f"needs a {shown(str(entry['needs']))}: {shown(str(entry['reason']))}")
         sender = shown(str(entry.get("sender") or "(none vouched for)"))
         print(f"    value {json_line(entry.get('value'))}  sender {sender}  from {shown(str(entry.get('file', '')))}")
+    if unknown:
+        print("steps whose effect is unknown (called, never recorded; they never run again: check the tool's "
+              "own records):")
+    for entry in unknown:
+        print(f"{shown(str(entry['id']))}  step {entry['step']} {shown(str(entry['tool']))}: unknown "
+              f"(key {shown(str(entry['key']))})")
     return 0
 
 

@@ -14,15 +14,16 @@ from airlock.records import Authorization, DecisionTaken, OutcomeLine, Received,
 TRACE_POLL_S = 0.05  # how often decision_refused looks for the broker's outcome line
 
 
-def waiting(path: Path) -> list[dict[str, object]]:
+def waiting(path: Path, damage: trace.Damage | None = None) -> list[dict[str, object]]:
     """Each escalated email with no decision yet, as the trace tells it: the step and tool
     waiting, the role it needs and why, the value the validator passed, the sender the
     intake vouched for and where the email came from. One pass over the trace; for each
     field the last record wins (a refused decision escalates the same step again). Each
-    fact comes from the stage that may state it (a typed record: airlock.records)."""
+    fact comes from the stage that may state it (a typed record: airlock.records). Damaged
+    lines met are noted in `damage`, for the caller to report."""
     _, escalated = trace.unfinished(path)
     found: dict[str, dict[str, object]] = {message_id: {"id": message_id} for message_id in escalated}
-    for record in trace.read(path):
+    for record in trace.read(path, damage=damage):
         entry = found.get(trace.about(record) or "")
         if entry is None:
             continue
@@ -34,6 +35,24 @@ def waiting(path: Path) -> list[dict[str, object]]:
             case Authorization(decision=decision) if decision.get("verdict") == "escalate":
                 entry.update(step=record.step, tool=f"{record.server}/{record.tool}",
                              needs=decision.get("escalated_to"), reason=decision.get("reason"))
+    return list(found.values())
+
+
+UNKNOWN_STEP = "worker.call_unknown"  # the actor's word for a step called and never recorded
+
+
+def unknown_steps(path: Path, damage: trace.Damage | None = None) -> list[dict[str, object]]:
+    """Each step whose effect nobody knows, as the actor said it (`worker.call_unknown`): it
+    claimed the step and called its tool, and no result was ever recorded (a crash after
+    the call, a tool that failed or overran). It never runs again; a person checks the
+    tool's own records. One entry per email and step, in the order first said."""
+    found: dict[tuple[str, object], dict[str, object]] = {}
+    for record in trace.read(path, damage=damage):
+        if isinstance(record, records.PeerFact) and record.event == UNKNOWN_STEP and record.message_id:
+            detail = record.detail
+            found.setdefault((record.message_id, detail.get("step")), {
+                "id": record.message_id, "step": detail.get("step"),
+                "tool": f"{detail.get('server')}/{detail.get('tool')}", "key": detail.get("key")})
     return list(found.values())
 
 

@@ -254,12 +254,45 @@ def _sync(target: Path, wanted: dict[str, Path], keep: Collection[str] = ()) -> 
 
 
 def load(folder: Path, role: str, *, secret: bool = True) -> Pair:
-    """A role's pair (or only its public key), with the file named in any error."""
+    """A role's pair (or only its public key), with the file named in any error. A key that
+    is not 40 characters of Z85 (32 bytes), or a secret whose public key is not the one
+    beside it (a changed character that is still Z85), is a ConfigError: a service stops
+    with one line and exit 78, and is not restarted to meet the same file again."""
     path = folder / (f"{role}.key_secret" if secret else f"{role}.key")
     try:
         public, private = zmq.auth.load_certificate(str(path))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"CURVE key {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"CURVE key {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001  pyzmq's parser raises what the text makes it (ValueError, IndexError...)
+        raise ConfigError(f"CURVE key {path} does not read as a key file ({type(exc).__name__}: {exc})") from None
     if secret and not private:
         raise ConfigError(f"CURVE key {path} holds no secret key")
+    for kind, key in (("public", public), ("secret", private)):
+        if key is not None and not _z85_key(key):
+            raise ConfigError(f"CURVE key {path}: its {kind} key is not 40 characters of Z85; the file is damaged")
+    if private is not None and _public_of(private) != public:
+        raise ConfigError(f"CURVE key {path}: its secret key does not give the public key beside it; "
+                          "the file is damaged")
     return Pair(public, private)
+
+
+Z85 = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
+
+
+def _public_of(secret: bytes) -> bytes | None:
+    try:
+        return zmq.curve_public(secret)
+    except (ValueError, zmq.ZMQError):  # Z85 characters whose value does not fit 32 bytes
+        return None
+
+
+def check_allowed(folder: Path) -> None:
+    """Every public key file in an allow list reads as a key, or a ConfigError naming the first
+    that does not (the authenticator would stop on it with a traceback of its own)."""
+    for path in sorted(folder.glob("*.key")):
+        load(folder, path.stem, secret=False)
+
+
+def _z85_key(key: bytes) -> bool:
+    """Whether `key` is a CURVE key in Z85: 40 characters of its alphabet (32 bytes)."""
+    return len(key) == 40 and Z85.issuperset(key)

@@ -100,6 +100,13 @@ class JournalDamaged(Record, tag="journal_damaged", frozen=True, kw_only=True):
     emails_lost: int
 
 
+class TraceDamaged(Record, tag="trace_damaged", frozen=True, kw_only=True):
+    """Lines a starting broker read past in the trace it recovers from (tracefiles.Unread):
+    how many, by file. Each email such a line named is taken as open."""
+    lines: int
+    files: dict[str, int]
+
+
 class TraceCheckpoint(Record, tag="trace_checkpoint", frozen=True, kw_only=True):
     through_segment: int
     emails: int

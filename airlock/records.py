@@ -12,7 +12,7 @@ a fact came in on, never taken from the sender); each email ends with exactly on
 One encoder (`encode`) writes them and one typed decoder (`decode`, `decode_call`) reads them
 back for every reader: `airlock trace`, attack, score, the page, bench, `airlock pending`, the
 labs' graders. Two readers take a lenient view instead, of the few fields a damaged line must
-still yield: the actor's ledger its call keys (`call_key_of`, below) and recovery and the
+still yield: the actor's ledger its call keys (`call_entry_of`, below) and recovery and the
 checkpoint each email's state (airlock.tracefiles.fold). What no Struct here describes still
 decodes to a typed value, never an exception and never a guess:
 
@@ -23,9 +23,10 @@ decodes to a typed value, never an exception and never a guess:
 
 Readers show the last two escaped (airlock.trace.render) and act on neither.
 
-One call record, two files: `Call` is the line the actor appends to calls.jsonl before the
-tool runs (what airlock *did*; attack scoring and the graders read it). The trace's line for
-a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
+One call record, two files: `Call` is the line the actor appends to calls.jsonl once the
+tool answered (what airlock *did*; attack scoring and the graders read it), after the
+`Intent` it appended and fsynced before calling the tool (its claim of the step's key).
+The trace's line for a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
 the actor answered it (status, error, key, plan) and what the tool returned, in one line.
 Traces written before then hold three lines per step instead (`authorization`, and for a step
 that ran `call` and `observation`). Every reader reads both shapes alike through `expand`,
@@ -50,7 +51,7 @@ sees (an email redone, a call not counted). Rule 3 keeps ignoring exact.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import msgspec
 
@@ -69,11 +70,12 @@ from airlock.recordfacts import (
     StorageRecovered as StorageRecovered,
     TraceCheckpoint as TraceCheckpoint,
     TraceCheckpointFailed as TraceCheckpointFailed,
+    TraceDamaged as TraceDamaged,
     Violation as Violation,
     WorkerJoined as WorkerJoined,
     WorkerLost as WorkerLost,
 )
-from airlock.wire import Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
+from airlock.wire import CallStatus, Detail, EmailFormat, Note, Outcome, ReadingSource, Scalar
 
 WORKER_STAGES = ("reader", "validator", "actor")
 WORKER_PREFIX = "worker."  # a worker's Event `note` is written as `worker.note` (broker.events)
@@ -228,14 +230,20 @@ class Authorization(Record, tag="authorization", frozen=True, kw_only=True):
 
 
 class Call(Record, tag="call", frozen=True, kw_only=True):
-    """One tool call: the one record type of calls.jsonl and of the trace's call line.
+    """One tool call: the one call record of calls.jsonl and of the trace's call line.
 
-    calls.jsonl (the actor, before the tool runs): at, message_id, step, server, tool, args,
-    and `to` (a mail tool's recipient) and `student` when set; stage, layer, status, error,
-    key are absent (None). The trace (a Step that ran, through expand; its own line in
-    traces written before Step): stage "actor", layer "execution", status, error, key, and
-    the task and plan it ran under when the actor named them; `to` is absent. calls.jsonl
-    lines written before it had `event` read too."""
+    calls.jsonl (the actor, once the tool answered, after its Intent): at, message_id, step,
+    server, tool, args, and `to` (a mail tool's recipient), `student` and `result` (what the
+    tool returned, kept so that a replay of the step is answered from here and the tool is
+    never asked again) when set; stage, layer, status, error, key are absent (None). The
+    trace (a Step that ran, through expand; its own line in traces written before Step):
+    stage "actor", layer "execution", status, error, key, and the task and plan it ran under
+    when the actor named them; `to` and `result` are absent (the trace's Observation has
+    the result). calls.jsonl lines written before it had `event` read too.
+
+    `unknown` (trace only): the step's key was claimed by an Intent and its tool called, but
+    no Call follows it (the actor stopped in between, or the tool failed or overran): it may
+    or may not have taken effect, so it is never run again and a person must check."""
 
     STAGE: ClassVar[str] = "actor"
     message_id: str
@@ -245,12 +253,30 @@ class Call(Record, tag="call", frozen=True, kw_only=True):
     tool: str
     args: dict[str, Scalar]
     layer: str | None = None
-    status: Literal["ok", "error", "refused", "escalated", "replayed"] | None = None
+    status: CallStatus | None = None
     error: str | None = None
     key: str | None = None
     task: str = ""
     plan: list[tuple[str, str]] = []
     to: str = ""
+    student: str = ""
+    result: dict[str, Any] | None = None
+
+
+class Intent(Record, tag="intent", frozen=True, kw_only=True):
+    """calls.jsonl only: the call the actor is about to make, fsynced before its tool runs.
+    Its key is then claimed for good: a Call line for the same message_id and step follows
+    once the tool answered; an Intent with none after it is a call whose effect is unknown
+    (airlock never runs it again, and says `unknown`). A new event (rule 3): a reader that
+    knows only Call sees it as damaged, never as a call that ran."""
+
+    STAGE: ClassVar[str] = "actor"
+    message_id: str
+    stage: str | None = None  # type: ignore[assignment]  # calls.jsonl lines have none
+    step: int
+    server: str
+    tool: str
+    args: dict[str, Scalar]
     student: str = ""
 
 
@@ -284,7 +310,7 @@ class Step(Record, tag="step", frozen=True, kw_only=True):
     key: str
     decision: dict[str, Any]
     student: str = ""
-    status: Literal["ok", "error", "replayed"] | None = None
+    status: Literal["ok", "error", "replayed", "unknown"] | None = None
     args: dict[str, Scalar] = {}
     error: str = ""
     task: str = ""
@@ -296,7 +322,7 @@ Event = (
     | ModelAnswer | Unreadable | Verdict | Authorization | Call | Observation | Step
     | Violation | MalformedFrame | ClientGone | WorkerJoined | WorkerLost | Started | Stopped | AuthRefused
     | HandshakeFailed | StorageFailed | StorageRecovered | JournalCompacted | JournalCompactionFailed
-    | JournalDamaged | TraceCheckpoint | TraceCheckpointFailed
+    | JournalDamaged | TraceDamaged | TraceCheckpoint | TraceCheckpointFailed
 )
 EVENT_TYPES: tuple[type[Record], ...] = Event.__args__  # a Union's members
 EVENT_NAMES = frozenset(kind.__struct_config__.tag for kind in EVENT_TYPES)
@@ -342,6 +368,7 @@ BASE_FIELDS = ("at", "message_id", "stage", "event")
 _encoder = msgspec.json.Encoder()
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_call = msgspec.json.Decoder(Call).decode
+_decode_intent = msgspec.json.Decoder(Intent).decode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
 
@@ -366,11 +393,18 @@ def decode(raw: bytes) -> TraceRecord:
     return record
 
 
-def decode_call(raw: bytes) -> Call | Damaged:
+def decode_call(raw: bytes) -> Call | Intent | Damaged:
     """One calls.jsonl line (no `event` or `stage` in lines from before they shared a type)."""
     try:
         return _decode_call(raw)
-    except msgspec.DecodeError as exc:  # ValidationError too
+    except msgspec.ValidationError as exc:
+        if b'"intent"' in raw:
+            try:
+                return _decode_intent(raw)
+            except msgspec.DecodeError:
+                pass
+        return _damaged(raw, str(exc))
+    except msgspec.DecodeError as exc:
         return _damaged(raw, str(exc))
 
 
@@ -420,20 +454,28 @@ def _damaged(raw: bytes, reason: str) -> Damaged:
 class _CallKey(msgspec.Struct):
     message_id: object = None
     step: object = None
+    event: object = None
 
 
 _decode_call_key = msgspec.json.Decoder(_CallKey).decode
 
 
-def call_key_of(raw: bytes) -> tuple[str, int] | None:
-    """(message_id, step) of a calls.jsonl line, or None for a line that names none (torn).
-    The actor's idempotency ledger rebuilds its keys with this, not with decode_call, and
-    is lenient on purpose: a record whose other fields were damaged still says its call
-    ran, so it must never run again."""
+class CallEntry(NamedTuple):
+    """What the actor's ledger reads back from one calls.jsonl line (call_entry_of)."""
+    message_id: str
+    step: int
+    intent: bool  # an Intent: claimed, its tool about to run; else the call ran
+
+
+def call_entry_of(raw: bytes) -> CallEntry | None:
+    """The key of a calls.jsonl line and whether it is an intent, or None for a line that
+    names none (torn). The actor's idempotency ledger rebuilds its keys with this, not with
+    decode_call, and is lenient on purpose: a record whose other fields were damaged still
+    says its call was claimed, so it must never run again."""
     try:
         key = _decode_call_key(raw)
     except msgspec.DecodeError:
         return None
-    if isinstance(key.message_id, str) and isinstance(key.step, int):
-        return key.message_id, key.step
+    if isinstance(key.message_id, str) and isinstance(key.step, int) and not isinstance(key.step, bool):
+        return CallEntry(key.message_id, key.step, key.event == "intent")
     return None

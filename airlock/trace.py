@@ -26,8 +26,8 @@ from airlock import appendlog, files, records, tracefiles
 from airlock.records import Call, Damaged, TraceRecord
 from airlock.terminal import json_line, shown
 
-__all__ = ["TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read", "read_calls",
-           "render", "settled", "states", "unfinished"]
+__all__ = ["Damage", "TraceWriter", "about", "as_line", "event_of", "fields_of", "follow", "open_lines", "read",
+           "read_calls", "render", "settled", "states", "unfinished"]
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 
@@ -158,18 +158,57 @@ class TraceWriter:
             os.fchmod(new.fileno(), (old.st_mode & 0o660) | 0o600)
 
 
-def read(path: Path, message_id: str | None = None) -> Iterator[TraceRecord]:
+class Damage:
+    """The damaged lines a reading met (records.Damaged: not a record this version reads: a
+    flipped byte, a cut, an edit), for the reader to report once, on stderr, as the broker
+    reports the journal's damage. A damaged line names no email, so a reading of one email's
+    lines would otherwise pass it without a word; one of all lines shows it, and says so too.
+    A flipped byte that leaves a line a valid record (a letter inside a text) is not found:
+    trace lines carry no checksum (the journal's records do)."""
+
+    SHOWN = 10  # line numbers named per file; the rest are counted
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lines: dict[Path, list[int]] = {}
+
+    def note(self, history: tracefiles.History | None) -> None:
+        self.count += 1
+        if history is not None:
+            self.lines.setdefault(history.file, []).append(history.line)
+
+    def report(self) -> str:
+        """One line naming the damage ("" if none)."""
+        if not self.count:
+            return ""
+        where = " and ".join(f"{shown(str(file))} ({_numbers(numbers, self.SHOWN)})"
+                             for file, numbers in self.lines.items())
+        noun = "line" if self.count == 1 else "lines"
+        return (f"{self.count} damaged {noun} in {where or 'the trace'}: not a record this version reads "
+                "(a flipped byte, a cut or an edit); nothing acts on it, `airlock trace` shows it as (damaged line)")
+
+
+def _numbers(numbers: list[int], shown_at_most: int) -> str:
+    more = ", ..." if len(numbers) > shown_at_most else ""
+    return f"{'line' if len(numbers) == 1 else 'lines'} {', '.join(map(str, numbers[:shown_at_most]))}{more}"
+
+
+def read(path: Path, message_id: str | None = None, damage: Damage | None = None) -> Iterator[TraceRecord]:
     """Yield trace records, optionally for one email's, from every segment then the live
-    file (airlock.tracefiles). A damaged line is a Damaged record (about no email). Whole
-    lines only: the live file's last may still be being written (one a writer left torn when
-    it died is cut off by the next writer: airlock.appendlog)."""
-    yield from _matching(tracefiles.History(path, whole_only=True), message_id)
+    file (airlock.tracefiles). A damaged line is a Damaged record (about no email), noted in
+    `damage` whether or not it is yielded. Whole lines only: the live file's last may still
+    be being written (one a writer left torn when it died is cut off by the next writer:
+    airlock.appendlog)."""
+    history = tracefiles.History(path, whole_only=True)
+    yield from _matching(history, message_id, damage, history)
 
 
 def read_calls(path: Path) -> Iterator[Call]:
-    """calls.jsonl's records, in order; a torn line (an actor killed mid-write) is skipped,
-    as it never ran: a record is its call's only effect (actor/mocks.py), and one cut short
-    was never synced, so its step was never acknowledged and runs again (actor/calllog.py)."""
+    """calls.jsonl's call records (what ran, each once its tool answered), in order. An
+    intent line (the claim the actor fsyncs before each call) is not a call and is not
+    given; nor is a torn line (an actor killed mid-write): one cut short was never synced,
+    so its step was never acknowledged, and its intent says the step is `unknown` from then
+    on (actor/calllog.py)."""
     for raw in tracefiles.lines_of(path):
         call = records.decode_call(raw)
         if isinstance(call, Call):
@@ -198,11 +237,12 @@ def settled(path: Path, ids: list[str], finished: int, timeout_s: float = 10.0,
         raw_lines, history.since = tracefiles.read_since(path, history.since)
 
 
-def states(path: Path) -> dict[str, str]:
+def states(path: Path, unread: tracefiles.Unread | None = None) -> dict[str, str]:
     """Each email's state: `open` (received, no outcome yet), `escalated` (its last outcome
     waits for a person) or `final`. Read from the checkpoint and the live segment only
-    (airlock.tracefiles), so a final email the journal no longer holds may be missing."""
-    return tracefiles.states(path)[0]
+    (airlock.tracefiles), so a final email the journal no longer holds may be missing.
+    The lines read past are noted in `unread`."""
+    return tracefiles.states(path, unread)[0]
 
 
 def unfinished(path: Path) -> tuple[list[str], list[str]]:
@@ -212,26 +252,31 @@ def unfinished(path: Path) -> tuple[list[str], list[str]]:
     return ([i for i, s in state.items() if s == "open"], [i for i, s in state.items() if s == "escalated"])
 
 
-def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2) -> Iterator[TraceRecord]:
+def follow(path: Path, message_id: str | None = None, poll_s: float = 0.2,
+           damage: Damage | None = None) -> Iterator[TraceRecord]:
     """Yield every record, then records as they are appended, like `tail -F`: when the
     live file is closed into a segment, its rest is read, then any later segment, then the
-    new live file. Never returns on its own."""
+    new live file. Never returns on its own. Damaged lines are noted in `damage` as read()
+    notes them (those appended later without a line number)."""
     while not path.exists():
         time.sleep(poll_s)
     history = tracefiles.History(path, whole_only=True)
-    yield from _matching(history, message_id)
+    yield from _matching(history, message_id, damage, history)
     since = history.since
     while True:
         new, since = tracefiles.read_since(path, since)
         if not new:
             time.sleep(poll_s)
-        yield from _matching(new, message_id)
+        yield from _matching(new, message_id, damage)
 
 
-def _matching(raw_lines: Iterable[bytes], message_id: str | None) -> Iterator[TraceRecord]:
+def _matching(raw_lines: Iterable[bytes], message_id: str | None, damage: Damage | None = None,
+              history: tracefiles.History | None = None) -> Iterator[TraceRecord]:
     for raw in raw_lines:
         if raw != b"\n":  # a blank line says nothing
             record = records.decode(raw)
+            if damage is not None and isinstance(record, Damaged):
+                damage.note(history)
             if message_id is None or about(record) == message_id:
                 yield from records.expand(record)  # a step line as the records it holds
 

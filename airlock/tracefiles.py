@@ -29,13 +29,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import typing
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
-from airlock import files
+from airlock import files, records, wire
 
 DIGITS = 6  # trace.000001.jsonl: names sort as numbers up to a million segments, and beyond still parse
 CHECKPOINT_SUFFIX = ".checkpoint"
@@ -43,6 +44,9 @@ OPEN, ESCALATED, FINAL = "open", "escalated", "final"
 # Only lines holding one of these can change an email's state (see fold): a cheap bytes test
 # before decoding skips the other lines (four of a two-step email's six).
 _STATE_WORDS = (b'"received"', b'"outcome"')
+_STAGES = frozenset({"broker", "supervisor", *records.WORKER_STAGES})
+_BROKER_EVENTS = frozenset(records.EVENT_NAMES)
+_OUTCOMES = frozenset(typing.get_args(wire.Outcome))
 # A fold longer than this (an old single-file trace of GBs, at its first start) saves its
 # progress as it goes: a broker killed meanwhile (by a supervisor's stuck rule) goes on
 # from there instead of starting over, and so never loops.
@@ -154,19 +158,22 @@ class History:
     def __init__(self, path: Path, whole_only: bool = False) -> None:
         self.path, self.whole_only = path, whole_only
         self.since: Mark = (None, 0)
+        # Where the line last given is: its file and line number (1 = the first), for a
+        # reader that reports a damaged line where a person can find it.
+        self.file, self.line = path, 0
 
     def __iter__(self) -> Iterator[bytes]:
         live = _open_or_none(self.path)
         if live is None:  # no live file (none yet, or between a rename and the new file)
             for segment in older_than(self.path, None):
-                yield from lines_of(segment)
+                yield from self._numbered(segment, lines_of(segment))
                 self.since = (_identity_of(segment), segment.stat().st_size)
             return
         with live:
             for segment in older_than(self.path, live):
-                yield from lines_of(segment)
+                yield from self._numbered(segment, lines_of(segment))
             offset = 0
-            for raw in live:
+            for raw in self._numbered(self.path, live):
                 if not raw.endswith(b"\n"):
                     if not self.whole_only:
                         yield raw  # torn (a crash mid-write) or being written: decoders judge it
@@ -174,6 +181,12 @@ class History:
                 offset += len(raw)
                 yield raw
             self.since = (identity(live), offset)
+
+    def _numbered(self, file: Path, raw_lines: Iterable[bytes]) -> Iterator[bytes]:
+        self.file, self.line = file, 0
+        for raw in raw_lines:
+            self.line += 1
+            yield raw
 
 
 def older_than(path: Path, live: BinaryIO | None) -> list[Path]:
@@ -207,14 +220,40 @@ def _decode_state(raw: bytes) -> StateFacts | None:
         return None
 
 
-def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
+class Unread:
+    """The lines a fold had to read past, by file: each a whole line that names a state
+    (`"received"`, `"outcome"`) and does not read as what it must be: not a JSON object, a
+    stage or a broker event no version writes, or a broker state line whose id or outcome
+    does not fit (a flipped byte, a cut, an edit). The broker reports them at start, as it
+    reports the journal's damage. A line damaged where no state word is does not reach the
+    fold (it reads only those lines): `airlock trace` names every damaged line."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}
+
+    @property
+    def count(self) -> int:
+        return sum(self.files.values())
+
+    def add(self, path: Path | None) -> None:
+        name = str(path) if path is not None else "trace"
+        self.files[name] = self.files.get(name, 0) + 1
+
+
+def fold(state: dict[str, str], raw_lines: Iterable[bytes], unread: Unread | None = None,
+         path: Path | None = None) -> dict[str, str]:
     """Update `state` with what the broker's own lines say: `received` opens an email, its
     `outcome` ends it (`escalated` keeps it waiting for a person). Other stages' lines are
-    not trusted to say where an email stands."""
+    not trusted to say where an email stands. A line that does not read as what it must be
+    (see Unread) is not taken, and is noted in `unread` (as read from `path`)."""
     for raw in raw_lines:
         if _STATE_WORDS[0] not in raw and _STATE_WORDS[1] not in raw:
             continue
         record = _decode_state(raw)  # None for a torn line (a crash mid-write), or no object
+        if not _fits(record):  # what it says is not taken: the email stays as it stood
+            if unread is not None and raw.endswith(b"\n"):
+                unread.add(path)
+            continue
         if record is None or record.stage != "broker" or not isinstance(record.message_id, str):
             continue
         if record.event == "received":
@@ -222,6 +261,19 @@ def fold(state: dict[str, str], raw_lines: Iterable[bytes]) -> dict[str, str]:
         elif record.event == "outcome":
             state[record.message_id] = ESCALATED if record.outcome == "escalated" else FINAL
     return state
+
+
+def _fits(record: StateFacts | None) -> bool:
+    """Whether a line naming a state reads as a line some stage writes (see Unread)."""
+    if record is None or record.stage not in _STAGES:
+        return False
+    if record.stage != "broker":
+        return True
+    if record.event not in _BROKER_EVENTS:
+        return False
+    if record.event in ("received", "outcome") and not isinstance(record.message_id, str):
+        return False
+    return record.event != "outcome" or record.outcome in _OUTCOMES
 
 
 def load(path: Path) -> Checkpoint:
@@ -241,18 +293,19 @@ def load_through(path: Path) -> int:
         return 0
 
 
-def states(path: Path) -> tuple[dict[str, str], list[Path]]:
+def states(path: Path, unread: Unread | None = None) -> tuple[dict[str, str], list[Path]]:
     """Each email's state as recovery needs it, and which files were read for it: the
-    checkpoint, the closed segments it does not cover (normally none), the live file."""
+    checkpoint, the closed segments it does not cover (normally none), the live file. The
+    lines it read past are noted in `unread`."""
     checkpoint = load(path)
     state, read = dict(checkpoint.states), []
     for number, segment in closed(path):
         if number > checkpoint.through:
             start = checkpoint.folded if number == checkpoint.through + 1 else 0
-            for _ in _fold_from(state, segment, start):
+            for _ in _fold_from(state, segment, start, unread=unread):
                 pass
             read.append(segment)
-    fold(state, lines_of(path))
+    fold(state, lines_of(path), unread, path)
     return state, [*read, path]
 
 
@@ -286,7 +339,8 @@ def write_checkpoint(path: Path, journalled: Collection[str], keep_segments: int
     return taken
 
 
-def _fold_from(state: dict[str, str], segment: Path, start: int, every: int = 0) -> Iterator[int]:
+def _fold_from(state: dict[str, str], segment: Path, start: int, every: int = 0,
+               unread: Unread | None = None) -> Iterator[int]:
     """Fold `segment` from byte `start` into `state`, yielding the offset reached (at a line
     boundary) each `every` bytes, where the caller may save its progress."""
     handle = _open_or_none(segment)
@@ -295,7 +349,7 @@ def _fold_from(state: dict[str, str], segment: Path, start: int, every: int = 0)
     with handle:
         handle.seek(start)
         if not every:
-            fold(state, handle)
+            fold(state, handle, unread, segment)
             return
         offset, next_save = start, start + every
         for raw in handle:

@@ -35,6 +35,10 @@ Note = Scalar | list[Scalar] | dict[str, Scalar]  # one detail's value (a reader
 Detail = dict[str, Note]
 
 Outcome = Literal["completed", "rejected", "refused", "escalated", "failed"]
+# What became of one plan step's call. `unknown`: its key was claimed and its tool called,
+# but no result was recorded (the actor stopped between the two, or the tool failed or
+# overran): it may have taken effect, so it never runs again, and a person must check.
+CallStatus = Literal["ok", "error", "refused", "escalated", "replayed", "unknown"]
 ReadingSource = Literal["model", "recorded", "none"]
 EmailFormat = Literal["eml", "text"]
 
@@ -284,7 +288,7 @@ class Call(Message, tag="call", frozen=True):
     server: str
     tool: str
     args: dict[str, Scalar]
-    status: Literal["ok", "error", "refused", "escalated", "replayed"]
+    status: CallStatus
     error: str = ""
     key: str = ""
     decision: Record = {}

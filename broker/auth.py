@@ -51,6 +51,8 @@ def start(ctx: zmq.Context, settings: Settings) -> tuple[ThreadAuthenticator, Pa
     if folder is None:
         raise ConfigError("no keys folder")
     server = keys.load(folder, "broker")
+    for allowed in (*keys.ENDPOINT_ALLOWS, keys.PEOPLE):
+        keys.check_allowed(folder / "allow" / allowed)
     auth = ThreadAuthenticator(ctx)
     auth.start()
     for endpoint in keys.ENDPOINT_ALLOWS:

@@ -14,11 +14,13 @@ backlog, in journal order), so a restart holds no more than a running broker wou
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Any
 
-from airlock import records, trace
-from airlock.records import JournalDamaged, utc_now
+from airlock import records, trace, tracefiles
+from airlock.records import JournalDamaged, TraceDamaged, utc_now
 from airlock.settings import Settings
+from airlock.terminal import json_line
 from broker.journal import Damage, Entry, Journal, Position
 from broker.outbox import Effect
 from broker.router import Router
@@ -35,7 +37,8 @@ def recover(core: Router, settings: Settings, journal: Journal,
     (the backlog returned, in journal order) and refill() reads it as readers make room, so
     a restart holds no more than a running broker would. The states come from the trace's
     checkpoint and live segment (airlock.tracefiles), never from all of history."""
-    state = trace.states(settings.trace_path)
+    unread = tracefiles.Unread()
+    state = trace.states(settings.trace_path, unread)
     backlog: collections.deque[Position] = collections.deque()
     unreadable: list[str] = []  # checked at open, unreadable now: damaged or EIO since
     for position in journal.positions():
@@ -69,6 +72,11 @@ def recover(core: Router, settings: Settings, journal: Journal,
             core.still_escalated(message_id, now)
     for message_id in unreadable:
         effects += core.abandon(message_id, UNREADABLE)
+    if unread.count:  # on stderr too, as the journal's damage: where an operator looks first
+        print(f"broker: trace damaged: {unread.count} line(s) read past at start ({json_line(unread.files)}); each "
+              "email such a line named is taken as open; `airlock trace` names every damaged line", file=sys.stderr)
+        effects.insert(0, records.encode(TraceDamaged(utc_now(), None, "broker", lines=unread.count,
+                                                      files=unread.files)))
     if journal.damage:
         effects.insert(0, records.encode(JournalDamaged(utc_now(), None, "broker", **damage_detail(journal),
                                                         emails_lost=abandoned)))

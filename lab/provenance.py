@@ -17,9 +17,11 @@ Checked:
   broker writes them;
 - every trace line decodes to a record this version knows (records.decode already reads a
   known event from a stage that may not say it as a damaged line);
-- every calls.jsonl line decodes, names one of the run's emails, is the only line for its
-  step, and matches a step the trace says was allowed and ran with the same server, tool
-  and arguments, and whose tool returned (one that failed or overran was never logged).
+- every calls.jsonl line decodes, names one of the run's emails, is the only line of its
+  kind for its step, and matches a step the trace says was allowed and ran with the same
+  server, tool and arguments: an intent (the claim made before the tool ran) whatever
+  became of the step, a call only if its tool returned (one that failed or overran
+  leaves its intent alone).
 Not checkable, so not checked: neither file carries an authentication (no signature, no key
 per role; a trace line's `stage` is stamped by the broker, not proven in the line). A line
 written straight into the trace with the right stage, about one of the run's emails, reads
@@ -41,6 +43,7 @@ from airlock.records import (
     Authorization,
     Call,
     Damaged,
+    Intent,
     OutcomeLine,
     Received,
     Recovered,
@@ -185,6 +188,7 @@ def _unsent_text(message_id: str, email: _Unsent) -> str:
 def _calls(path: Path, sent: set[str], steps: dict[tuple[str, int], _Step], stopped: bool, found: Audit) -> None:
     """Check each calls.jsonl line against the run's emails and the trace's steps."""
     seen: set[tuple[str, int]] = set()
+    claimed: set[tuple[str, int]] = set()
     for number, raw in _numbered(tracefiles.lines_of(path)):
         if not stopped and not raw.endswith(b"\n"):
             break  # the actor may be writing it: only a stopped stack's files are whole
@@ -196,11 +200,23 @@ def _calls(path: Path, sent: set[str], steps: dict[tuple[str, int], _Step], stop
         key = (call.message_id, call.step)
         if call.message_id not in sent:
             found.add(Foreign(CALLS, number, "a call for an email this run did not send", said))
+        elif isinstance(call, Intent):
+            if key in claimed:
+                found.add(Foreign(CALLS, number, "a second intent line for one step", said))
+            elif not _claimed(call, steps.get(key)):
+                found.add(Foreign(CALLS, number, "an intent the trace has no allowed step that ran for", said))
         elif key in seen:
             found.add(Foreign(CALLS, number, "a second call line for one step", said))
         elif not _logged(call, steps.get(key)):
             found.add(Foreign(CALLS, number, "a call the trace has no allowed step that ran for", said))
-        seen.add(key)
+        (claimed if isinstance(call, Intent) else seen).add(key)
+
+
+def _claimed(intent: Intent, step: _Step | None) -> bool:
+    """Whether the trace holds the allowed step that ran (whatever became of it) on this call."""
+    if step is None or not step.allowed:
+        return False
+    return any((ran.server, ran.tool, ran.args) == (intent.server, intent.tool, intent.args) for ran in step.ran)
 
 
 def _logged(call: Call, step: _Step | None) -> bool:
@@ -213,7 +229,7 @@ def _logged(call: Call, step: _Step | None) -> bool:
                for ran in step.ran)
 
 
-def _call_text(call: Call) -> str:
+def _call_text(call: Call | Intent) -> str:
     args = ", ".join(f"{name}={value!r}" for name, value in call.args.items())
     return f"{call.message_id} step {call.step} {call.server}/{call.tool}({args})"
 

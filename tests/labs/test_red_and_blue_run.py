@@ -51,9 +51,11 @@ def phase_lines(out: str, name: str) -> dict[str, str]:
 
 
 def sends(calls_path: Path) -> list[str]:
-    """The orders mail/send_status ran for, read straight from a stack's calls.jsonl."""
+    """The orders mail/send_status ran for, read straight from a stack's calls.jsonl (its call
+    lines: an intent line is the claim made before the call)."""
     records = [json.loads(line) for line in calls_path.read_text().splitlines() if line.strip()]
-    return [str(r["args"]["order_id"]) for r in records if (r.get("server"), r.get("tool")) == ("mail", "send_status")]
+    return [str(r["args"]["order_id"]) for r in records
+            if (r.get("server"), r.get("tool")) == ("mail", "send_status") and r.get("event", "call") == "call"]
 
 
 def no_run_folder(folder: Path) -> bool:

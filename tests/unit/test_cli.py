@@ -352,3 +352,43 @@ def test_attack_campaign_refuses_a_folder_with_a_link_out(planted) -> None:
     folder, link = planted
     with pytest.raises(LinkOutside, match=re.escape(str(link))):
         campaign.load([str(folder)])
+
+
+def _flip(path: Path, line_number: int, mask: int = 0x80) -> None:
+    """Flip one byte in the middle of a line (0x80: no longer UTF-8; the line is no record)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = bytearray(lines[line_number])
+    damaged[len(damaged) // 2] ^= mask
+    lines[line_number] = bytes(damaged)
+    path.write_bytes(b"".join(lines))
+
+
+@pytest.mark.parametrize("args", [pytest.param(["trace"], id="trace"),
+                                  pytest.param(["trace", ESCALATED], id="trace-one-email"),
+                                  pytest.param(["trace", "--json", ESCALATED], id="trace-json"),
+                                  pytest.param(["pending"], id="pending")])
+def test_a_flipped_byte_in_the_trace_is_reported_not_read_past(env, capsys, args: list[str]) -> None:
+    """A trace line a flipped byte made unreadable is named on stderr, with its file and line,
+    by every command that reads past it (a damaged line names no email: filtered out, it
+    would vanish without a word), as the broker names the journal's damage."""
+    path = Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl"
+    write_trace(path)
+    _flip(path, 2)
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"1 damaged line in .*trace\.jsonl \(line 3\)", err), err
+
+
+def test_pending_names_the_steps_whose_effect_is_unknown(env, capsys) -> None:
+    """A step the actor called and never recorded (worker.call_unknown) is for a person too:
+    `airlock pending` names its email, step, tool and key, escaped, after what waits."""
+    path = Path(env["AIRLOCK_DATA_DIR"]) / "trace.jsonl"
+    write_trace(path)
+    unknown = records.PeerFact("2026-11-30T10:40:00.000000Z", "m7\x1b[2J", "actor", "worker.call_unknown",
+                               {"step": 2, "server": "mail", "tool": "send_status", "key": "m7:2"})
+    with open(path, "ab") as handle:
+        handle.write(records.encode(unknown))
+    assert cli.main(["pending"]) == 0
+    out = capsys.readouterr().out
+    assert f"{ESCALATED}  step 2 mail/send_refund_confirmation" in out
+    assert "m7\\x1b[2J  step 2 mail/send_status: unknown" in out and "\x1b" not in out

@@ -196,3 +196,26 @@ def test_the_readers_read_a_version_1_file_as_it_is(tmp_path: Path) -> None:
     path.write_bytes(whole + b"\x00\x00")
     assert [e.message_id for e in entries(path)] == IDS[:3]
     assert [(d.start, d.end, d.torn_tail) for d in damage(path)] == [(len(whole), len(whole) + 2, True)]
+
+
+@pytest.mark.parametrize("flip", [pytest.param(0, id="its-first-byte"), pytest.param(-30, id="inside-its-outcome")])
+def test_a_damaged_trace_line_the_recovery_reads_past_is_reported(settings, capsys, flip: int) -> None:
+    """A broker line that says where an email stands (`received`, `outcome`) and no longer
+    reads (a flipped byte) is named at start, as the journal's damage is: a trace_damaged
+    line and stderr, with the file and how many; the email it named is treated as open."""
+    path = _accepted(settings)
+    with open(settings.trace_path, "ab") as handle:
+        handle.writelines(raw_line("broker", "outcome", message_id, {"outcome": "completed", "reason": ""})
+                          for message_id in IDS)
+    lines = settings.trace_path.read_bytes().splitlines(keepends=True)
+    damaged = bytearray(lines[12])  # b-3's outcome
+    damaged[flip] ^= 0x01 if flip == 0 else 0x20
+    lines[12] = bytes(damaged)
+    settings.trace_path.write_bytes(b"".join(lines))
+    journal = Journal(path)
+    effects, _ = recovery.recover(Router(settings, boot=0xABC), settings, journal, 0.0)
+    journal.close()
+    said = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
+    (report,) = [line for line in said if line["event"] == "trace_damaged"]
+    assert report["lines"] == 1 and report["files"] == {str(settings.trace_path): 1}
+    assert "trace damaged" in capsys.readouterr().err

@@ -214,3 +214,21 @@ def test_an_in_stack_checkpoint_fails_on_foreign_records(files: tuple[Path, Path
     verdict = in_stack.foreign_records(audit(trace, calls, (COMPLETED, REJECTED), stopped=True))
     assert verdict.checkpoint == in_stack.CHECKPOINT
     assert f"{NOT_SENT} (trace line 15): {FAILED} from priya@example.co.uk" in verdict.message
+
+
+def intent_line(message_id: str, step: int, tool: str = "lookup_order", args: dict[str, object] | None = None) -> bytes:
+    return call_line(message_id, step, tool, args).replace(b'"event": "call"', b'"event": "intent"')
+
+
+def test_intents_of_steps_that_ran_are_the_runs_own(files: tuple[Path, Path]) -> None:
+    """The actor's intent lines (its claim before each call) for steps that ran are clean, a
+    failed step's too (its tool raised: an intent and no call); any other intent is named."""
+    trace, calls = files
+    appended(calls, intent_line(COMPLETED, 1))
+    appended(calls, intent_line(FAILED, 2, "send_status", {"order_id": "30"}))
+    assert audit(trace, calls, SENT, stopped=True).total == 0
+    for line in (intent_line(COMPLETED, 1), intent_line(REJECTED, 1), intent_line("1a23bdc5fab-999", 1)):
+        appended(calls, line)
+    assert [f.why for f in audit(trace, calls, SENT, stopped=True).found] == [
+        "a second intent line for one step", "an intent the trace has no allowed step that ran for",
+        "a call for an email this run did not send"]

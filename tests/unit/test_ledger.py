@@ -6,8 +6,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -15,7 +18,9 @@ import pytest
 from actor import app
 from actor.app import Actor
 from actor.calllog import CallLog
-from actor.ledger import LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.catalog import Tool
+from actor.ledger import AppendLog, LedgerBusy, LedgerUntrusted, LedgerWriteFailed
+from actor.mocks import Answer, MockTools, Orders
 from actor.pending import Escalation, PendingStore
 from actor.preconditions import Approval
 from airlock import task as task_module, trace
@@ -120,22 +125,42 @@ def test_a_short_write_is_cut_back(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_a_failed_fsync_takes_the_batch_back(make_actor, settings, monkeypatch) -> None:
-    """EIO on the group commit's fsync: the batch's records are cut out of calls.jsonl and
-    the sync raises, so no Done acknowledges a call that is not on disk (the old log kept
-    the lines it could not make durable, and the loop's exception stopped the actor)."""
+    """EIO on the group commit's fsync: the batch's call records are cut out of calls.jsonl and
+    the sync raises, so no Done acknowledges a call that is not on disk. The intents were
+    durable before each tool ran, so the successor never runs those tools again: `unknown`."""
     actor = make_actor()
     assert actor.run("m1", "4411").outcome == "completed"
     actor.sync()
+    assert actor.run("m2", "4411").outcome == "completed"  # each intent fsynced before its call
 
     def broken(descriptor: int) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
     monkeypatch.setattr(os, "fsync", broken)
-    assert actor.run("m2", "4411").outcome == "completed"
     with pytest.raises(LedgerWriteFailed, match=r"Input/output error \(EIO\) syncing calls.jsonl"):
         actor.sync()
     monkeypatch.undo()
-    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2)]
-    # the successor the broker redelivers m2 to makes its calls: none of them was recorded
+    # step 2's intent made step 1's record durable; step 2's record was cut back out
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2), ("m2", 1)]
+    # the successor the broker redelivers m2 to: step 2 may have acted, so it stops there
+    done = make_actor().run("m2", "4411")
+    assert [call.status for call in done.calls] == ["replayed", "unknown"] and done.outcome == "failed"
+    assert _calls(settings.calls_path) == [("m1", 1), ("m1", 2), ("m2", 1)]
+
+
+def test_an_intent_that_cannot_be_made_durable_runs_nothing(make_actor, settings, monkeypatch) -> None:
+    """EIO on the fsync of a step's intent: the tool is not called, the email fails saying
+    nothing ran, and the successor runs the step (its key was given back)."""
+    actor = make_actor()
+    assert actor.run("m1", "4411").outcome == "completed"
+    actor.sync()
+    ran = _counting(actor)
+
+    def broken(descriptor: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(os, "fsync", broken)
+    done = actor.run("m2", "4411")
+    monkeypatch.undo()
+    assert done.outcome == "failed" and "nothing ran" in done.reason and ran == []
     assert [call.status for call in make_actor().run("m2", "4411").calls] == ["ok", "ok"]
 
 
@@ -287,9 +312,10 @@ def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
     log.close()
 
 
-def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path) -> None:
+def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path, monkeypatch) -> None:
     """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
     key long out of the cache still replays."""
+    monkeypatch.setattr(os, "fsync", lambda descriptor: None)  # memory is measured here, not durability
     log = CallLog(tmp_path / "calls.jsonl", cache_keys=100)
     for number in range(5000):
         assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
@@ -314,7 +340,7 @@ def test_a_lost_key_index_is_rebuilt_from_the_log(tmp_path: Path, damage) -> Non
     damage(tmp_path / "calls.keys.sqlite")
     again = CallLog(tmp_path / "calls.jsonl")
     assert not again.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
-    assert not again.notices  # a new index is not a replaced log
+    assert "ledger_replaced" not in [notice["event"] for notice in again.notices]  # a new index is not a replaced log
     again.close()
 
 
@@ -402,6 +428,7 @@ def _crash(log: CallLog) -> None:
     """Stop a call log as a killed actor would: no commit, no sync, its lock dropped."""
     log.keys._db.close()  # an open transaction is lost, as at a kill
     log._log.close()
+    log._reader.close()
     log.lock.close()
 
 
@@ -460,8 +487,16 @@ def test_a_claim_after_the_index_rolled_back_is_not_written_before_its_record_is
     log = CallLog(path)
     _logged, _ = _fill_index_then_call(log, 0)
     log.keys._db.execute("PRAGMA max_page_count=1073741823")  # space is back
-    log.call("after", 1, "orders", "lookup", {"order_id": "A1"})
-    log._log.rollback()  # the crash before the fsync: the record never became durable
+
+    class Killed(BaseException):
+        """The actor killed between the claim of the key and the fsync of its intent."""
+
+    def crash_before_the_fsync() -> None:
+        log._log.rollback()  # what was not fsynced is lost with the process
+        raise Killed
+    log._log.sync = crash_before_the_fsync  # type: ignore[method-assign]  # the kill, at that point
+    with pytest.raises(Killed):
+        log.claim("after", 1, "orders", "lookup", {"order_id": "A1"})
     _crash(log)
     restarted = CallLog(path)
     assert restarted.call("after", 1, "orders", "lookup", {"order_id": "A1"}), "a call that never ran was refused"
@@ -492,3 +527,140 @@ def test_a_record_that_cannot_be_cut_back_stops_the_actor_acting(tmp_path: Path,
     assert restarted.call("m2", 1, "shop", "lookup_order", {"order_id": "1"})
     restarted.close()
     assert _calls(path) == [("m2", 1)]
+
+
+def _flip_pages(index: Path, first_page: int = 2) -> None:
+    """Flip bytes inside every page of the index from `first_page` on, leaving its header
+    and first pages whole: SQLite opens it and reads its first page without a complaint."""
+    data = bytearray(index.read_bytes())
+    for page_start in range(first_page * 4096, len(data), 4096):
+        for offset in range(page_start + 100, min(page_start + 400, len(data))):
+            data[offset] ^= 0xFF
+    index.write_bytes(bytes(data))
+
+
+def _many_calls(path: Path, count: int) -> None:
+    """`count` calls logged, fast: durability is not what the tests using this look at."""
+    with mock.patch.object(os, "fsync", return_value=None):
+        _logged_calls(path, count)
+
+
+def _logged_calls(path: Path, count: int) -> None:
+    log = CallLog(path)
+    for number in range(count):
+        assert log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+        if number % 100 == 0:
+            log.sync()
+    log.close()
+
+
+def test_a_key_index_damaged_inside_its_pages_is_rebuilt_at_start(tmp_path: Path, capsys) -> None:
+    """Bytes flipped inside the index's pages (its header whole) are found at start by a check
+    that reads every page: the index is moved aside and rebuilt, and no logged call runs again."""
+    path = tmp_path / "calls.jsonl"
+    _many_calls(path, 3000)
+    _flip_pages(tmp_path / "calls.keys.sqlite")
+    again = CallLog(path)
+    assert [notice["event"] for notice in again.notices] == ["key_index_damaged"]  # for the trace
+    assert [n for n in range(3000) if again.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"})] == []
+    assert again.call("new", 1, "shop", "lookup_order", {"order_id": "1"})
+    again.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    assert "is damaged" in capsys.readouterr().err
+    restarted = CallLog(path)  # and the rebuilt index is whole: the next start uses it
+    assert not restarted.call("new", 1, "shop", "lookup_order", {"order_id": "1"})
+    restarted.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+
+
+def test_a_key_index_damaged_while_running_stops_acting_and_is_rebuilt_on_restart(tmp_path: Path) -> None:
+    """Damage SQLite finds at use (`database disk image is malformed`) is not a failed email:
+    the ledger is no longer trusted (nothing runs, the actor exits 75), the index is moved aside,
+    and the restart rebuilds it from the log and comes up."""
+    path = tmp_path / "calls.jsonl"
+    _many_calls(path, 3000)
+    log = CallLog(path, cache_keys=1)
+    log.keys._db.execute("PRAGMA cache_size=0")  # read pages from the file, as a long run would
+    _flip_pages(tmp_path / "calls.keys.sqlite")
+    with pytest.raises(LedgerUntrusted, match="key index"):
+        for number in range(3000):
+            log.call(f"m{number}", 1, "shop", "lookup_order", {"order_id": "1"})
+    assert log.untrusted
+    log.close()
+    assert len(list(tmp_path.glob("calls.keys.sqlite.damaged-*"))) == 1
+    restarted = CallLog(path)
+    assert [n for n in range(3000) if restarted.call(f"m{n}", 1, "shop", "lookup_order", {"order_id": "1"})] == []
+    restarted.close()
+    assert len(_calls(path)) == 3000
+
+
+class _Watched(MockTools):
+    """The mock tools, calling `before` with each tool's name first."""
+
+    def __init__(self, orders: Orders, before: Callable[[str], None]) -> None:
+        super().__init__(orders)
+        self.before = before
+
+    def run(self, tool: Tool, args: dict[str, Any], cancelled: threading.Event) -> Answer:
+        self.before(tool.tool)
+        return super().run(tool, args, cancelled)
+
+
+def _counting(actor: Actor) -> list[str]:
+    """Every call the actor's tools get from now on, by tool name."""
+    ran: list[str] = []
+    actor.executor.tools = _Watched(actor.executor.tools.orders, ran.append)
+    return ran
+
+
+@pytest.mark.parametrize("replayed_by", ["the-same-actor", "a-restarted-actor", "an-actor-on-a-rebuilt-index"])
+def test_a_replayed_step_is_answered_from_the_ledger_never_by_its_tool(make_actor, settings, replayed_by) -> None:
+    """A step the ledger records is never called again: its replay carries the result the log
+    kept, and the facts it provides still feed later checks (the email completes again)."""
+    actor = make_actor()
+    first = actor.run("m1", "4411")
+    assert first.outcome == "completed"
+    actor.sync()
+    if replayed_by != "the-same-actor":
+        actor.close()
+        if replayed_by == "an-actor-on-a-rebuilt-index":
+            (settings.data_dir / "calls.keys.sqlite").unlink()
+        actor = make_actor()
+    ran = _counting(actor)
+    again = actor.run("m1", "4411")
+    assert ran == [] and again.outcome == "completed"
+    assert [(call.status, call.result) for call in again.calls] == [("replayed", call.result) for call in first.calls]
+
+
+def test_an_intent_is_durable_before_its_tool_runs(make_actor, settings) -> None:
+    """When the tool is called, calls.jsonl already holds the step's intent, fsynced; the call
+    line follows once the tool answered."""
+    actor = make_actor()
+    seen: list[bytes] = []
+    actor.executor.tools = _Watched(actor.executor.tools.orders,
+                                    lambda tool: seen.append(settings.calls_path.read_bytes()))
+    assert actor.run("m1", "4411").outcome == "completed"
+    events = [[msgspec.json.decode(line)["event"] for line in text.splitlines()] for text in seen]
+    assert events == [["intent"], ["intent", "call", "intent"]]
+    assert actor.ledger._log.synced >= len(seen[1])  # the second intent, and the call before it, were synced
+
+
+def test_a_call_record_that_cannot_be_written_leaves_its_step_unknown(make_actor, settings, monkeypatch) -> None:
+    """The tool answered but its call line could not be written (ENOSPC): the email fails
+    saying the tool answered, and a second delivery does not call it again: `unknown`."""
+    actor = make_actor()
+    ran = _counting(actor)
+    real_append = AppendLog.append
+
+    def no_room_for_calls(log: AppendLog, line: bytes) -> None:
+        if b'"event":"call"' in line:
+            raise LedgerWriteFailed("No space left on device (ENOSPC) writing calls.jsonl")
+        real_append(log, line)
+    monkeypatch.setattr(AppendLog, "append", no_room_for_calls)
+    done = actor.run("m1", "4411")
+    monkeypatch.undo()
+    assert done.outcome == "failed" and "the tool answered" in done.reason and ran == ["lookup_order"]
+    again = make_actor()
+    ran_again = _counting(again)
+    done = again.run("m1", "4411")
+    assert [call.status for call in done.calls] == ["unknown"] and ran_again == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -85,4 +86,5 @@ def test_actor_loop_and_garbage(run_worker, settings) -> None:
     channel.send(Passed(message_id="m", value="4411"))
     done = receive()
     assert isinstance(done, Done) and done.outcome == "completed" and len(done.calls) == 2
-    assert len(settings.calls_path.read_text().splitlines()) == 2
+    events = [json.loads(line)["event"] for line in settings.calls_path.read_text().splitlines()]
+    assert events == ["intent", "call", "intent", "call"]  # each call claimed before it ran

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from actor import catalog as catalog_module
 from actor.calllog import CallLog
+from airlock import trace
 from lab.naive.agent import NaiveAgent
 from lab.naive.parse import Proposed, parse, resolve
 from reader.model import ModelAnswer, ModelFailure
@@ -47,8 +47,7 @@ def test_runs_whatever_the_model_says(tmp_path: Path) -> None:
     result = naive.handle("n1", b"Order 4411 please", "text")
     naive.log.close()
     assert result.outcome == "completed"
-    assert [(c["server"], c["tool"]) for c in map(json.loads, path.read_text().splitlines())] == [
-        ("shop", "lookup_order"), ("shop", "refund_all")]
+    assert [(c.server, c.tool) for c in trace.read_calls(path)] == [("shop", "lookup_order"), ("shop", "refund_all")]
 
 
 def test_model_failure_and_silence(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ REQUIRED_V1 = {
     "journal_compacted": ["bytes_after", "bytes_before", "freed", "live"],
     "journal_compaction_failed": ["bytes", "error"],
     "journal_damaged": ["bytes_skipped", "emails_lost", "path", "ranges", "ranges_skipped", "torn_tail"],
+    "trace_damaged": ["files", "lines"],
     "trace_checkpoint": ["emails", "through_segment"],
     "trace_checkpoint_failed": ["error"],
 }
