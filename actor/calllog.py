@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import msgspec
+
 from actor.keyindex import CACHE_KEYS, Indexed, KeyIndex, is_damage
 from actor.ledger import AppendLog, LedgerUntrusted, LedgerWriteFailed, ledger_lock
 from airlock import records
@@ -155,11 +157,12 @@ class CallLog:
                 if self._damaged(exc):
                     raise LedgerUntrusted(f"ledger_untrusted: {self.untrusted}; nothing ran") from exc
                 offset = None  # the index cannot say: the step replays with no result (its facts unknown)
-        return Claimed(DONE, None if offset is None else self._result_at(offset, key))
+        found = None if offset is None else self._call_at(offset, key)
+        return Claimed(DONE, None if found is None else found.result, found)
 
-    def _result_at(self, offset: int, key: str) -> dict[str, Any] | None:
-        """The result kept by the call line of `key` at `offset` in the log; None if there is
-        none there (a line of an older version, a log replaced since, damage)."""
+    def _call_at(self, offset: int, key: str) -> Call | None:
+        """The call line of `key` at `offset` in the log; None if there is none there (a line
+        of an older version, a log replaced since, damage)."""
         line = b""
         try:
             while not line.endswith(b"\n"):
@@ -172,7 +175,7 @@ class CallLog:
         found = records.decode_call(line)
         if not isinstance(found, Call) or call_key(found.message_id, found.step) != key:
             return None
-        return found.result
+        return found
 
     def _indexed(self, index: Path, cache_keys: int) -> KeyIndex:
         """The key index, brought up to the log. Damage SQLite finds only while indexing (past
@@ -376,11 +379,24 @@ class CallLog:
 
 class Claimed(NamedTuple):
     """What claim() found: NEW (the tool may run now), DONE (with the result the log kept,
-    None if it kept none) or UNKNOWN (claimed, never recorded: it may have taken effect)."""
+    None if it kept none, and the call line itself when it could be read) or UNKNOWN
+    (claimed, never recorded: it may have taken effect)."""
     state: str
     result: dict[str, Any] | None = None
+    recorded: Call | None = None
+
+    def same_call(self, server: str, tool: str, args: dict[str, Any]) -> bool:
+        """Whether the recorded call is this one: the same tool with the same arguments. True
+        when no line could be read to say otherwise (the replay then has no result)."""
+        if self.recorded is None:
+            return True
+        return (self.recorded.server, self.recorded.tool) == (server, tool) \
+            and _canonical(self.recorded.args) == _canonical(args)
 
 
+
+
+_canonical = msgspec.json.Encoder(order="sorted").encode
 
 
 def _close_quietly(resource: Any) -> None:

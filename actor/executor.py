@@ -47,6 +47,11 @@ UNKNOWN_STEP = ("unknown: this step's call was made before (its intent is in the
                 "ever recorded for it (the actor stopped after calling the tool, or the tool failed or "
                 "overran), so it may or may not have taken effect; it never runs again: a person must check "
                 "the tool's own records")
+# Why a step whose key the log holds for another call neither runs nor replays: the message id
+# was handed out before (a data dir's ids reset), so this is a different email, not a replay.
+KEY_REUSED = ("key_reused: the call log holds this message id and step for a different call (another tool or other "
+              "arguments): this email is not the one recorded, so its step is neither replayed nor run; nothing ran, "
+              "and a person must check why an id was handed out twice")
 UNFINISHED = "; its key stays claimed: if this email runs again the step is `unknown`, never run twice"
 # The checks authorize() runs on every step before the task's preconditions; a decision
 # record lists each of them as allowed (lab graders tell them from a guard's own rules).
@@ -181,6 +186,8 @@ class Executor:
             return msgspec.structs.replace(call, status="error", error=f"ledger_write_failed: {exc}; nothing ran")
         if claimed.state == UNKNOWN:
             return msgspec.structs.replace(call, status="unknown", error=UNKNOWN_STEP)
+        if claimed.state == DONE and not claimed.same_call(tool.server, tool.tool, args):
+            return msgspec.structs.replace(call, status="error", error=KEY_REUSED)
         if claimed.state == DONE:
             return msgspec.structs.replace(call, status="replayed", result=claimed.result or {})
         try:

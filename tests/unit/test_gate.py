@@ -346,3 +346,13 @@ def test_pending_store_survives_a_torn_line(tmp_path: Path) -> None:
     again = PendingStore(path)
     again.close()
     assert sorted(again.open) == ["r1", "r3"]
+
+
+def test_an_id_handed_out_again_for_another_email_neither_replays_nor_runs(make_actor, logged_calls) -> None:
+    """The same message id with another order (a data dir whose ids were reset): the log holds
+    the id's steps for other arguments, so nothing replays as if done and nothing runs."""
+    make_actor().run("m1", "4411")
+    other = make_actor().run("m1", "772")
+    assert other.outcome == "failed" and other.calls[0].status == "error"
+    assert other.calls[0].error.startswith("key_reused") and len(other.calls) == 1
+    assert len(logged_calls()) == 2
