@@ -61,7 +61,7 @@ class SmtpSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     dkim_keys: str = ""  # AIRLOCK_DKIM_KEYS: "", "dns" or a key file (authentication.key_source)
-    # AIRLOCK_TRUSTED_AUTHSERV_IDS and AIRLOCK_TRUSTED_RELAYS, both or neither (intake/relays.py)
+    # AIRLOCK_TRUSTED_AUTHSERV_IDS and AIRLOCK_TRUSTED_RELAYS: a header counts only with both (intake/relays.py)
     authserv_ids: frozenset[str] = frozenset()
     relays: relays.TrustedRelays = relays.TrustedRelays()
     check_budget_s: float = CHECK_BUDGET_S  # AIRLOCK_SENDER_CHECK_BUDGET_S
@@ -187,9 +187,12 @@ async def listen(smtp: SmtpSettings, handler: Handler, size_limit: int, broker: 
                             f"AIRLOCK_SMTP_PORT): {exc.strerror or exc}") from exc
     # One start line, which says what proves a sender: with no keys and no trusted authserv-id,
     # every sender is unverified and the guarded task answers nobody.
+    paired = smtp.relays.networks and smtp.authserv_ids
     proofs = (f"DKIM keys from {shown(smtp.dkim_keys)}" if smtp.dkim_keys else "no DKIM keys") + ", " + (
         f"Authentication-Results from {shown(', '.join(sorted(smtp.authserv_ids)))} on mail relayed by "
-        f"{', '.join(str(n) for n in smtp.relays.networks)}" if smtp.relays.networks else "no trusted relay")
+        f"{', '.join(str(n) for n in smtp.relays.networks)}" if paired else "no trusted relay")
+    if unpaired := relays.unpaired(smtp.relays, smtp.authserv_ids):
+        print(f"intake: warning: {unpaired}", file=sys.stderr, flush=True)
     print(f"intake: listening on smtp://{smtp.host}:{smtp.port}, handing mail to {broker} "
           f"(up to {size_limit} bytes each); senders proven by: {proofs}", flush=True)
     try:

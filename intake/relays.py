@@ -9,8 +9,9 @@ border MTA removes every copy that claims its own authserv-id and adds its own o
 (RFC 8601, section 5). So a trusted authserv-id counts only on an email whose SMTP client is
 a trusted relay, and then only in the topmost Authentication-Results header; on an email
 from any other client every such header is the sender's own text. A trusted authserv-id
-with no relay, or a relay with no authserv-id, would be a setting that proves nothing or
-trusts nobody: the intake refuses both at start rather than run with one.
+with no relay, or a relay with no authserv-id, proves nobody: the intake starts all the
+same (every sender is then unverified, which only ever refuses more) and says so on its
+start line and on stderr, naming the missing setting (`unpaired`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class TrustedRelays:
 
 def parse(relays: str, authserv_ids: str) -> tuple[TrustedRelays, frozenset[str]]:
     """AIRLOCK_TRUSTED_RELAYS (comma-separated addresses or networks: "10.0.0.25",
-    "192.0.2.0/28", "2001:db8::/64") and AIRLOCK_TRUSTED_AUTHSERV_IDS (comma-separated),
-    both set or both empty; anything else is a SettingsError naming the key."""
+    "192.0.2.0/28", "2001:db8::/64") and AIRLOCK_TRUSTED_AUTHSERV_IDS (comma-separated). A
+    network that is not one is a SettingsError naming the key; one setting without the other
+    is allowed and proves nobody (`unpaired` says so)."""
     ids = frozenset(i.strip() for i in authserv_ids.split(",") if i.strip())
     networks = []
     for written in (r.strip() for r in relays.split(",")):
@@ -51,11 +53,15 @@ def parse(relays: str, authserv_ids: str) -> tuple[TrustedRelays, frozenset[str]
             networks.append(ipaddress.ip_network(written, strict=True))
         except ValueError as exc:  # "10.0.0.5/24" too: host bits set, so which was meant?
             raise SettingsError(f"setting AIRLOCK_TRUSTED_RELAYS={relays!r}: {exc}") from exc
-    if ids and not networks:
-        raise SettingsError(f"setting AIRLOCK_TRUSTED_AUTHSERV_IDS={authserv_ids!r} needs AIRLOCK_TRUSTED_RELAYS: "
-                            "an Authentication-Results header counts only on mail a trusted relay delivered "
-                            "(its address or network)")
-    if networks and not ids:
-        raise SettingsError(f"setting AIRLOCK_TRUSTED_RELAYS={relays!r} needs AIRLOCK_TRUSTED_AUTHSERV_IDS: "
-                            "the authserv-id the relay writes in its Authentication-Results header")
     return TrustedRelays(tuple(networks)), ids
+
+
+def unpaired(trusted: TrustedRelays, ids: frozenset[str]) -> str:
+    """Why no Authentication-Results header can count with these settings ("" when they pair)."""
+    if ids and not trusted.networks:
+        return ("AIRLOCK_TRUSTED_AUTHSERV_IDS is set without AIRLOCK_TRUSTED_RELAYS: no Authentication-Results "
+                "header counts, as one counts only on mail a trusted relay (its address or network) delivered")
+    if trusted.networks and not ids:
+        return ("AIRLOCK_TRUSTED_RELAYS is set without AIRLOCK_TRUSTED_AUTHSERV_IDS: no Authentication-Results "
+                "header counts, as none names the authserv-id the relay writes")
+    return ""

@@ -23,7 +23,7 @@ from airlock import task as task_module
 from airlock.errors import SettingsError
 from intake.app import Handler, load_smtp, verifier
 from intake.authentication import KeyFile, NoKeys, Verifier, key_source
-from intake.relays import TrustedRelays, parse
+from intake.relays import TrustedRelays, parse, unpaired
 from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, TASKS
 from tests.unit.test_intake import FakeSubmitter, deliver
@@ -147,17 +147,29 @@ def test_a_trusted_id_counts_only_on_mail_a_trusted_relay_delivered(peer: str, p
     assert proof == "authres" or "no trusted relay delivered it" in sender.why
 
 
-@pytest.mark.parametrize(("relays", "ids", "named"), [
-    pytest.param("", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="id-without-relay"),
-    pytest.param("192.0.2.25", "", "AIRLOCK_TRUSTED_AUTHSERV_IDS", id="relay-without-id"),
-    pytest.param("192.0.2.25/24", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="host-bits-set"),
-    pytest.param("mx.shop.example", "mx.a", "AIRLOCK_TRUSTED_RELAYS", id="a-name"),
+@pytest.mark.parametrize(("relays", "named"), [
+    pytest.param("192.0.2.25/24", "AIRLOCK_TRUSTED_RELAYS", id="host-bits-set"),
+    pytest.param("mx.shop.example", "AIRLOCK_TRUSTED_RELAYS", id="a-name"),
 ])
-def test_relay_settings_that_prove_nothing_or_trust_anyone_stop_the_intake(relays: str, ids: str, named: str) -> None:
-    """A trusted id with no relay, a relay with no id, a network that is not one: SettingsError
-    naming the key, at start (78), never an intake that trusts what any sender writes."""
+def test_a_relay_that_is_no_network_stops_the_intake(relays: str, named: str) -> None:
+    """A network written with host bits, a name: SettingsError naming the key, at start (78)."""
     with pytest.raises(SettingsError, match=named):
-        load_smtp({"AIRLOCK_TRUSTED_RELAYS": relays, "AIRLOCK_TRUSTED_AUTHSERV_IDS": ids})
+        load_smtp({"AIRLOCK_TRUSTED_RELAYS": relays, "AIRLOCK_TRUSTED_AUTHSERV_IDS": "mx.a"})
+
+
+@pytest.mark.parametrize(("relays", "ids", "missing"), [
+    pytest.param("", "mx.shop.example", "AIRLOCK_TRUSTED_RELAYS", id="id-without-relay"),
+    pytest.param("192.0.2.25", "", "AIRLOCK_TRUSTED_AUTHSERV_IDS", id="relay-without-id"),
+])
+def test_one_relay_setting_without_the_other_proves_nobody_and_says_so(relays: str, ids: str, missing: str) -> None:
+    """A trusted id with no relay, or a relay with no id: the header counts from no client,
+    not even the relay's address, and `unpaired` names the missing setting."""
+    smtp = load_smtp({"AIRLOCK_TRUSTED_RELAYS": relays, "AIRLOCK_TRUSTED_AUTHSERV_IDS": ids})
+    raw = _with_results(HONEST, "mx.shop.example; dkim=pass header.d=example.org")
+    for peer in ("192.0.2.25", "127.0.0.1", ""):
+        assert verifier(smtp).authenticate(raw, peer).proof == "none"
+    assert missing in unpaired(smtp.relays, smtp.authserv_ids)
+    assert unpaired(RELAYED, IDS) == ""
 
 
 def test_a_relays_pass_holds_only_for_what_the_signature_covers(keys) -> None:
