@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from actor import app as actor_app
-from airlock import settings as settings_module, task as task_module
+from airlock import settings as settings_module, task as task_module, trace
 from airlock.wire import Done, Email, Message, Passed, Reading, Rejected, Unreadable
 from lab.bench import CALLS_PER_EMAIL
 from lab.bench.report import percentiles
@@ -74,8 +74,7 @@ def run(data_dir: Path, task_path: Path, raw: bytes, sender: str, count: int, pr
     finally:
         chain.close()
     progress(count, count)
-    with open(chain.calls_path, "rb") as handle:
-        calls_lines = sum(1 for _ in handle)
+    calls_lines = sum(1 for _ in trace.read_calls(chain.calls_path))  # its call lines, not the intents
     return {
         "emails": count, "wall_s": round(wall_s, 3), "emails_per_s": round(count / wall_s, 1),
         "latency_ms": percentiles(latencies), "cpu_s_per_1000": round(cpu_s / count * 1000, 4),

@@ -299,7 +299,5 @@ def trace_size(path: Path) -> tuple[int, int]:
 
 
 def _lines(path: Path) -> int:
-    if not path.exists():
-        return 0
-    with open(path, "rb") as handle:
-        return sum(1 for _ in handle)
+    """The calls recorded in `path` (a calls.jsonl): its `call` lines, not the intents before them."""
+    return sum(1 for _ in trace.read_calls(path)) if path.exists() else 0

@@ -79,7 +79,7 @@ def _separated(run: dict[str, Any]) -> list[str]:
              f"  correctness                {c['completed']} completed of {c['submitted']} submitted, "
              f"{c['missing']} without outcome, other outcomes {c['other_outcomes'] or 'none'}",
              f"                             trace outcome lines {c['trace_outcome_lines']}, "
-             f"calls.jsonl {c['calls_lines']} lines (expected {c['calls_expected']})"]
+             f"calls.jsonl {c['calls_lines']} calls (expected {c['calls_expected']})"]
     if c["restarted"]:
         lines.append(f"                             RESTARTED during the run: {', '.join(c['restarted'])}")
     lines.append(f"  {'process':<14} {'CPU s / 1,000 emails':>21} {'CPU s':>8} {'busy % of wall':>15} "
@@ -99,7 +99,7 @@ def _baseline(run: dict[str, Any]) -> list[str]:
             f"  per email ms               {_pcts(run['latency_ms'])}",
             f"  CPU s / 1,000 emails       {_num(run['cpu_s_per_1000'], 3)}",
             f"  correctness                {c['completed']} completed, other outcomes {c['other_outcomes'] or 'none'}, "
-            f"calls.jsonl {c['calls_lines']} lines (expected {c['calls_expected']})"]
+            f"calls.jsonl {c['calls_lines']} calls (expected {c['calls_expected']})"]
 
 
 def _low_rate(run: dict[str, Any]) -> list[str]:
