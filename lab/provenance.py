@@ -199,7 +199,8 @@ def _calls(path: Path, sent: set[str], steps: dict[tuple[str, int], _Step], stop
         said = _said(_call_text(call))
         key = (call.message_id, call.step)
         if call.message_id not in sent:
-            found.add(Foreign(CALLS, number, "a call for an email this run did not send", said))
+            if key not in claimed and key not in seen:  # its intent and its call are one call: named once
+                found.add(Foreign(CALLS, number, "a call for an email this run did not send", said))
         elif isinstance(call, Intent):
             if key in claimed:
                 found.add(Foreign(CALLS, number, "a second intent line for one step", said))

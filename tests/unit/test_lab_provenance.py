@@ -232,3 +232,14 @@ def test_intents_of_steps_that_ran_are_the_runs_own(files: tuple[Path, Path]) ->
     assert [f.why for f in audit(trace, calls, SENT, stopped=True).found] == [
         "a second intent line for one step", "an intent the trace has no allowed step that ran for",
         "a call for an email this run did not send"]
+
+
+def test_a_foreign_emails_intent_and_call_are_one_finding(files: tuple[Path, Path]) -> None:
+    """An email the run did not send: its step's intent and its call line are one call, named
+    once, so the findings shown leave room for the next foreign record."""
+    trace, calls = files
+    appended(calls, intent_line("1a23bdc5fab-999", 1))
+    appended(calls, call_line("1a23bdc5fab-999", 1))
+    appended(calls, call_line("1a23bdc5fab-999", 2))
+    found = audit(trace, calls, SENT, stopped=True)
+    assert [f.why for f in found.found] == ["a call for an email this run did not send"] * 2 and found.total == 2
