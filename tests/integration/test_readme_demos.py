@@ -89,6 +89,7 @@ class Block:
     section: str  # "PAGE: heading", the session it belongs to
     line: int
     commands: tuple[Command, ...]
+    page: str = "README.md"
 
     @property
     def text(self) -> str:
@@ -124,7 +125,7 @@ def blocks(text: str, page: str = "README.md") -> list[Block]:
                 body.append((i + 1, lines[i]))
                 i += 1
             if fence in ("```sh", "```bash", "```shell"):
-                found.append(Block(f"{page}: {section}", start, tuple(commands(body, page))))
+                found.append(Block(f"{page}: {section}", start, tuple(commands(body, page)), page))
         i += 1
     return found
 
@@ -322,7 +323,7 @@ def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
     """Every runnable shell block of one section of a page runs offline and keeps its promises."""
     runnable = [b for b in SECTIONS[name] if skip_reason(b, SECTIONS[name]) is None]
     if not runnable:
-        pytest.skip("; ".join(f"{b.section}:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
+        pytest.skip("; ".join(f"{b.page}:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
     session = Session(tmp_path)
     try:
         for block in runnable:
