@@ -53,7 +53,7 @@ SECRET_MODE = 0o400  # the services' user reads its keys, nobody else, nobody wr
 EDGE = "edge"  # the one network that is not internal: host-mode ports need a way out of the overlay
 DEFAULT_SUBNETS = "10.231"  # the first two octets of the /24 each network gets (10.231.0.0/24 ...)
 NETWORK_ORDER = ("edge", "readers", "model", "validators", "actors")  # subnet N is 10.231.N.0/24
-# Service keys that stack deploy ignores, silently drops or rejects (issue 18): none may remain.
+# Service keys that stack deploy ignores, silently drops or rejects: none may remain.
 UNSUPPORTED = frozenset({"build", "restart", "depends_on", "security_opt", "tmpfs", "mem_limit", "memswap_limit",
                          "pids_limit", "profiles", "network_mode", "container_name", "cap_add"})
 KEPT = ("image", "environment", "read_only", "user", "cap_drop", "healthcheck", "entrypoint", "working_dir")

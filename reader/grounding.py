@@ -1,7 +1,7 @@
 """Is the model's answer in the email? Checked by the reader's code, never by the model.
 
 A small model that finds no order number often answers a confident, type-valid one anyway,
-copied from the prompt's own examples (issue 17: 12345, 20931, 7781). The validator cannot
+copied from the prompt's own examples (docs/model.md: 12345, 20931, 7781). The validator cannot
 tell such an invented value from a real one: both are 1-6 ASCII digits. The email can, so
 the reader checks it and says so on the Reading (`grounded`); a task that sets
 `[value] grounded = true` has the validator reject a value the reader did not find
