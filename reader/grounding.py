@@ -21,7 +21,7 @@ differs from its text ("007" is 7): there a number token of the same value count
 grounds the answer "007". Everything else compares the exact text, case included.
 
 Why the reader checks and the validator only decides. The check needs the email, and the
-validator must never see the email (it reads answers, not hostile text; README "Guarantees").
+validator must never see the email (it reads answers, not hostile text; docs/guarantees.md).
 So the reader, which holds both, runs the check in its own code; the validator enforces the
 task's setting and fails closed: a Reading that says nothing (`grounded` absent: a reader from
 before this check) is treated as not grounded when the task asks for grounding. The

@@ -90,7 +90,7 @@ def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboar
     assert ran == [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
     page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
-    # The README's picture is refreshed on request only, so a test run leaves the tree clean.
+    # The docs' picture is refreshed on request only, so a test run leaves the tree clean.
     target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
     target.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(target))

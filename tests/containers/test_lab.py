@@ -1,4 +1,4 @@
-"""The compose lab on a real engine, started as the README says (`docker compose up -d
+"""The compose lab on a real engine, started as docs/compose.md says (`docker compose up -d
 --build` in a fresh clone, nothing before it): the seed email with the real model, the
 host CLI with no export, and proven isolation."""
 

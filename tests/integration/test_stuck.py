@@ -1,7 +1,7 @@
 """A killed actor that nothing restarts, on real processes.
 
 The compose lab runs each service alone, with no `airlock up` to restart it: Docker does
-not restart a container stopped with `docker kill` (README, the container lab). These
+not restart a container stopped with `docker kill` (docs/compose.md). These
 processes are started the same way, one `python -m <service>` each, so killing the actor
 leaves its stage with no worker, as there.
 """
