@@ -178,7 +178,7 @@ CMD ["--help"]
 # source that the llama-cpp-python sdist vendors (hash-checked from locks/model-source.txt:
 # the same source the host's `pip install '.[model]'` compiles). On the same weights it
 # answered 1.2-1.3x the emails/s of llama-cpp-python's Python server on this project's 2-core
-# machine (1.6-1.8x on a faster one), in an image of 362 MB instead of 504 (README "The model").
+# machine (1.6-1.8x on a faster one), in an image of 362 MB instead of 504 (docs/model.md).
 # The build stage compiles it (minutes, cached as its own layers); the image gets one static
 # binary and the model file, no compiler, no Python package.
 FROM ${AIRLOCK_BASE} AS model-build

@@ -1,4 +1,4 @@
-"""The executor (seed 003): every check before any side effect, typed results after.
+"""The executor (taught in lab executor-checks): every check before any side effect, typed results after.
 
 For each plan step, in order:
   authorization   the pair is in the plan and the live catalog (bound rule), its pin still
@@ -214,7 +214,7 @@ class Executor:
         """Why resuming this email could repeat a side effect ("" if it cannot): every step
         before the escalated one ran before it waited, so the ledger must hold each of their
         calls. One it does not hold means the ledger was deleted or replaced meanwhile, and
-        running the plan from the top would make that call again (issue 15, point 5)."""
+        running the plan from the top would make that call again."""
         for step in self.plan:
             if step.number < approval_step and not self.ledger.made(message_id, step.number):
                 return (f"ledger_untrusted: step {step.number} {step.pair[0]}/{step.pair[1]} ran before this email "

@@ -1,4 +1,4 @@
-"""Preconditions on consequential tools (seed 004), evaluated in code before the call.
+"""Preconditions on consequential tools (taught in lab preconditions), evaluated in code before the call.
 
 Data: facts the actor holds for one email, each with its value, its provenance (which
 step or channel produced it) and its lineage (the upstream it was copied from): the

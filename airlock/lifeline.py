@@ -2,7 +2,7 @@
 
 How `airlock up` starts each child: a supervisor killed with -9 can stop no one, and its
 children, left serving unsupervised on the stack's ports and files, would meet the next
-`airlock up` on the same data dir (issue 15: two actors sharing one call log). Here the
+`airlock up` on the same data dir (two actors sharing one call log). Here the
 child arranges its own death first (airlock.locks.die_with_parent: the kernel's
 parent-death signal on Linux, a watching thread elsewhere), then runs the service as
 `python -m MODULE` would. The services themselves know nothing of it: the compose lab runs

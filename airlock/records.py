@@ -26,9 +26,9 @@ Readers show the last two escaped (airlock.trace.render) and act on neither.
 One call record, two files: `Call` is the line the actor appends to calls.jsonl once the
 tool answered (what airlock *did*; attack scoring and the graders read it), after the
 `Intent` it appended and fsynced before calling the tool (its claim of the step's key).
-The trace's line for a plan step is `Step` (since issue 16): its decision and, for a step that ran, the call as
+The trace's line for a plan step is `Step`: its decision and, for a step that ran, the call as
 the actor answered it (status, error, key, plan) and what the tool returned, in one line.
-Traces written before then hold three lines per step instead (`authorization`, and for a step
+Older traces hold three lines per step instead (`authorization`, and for a step
 that ran `call` and `observation`). Every reader reads both shapes alike through `expand`,
 which turns a Step into exactly those three records: readers match on Authorization, Call
 and Observation, and a trace reads the same whichever version wrote it.
@@ -189,7 +189,7 @@ class ModelAnswer(_ReaderLine, tag="model_answer", frozen=True, kw_only=True):
     source: ReadingSource
     truncated: bool
     # wire.Reading.grounded: whether the reader's code found the answer in the email. None
-    # (left out) on lines from before issue 17 and where nothing was checked: "not known",
+    # (left out) on lines written before the field existed and where nothing was checked: "not known",
     # never "not in the email". A new field, not a new event (rule 1): an older reader that
     # skips it loses a fact for people, and acts on nothing it would misjudge.
     grounded: bool | None = None
@@ -294,8 +294,8 @@ class Observation(Record, tag="observation", frozen=True, kw_only=True):
 
 
 class Step(Record, tag="step", frozen=True, kw_only=True):
-    """One plan step in one line (since issue 16; before, Authorization, Call and Observation
-    lines repeated the base fields, step, server, tool and student). `expand` gives those
+    """One plan step in one line (older traces hold Authorization, Call and Observation
+    lines instead, which repeated the base fields, step, server, tool and student). `expand` gives those
     three back field for field: nothing is lost and no reader handles two shapes.
     Every step has the Authorization's `key` and `decision`; one that ran (a refused or
     escalated one did not) has `status` and the Call's and Observation's fields too. A new

@@ -61,7 +61,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     insecure: bool  # the broker may serve without CURVE when it finds no keys (never by default)
     student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
     student_timeout_s: float  # one call of the student's function, after which it is stopped
-    # The broker's memory under hostile load is bounded in bytes, not counts (issue 14):
+    # The broker's memory under hostile load is bounded in bytes, not counts:
     queue_max_bytes: int  # raw email bytes the broker holds before a reader has read them
     await_max_ids: int  # ids one Await may name
     await_max_waiters: int  # ids one client may wait on at once

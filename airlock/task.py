@@ -106,7 +106,7 @@ NarrowType = Digits | IntegerRange | Choice | Code
 
 
 class Precondition(_Strict, frozen=True):
-    """What a class of tools needs before it may run (seed 004). A tool is in the class
+    """What a class of tools needs before it may run (lab preconditions). A tool is in the class
     when it matches every class field given. Rules run in the order listed; the actor
     refuses to start on a rule name it does not know."""
 

@@ -218,7 +218,7 @@ class Reading(Message, tag="reading", frozen=True):
     `grounded` is the reader's code's finding (reader/grounding.py), never the model's: true
     when the answer occurs in the email the model read as a token of its own, false when it
     does not, None (left out on the wire) when nothing was checked (no answer, or a reader
-    from before issue 17). A task with `[value] grounded = true` has the validator reject
+    older than the field). A task with `[value] grounded = true` has the validator reject
     anything but true, so an older reader fails closed.
     """
 

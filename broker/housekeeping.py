@@ -42,10 +42,10 @@ except (OSError, AttributeError):
 def give_back_memory() -> None:
     """After a fold or a compaction, which free many objects at once (a segment's states, a
     journal index): hand glibc's free pages back rather than keep them. A walk of the heap,
-    a few ms, every ~20,000 emails. Measured with `airlock bench --soak 10 --rate 400`
-    (2026-11-30) it lowered the broker's late growth from 12.95 to 9.57 MiB per 100,000
-    emails; that growth itself was the memory of finished outcomes stepping up once at
-    ~175,000 emails (see broker.recent), not the allocator."""
+    a few ms, every ~20,000 emails. Measured with `airlock bench --soak 10 --rate 400` it
+    lowers the broker's late growth by about a quarter; the rest of that growth was the
+    memory of finished outcomes stepping up once, which broker.recent's generations remove,
+    not the allocator."""
     if _malloc_trim is not None:
         _malloc_trim(0)
 

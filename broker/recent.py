@@ -7,7 +7,7 @@ new one begun. So at least the last `keep` outcomes are remembered, and at most
 
 Why not one OrderedDict with popitem(last=False): under that churn a dict's table never
 shrinks, and its deleted slots make it grow once more long after it is full. Measured with
-`airlock bench --soak 12 --rate 400` (2026-12-01): the broker's RSS rose about 10 MiB in one
+`airlock bench --soak 12 --rate 400`: the broker's RSS rose about 10 MiB in one
 step between 146,000 and 194,000 emails, when the 100,000-entry table doubled to 524,288
 slots (plus the OrderedDict's own node array), and was flat after. Each generation here is
 built from empty and dropped whole, so no table outlives its generation and the memory is

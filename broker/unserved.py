@@ -1,4 +1,4 @@
-"""No email waits for ever for a stage nobody serves (issue 15).
+"""No email waits for ever for a stage nobody serves.
 
 Data: the flights no worker holds, the roles with no worker connected or heard from
 (broker.workers: unserved_since), AIRLOCK_NO_WORKER_WAIT_S.

@@ -112,7 +112,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from lab.hostile import HostileModel
 
     if not args.hostile:
-        raise UsageError("only the worst-case model is built in (--hostile); for a real one see the README")
+        raise UsageError("only the worst-case model is built in (--hostile); for a real one see docs/running.md")
     server = HostileModel(args.host, args.port).start()
     print(f"hostile model: {server.url}/v1/chat/completions (obeys the last instruction in each email)", flush=True)
     stop: threading.Event = stop_on_signals()

@@ -1,7 +1,7 @@
 """Where a student runs the labs, and what to tell them to type there.
 
-Two places: a checkout with `airlock` installed (the README's Labs section), or the compose
-file's `lab` container (README, "Labs without Python"), whose image sets
+Two places: a checkout with `airlock` installed (docs/labs.md), or the compose
+file's `lab` container (docs/compose.md, "Labs without Python"), whose image sets
 AIRLOCK_LAB_CONTAINER=1. A line that names a command or a lab's file is rendered here for
 the place the student is in: in the container, `airlock lab check ...` is the `docker
 compose run ... lab check ...` line the student types on the host, and a lesson is

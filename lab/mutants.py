@@ -399,7 +399,7 @@ def report_lines(result: LabScore) -> list[str]:
 
 
 def table_lines(results: list[LabScore]) -> list[str]:
-    """The scores as a Markdown table, for the README."""
+    """The scores as a Markdown table, for docs/labs.md."""
     rows = ["| lab | mutants | annotation-only | equivalent | killed | survived | score |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     rows += [f"| {r.lab} | {r.total} | {r.annotation} | {r.equivalent} | {r.killed} | {len(r.survivors)} | "

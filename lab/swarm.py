@@ -17,7 +17,7 @@ rule by rule, and says what swarm cannot keep:
                                         same path under /keys, owned by the services' user,
                                         0400; the data folder -> one named volume (broker, actor)
     ports                               host mode (the node's own port, no routing mesh); stack
-                                        deploy cannot bind 127.0.0.1: README "On Docker Swarm"
+                                        deploy cannot bind 127.0.0.1: docs/swarm.md
     networks                            overlay, encrypted, internal (but edge), each on a pinned
                                         subnet, so the broker finds its address in each; names
                                         resolve to tasks (dnsrr), not to a virtual IP
@@ -53,7 +53,7 @@ SECRET_MODE = 0o400  # the services' user reads its keys, nobody else, nobody wr
 EDGE = "edge"  # the one network that is not internal: host-mode ports need a way out of the overlay
 DEFAULT_SUBNETS = "10.231"  # the first two octets of the /24 each network gets (10.231.0.0/24 ...)
 NETWORK_ORDER = ("edge", "readers", "model", "validators", "actors")  # subnet N is 10.231.N.0/24
-# Service keys that stack deploy ignores, silently drops or rejects (issue 18): none may remain.
+# Service keys that stack deploy ignores, silently drops or rejects: none may remain.
 UNSUPPORTED = frozenset({"build", "restart", "depends_on", "security_opt", "tmpfs", "mem_limit", "memswap_limit",
                          "pids_limit", "profiles", "network_mode", "container_name", "cap_add"})
 KEPT = ("image", "environment", "read_only", "user", "cap_drop", "healthcheck", "entrypoint", "working_dir")
@@ -195,7 +195,7 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
                 for name in SERVICES}
     if model_cpus is not None:
         # Several models on one node each take every CPU without this: 3 replicas on 2 cores
-        # ran at a third of one replica's pace (measured, README "On Docker Swarm").
+        # ran at a third of one replica's pace (measured, docs/swarm.md).
         services["model"]["deploy"]["resources"]["limits"]["cpus"] = f"{model_cpus:g}"
     services["broker"]["environment"] = {**source["services"]["broker"]["environment"],
                                          **broker_bind_hosts(source["services"]["broker"], pinned)}
@@ -213,7 +213,7 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
 HEADER = """\
 # Made by `airlock swarm render` from compose.yaml (lab/swarm.py says what changed and why).
 # Deploy with `airlock swarm up`, which makes the external secrets first. Host-mode ports
-# listen on every interface of the node: README "On Docker Swarm" says how to close them.
+# listen on every interface of the node: docs/swarm.md says how to close them.
 # Secrets' mode 256 is 0400.
 """
 

@@ -115,7 +115,7 @@ print(" ".join(others + files + code) or "clean")
 
 Status = Literal["PASS", "GAP", "FAIL"]
 # What a GAP is, in the summary line: only the swarm path (lab/verify_swarm.py) gives one.
-GAP_MEANS = "what swarm cannot enforce; README 'On Docker Swarm'"
+GAP_MEANS = "what swarm cannot enforce; docs/swarm.md"
 
 
 @dataclass(frozen=True)

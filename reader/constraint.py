@@ -6,7 +6,7 @@ The narrow type decides what the model may write; the server enforces it while d
 - an OpenAI-style `response_format` JSON schema elsewhere: the answer is {"answer": VALUE}
   or {"answer": "NONE"}, unwrapped here into the bare text the validator reads.
 
-NONE is the explicit way to abstain, in both. Issue 17 measured why it must be there: a
+NONE is the explicit way to abstain, in both. Why it must be there (measured, docs/model.md): a
 grammar that allows digits only turns a model's "I don't know" (a rambling answer the
 validator rejects, so nothing happens) into a confident, type-valid number, often one copied
 from the prompt. With NONE allowed, "I don't know" stays a visible rejection (`NONE` is not a

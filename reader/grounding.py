@@ -1,7 +1,7 @@
 """Is the model's answer in the email? Checked by the reader's code, never by the model.
 
 A small model that finds no order number often answers a confident, type-valid one anyway,
-copied from the prompt's own examples (issue 17: 12345, 20931, 7781). The validator cannot
+copied from the prompt's own examples (docs/model.md: 12345, 20931, 7781). The validator cannot
 tell such an invented value from a real one: both are 1-6 ASCII digits. The email can, so
 the reader checks it and says so on the Reading (`grounded`); a task that sets
 `[value] grounded = true` has the validator reject a value the reader did not find
@@ -21,7 +21,7 @@ differs from its text ("007" is 7): there a number token of the same value count
 grounds the answer "007". Everything else compares the exact text, case included.
 
 Why the reader checks and the validator only decides. The check needs the email, and the
-validator must never see the email (it reads answers, not hostile text; README "Guarantees").
+validator must never see the email (it reads answers, not hostile text; docs/guarantees.md).
 So the reader, which holds both, runs the check in its own code; the validator enforces the
 task's setting and fails closed: a Reading that says nothing (`grounded` absent: a reader from
 before this check) is treated as not grounded when the task asks for grounding. The

@@ -8,7 +8,7 @@
 
 This is a separate package, not part of the kernel: the baseline imports reader, validator
 and actor code into one process, which `airlock/` must never do. It reports figures only;
-the README compares them with the targets.
+docs/benchmarks.md compares them with the targets.
 """
 
 from __future__ import annotations

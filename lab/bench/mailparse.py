@@ -1,7 +1,7 @@
 """python -m lab.bench.mailparse [--stdlib] [--shape NAME]: one email parse's cost on hostile shapes.
 
 Each shape is an email of at most 256 KiB (the broker's default limit) built to make Python's
-email parser work hard: the issue's encoded-word Subject, RFC 2231 parameters, comments,
+email parser work hard: a Subject of encoded words, RFC 2231 parameters, comments,
 nesting, thousands of parts or headers, an HTML body of unclosed markup; and, for each bound
 in airlock.mailbounds, an email just inside it, which must still be read. Every parse runs
 in a child process under an address-space limit (RLIMIT_AS), so a shape that explodes kills
@@ -80,7 +80,7 @@ def _html_at_rescan_bound() -> bytes:
 # name -> (what it is, the email). "over": past a bound, so refused as mail.too_complex;
 # "inside": within every bound, so read.
 SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
-    "encoded-words": ("over", "a Subject of ~18,000 RFC 2047 encoded words (the issue's email)",
+    "encoded-words": ("over", "a Subject of ~18,000 RFC 2047 encoded words (a memory bomb)",
                       lambda: _repeat(FROM + "Subject: ", "=?utf-8?q?a?=", " ", BODY)),
     "plain-words": ("over", "a Subject of 130,000 one-letter words",
                     lambda: _repeat(FROM + "Subject: ", "a", " ", BODY)),

@@ -28,7 +28,7 @@ from lab.attack import PrivateStack
 from lab.bench import TASK, growth
 from lab.bench.pipeline import CLIENT_TIMEOUT_S, STALL_S, accepted_chunks
 
-DEFAULT_RATE = 200.0  # emails/s: what the soak ran at, well under what this machine's stack moves
+DEFAULT_RATE = 200.0  # emails/s: a steady load, well under what this machine's stack moves
 SAMPLE_S = 5.0
 TICK_S = 0.1  # the submitter sends what is due this often
 MAX_BATCH = 500  # emails per submit call: one client window

@@ -90,7 +90,7 @@ def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboar
     assert ran == [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
     page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
-    # The README's picture is refreshed on request only, so a test run leaves the tree clean.
+    # The docs' picture is refreshed on request only, so a test run leaves the tree clean.
     target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
     target.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(target))
@@ -164,7 +164,7 @@ def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> 
 
 
 def test_counters_stay_true_on_a_data_dir_where_another_task_ran(page, tmp_path: Path, fake_model) -> None:
-    """Issue 12 point 6, as a trainer meets it: the refund task ran on this data dir (one
+    """As a trainer meets it: the refund task ran on this data dir (one
     email approved after a wrong approver, one still waiting), then `airlock up --dashboard`
     with the order task: the page counts 3 emails, 1 waiting, and no call outside the plan."""
     from playwright.sync_api import expect

@@ -1,5 +1,5 @@
 """The compose lab, built and started once for the container tests: this run's own project
-(see lab.py), started as the README says and taken down without touching anyone else's.
+(see lab.py), started as docs/compose.md says and taken down without touching anyone else's.
 
 Skips with one line when no Docker engine answers; AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run)
 turns that skip into a failure, so CI cannot pass without running them.

@@ -35,7 +35,7 @@ BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
 PROJECT_PREFIX = "airlocktest"
 IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli", "lab")  # compose.yaml's
 SUBNET_POOL = ipaddress.IPv4Network("172.31.0.0/16")  # each run takes one free /24 of it
-# Set outside, these would point the lab or the host CLI somewhere else than the README says.
+# Set outside, these would point the lab or the host CLI somewhere else than docs/compose.md says.
 NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",
                  "AIRLOCK_GID", "AIRLOCK_TAG", "AIRLOCK_SUBNET", "AIRLOCK_BRIDGE", "COMPOSE_PROJECT_NAME",
                  "COMPOSE_FILE", "COMPOSE_PROFILES")
@@ -162,7 +162,7 @@ class Lab:
                            capture_output=True, text=True, timeout=timeout)
 
     def airlock(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """The host CLI, run in the lab's folder as the README does: no AIRLOCK_KEYS, default data dir."""
+        """The host CLI, run in the lab's folder as docs/compose.md does: no AIRLOCK_KEYS, default data dir."""
         return self.runner([sys.executable, "-m", "airlock", *args], cwd=self.folder, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
 
@@ -220,7 +220,7 @@ class Lab:
 
 
 def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> Generator[Lab, None, None]:
-    """Start the lab exactly as the README says, yield it, and take down only what it started.
+    """Start the lab exactly as docs/compose.md says, yield it, and take down only what it started.
     No `down` before `up`: a project of that name that exists is someone else's. Another run
     that started at the same moment may have taken the same /24 first: then take down what
     this `up` made, pick another free one, and start again."""

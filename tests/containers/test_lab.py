@@ -1,4 +1,4 @@
-"""The compose lab on a real engine, started as the README says (`docker compose up -d
+"""The compose lab on a real engine, started as docs/compose.md says (`docker compose up -d
 --build` in a fresh clone, nothing before it): the seed email with the real model, the
 host CLI with no export, and proven isolation."""
 
@@ -136,7 +136,7 @@ def test_students_code_plugged_into_the_compose_lab(lab, lab_id: str, service: s
         assert up.returncode == 0, up.stderr[-3000:]
         lab.wait_connected()
         if lab_id == "preconditions":
-            # The guarded task answers only a sender someone proved (issue 14): an injected
+            # The guarded task answers only a sender someone proved: an injected
             # file's sender is unverified, so this one comes as mail the lab's mail server
             # vouched for, the way a student's customer writes in.
             outcome = smtp_outcome(lab, vouched_for((lab.folder / email).read_bytes(), "example.de"),

@@ -1,5 +1,5 @@
 """What Docker restarts in the compose lab, and what the broker does about what it does not
-(issue 15, point 6; README, the container lab).
+(docs/compose.md, what restarts).
 
 A service whose process dies by itself (here: SIGKILL to its pid from the host, as the
 kernel's OOM killer would) is restarted by `restart: unless-stopped`. One stopped through
@@ -85,7 +85,7 @@ def test_a_service_whose_process_dies_is_restarted(lab) -> None:
 def test_a_docker_killed_actor_stays_down_and_its_emails_end_failed(lab) -> None:
     """`docker kill` (compose kill): Docker does not restart it, whatever the policy. Its
     emails show in `airlock status` as waiting with no actor, then end `failed` naming the
-    actor and AIRLOCK_NO_WORKER_WAIT_S, with no call run. Before: no outcome, no sign."""
+    actor and AIRLOCK_NO_WORKER_WAIT_S, with no call run."""
     lab.env["AIRLOCK_NO_WORKER_WAIT_S"] = SHORT_WAIT_S
     try:
         recreated = lab.compose("up", "-d", "--no-deps", "broker")

@@ -1,4 +1,4 @@
-"""The lab on a live single-node Docker Swarm, as the README's "On Docker Swarm" runs it:
+"""The lab on a live single-node Docker Swarm, as docs/swarm.md runs it:
 `airlock swarm up` (images built where missing, keys made, secrets created, stack deployed),
 the 4411 email injected from the host, `airlock verify --swarm` passing, and a rescheduled
 broker found again by every worker.

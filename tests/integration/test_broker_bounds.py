@@ -1,4 +1,4 @@
-"""Issue 14 against a real broker: memory bounded in bytes under a flood of large emails,
+"""Against a real broker: memory bounded in bytes under a flood of large emails,
 and a full queue that `airlock inject` reports with its own exit code."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_every_command_has_help(command: str) -> None:
 
 
 def test_parser_knows_exactly_the_documented_commands() -> None:
-    """The parser's commands are the ones the README and tests cover."""
+    """The parser's commands are the ones docs/cli.md and tests cover."""
     subparsers = next(a for a in build_parser()._actions if a.dest == "command")
     assert subparsers.choices is not None and sorted(subparsers.choices) == sorted(COMMANDS)
 

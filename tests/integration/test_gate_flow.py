@@ -87,7 +87,7 @@ def test_data_only_defence_against_a_compromised_model(stack, intake, tmp_path: 
     finally:
         model.close()
     result = outcome_of(s, proven)
-    # The attacker's answer says why, never whose order it is (issue 14, point 9): the
+    # The attacker's answer says why, never whose order it is: the
     # owner's address is in the operator's trace.jsonl only.
     assert result["outcome"] == "refused" and "order.customer (order_store)" in result["reason"], result
     assert "jansen@example.nl" not in result["reason"]
@@ -116,7 +116,7 @@ def test_rug_pull_under_a_running_stack(stack, intake, tmp_path: Path) -> None:
 
 
 def test_the_trace_stream_shows_no_other_customers_data(stack, intake, fake_model, tmp_path: Path) -> None:
-    """Issue 14, point 9: a stranger asks about Mallory's order 1234 under the guarded task.
+    """A stranger asks about Mallory's order 1234 under the guarded task.
     What the broker publishes on its trace endpoint (read with the page's key) names
     neither Mallory's address nor the order's status; trace.jsonl keeps both. The stranger
     signs their own mail over SMTP (a proven sender), so the guard's corroboration is what
@@ -158,7 +158,7 @@ def test_the_trace_stream_shows_no_other_customers_data(stack, intake, fake_mode
 
 
 def test_only_the_approvers_own_key_decides(stack, fake_model) -> None:
-    """Issue 14, point 8: the page's key and the intake's key sending "approve, by dana" are
+    """The page's key and the intake's key sending "approve, by dana" are
     refused and the email still waits (before, either approved it); `airlock approve --by
     dana` signs with dana's own key, and the decision record names that key."""
     from airlock import keys

@@ -1,5 +1,5 @@
-"""Two real actor processes on one data dir: the second refuses to start (issue 15, point 1:
-two actors shared calls.jsonl, each with its own keys, and ran 128 emails' calls twice)."""
+"""Two real actor processes on one data dir: the second refuses to start (two actors
+on one calls.jsonl, each with its own keys, would run the same emails' calls twice)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ REFUND_EMAIL = str(ROOT / "samples" / "refund_damaged.eml")
 @pytest.mark.parametrize("restart", [pytest.param(False, id="actor-running"),
                                      pytest.param(True, id="actor-killed-after")])
 def test_calls_jsonl_deleted_while_an_email_waits_for_approval(stack, fake_model, restart: bool) -> None:
-    """Issue 15 point 5 with real processes: calls.jsonl deleted while an email waits for
+    """With real processes: calls.jsonl deleted while an email waits for
     approval, then approved. Before, a restarted actor ran step 1 again, traced `ok`, with no
     warning (and a running one wrote step 2 into the deleted file). Now a running actor makes
     no call on a ledger that is not the file it opened and exits 75; the new actor reconciles
@@ -97,7 +97,7 @@ def test_calls_jsonl_deleted_while_an_email_waits_for_approval(stack, fake_model
     assert approved.returncode == 0 and "completed" in approved.stdout, approved.stdout + approved.stderr
     assert s.trace(result["id"], "outcome")[-1]["outcome"] == "completed"
     calls = [(call["step"], call["status"]) for call in s.trace(result["id"], "call")]
-    assert calls == [(1, "ok"), (1, "replayed"), (2, "ok")]  # killed, before: [(1, "ok"), (1, "ok"), (2, "ok")]
+    assert calls == [(1, "ok"), (1, "replayed"), (2, "ok")]  # a repeated "ok" would be a call run twice
     assert [(call["message_id"], call["step"]) for call in s.calls()] == [(result["id"], 2)]
     (found,) = s.trace(event="worker.ledger_replaced")
     assert found["found_bytes"] == 0 and found["indexed_bytes"] > 0

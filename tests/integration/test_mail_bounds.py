@@ -1,4 +1,4 @@
-"""One email parse stays bounded, whatever shape a hostile email takes (issue 14, point 1).
+"""One email parse stays bounded, whatever shape a hostile email takes.
 
 Each shape of lab.bench.mailparse (an email under 256 KiB) is parsed once in a fresh child
 process under a 1 GiB address-space limit, timed in CPU seconds: past a bound it is refused
@@ -74,7 +74,7 @@ def test_the_client_side_sender_is_read_within_the_same_bounds() -> None:
 
 
 def test_the_page_labels_a_typed_email_within_the_same_bounds() -> None:
-    """The page's label for a typed .eml reads Subject within the bounds: the issue's Subject names nothing."""
+    """The page's label for a typed .eml reads Subject within the bounds: a bomb's Subject names nothing."""
     from dashboard.inject import label_of
     assert label_of(b"From: a@b.c\r\nSubject: Order 4411\r\n\r\nhi\r\n", "eml") == "Order 4411"
     past_bound = ("Subject: " + "a " * mailbounds.MAX_HEADER_CHARS + "\r\n\r\nhi\r\n").encode()

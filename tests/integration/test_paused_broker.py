@@ -1,4 +1,4 @@
-"""A broker paused (SIGSTOP) and continued, with a real stack (issue 15, point 4): the
+"""A broker paused (SIGSTOP) and continued, with a real stack: the
 client says exactly what went in, and the stack's own services are not traced as refused."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_paused_broker_is_not_an_authentication_failure(stack) -> None:
 
 
 def test_inject_into_a_paused_broker_prints_what_was_accepted(stack, fake_model, tmp_path: Path) -> None:
-    """The issue's run, smaller: a broker paused while emails are injected. The client
+    """A broker paused while emails are injected. The client
     prints every id accepted before the pause and lists the rest; after the broker resumes,
     a re-run of --rest sends only those, and no file is taken twice except those the
     client was told it could not know about (`no answer`)."""

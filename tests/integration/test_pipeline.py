@@ -59,7 +59,7 @@ def test_live_model_answer_is_used_and_marked_model(stack, fake_model) -> None:
 
 
 def test_a_number_the_email_does_not_hold_is_rejected_and_calls_nothing(stack, fake_model) -> None:
-    """Issue 17: a model that copies the prompt's example number (type-valid, not in the email)
+    """A model that copies the prompt's example number (type-valid, not in the email)
     ends rejected by value.not_in_email, the trace says the answer was not grounded, and no
     tool runs; the same stack completes the email when the model answers its real number."""
     example = tomllib.loads((ROOT / "tasks" / "order_status.toml").read_text())["reader"]["examples"][1]["answer"]
@@ -161,7 +161,7 @@ BAD_EMAILS = [
     pytest.param(b"Content-Type: text/plain; charset=utf-8\n\nBestellung f\xfcr 4411", "bad.eml", "mail.charset",
                  id="invalid-in-declared-charset"),
     pytest.param(b"Subject: Bestellung f\xfcr 4411\n\nOrder 4411", "header.eml", "mail.charset", id="8-bit-header"),
-    # issue 14's reader memory bomb: 18,000 RFC 2047 encoded words in a Subject, under 256 KiB
+    # a reader memory bomb: 18,000 RFC 2047 encoded words in a Subject, under 256 KiB
     pytest.param(("From: a@example.com\nSubject: " + " ".join(["=?utf-8?q?a?="] * 18_000) + "\n\nOrder 4411").encode(),
                  "bomb.eml", "mail.too_complex", id="encoded-word-bomb"),
 ]

@@ -1,8 +1,10 @@
-"""The README's shell blocks, run as written, with no model, and held to what their comments promise.
+"""The shell blocks of README.md and of every page in docs/, run as written, with no model, and
+held to what their comments promise.
 
-The commands are read from README.md itself, never copied here, so the README and this test
+The commands are read from the pages themselves, never copied here, so the pages and this test
 cannot drift: a changed command runs as changed, and a changed promise (`# -> completed`)
-is checked as changed. Each `## ` section is one session, as a reader would try it: a fresh
+is checked as changed. Each section (a page's `# ` title or a `## ` heading, up to the next)
+is one session, as a reader would try it: a fresh
 working folder that links every top-level entry of the repository except the data folder
 (so `samples/...`, `tasks/...` and `airlock-data/...` mean what they mean at the repo root,
 and `airlock-data` is private to the test), fresh free ports, no AIRLOCK_* setting and no
@@ -55,6 +57,7 @@ from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 
 README = ROOT / "README.md"
+PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))  # README first, as a newcomer reads
 OUTCOMES = ("completed", "escalated", "rejected", "refused", "failed")
 COMMAND_TIMEOUT_S = 600  # `airlock attack corpus/` on two loaded cores; each command alone
 READY_TIMEOUT_S = 120  # as tests/integration/conftest.py: CI runs this after building images
@@ -72,8 +75,9 @@ FIXED_PORT = re.compile(r"(?<=127\.0\.0\.1:)\d{2,5}\b|(?<=localhost:)\d{2,5}\b|(
 @dataclass(frozen=True)
 class Command:
     text: str  # the shell command, continuation lines joined, comment removed
-    comment: str  # what the README says about it, after `#`
-    line: int  # where it is in README.md, for the failure message
+    comment: str  # what the page says about it, after `#`
+    line: int  # where it is in its page, for the failure message
+    page: str = "README.md"  # the page, relative to the repository
 
     @property
     def background(self) -> bool:
@@ -82,9 +86,10 @@ class Command:
 
 @dataclass(frozen=True)
 class Block:
-    section: str
+    section: str  # "PAGE: heading", the session it belongs to
     line: int
     commands: tuple[Command, ...]
+    page: str = "README.md"
 
     @property
     def text(self) -> str:
@@ -102,26 +107,30 @@ def split_comment(line: str) -> tuple[str, str]:
     return line.rstrip(), ""
 
 
-def blocks(readme: str) -> list[Block]:
-    """Every ```sh block, with the `## ` section it is in and its commands."""
+def blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Every ```sh block, with the section it is in (`PAGE: heading`, the heading being the
+    nearest `# ` or `## ` above it) and its commands. Other fenced blocks (a diagram) are
+    passed over whole, so a `# ` line inside one is no heading."""
     found: list[Block] = []
-    section, lines = "", readme.splitlines()
+    section, lines = "", text.splitlines()
     i = 0
     while i < len(lines):
-        if lines[i].startswith("## "):
-            section = lines[i][3:].strip()
-        if lines[i].strip() in ("```sh", "```bash", "```shell"):
+        if lines[i].startswith(("# ", "## ")):
+            section = lines[i].lstrip("#").strip()
+        fence = lines[i].strip()
+        if fence.startswith("```"):
             start, body = i + 1, []
             i += 1
             while i < len(lines) and lines[i].strip() != "```":
                 body.append((i + 1, lines[i]))
                 i += 1
-            found.append(Block(section, start, tuple(commands(body))))
+            if fence in ("```sh", "```bash", "```shell"):
+                found.append(Block(f"{page}: {section}", start, tuple(commands(body, page)), page))
         i += 1
     return found
 
 
-def commands(body: list[tuple[int, str]]) -> Iterator[Command]:
+def commands(body: list[tuple[int, str]], page: str = "README.md") -> Iterator[Command]:
     pending, first = "", 0
     for number, raw in body:
         if not pending:
@@ -132,7 +141,7 @@ def commands(body: list[tuple[int, str]]) -> Iterator[Command]:
         text, comment = split_comment(pending + raw.strip())
         pending = ""
         if text:
-            yield Command(text, comment, first)
+            yield Command(text, comment, first, page)
 
 
 def skip_reason(block: Block, section: list[Block] | None = None) -> str | None:
@@ -149,9 +158,9 @@ def skip_reason(block: Block, section: list[Block] | None = None) -> str | None:
     return None
 
 
-def sections(readme: str) -> dict[str, list[Block]]:
+def sections(text: str, page: str = "README.md") -> dict[str, list[Block]]:
     found: dict[str, list[Block]] = {}
-    for block in blocks(readme):
+    for block in blocks(text, page):
         found.setdefault(block.section, []).append(block)
     return found
 
@@ -217,7 +226,7 @@ def project_entries() -> list[str]:
 
 
 class Session:
-    """One README section tried by a newcomer: own folder, own ports, no model, no settings."""
+    """One section of a page tried by a newcomer: own folder, own ports, no model, no settings."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -237,7 +246,7 @@ class Session:
         text = PIP_PREFIX.sub("", command.text)
         text = FIXED_PORT.sub(lambda m: self.ports.setdefault(m.group(0), str(free_ports(1)[0])), text)
         if re.search(r"\bID\b", text):
-            assert self.last_id, f"README.md:{command.line}: `{command.text}` uses ID before any airlock inject"
+            assert self.last_id, f"{command.page}:{command.line}: `{command.text}` uses ID before any airlock inject"
             text = re.sub(r"\bID\b", self.last_id, text)
         return text
 
@@ -250,7 +259,7 @@ class Session:
             self.do_the_students_work(command)
         done = subprocess.run(["bash", "-c", text], cwd=self.workdir, env=self.env, text=True,
                               capture_output=True, timeout=COMMAND_TIMEOUT_S)
-        where = f"README.md:{command.line}: `{command.text}` (ran `{text}`)"
+        where = f"{command.page}:{command.line}: `{command.text}` (ran `{text}`)"
         promised = re.search(r"\(exit (\d+)\)", command.comment)
         expected = int(promised.group(1)) if promised else 0
         assert done.returncode == expected, (f"{where} exited {done.returncode}, not {expected}:\n"
@@ -277,7 +286,7 @@ class Session:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not server.ready.wait(0.1):
             if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"README.md:{command.line}: `{command.text}` (ran `{text}`) did not come up "
+                raise AssertionError(f"{command.page}:{command.line}: `{command.text}` (ran `{text}`) did not come up "
                                      f"(exit {process.poll()}):\n" + "".join(server.output))
 
     def close(self) -> None:
@@ -286,9 +295,9 @@ class Session:
 
 
 def lab_and_folder(command: Command) -> tuple[str, str]:
-    """`airlock lab check ID --dir D` -> (ID, D), for a README line that names both."""
+    """`airlock lab check ID --dir D` -> (ID, D), for a line that names both."""
     found = re.search(r"\bairlock lab \w+ ([a-z0-9-]+) --dir (\S+)", command.text)
-    assert found, f"README.md:{command.line}: `after you write` needs `airlock lab ... ID --dir D`"
+    assert found, f"{command.page}:{command.line}: `after you write` needs `airlock lab ... ID --dir D`"
     return found.group(1), found.group(2)
 
 
@@ -296,24 +305,25 @@ def check_promises(command: Command, where: str, output: str) -> None:
     outcome, texts = promises(command.comment)
     if outcome is not None:
         reported = {word for word in OUTCOMES if re.search(rf"\b{word}\b", output)}
-        assert reported == {outcome}, (f"{where}: the README promises `-> {outcome}`, the output "
+        assert reported == {outcome}, (f"{where}: the page promises `-> {outcome}`, the output "
                                        f"reports {sorted(reported) or 'no outcome'}:\n{output}")
     for text in texts:
-        assert text in output, f"{where}: the README promises {text!r} in the output:\n{output}"
+        assert text in output, f"{where}: the page promises {text!r} in the output:\n{output}"
 
 
 # --- the tests -----------------------------------------------------------------------------
 
 
-SECTIONS = sections(README.read_text())
+SECTIONS = {name: found for page in PAGES
+            for name, found in sections(page.read_text(), str(page.relative_to(ROOT))).items()}
 
 
 @pytest.mark.parametrize("name", list(SECTIONS))
 def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
-    """Every runnable shell block of one README section runs offline and keeps its promises."""
+    """Every runnable shell block of one section of a page runs offline and keeps its promises."""
     runnable = [b for b in SECTIONS[name] if skip_reason(b, SECTIONS[name]) is None]
     if not runnable:
-        pytest.skip("; ".join(f"README.md:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
+        pytest.skip("; ".join(f"{b.page}:{b.line}: {skip_reason(b, SECTIONS[name])}" for b in SECTIONS[name]))
     session = Session(tmp_path)
     try:
         for block in runnable:
@@ -323,12 +333,13 @@ def test_readme_section_runs_as_written(name: str, tmp_path: Path) -> None:
         session.close()
     for server in session.background:  # a server that died during the section failed it
         assert server.process.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (
-            f"README.md:{server.command.line}: `{server.command.text}` ended {server.process.returncode}:\n"
+            f"{server.command.page}:{server.command.line}: `{server.command.text}` ended {server.process.returncode}:\n"
             + "".join(server.output))
 
 
 def test_the_whole_readme_runs_top_to_bottom_in_one_checkout(tmp_path: Path) -> None:
-    """As a newcomer goes: every runnable section in order, in one folder and one data dir,
+    """As a newcomer goes: every runnable section in order (the README, then docs/ page by
+    page), in one folder and one data dir,
     each section's servers stopped (Ctrl-C) before the next; what one demo leaves in
     airlock-data must not break the next (the approval demo after the order demo)."""
     session = Session(tmp_path)
@@ -342,21 +353,23 @@ def test_the_whole_readme_runs_top_to_bottom_in_one_checkout(tmp_path: Path) -> 
             session.close()
         session.background, session.last_id = [], None
         ran += [name] if runnable else []
-    assert {"Run it", "The actor's gate"} <= set(ran)
+    assert {"README.md: Run it", "docs/gate.md: The actor's gate"} <= set(ran)
 
 
 def test_the_newcomers_demos_are_in_the_readme_and_run() -> None:
-    """The first-hour demos keep their promises in runnable blocks: the seed email completes,
-    the refund email escalates, its approval completes, and the approver is named."""
+    """The first-hour demos keep their promises in runnable blocks: the seed email completes
+    (in the README), the refund email escalates, its approval completes, and the approver is
+    named (on the gate's page)."""
     run = [(b.section, c) for bs in SECTIONS.values() for b in bs if skip_reason(b, bs) is None for c in b.commands]
     promised = {(section, promises(c.comment)[0], word) for section, c in run
                 for word in ("seed_4411_de.eml", "refund_damaged.eml", "approve", "airlock up", "airlock trace")
                 if word in c.text}
-    assert ("Run it", "completed", "seed_4411_de.eml") in promised
-    assert ("Run it", None, "airlock up") in promised and ("Run it", None, "airlock trace") in promised
-    assert ("The actor's gate", "escalated", "refund_damaged.eml") in promised
-    assert ("The actor's gate", "completed", "approve") in promised
-    assert ("The actor's gate", None, "airlock trace") in promised
+    run_it, gate = "README.md: Run it", "docs/gate.md: The actor's gate"
+    assert (run_it, "completed", "seed_4411_de.eml") in promised
+    assert (run_it, None, "airlock up") in promised and (run_it, None, "airlock trace") in promised
+    assert (gate, "escalated", "refund_damaged.eml") in promised
+    assert (gate, "completed", "approve") in promised
+    assert (gate, None, "airlock trace") in promised
 
 
 README_SAMPLE = '''
@@ -381,13 +394,24 @@ pip install -e '.[test]' && python -m pytest
 ```
 '''
 
+PAGE_SAMPLE = '''
+# A page
+```
+# a diagram's line, no heading
+```
+```sh
+airlock trace   # what happened
+```
+'''
+
 
 def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
     """Sections, continuation lines, comments, skip rules and promises are read as the
     docstring says, so the section tests above cannot pass by reading nothing."""
-    found = sections(README_SAMPLE)
+    found = {name.removeprefix("README.md: "): found for name, found in sections(README_SAMPLE).items()}
     assert list(found) == ["One", "Two", "Three"]
     (one,) = found["One"]
+    assert {c.page for c in one.commands} == {"README.md"}
     assert [c.text for c in one.commands] == [
         "pip install -e . && airlock up", "airlock inject --wait samples/x.eml", "cat airlock-data/calls.jsonl",
         'python -m thing --url http://127.0.0.1:8080 --flag "a # b"']
@@ -404,6 +428,8 @@ def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
     with pytest.raises(AssertionError, match="'4411'"):
         check_promises(one.commands[2], "here", '{"server": "shop", "tool": "lookup_order", "args": {"id": "1"}}')
     check_promises(one.commands[1], "here", "m-1  completed x.eml\n")
+    (page,) = sections(PAGE_SAMPLE, "docs/page.md").values()  # a page's title starts its first section
+    assert page[0].section == "docs/page.md: A page" and [c.page for c in page[0].commands] == ["docs/page.md"]
 
 
 def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
@@ -426,7 +452,7 @@ def test_fixed_ports_become_free_ones_consistently(tmp_path: Path) -> None:
 def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_one() -> None:
     """'Run the tests' gives the full command and an everyday one beside it; .ci/run runs
     the full one as written, so CI and a newcomer run the same thing."""
-    (block,) = SECTIONS["Run the tests"]
+    (block,) = SECTIONS["README.md: Run the tests"]
     texts = [c.text for c in block.commands]
     full = next(t for t in texts if t.endswith("python -m pytest"))
     # The checks that read the code first (ruff, mypy: the lint extra), then every test.
@@ -441,20 +467,22 @@ def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_on
     assert made < activated < ci.index(full) and "--system-site-packages" not in ci[made]
 
 
-# --- commands the README gives inline ------------------------------------------------------
+# --- commands the pages give inline -------------------------------------------------------
 
-# Inline commands (in `backticks` in running text) that the README offers to type as they
-# are. Each must still be in README.md verbatim: a changed one fails here, pointing at this
-# list, rather than going unrun.
-REFUND_TASK_UP = "airlock up --task tasks/refund_request.toml"  # "Tasks are data": no code change
-DASHBOARD_UP = "airlock up --dashboard"  # "The live page"
-KEYS, STATUS = "airlock keys", "airlock status"
+# Inline commands (in `backticks` in running text) that a page offers to type as they are,
+# with the page that offers them. Each must still be there verbatim: a changed one fails
+# here, pointing at this list, rather than going unrun.
+REFUND_TASK_UP = "airlock up --task tasks/refund_request.toml"  # docs/tasks.md: no code change
+DASHBOARD_UP = "airlock up --dashboard"  # the README's trainer, docs/dashboard.md
+KEYS, STATUS = "airlock keys", "airlock status"  # docs/guarantees.md: keys; what is stuck
+OFFERED = [(REFUND_TASK_UP, "docs/tasks.md"), (DASHBOARD_UP, "README.md"), (DASHBOARD_UP, "docs/dashboard.md"),
+           (KEYS, "docs/guarantees.md"), (STATUS, "docs/guarantees.md")]
 
 
-@pytest.mark.parametrize("text", [REFUND_TASK_UP, DASHBOARD_UP, KEYS, STATUS])
-def test_inline_commands_are_still_in_the_readme(text: str) -> None:
-    """The inline commands run below are the README's own."""
-    assert f"`{text}`" in README.read_text(), f"README.md no longer says `{text}`: update the list above"
+@pytest.mark.parametrize(("text", "page"), OFFERED)
+def test_inline_commands_are_still_in_the_readme(text: str, page: str) -> None:
+    """The inline commands run below are the pages' own."""
+    assert f"`{text}`" in (ROOT / page).read_text(), f"{page} no longer says `{text}`: update the list above"
 
 
 def test_inline_refund_task_keys_and_status_run_offline(tmp_path: Path) -> None:

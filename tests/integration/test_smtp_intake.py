@@ -238,7 +238,7 @@ def test_a_refused_key_is_451_and_the_console_says_why(stack, intake, tmp_path) 
 
 
 def test_only_a_signed_owner_is_answered_on_the_guarded_task(stack, intake, tmp_path) -> None:
-    """Issue 14 point 5 end to end: the seed email with MAIL FROM and From: forged to the
+    """End to end: the seed email with MAIL FROM and From: forged to the
     order's owner is refused (its sender is unverified); the same email signed by the
     owner's domain (key generated here, served to the intake from a key file) is answered,
     and the status mail goes to the owner from the order store."""

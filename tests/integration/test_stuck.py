@@ -1,7 +1,7 @@
-"""A killed actor that nothing restarts, on real processes (issue 15, point 6).
+"""A killed actor that nothing restarts, on real processes.
 
 The compose lab runs each service alone, with no `airlock up` to restart it: Docker does
-not restart a container stopped with `docker kill` (README, the container lab). These
+not restart a container stopped with `docker kill` (docs/compose.md). These
 processes are started the same way, one `python -m <service>` each, so killing the actor
 leaves its stage with no worker, as there.
 """
@@ -82,9 +82,8 @@ def services(tmp_path: Path) -> Iterator[Services]:
 
 
 def test_emails_for_a_killed_actor_show_in_status_then_end_failed(services: Services) -> None:
-    """Before: emails passed for a killed actor waited with no outcome, no deadline and no
-    sign in `airlock status`. Now status shows them waiting with no actor, and after
-    AIRLOCK_NO_WORKER_WAIT_S each ends `failed` naming the actor and the wait; no call ran."""
+    """Emails passed for a killed actor show in `airlock status` waiting with no actor, and
+    after AIRLOCK_NO_WORKER_WAIT_S each ends `failed` naming the actor and the wait; no call ran."""
     services.processes["actor"].kill()
     services.processes["actor"].wait()
     assert wait_until(lambda: services.workers().get("actor") == 0, 30), services.status()

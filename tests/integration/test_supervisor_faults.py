@@ -1,4 +1,4 @@
-"""Issue 15, the supervisor's faults: a killed `airlock up` takes its children with it, a
+"""The supervisor's faults: a killed `airlock up` takes its children with it, a
 second broker on a data dir refuses, the supervisor outlives its own failed writes and a
 child that keeps crashing, and its stuck-broker rule judges progress, not age."""
 
@@ -42,8 +42,8 @@ def fake_modules(folder: Path, **sources: str) -> str:
 
 
 def test_killing_up_takes_every_child_with_it(tmp_path: Path) -> None:
-    """`airlock up` killed with -9, its actor paused (as in issue 15, where the paused old
-    actor later ran calls twice beside the new one): every child is gone soon after, the
+    """`airlock up` killed with -9, its actor paused (a paused old actor that
+    outlived it would run calls twice beside the new one): every child is gone soon after, the
     paused one too, every port is free, and a new `airlock up` on the same data dir and
     ports comes up (no orphan serves, no "is up")."""
     first = Stack(tmp_path)

@@ -94,7 +94,7 @@ def test_broker_that_cannot_bind_exits_78_naming_the_port(tmp_path: Path) -> Non
     """The broker itself (the race the pre-check cannot close) exits 78, never 1, which
     the supervisor would restart every 10 s forever."""
     env = Stack(tmp_path).env
-    keys.generate(tmp_path / "data" / "keys")  # a broker without keys refuses before it binds (issue 14)
+    keys.generate(tmp_path / "data" / "keys")  # a broker without keys refuses before it binds
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", int(env["AIRLOCK_ACTOR_PORT"])))
         taken.listen()

@@ -67,7 +67,7 @@ def grade_contract(folder: Path, limits: Limits = TEST_LIMITS) -> Passed | Faile
 
 
 def test_the_labs_come_in_the_courses_order() -> None:
-    """The issue's order: separation, tool-identity, executor-checks, preconditions, red-and-blue,
+    """The course's order: separation, tool-identity, executor-checks, preconditions, red-and-blue,
     from lab.toml's `order`, in `lab list` and `lab list --json` alike."""
     course = ["separation", "tool-identity", "executor-checks", "preconditions", "red-and-blue"]
     assert [lab.id for lab in LABS] == course and [lab.order for lab in LABS] == [1, 2, 3, 4, 5]

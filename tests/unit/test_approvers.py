@@ -1,4 +1,4 @@
-"""Who may decide an escalation (issue 14, point 8): only a person, proven by their own
+"""Who may decide an escalation: only a person, proven by their own
 key; the intake's and the page's keys, which any service holding them could use, cannot.
 Before, `by` was a string: any holder of the intake or page key approved "as dana"."""
 

@@ -1,4 +1,4 @@
-"""Issue 14, the broker's part: hostile input bounded in bytes and counts, worker trace lines
+"""The broker's part: hostile input bounded in bytes and counts, worker trace lines
 kept in their namespace, late results that change nothing, poison emails that fail alone."""
 
 from __future__ import annotations

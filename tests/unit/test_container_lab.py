@@ -70,7 +70,7 @@ def test_the_lab_runs_from_a_fresh_clone_without_local_state(tmp_path: Path) -> 
 
 
 def test_the_host_cli_gets_no_key_or_data_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exports from the caller's shell are dropped, so the tests follow the README literally."""
+    """Exports from the caller's shell are dropped, so the tests follow docs/compose.md literally."""
     for key in ("AIRLOCK_KEYS", "AIRLOCK_DATA_DIR", "AIRLOCK_KEYS_DIR", "COMPOSE_PROJECT_NAME", "AIRLOCK_TAG"):
         monkeypatch.setenv(key, "/somewhere/else")
     monkeypatch.setenv("AIRLOCK_BASE", "airlock/base:bookworm")

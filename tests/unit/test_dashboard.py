@@ -450,7 +450,7 @@ def test_inject_builds_submissions_like_airlock_inject(client: TestClient, monke
     second = client.post("/api/inject", json={"sample": "seed_4411_de.eml"})
     third = client.post("/api/inject", json={"text": "just text, order 7"})
     assert (first.json()["id"], first.json()["label"]) == ("id-1", "<b>hi</b>")
-    # The local part is kept exactly (issue 14: casefolding merges mailboxes), and the page's
+    # The local part is kept exactly (casefolding merges mailboxes), and the page's
     # sender is never proven: it cannot corroborate anything at the actor.
     assert (sent[0].format, sent[0].sender, sent[0].raw) == ("eml", "EVE@example.net", typed.encode())
     assert [item.sender_proof for item in sent] == ["none"] * len(sent)

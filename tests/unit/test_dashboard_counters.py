@@ -25,7 +25,7 @@ class Lab:
     `lines` holds them as the page's feed decodes them (a step line as its three records)."""
 
     def __init__(self, settings: settings_module.Settings, actor: Any, boot: int) -> None:
-        # Each person decides with their own key (issue 14, point 8): "<name>-key" here.
+        # Each person decides with their own key: "<name>-key" here.
         people = {f"{name}-key": name for name in ("dana", "sam")}
         self.router, self.actor, self.now = Router(settings, boot=boot, approvers=people), actor, 0.0
         self.lines: list[dict[str, Any]] = []
@@ -82,7 +82,7 @@ class Lab:
 
 def refund_then_order_trace(settings: settings_module.Settings, make_actor: Any) -> list[dict[str, Any]]:
     """The refund task with approvals, replays and a redelivery, then `airlock up` again on
-    the same data dir with the order task: the trace of point 6 of issue 12."""
+    the same data dir with the order task: the trace a trainer's class leaves."""
     refund = Lab(settings, make_actor("refund_with_approval.toml"), boot=0x100)
     first = refund.email("damaged")  # escalated; sam is no support lead; dana approves
     refund.decide(first, "sam")

@@ -148,7 +148,7 @@ def test_the_order_tasks_ask_for_grounding() -> None:
 
 @pytest.mark.parametrize("task", grounded_tasks(), ids=lambda t: t.name)
 def test_no_example_value_is_grounded_in_a_shipped_email(task: task_module.Task) -> None:
-    """A model that copies an example's number (issue 17) is never grounded by an email this
+    """A model that copies an example's number is never grounded by an email this
     project ships, nor does the number name an order in the mock store."""
     values = {e.answer for e in task.reader.examples if e.answer != "NONE"}
     assert values, task.name

@@ -1,4 +1,4 @@
-"""`airlock inject` that fails part way says what went in and what did not (issue 15, point 4).
+"""`airlock inject` that fails part way says what went in and what did not.
 
 The broker here is a scripted channel standing in for the ZeroMQ one: it accepts the
 first emails, then falls silent (a paused broker) or refuses "disk_full", so the CLI's own

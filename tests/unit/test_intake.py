@@ -80,7 +80,7 @@ def test_unreachable_broker_is_answered_451_and_nothing_is_accepted() -> None:
 ])
 async def test_origin_carries_the_envelope_sender(mail_from: str, origin: str) -> None:
     """The email goes over with origin smtp:<envelope sender>; the sender is the From address,
-    unverified without a signature: the envelope is the sender's claim (issue 14 point 5)."""
+    unverified without a signature: the envelope is the sender's claim."""
     submitter = FakeSubmitter()
     await deliver(Handler(submitter), envelope(mail_from))
     assert submitter.submitted == [(RAW, origin)]

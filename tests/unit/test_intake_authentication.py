@@ -1,4 +1,4 @@
-"""Issue 14 point 5 at the SMTP intake: a sender counts only when a DKIM signature of its
+"""At the SMTP intake: a sender counts only when a DKIM signature of its
 From domain verifies (keys served by the test, as dnsfunc), or a trusted authserv-id's
 Authentication-Results header vouches for it; everything else is unverified."""
 
@@ -235,7 +235,7 @@ def _value_goals() -> list[tuple[str, bytes, str, str]]:
 
 @pytest.mark.parametrize("own_results", [False, True], ids=["forged-from", "forged-from-and-authentication-results"])
 def test_forged_senders_reach_no_goal_and_signed_owners_are_answered(keys, tmp_path: Path, own_results: bool) -> None:
-    """The issue's measurement, with the reader assumed fooled every time: each corpus email
+    """The measurement in docs/guarantees.md, with the reader assumed fooled every time: each corpus email
     whose goal is an order, its From (and MAIL FROM) forged to that order's owner, sent
     straight to an intake that trusts a relay's authserv-id, through the intake's verifier
     and the guarded task: 0 of 57 sent (57 of 57 before), also with the sender's own

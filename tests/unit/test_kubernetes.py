@@ -39,7 +39,7 @@ RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"
                       "projected", "secret"}
 
 # The trust table, by hand: who may open a connection to whom, on which port. It is the
-# README's "may reach" column; test_the_trust_table_follows_compose_and_the_allow_lists
+# docs/compose.md's "may reach" column; test_the_trust_table_follows_compose_and_the_allow_lists
 # derives the same set from compose.yaml's networks and the broker's allow lists.
 TRUST_TABLE = {
     ("reader", "broker", 7402, "TCP"), ("reader", "model", 8080, "TCP"),
@@ -344,7 +344,7 @@ def test_kubernetes_validate_strict_refuses_an_unknown_field() -> None:
 
 
 # checkov's checks on pod hardening (the others: image tags and digests, pull policy and
-# probes are choices the README explains; "default namespace" is the overlay's to set).
+# probes are choices docs/kubernetes.md explains; "default namespace" is the overlay's to set).
 HARDENING_CHECKS = ("CKV_K8S_10", "CKV_K8S_11", "CKV_K8S_12", "CKV_K8S_13", "CKV_K8S_16", "CKV_K8S_17",
                     "CKV_K8S_18", "CKV_K8S_19", "CKV_K8S_20", "CKV_K8S_22", "CKV_K8S_23", "CKV_K8S_25",
                     "CKV_K8S_26", "CKV_K8S_27", "CKV_K8S_28", "CKV_K8S_29", "CKV_K8S_30", "CKV_K8S_31",

@@ -165,7 +165,7 @@ def test_apply_never_follows_a_link_swapped_in_after_grants(tmp_path: Path, swap
 
 def test_a_setuid_bit_on_a_data_file_is_dropped(tmp_path: Path) -> None:
     """A data file made setuid (by a service, or anyone) comes out 0o660 plus its owner's and
-    group's rwx bits: no setuid, setgid or sticky bit, and nothing for others (issue 14, point 7)."""
+    group's rwx bits: no setuid, setgid or sticky bit, and nothing for others."""
     me = lab_init.Owner(os.getuid(), os.getgid())
     folder, data = tmp_path / "airlock-keys", tmp_path / "airlock-data"
     keys.ensure(folder)

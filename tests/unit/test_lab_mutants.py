@@ -203,7 +203,7 @@ def test_the_report_names_counts_checkpoints_and_each_survivor() -> None:
 
 
 def test_the_json_record_and_the_table_hold_the_same_numbers() -> None:
-    """--json's record is plain data (no mutated code) and the README table row agrees with it."""
+    """--json's record is plain data (no mutated code) and the docs/labs.md table row agrees with it."""
     record = mutants.record(result())
     assert msgspec.json.decode(msgspec.json.encode(record))["survivors"][0]["definition"] == "limited"
     assert "code" not in record["survivors"][0]  # type: ignore[index]

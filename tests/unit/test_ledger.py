@@ -1,4 +1,4 @@
-"""The actor's ledger under faults (issue 15, points 1, 2, 5 and 7): a full disk, a failed
+"""The actor's ledger under faults: a full disk, a failed
 fsync, a deleted or replaced calls.jsonl, a second actor, and a million keys."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def actor_on(settings, tmp_path: Path) -> Iterator[Callable[[Path], Actor]]:
 
 
 def test_a_call_that_hit_a_full_disk_never_lands_later(small_disk: Path, actor_on) -> None:
-    """Issue 15 point 2: with the call log's disk full the email ends failed naming the disk,
+    """With the call log's disk full the email ends failed naming the disk,
     and once space returns the failed call's record does not land in calls.jsonl after all
     (the old buffered file wrote it with the next call)."""
     actor = actor_on(small_disk)
@@ -205,7 +205,7 @@ def test_a_torn_pending_line_that_decodes_is_not_open(tmp_path: Path) -> None:
 
 
 def test_restart_after_calls_jsonl_was_deleted_replays(make_actor, settings, logged_calls) -> None:
-    """Issue 15 point 5: calls.jsonl deleted while an email waited for approval; after the
+    """`calls.jsonl` deleted while an email waited for approval; after the
     restart the approved email's step 1 is `replayed` (the key index kept its key), not run
     again as `ok`, and the actor says in the trace what it found."""
     actor = make_actor("refund_with_approval.toml")
@@ -289,7 +289,7 @@ def test_resume_with_both_ledger_files_gone_runs_nothing(make_actor, settings, l
 
 
 def test_a_second_call_log_on_one_ledger_refuses(tmp_path: Path) -> None:
-    """Issue 15 point 1 at the ledger: two writers on one calls.jsonl each made the same
+    """At the ledger: two writers on one calls.jsonl each made the same
     call (each with its own keys); the second now cannot open the ledger at all."""
     first = CallLog(tmp_path / "calls.jsonl")
     assert first.call("m1", 1, "shop", "lookup_order", {"order_id": "1"})
@@ -313,7 +313,7 @@ def test_the_lock_follows_a_deleted_lock_file(tmp_path: Path) -> None:
 
 
 def test_memory_holds_a_bounded_number_of_keys(tmp_path: Path, monkeypatch) -> None:
-    """Issue 15 point 7: keys live on disk; memory keeps at most `cache_keys` of them, and a
+    """Keys live on disk; memory keeps at most `cache_keys` of them, and a
     key long out of the cache still replays."""
     monkeypatch.setattr(os, "fsync", lambda descriptor: None)  # memory is measured here, not durability
     log = CallLog(tmp_path / "calls.jsonl", cache_keys=100)

@@ -1,4 +1,4 @@
-"""Issue 14 point 4: a tool's pin covers every catalog field that decides policy, so a
+"""A tool's pin covers every catalog field that decides policy, so a
 provider cannot relabel a tool (class, reversibility, permission, timeout) under a plan."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_the_guarded_task_does_not_start_on_a_relabelled_catalog(tmp_path, old: 
 
 
 def test_a_live_relabel_to_internal_cannot_switch_the_guard_off(make_actor, logged_calls) -> None:
-    """The issue's attack: send_status relabelled internal under a running guarded actor, and
+    """The relabel attack: send_status relabelled internal under a running guarded actor, and
     an order that is not the sender's: the step is refused by the pin, nothing is sent."""
     actor = make_actor("order_status_guarded.toml")
     rug_pull(actor, relabelled('blast_radius = "third_party"', 'blast_radius = "internal"'))

@@ -1,5 +1,5 @@
 """Keys and data files are private from their first moment: secrets 0600 written atomically,
-folders 0700, the journal, trace, call log and pending escalations 0600 (issue 14, point 7)."""
+folders 0700, the journal, trace, call log and pending escalations 0600."""
 
 from __future__ import annotations
 

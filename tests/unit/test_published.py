@@ -1,4 +1,4 @@
-"""What trace subscribers and the page see (issue 14, point 9): an email about someone
+"""What trace subscribers and the page see: an email about someone
 else's order shows neither that customer's address nor the order's status, while the
 data folder's trace.jsonl keeps the whole record for the operator."""
 

@@ -64,7 +64,7 @@ def test_no_recording_is_stale(path: Path) -> None:
 
 
 def test_the_approval_demo_email_is_answered_with_one_of_the_choices() -> None:
-    """README's approval demo, offline: the recorded answer for samples/refund_damaged.eml
+    """The approval demo of docs/gate.md, offline: the recorded answer for samples/refund_damaged.eml
     passes the refund task's narrow type, so the email escalates instead of ending rejected."""
     task = task_module.load(ROOT / "tasks" / "refund_with_approval.toml")
     recording = recordings.load(task.recordings_path)[digest_of(task, ROOT / "samples" / "refund_damaged.eml")]

@@ -39,7 +39,7 @@ REQUIRED_V1 = {
     "authorization": ["decision", "key", "layer", "server", "step", "tool"],
     "call": ["args", "server", "step", "tool"],  # and message_id, at: no stage (calls.jsonl has none)
     "observation": ["layer", "result", "server", "step", "tool"],
-    # A new event after v1 (issue 16: one line per plan step), not new fields: rule 3.
+    # A new event after v1 (one line per plan step), not new fields: rule 3.
     "step": ["decision", "key", "server", "step", "tool"],
     "violation": ["endpoint", "kind", "reason"],
     "malformed_frame": ["bytes", "endpoint", "reason"],
@@ -183,7 +183,7 @@ def test_as_line_gives_the_lines_own_json_values() -> None:
 
 
 def test_model_answer_lines_say_whether_the_answer_was_grounded() -> None:
-    """Issue 17's field: a line from before it reads as "not known" (None), never as "not in
+    """`grounded`: a line from before the field reads as "not known" (None), never as "not in
     the email"; the broker writes the reader's finding, and leaves the field out when unknown."""
     old = [r for r in map(records.decode, V1_TRACE) if isinstance(r, records.ModelAnswer)]
     assert old and all(r.grounded is None for r in old)

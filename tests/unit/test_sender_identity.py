@@ -1,4 +1,4 @@
-"""Issue 14 point 5 at the actor: only an authenticated sender corroborates an order's
+"""At the actor: only an authenticated sender corroborates an order's
 owner, addresses are compared exactly, and the status mail goes to the order's owner."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Who may vouch for a sender (issue 14): only the SMTP intake, by its own key. The intake
+"""Who may vouch for a sender: only the SMTP intake, by its own key. The intake
 endpoint also takes the CLI's and supervisor's key ("intake") and the page's ("dashboard"),
 none of which checks a signature; before, any of them could send sender_proof="dkim" and
 the actor took that sender as proven."""

@@ -1,4 +1,4 @@
-"""Stuck states are visible and bounded (issue 15, point 6): an email waiting for a stage
+"""Stuck states are visible and bounded: an email waiting for a stage
 with no worker connected shows in Status and ends `failed` after AIRLOCK_NO_WORKER_WAIT_S."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def keep_alive(router: Router, now: float) -> None:
 
 
 def test_an_email_held_by_a_killed_actor_ends_failed_after_the_wait(router: Router) -> None:
-    """The issue's compose case: the actor dies holding emails and nothing restarts it.
-    Before: redelivered to no one, they waited with no deadline and no outcome, for ever."""
+    """The compose case: the actor dies holding emails and nothing restarts it; they must
+    not wait, redelivered to no one, with no deadline and no outcome, for ever."""
     join(router, ("reader", R), ("validator", V), ("actor", A))
     message_id = to_actor(router)
     assert router.flights[message_id].worker == A

@@ -19,7 +19,7 @@ from lab.verify import NETWORKS
 
 # Keys `docker stack deploy` ignores (build, restart, depends_on, security_opt), silently
 # drops (tmpfs, and ipv4_address under a network) or rejects (mem_limit, memswap_limit,
-# pids_limit) in a service (issue 18), and compose-only ones with no swarm meaning.
+# pids_limit) in a service, and compose-only ones with no swarm meaning.
 REFUSED_BY_STACK_DEPLOY = {"build", "restart", "depends_on", "security_opt", "tmpfs", "mem_limit", "memswap_limit",
                            "pids_limit", "profiles", "network_mode", "container_name", "cap_add"}
 

@@ -97,7 +97,7 @@ def test_bad_settings_name_their_key(key: str, value: str) -> None:
 
 @pytest.mark.parametrize(("line", "grounded"), [("", False), ("grounded = true", True), ("grounded = false", False)])
 def test_a_task_says_whether_its_value_must_be_in_the_email(tmp_path: Path, line: str, grounded: bool) -> None:
-    """[value] grounded: off unless the task asks (README "Tasks are data")."""
+    """[value] grounded: off unless the task asks (docs/tasks.md)."""
     path = tmp_path / "t.toml"
     path.write_text(f'name = "t"\n[reader]\ninstruction = "x"\n[value]\ntype = "digits"\nmax_length = 6\n{line}\n'
                     f'[[plan]]\ncall = "shop/lookup_order"\nvalue_into = "order_id"\n')

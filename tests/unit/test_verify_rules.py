@@ -100,9 +100,9 @@ def test_table_counts_gaps_apart_and_only_fail_fails() -> None:
     assert gap.status == "GAP" and not gap.ok
     assert verify.table([passed, gap]).splitlines()[2].split()[-2] == "GAP"
     assert verify.table([passed, gap]).splitlines()[-1] == (
-        "2 checks: no FAIL, 1 GAP (what swarm cannot enforce; README 'On Docker Swarm')")
+        "2 checks: no FAIL, 1 GAP (what swarm cannot enforce; docs/swarm.md)")
     assert verify.table([passed, gap, failed]).splitlines()[-1] == (
-        "3 checks: 1 FAIL, 1 GAP (what swarm cannot enforce; README 'On Docker Swarm')")
+        "3 checks: 1 FAIL, 1 GAP (what swarm cannot enforce; docs/swarm.md)")
     assert verify.passed([passed, gap]) and not verify.passed([passed, gap, failed])
     assert verify.table([passed]).splitlines()[-1] == "1 checks: all PASS"  # compose's, which has no GAP
 

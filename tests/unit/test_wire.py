@@ -187,7 +187,7 @@ def test_a_huge_declared_batch_costs_nothing() -> None:
 
 
 def test_a_readings_grounding_is_optional_on_the_wire() -> None:
-    """Reading.grounded (issue 17) has a default left off the wire: an older reader's frame
+    """Reading.grounded has a default left off the wire: an older reader's frame
     still decodes, as "not checked" (None), and a checked one carries its finding."""
     decode = inbound_decoder("reader")
     plain = encode(Reading(message_id="m", answer="4411", source="model"))
