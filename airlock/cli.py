@@ -283,12 +283,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json_line(status_record(status)))
         return 0
-    print(f"workers: {shown(str(status.workers))}  queued: {status.queued}  in flight: {status.in_flight}")
-    if status.counters:
-        print("counters: " + "  ".join(f"{shown(k)}={v}" for k, v in sorted(status.counters.items())))
-    for line in waiting_lines(status.waiting):
+    for line in status_lines(status):
         print(line)
     return 0
+
+
+PIPELINE = ("reader", "validator", "actor")  # the stages in the order an email passes them
+
+
+def status_lines(status: Status) -> list[str]:
+    """`airlock status` as a person reads it: a table of the stages and their connected
+    workers (the pipeline's order, then any other role), the queue, a table of the broker's
+    counters, then a line per stuck stage. Every name the broker sent is shown escaped."""
+    stages = sorted(status.workers, key=lambda role: (PIPELINE.index(role) if role in PIPELINE else len(PIPELINE),
+                                                      role))
+    lines = (_two_columns(("stage", "workers"), [(role, status.workers[role]) for role in stages])
+             if stages else ["no worker connected"])
+    lines += ["", *_two_columns(("queued", status.queued), [("in flight", status.in_flight)])]
+    if status.counters:
+        lines += ["", *_two_columns(("counter", "count"), sorted(status.counters.items()))]
+    waiting = waiting_lines(status.waiting)
+    return lines + ([""] + waiting if waiting else [])
+
+
+def _two_columns(head: tuple[str, object], rows: list[tuple[str, int]]) -> list[str]:
+    """Rows of a name (escaped, left-aligned) and a value (right-aligned), `head` first."""
+    cells = [(shown(name), str(value)) for name, value in [head, *rows]]
+    left, right = max(len(name) for name, _ in cells), max(len(value) for _, value in cells)
+    return [f"{name:<{left}}  {value:>{right}}" for name, value in cells]
 
 
 def status_record(status: Status) -> dict[str, object]:
