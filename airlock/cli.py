@@ -1,7 +1,7 @@
 """The `airlock` command: the runtime's commands and the tools around it.
 
 The runtime's (up, inject, trace, status, pending, approve, deny, keys) run here; the tools
-no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab) are the
+no service runs (LAB_COMMANDS below: attack, verify, the benchmark, the labs, ...) are the
 `lab` package's, and `airlock NAME` runs `python -m lab NAME` in this process's place.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -521,9 +521,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handled(parser.parse_args(argv))
 
 
-def handled(args: argparse.Namespace) -> int:
-    """Run a parsed command, each failure one escaped line on stderr with its exit code
-    (the module docstring's table); lab/cli.py runs its commands through this too."""
+def handled(args: argparse.Namespace, program: str = "airlock", wording: Callable[[str], str] = str) -> int:
+    """Run a parsed command, each failure one escaped line on stderr, `program: message`,
+    with its exit code (airlock.errors.exit_code, the module docstring's table). Every
+    command runs through this: lab/cli.py's tools and the benchmark as `airlock`, the labs'
+    commands (lab/commands.py) as `airlock lab`, whose `wording` renders the commands a
+    message names for where the student is."""
     try:
         return args.handler(args)
     # A full disk (74) apart from a full queue (75: try again later), another stack on the
@@ -531,7 +534,7 @@ def handled(args: argparse.Namespace) -> int:
     # id, a decision not taken, an email over the limit, no keys, a key the broker refused, a
     # silent broker) is 1 (airlock.errors.exit_code).
     except AirlockError as exc:
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
+        print(f"{program}: {shown(wording(str(exc)))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return EX_INTERRUPTED

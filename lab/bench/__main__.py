@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from airlock import sources
+from airlock.cli import handled
 from airlock.client import Submission
-from airlock.errors import AirlockError, exit_code
 from lab.attack import PrivateStack, progress_bar
 from lab.bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
 
@@ -121,12 +121,10 @@ def corpus_figures(corpus: str, model_url: str, readers: int | None) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure, print the table and write --json; a failure is the caller's to report
+    (airlock.cli.handled, as for every command)."""
     args = parse(argv)
-    try:
-        figures = run(args)
-    except AirlockError as exc:
-        say(str(exc))
-        return exit_code(exc)
+    figures = run(args)
     print(report.table(figures))
     if args.json:
         report.write_json(args.json, figures)
@@ -134,4 +132,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(handled(argparse.Namespace(command="bench", handler=lambda _: main())))
