@@ -1,5 +1,5 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong,
-grade and mutants.
+"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, grade,
+wrong and mutants.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi

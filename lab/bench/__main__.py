@@ -32,7 +32,8 @@ DEFAULT_LATENCY_EMAILS = 500
 CORPUS_TIMEOUT_S = 1800.0  # for every outcome of the corpus run: 172 emails at 1 a second fit
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """`airlock bench`'s options (docs/cli.md's table is checked against them)."""
     parser = argparse.ArgumentParser(prog="airlock bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("--emails", type=int, help=f"emails to push (default {DEFAULT_EMAILS:,}; "
                                                    f"{DEFAULT_MODEL_EMAILS} with --model-url)")
@@ -52,6 +53,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"--soak: seconds between samples (default {soak.SAMPLE_S:g})")
     parser.add_argument("--warmup-s", type=float,
                         help="--soak: seconds before memory is judged (default a fifth of the run, at most 60)")
+    return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.soak is not None:
         if args.model_url:
