@@ -388,10 +388,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if refusal:
             raise RequestRefused(refusal)
         result = next(client.outcomes([args.id], args.wait_timeout), None)
+    said, reason = ((result.outcome, result.reason) if result
+                    else ("pending", f"no outcome within {args.wait_timeout} s"))
+    if args.json:
+        print(json_line({"id": args.id, "outcome": said, "reason": reason}))
+    else:
+        print(f"{shown(args.id)}  {said}" + (f"  ({shown(reason)})" if reason else ""))
     if result is None:
-        print(f"{args.id}  pending  (no outcome within {args.wait_timeout} s)")
         return 1
-    print(f"{args.id}  {result.outcome}" + (f"  ({shown(result.reason)})" if result.reason else ""))
     if result.outcome == "escalated":
         why = escalations.decision_refused(settings.trace_path, args.id)
         if why:
@@ -497,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the decision is sent with your key, <keys>/people/NAME.key_secret")
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
+        decide.add_argument("--json", action="store_true",
+                            help='one JSON line: {"id", "outcome", "reason"} ("pending" if none came in time)')
 
     keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
                                    description="generate CURVE key pairs for the broker and every role")

@@ -453,3 +453,44 @@ def test_status_json_is_one_line_a_script_reads(env, capsys, monkeypatch) -> Non
     assert out.count("\n") == 1 and "\u202e" not in out
     assert json.loads(out) == {"workers": {"reader\u202e": 1}, "queued": 2, "in_flight": 0, "counters": {},
                                "waiting": {}}
+
+
+class FakeDecidingClient:
+    """The intake client a person decides with, stood in for: the broker takes the decision
+    and the email ends with `result` (None: no outcome in time)."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __call__(self, *args: object, **kwargs: object) -> FakeDecidingClient:
+        return self
+
+    def __enter__(self) -> FakeDecidingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def decide(self, *args: object) -> str:
+        return ""
+
+    def outcomes(self, ids: list[str], timeout_s: float):
+        return iter([self.result] if self.result is not None else [])
+
+
+@pytest.mark.parametrize(("result", "code", "line"), [
+    pytest.param(("x-1", "answered", "sent \x1b[2J"), 0,
+                 {"id": "x-1", "outcome": "answered", "reason": "sent \x1b[2J"}, id="decided"),
+    pytest.param(None, 1, {"id": "x-1", "outcome": "pending", "reason": "no outcome within 0.5 s"}, id="no-outcome"),
+])
+def test_approve_json_is_one_line_a_script_reads(env, capsys, monkeypatch, result, code: int, line: dict) -> None:
+    """`airlock approve --json`: one JSON line {"id", "outcome", "reason"}, escaped, same exit codes."""
+    from airlock import client
+    from airlock.wire import Result
+
+    fake = FakeDecidingClient(Result(message_id=result[0], outcome=result[1], reason=result[2]) if result else None)
+    monkeypatch.setattr(client, "IntakeClient", fake)
+    argv = ["approve", "x-1", "--as", "support-lead", "--by", "dana", "--json", "--wait-timeout", "0.5"]
+    assert cli.main(argv) == code
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "\x1b" not in out and json.loads(out) == line
