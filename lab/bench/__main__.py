@@ -14,6 +14,7 @@ progress to stderr, every figure to --json FILE.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from airlock import sources
-from airlock.cli import handled
 from airlock.client import Submission
+from airlock.interpreter import python_command
 from lab.attack import PrivateStack, progress_bar
 from lab.bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
 
@@ -127,8 +128,8 @@ def corpus_figures(corpus: str, model_url: str, readers: int | None) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure, print the table and write --json; a failure is the caller's to report
-    (airlock.cli.handled, as for every command)."""
+    """Measure, print the table and write --json; a failure is raised for the caller to
+    report (`airlock bench` runs this through airlock.cli.handled, as every command)."""
     args = parse(argv)
     figures = run(args)
     print(report.table(figures))
@@ -138,4 +139,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(handled(argparse.Namespace(command="bench", handler=lambda _: main())))
+    # Every command's failures are reported by the CLI's one handler, which the benchmark
+    # does not import (the CLI sits above it): a direct run becomes `python -m lab bench`.
+    os.execv(sys.executable, python_command("-m", "lab", "bench", *sys.argv[1:]))

@@ -126,3 +126,23 @@ def test_the_benchmark_fails_like_every_other_command(monkeypatch, capsys, exc: 
     assert lab_cli.main(["bench", "--emails", "5"]) == code
     err = capsys.readouterr().err
     assert err.startswith(said) and "\x1b" not in err and err.count("\n") == (1 if said else 0)
+
+
+def test_a_direct_run_of_the_benchmark_becomes_airlock_bench(monkeypatch) -> None:
+    """`python -m lab.bench ARGS` becomes `python -P -m lab bench ARGS`, so the one handler reports it."""
+    import os
+    import runpy
+    import sys
+
+    became: list[list[str]] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        became.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(sys, "argv", ["lab.bench", "--emails", "5"])
+    monkeypatch.delitem(sys.modules, "lab.bench.__main__", raising=False)  # run afresh, as python -m does
+    with pytest.raises(SystemExit):
+        runpy.run_module("lab.bench.__main__", run_name="__main__")
+    assert became == [[sys.executable, "-P", "-m", "lab", "bench", "--emails", "5"]]
