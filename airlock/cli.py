@@ -66,7 +66,7 @@ LAB_COMMANDS = {
     "corpus": "build attack emails from the public corpora",
     "bench": "measure what the separation costs",
     "prompts": "compare prompt variants of a task on a corpus, with a live model",
-    "lab": "hands-on labs: list, start, check, run, compose, hint, notes, reset, progress, grade, wrong, mutants",
+    "lab": "hands-on labs: list, start, check, run, compose, hint, notes, reset, progress, wrong, grade, mutants",
     "k8s": "Kubernetes: write a namespace per student (kustomize overlays with their own keys)",
     "swarm": "Docker Swarm: render the lab as a stack (keys as secrets), deploy it, remove it",
 }

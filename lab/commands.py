@@ -1,5 +1,5 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, grade,
-wrong and mutants.
+"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong,
+grade and mutants.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal
 (shown for text, json_line for --json), so a case holding an ESC sequence or a bidi
@@ -515,6 +515,12 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--json", action="store_true",
                           help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
                                'or {"dir", "error"} for a progress file that cannot be read')
+    wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
+                    "into a folder to check")
+    wrong.add_argument("id", help="the lab's id, from `lab list`")
+    wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
+    wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
+    wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
     grading = command("grade", cmd_grade, "for a trainer: rerun every student folder under a class folder and "
                       "write the class's table (never reading or writing a student's files)")
     grading.add_argument("id", help="the lab's id, from `lab list`")
@@ -533,12 +539,6 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rerun only this checkpoint (repeatable)")
     grading.add_argument("--time-limit", type=float, default=60.0,
                          help="seconds each checkpoint may run before it fails (default 60)")
-    wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
-                    "into a folder to check")
-    wrong.add_argument("id", help="the lab's id, from `lab list`")
-    wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
-    wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
-    wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
     mutating = command("mutants", cmd_mutants, "for a trainer: mutation-test each lab's reference solution "
                        "with its own checkpoints (cosmic-ray) and list the mutants that survive")
     mutating.add_argument("ids", nargs="*", metavar="ID", help="the labs (default: every lab)")
