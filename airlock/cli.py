@@ -530,8 +530,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def handled(args: argparse.Namespace, program: str = "airlock", wording: Callable[[str], str] = str) -> int:
     """Run a parsed command, each failure one escaped line on stderr, `program: message`,
     with its exit code (airlock.errors.exit_code, the module docstring's table). Every
-    command runs through this: lab/cli.py's tools and the benchmark as `airlock`, the labs'
-    commands (lab/commands.py) as `airlock lab`, whose `wording` renders the commands a
+    command runs through this: the tools around the runtime and the benchmark as
+    `airlock`, the labs' commands as `airlock lab`, whose `wording` renders the commands a
     message names for where the student is."""
     try:
         return args.handler(args)
