@@ -1,7 +1,7 @@
 """The `airlock` command: the runtime's commands and the tools around it.
 
 The runtime's (up, inject, trace, status, pending, approve, deny, keys) run here; the tools
-no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab) are the
+no service runs (LAB_COMMANDS below: attack, verify, the benchmark, the labs, ...) are the
 `lab` package's, and `airlock NAME` runs `python -m lab NAME` in this process's place.
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -283,12 +283,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json_line(status_record(status)))
         return 0
-    print(f"workers: {shown(str(status.workers))}  queued: {status.queued}  in flight: {status.in_flight}")
-    if status.counters:
-        print("counters: " + "  ".join(f"{shown(k)}={v}" for k, v in sorted(status.counters.items())))
-    for line in waiting_lines(status.waiting):
+    for line in status_lines(status):
         print(line)
     return 0
+
+
+PIPELINE = ("reader", "validator", "actor")  # the stages in the order an email passes them
+
+
+def status_lines(status: Status) -> list[str]:
+    """`airlock status` as a person reads it: a table of the stages and their connected
+    workers (the pipeline's order, then any other role), the queue, a table of the broker's
+    counters, then a line per stuck stage. Every name the broker sent is shown escaped."""
+    stages = sorted(status.workers, key=lambda role: (PIPELINE.index(role) if role in PIPELINE else len(PIPELINE),
+                                                      role))
+    lines = (_two_columns(("stage", "workers"), [(role, status.workers[role]) for role in stages])
+             if stages else ["no worker connected"])
+    lines += ["", *_two_columns(("queued", status.queued), [("in flight", status.in_flight)])]
+    if status.counters:
+        lines += ["", *_two_columns(("counter", "count"), sorted(status.counters.items()))]
+    waiting = waiting_lines(status.waiting)
+    return lines + ([""] + waiting if waiting else [])
+
+
+def _two_columns(head: tuple[str, object], rows: list[tuple[str, int]]) -> list[str]:
+    """Rows of a name (escaped, left-aligned) and a value (right-aligned), `head` first."""
+    cells = [(shown(name), str(value)) for name, value in [head, *rows]]
+    left, right = max(len(name) for name, _ in cells), max(len(value) for _, value in cells)
+    return [f"{name:<{left}}  {value:>{right}}" for name, value in cells]
 
 
 def status_record(status: Status) -> dict[str, object]:
@@ -366,10 +388,14 @@ def cmd_decide(args: argparse.Namespace) -> int:
         if refusal:
             raise RequestRefused(refusal)
         result = next(client.outcomes([args.id], args.wait_timeout), None)
+    said, reason = ((result.outcome, result.reason) if result
+                    else ("pending", f"no outcome within {args.wait_timeout} s"))
+    if args.json:
+        print(json_line({"id": args.id, "outcome": said, "reason": reason}))
+    else:
+        print(f"{shown(args.id)}  {said}" + (f"  ({shown(reason)})" if reason else ""))
     if result is None:
-        print(f"{args.id}  pending  (no outcome within {args.wait_timeout} s)")
         return 1
-    print(f"{args.id}  {result.outcome}" + (f"  ({shown(result.reason)})" if result.reason else ""))
     if result.outcome == "escalated":
         why = escalations.decision_refused(settings.trace_path, args.id)
         if why:
@@ -475,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "the decision is sent with your key, <keys>/people/NAME.key_secret")
         decide.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the broker")
         decide.add_argument("--wait-timeout", type=float, default=60.0, help="seconds to wait for the outcome")
+        decide.add_argument("--json", action="store_true",
+                            help='one JSON line: {"id", "outcome", "reason"} ("pending" if none came in time)')
 
     keys_cmd = commands.add_parser("keys", help="generate CURVE key pairs for the broker and every role",
                                    description="generate CURVE key pairs for the broker and every role")
@@ -499,9 +527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handled(parser.parse_args(argv))
 
 
-def handled(args: argparse.Namespace) -> int:
-    """Run a parsed command, each failure one escaped line on stderr with its exit code
-    (the module docstring's table); lab/cli.py runs its commands through this too."""
+def handled(args: argparse.Namespace, program: str = "airlock", wording: Callable[[str], str] = str) -> int:
+    """Run a parsed command, each failure one escaped line on stderr, `program: message`,
+    with its exit code (airlock.errors.exit_code, the module docstring's table). Every
+    command runs through this: the tools around the runtime and the benchmark as
+    `airlock`, the labs' commands as `airlock lab`, whose `wording` renders the commands a
+    message names for where the student is."""
     try:
         return args.handler(args)
     # A full disk (74) apart from a full queue (75: try again later), another stack on the
@@ -509,7 +540,7 @@ def handled(args: argparse.Namespace) -> int:
     # id, a decision not taken, an email over the limit, no keys, a key the broker refused, a
     # silent broker) is 1 (airlock.errors.exit_code).
     except AirlockError as exc:
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
+        print(f"{program}: {shown(wording(str(exc)))}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return EX_INTERRUPTED

@@ -1,5 +1,6 @@
 """python -m lab: the labs' commands (lab/commands.py: list, start, check, ...) and the tools
-around the runtime (lab/cli.py: attack, verify, record, pins, naive, model, corpus, bench)."""
+around the runtime (lab/cli.py: attack, verify, record, pins, naive, model, corpus, bench, prompts,
+k8s, swarm), each run through airlock.cli.handled."""
 
 import sys
 

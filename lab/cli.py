@@ -323,5 +323,5 @@ COMMANDS = frozenset(LAB_COMMANDS) - {"lab"}  # `airlock lab ...` is lab/command
 def main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if argv[:1] == ["bench"]:  # the benchmark's options and help are its own (lab/bench/__main__.py)
-        return cmd_bench(argparse.Namespace(rest=argv[1:]))
+        return handled(argparse.Namespace(command="bench", rest=argv[1:], handler=cmd_bench))
     return handled(build_parser().parse_args(argv))

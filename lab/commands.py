@@ -23,7 +23,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +31,8 @@ from typing import Any
 
 import msgspec
 
-from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
+from airlock.cli import handled
+from airlock.errors import AirlockError, ConfigError, RequestRefused, UsageError
 from airlock.terminal import json_line, shown
 from lab import class_grades
 from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
@@ -514,6 +515,12 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--json", action="store_true",
                           help='one JSON array: {"dir", "lab", "checked_at", "passed", "total", "checkpoints"}, '
                                'or {"dir", "error"} for a progress file that cannot be read')
+    wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
+                    "into a folder to check")
+    wrong.add_argument("id", help="the lab's id, from `lab list`")
+    wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
+    wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
+    wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
     grading = command("grade", cmd_grade, "for a trainer: rerun every student folder under a class folder and "
                       "write the class's table (never reading or writing a student's files)")
     grading.add_argument("id", help="the lab's id, from `lab list`")
@@ -532,12 +539,6 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rerun only this checkpoint (repeatable)")
     grading.add_argument("--time-limit", type=float, default=60.0,
                          help="seconds each checkpoint may run before it fails (default 60)")
-    wrong = command("wrong", cmd_wrong, "for a trainer: list a lab's deliberately wrong solutions, or write one "
-                    "into a folder to check")
-    wrong.add_argument("id", help="the lab's id, from `lab list`")
-    wrong.add_argument("name", nargs="?", help="a wrong solution's name, from `lab wrong ID`; none lists them")
-    wrong.add_argument("--dir", help="the folder to write it into (made if missing)")
-    wrong.add_argument("--force", action="store_true", help="replace the lab's files already in that folder")
     mutating = command("mutants", cmd_mutants, "for a trainer: mutation-test each lab's reference solution "
                        "with its own checkpoints (cosmic-ray) and list the mutants that survive")
     mutating.add_argument("ids", nargs="*", metavar="ID", help="the labs (default: every lab)")
@@ -552,26 +553,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one lab command through the one handler every airlock command uses
+    (airlock.cli.handled: one escaped line on stderr, airlock.errors' exit codes), its
+    messages worded for where the student is (lab.context.for_student)."""
     args = build_parser().parse_args(argv)
+    command = args.handler
+    args.handler = lambda parsed: _translated(command, parsed)
+    return handled(args, "airlock lab", for_student)
+
+
+def _translated(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a lab command once the graders' packages are there, with the labs' own errors
+    translated into the kernel's, whose exit codes the handler knows: an unknown lab is bad
+    usage (2), a broken lab file bad configuration (78), a folder this user may not write a
+    refusal (1) that says how to run as oneself (most often the compose `lab` tool run
+    without -u)."""
+    require_grader_modules()
     try:
-        require_grader_modules()
-        return args.handler(args)
+        return command(args)
     except UnknownLab as exc:
-        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
-        return EX_USAGE
+        raise UsageError(str(exc)) from exc
     except LabFormatError as exc:
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return EX_CONFIG
-    except AirlockError as exc:  # a usage error (2), a task file that will not load (78), ...
-        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt:
-        return EX_INTERRUPTED
-    except BrokenPipeError:
-        return 0
-    except PermissionError as exc:  # most often the compose `lab` tool run without -u
+        raise ConfigError(str(exc)) from exc
+    except PermissionError as exc:
         how = (f"run the lab container as yourself: {CONTAINER_COMMAND} ..." if in_container() else
                f"in the container lab, run it as yourself: {CONTAINER_COMMAND} ...")
-        print(f"airlock lab: cannot write {shown(str(exc.filename))}: permission denied; this user "
-              f"(uid {os.getuid()}) may not write there ({how})", file=sys.stderr)
-        return 1
+        raise RequestRefused(f"cannot write {exc.filename}: permission denied; this user (uid {os.getuid()}) "
+                             f"may not write there ({how})") from exc

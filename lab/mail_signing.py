@@ -3,9 +3,10 @@ emails signed with it, and the key file the SMTP intake reads instead of DNS.
 
 Real senders sign at their own domain's server and publish the public key in DNS; the lab
 has no DNS, so the intake reads `selector._domainkey.domain` records from a file
-(AIRLOCK_DKIM_KEYS, intake/authentication.py). Keys are made in pure Python (no openssl,
-no cryptography package): 1024-bit RSA, the least RFC 8301 lets a verifier accept, as
-keys for a test run that lives a few seconds, never for real mail.
+(AIRLOCK_DKIM_KEYS, intake/authentication.py). Keys come from the cryptography package:
+1024-bit RSA, the least RFC 8301 lets a verifier accept, as keys for a test run that lives
+a few seconds, never for real mail. The private key is PKCS#1 PEM (what dkimpy signs with),
+the public one a SubjectPublicKeyInfo in the TXT record, as a domain publishes it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 import dkim
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from airlock import senders, sources
 from intake import headerblock
@@ -27,7 +29,6 @@ from lab.campaign import CampaignEmail
 SELECTOR = "lab"
 KEY_BITS = 1024
 PUBLIC_EXPONENT = 65537
-_RSA_OID = bytes.fromhex("06092a864886f70d010101")  # rsaEncryption
 
 
 @dataclass(frozen=True)
@@ -37,17 +38,13 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> SigningKey:
-        while True:
-            p, q = _prime(KEY_BITS // 2), _prime(KEY_BITS // 2)
-            phi = (p - 1) * (q - 1)
-            if p != q and phi % PUBLIC_EXPONENT and (p * q).bit_length() == KEY_BITS:
-                break
-        n, e = p * q, PUBLIC_EXPONENT
-        d = pow(e, -1, phi)
-        private = _seq(*(_int(v) for v in (0, n, e, d, p, q, d % (p - 1), d % (q - 1), pow(q, -1, p))))
-        public = _seq(_seq(_RSA_OID, b"\x05\x00"), _tlv(0x03, b"\x00" + _seq(_int(n), _int(e))))
-        pem = (b"-----BEGIN RSA PRIVATE KEY-----\n" + base64.encodebytes(private)
-               + b"-----END RSA PRIVATE KEY-----\n")
+        """A fresh key pair from the cryptography package (OpenSSL's generator and primality
+        tests: a security course shows no hand-made key), in the encodings its readers take."""
+        private = rsa.generate_private_key(public_exponent=PUBLIC_EXPONENT, key_size=KEY_BITS)
+        pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                    serialization.NoEncryption())
+        public = private.public_key().public_bytes(serialization.Encoding.DER,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
         return cls(pem, "v=DKIM1; k=rsa; p=" + base64.b64encode(public).decode("ascii"))
 
     def sign(self, raw: bytes, domain: str, selector: str = SELECTOR) -> bytes:
@@ -71,7 +68,7 @@ def write_key_file(path: Path, published: dict[str, SigningKey], selector: str =
 
 @functools.cache
 def _lab_key() -> SigningKey:
-    """One key per process, published for every sender's domain (made in about 0.2 s)."""
+    """One key per process, published for every sender's domain (made in a few milliseconds)."""
     return SigningKey.generate()
 
 
@@ -92,45 +89,3 @@ def signed_and_verified(emails: list[CampaignEmail]) -> list[CampaignEmail]:
                       dataclasses.replace(item, sender=sender.address, sender_proof=sender.proof))
     return proven
 
-
-def _prime(bits: int) -> int:
-    while True:
-        candidate = secrets.randbits(bits) | (1 << (bits - 1)) | 1
-        if _probably_prime(candidate):
-            return candidate
-
-
-def _probably_prime(n: int, rounds: int = 40) -> bool:
-    """Miller-Rabin."""
-    for small in (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37):
-        if n % small == 0:
-            return n == small
-    d, r = n - 1, 0
-    while d % 2 == 0:
-        d, r = d // 2, r + 1
-    for _ in range(rounds):
-        x = pow(secrets.randbelow(n - 3) + 2, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(r - 1):
-            x = pow(x, 2, n)
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
-def _tlv(tag: int, body: bytes) -> bytes:
-    size = len(body)
-    length = bytes([size]) if size < 0x80 else bytes([0x80 | ((size.bit_length() + 7) // 8)]) + size.to_bytes(
-        (size.bit_length() + 7) // 8, "big")
-    return bytes([tag]) + length + body
-
-
-def _int(value: int) -> bytes:
-    return _tlv(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big"))
-
-
-def _seq(*items: bytes) -> bytes:
-    return _tlv(0x30, b"".join(items))

@@ -14,6 +14,7 @@ progress to stderr, every figure to --json FILE.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 from airlock import sources
 from airlock.client import Submission
-from airlock.errors import AirlockError, exit_code
+from airlock.interpreter import python_command
 from lab.attack import PrivateStack, progress_bar
 from lab.bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
 
@@ -32,7 +33,8 @@ DEFAULT_LATENCY_EMAILS = 500
 CORPUS_TIMEOUT_S = 1800.0  # for every outcome of the corpus run: 172 emails at 1 a second fit
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """`airlock bench`'s options (docs/cli.md's table is checked against them)."""
     parser = argparse.ArgumentParser(prog="airlock bench", description=__doc__.split("\n\n")[1])
     parser.add_argument("--emails", type=int, help=f"emails to push (default {DEFAULT_EMAILS:,}; "
                                                    f"{DEFAULT_MODEL_EMAILS} with --model-url)")
@@ -52,6 +54,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"--soak: seconds between samples (default {soak.SAMPLE_S:g})")
     parser.add_argument("--warmup-s", type=float,
                         help="--soak: seconds before memory is judged (default a fifth of the run, at most 60)")
+    return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.soak is not None:
         if args.model_url:
@@ -121,12 +128,10 @@ def corpus_figures(corpus: str, model_url: str, readers: int | None) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure, print the table and write --json; a failure is raised for the caller to
+    report (`airlock bench` runs this through airlock.cli.handled, as every command)."""
     args = parse(argv)
-    try:
-        figures = run(args)
-    except AirlockError as exc:
-        say(str(exc))
-        return exit_code(exc)
+    figures = run(args)
     print(report.table(figures))
     if args.json:
         report.write_json(args.json, figures)
@@ -134,4 +139,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Every command's failures are reported by the CLI's one handler, which the benchmark
+    # does not import (the CLI sits above it): a direct run becomes `python -m lab bench`.
+    os.execv(sys.executable, python_command("-m", "lab", "bench", *sys.argv[1:]))

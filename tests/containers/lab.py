@@ -198,9 +198,9 @@ class Lab:
         deadline = time.monotonic() + timeout_s
         done = None
         while time.monotonic() < deadline:
-            done = self.airlock("status", "--timeout", "1")
-            counts = dict(re.findall(r"'(\w+)': (\d+)", done.stdout))
-            if done.returncode == 0 and all(int(counts.get(r, 0)) >= 1 for r in ("reader", "validator", "actor")):
+            done = self.airlock("status", "--json", "--timeout", "1")
+            counts = json.loads(done.stdout)["workers"] if done.returncode == 0 else {}
+            if all(counts.get(r, 0) >= 1 for r in ("reader", "validator", "actor")):
                 return
             time.sleep(0.5)
         raise AssertionError(f"the lab's workers did not connect to the broker: {done and done.stderr}")

@@ -56,6 +56,11 @@ class Stack:
         return subprocess.run([sys.executable, "-m", "airlock", *args], env=self.env, cwd=cwd,
                               input=stdin, capture_output=True, text=True, timeout=timeout)
 
+    def status(self) -> dict:
+        """`airlock status --json`, read: {} while the broker does not answer."""
+        done = self.airlock("status", "--json", "--timeout", "2")
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+
     def inject(self, *args: str, stdin: str | None = None) -> list[dict]:
         done = self.airlock("inject", "--json", "--wait", "--wait-timeout", "60", *args, stdin=stdin)
         assert done.returncode == 0, done.stderr

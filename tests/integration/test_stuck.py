@@ -118,7 +118,7 @@ def test_emails_for_a_paused_actor_under_airlock_up_end_failed(stack) -> None:
     os.kill(actor, signal.SIGSTOP)
     try:
         # Idle and silent past heartbeat liveness: the broker lets it go (worker_lost).
-        assert wait_until(lambda: "'actor': 0" in s.airlock("status").stdout, 60)
+        assert wait_until(lambda: s.status().get("workers", {}).get("actor") == 0, 60)
         injected = s.airlock("inject", "--json", SEED, SEED)
         assert injected.returncode == 0, injected.stderr
         ids = [json.loads(line)["id"] for line in injected.stdout.splitlines()]
@@ -132,7 +132,7 @@ def test_emails_for_a_paused_actor_under_airlock_up_end_failed(stack) -> None:
             assert "no actor was connected, or heard from" in outcome["reason"], outcome
     finally:
         os.kill(actor, signal.SIGCONT)
-    assert wait_until(lambda: "'actor': 1" in s.airlock("status").stdout, 60)
+    assert wait_until(lambda: s.status().get("workers", {}).get("actor") == 1, 60)
     assert [c for c in s.calls() if c["message_id"] in ids] == []
     done = s.inject(SEED)  # the resumed actor serves new mail
     assert done[0]["outcome"] == "completed", done

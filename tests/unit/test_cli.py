@@ -392,3 +392,105 @@ def test_pending_names_the_steps_whose_effect_is_unknown(env, capsys) -> None:
     out = capsys.readouterr().out
     assert f"{ESCALATED}  step 2 mail/send_refund_confirmation" in out
     assert "m7\\x1b[2J  step 2 mail/send_status: unknown" in out and "\x1b" not in out
+
+
+class FakeStatusClient:
+    """The intake client, stood in for: `status()` answers with the Status it was given."""
+
+    def __init__(self, status: object) -> None:
+        self.answer = status
+
+    def __enter__(self) -> FakeStatusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def status(self) -> object:
+        return self.answer
+
+
+def _status(monkeypatch: pytest.MonkeyPatch, status: object) -> None:
+    monkeypatch.setattr(cli, "_client", lambda args, settings: FakeStatusClient(status))
+
+
+def test_status_prints_a_table_not_a_python_dict(env, capsys, monkeypatch) -> None:
+    """`airlock status`: one row per stage with its workers, in the pipeline's order, then
+    the queue and each counter on rows of their own; no dict or repr reaches the terminal."""
+    from airlock.wire import Status
+
+    _status(monkeypatch, Status(ref=1, workers={"actor": 1, "reader": 2, "validator": 0}, queued=3, in_flight=1,
+                                counters={"outcome.answered": 12, "redelivered.reader": 1}))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "'" not in out, out
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert rows[:4] == [["stage", "workers"], ["reader", "2"], ["validator", "0"], ["actor", "1"]]
+    assert ["queued", "3"] in rows and ["in", "flight", "1"] in rows
+    assert ["outcome.answered", "12"] in rows and ["redelivered.reader", "1"] in rows
+
+
+def test_status_with_no_worker_says_so_and_escapes_a_brokers_names(env, capsys, monkeypatch) -> None:
+    """No worker connected is said in words, and a stage name the broker sent is shown escaped."""
+    from airlock.wire import Status
+
+    _status(monkeypatch, Status(ref=1, workers={}, queued=0, in_flight=0))
+    assert cli.main(["status"]) == 0
+    assert "no worker connected" in capsys.readouterr().out
+    _status(monkeypatch, Status(ref=1, workers={"\x1b[2J": 1}, queued=0, in_flight=0, counters={"\x1b]0;x": 2}))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[2J" in out
+
+
+def test_status_json_is_one_line_a_script_reads(env, capsys, monkeypatch) -> None:
+    """`airlock status --json`: one JSON line with every key, hidden characters escaped."""
+    from airlock.wire import Status
+
+    _status(monkeypatch, Status(ref=1, workers={"reader\u202e": 1}, queued=2, in_flight=0))
+    assert cli.main(["status", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "\u202e" not in out
+    assert json.loads(out) == {"workers": {"reader\u202e": 1}, "queued": 2, "in_flight": 0, "counters": {},
+                               "waiting": {}}
+
+
+class FakeDecidingClient:
+    """The intake client a person decides with, stood in for: the broker takes the decision
+    and the email ends with `result` (None: no outcome in time)."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __call__(self, *args: object, **kwargs: object) -> FakeDecidingClient:
+        return self
+
+    def __enter__(self) -> FakeDecidingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def decide(self, *args: object) -> str:
+        return ""
+
+    def outcomes(self, ids: list[str], timeout_s: float):
+        return iter([self.result] if self.result is not None else [])
+
+
+@pytest.mark.parametrize(("result", "code", "line"), [
+    pytest.param(("x-1", "answered", "sent \x1b[2J"), 0,
+                 {"id": "x-1", "outcome": "answered", "reason": "sent \x1b[2J"}, id="decided"),
+    pytest.param(None, 1, {"id": "x-1", "outcome": "pending", "reason": "no outcome within 0.5 s"}, id="no-outcome"),
+])
+def test_approve_json_is_one_line_a_script_reads(env, capsys, monkeypatch, result, code: int, line: dict) -> None:
+    """`airlock approve --json`: one JSON line {"id", "outcome", "reason"}, escaped, same exit codes."""
+    from airlock import client
+    from airlock.wire import Result
+
+    fake = FakeDecidingClient(Result(message_id=result[0], outcome=result[1], reason=result[2]) if result else None)
+    monkeypatch.setattr(client, "IntakeClient", fake)
+    argv = ["approve", "x-1", "--as", "support-lead", "--by", "dana", "--json", "--wait-timeout", "0.5"]
+    assert cli.main(argv) == code
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "\x1b" not in out and json.loads(out) == line
