@@ -162,11 +162,11 @@ COPY samples/ /app/samples/
 COPY corpus/handmade/ /app/corpus/handmade/
 COPY lab/ /app/lab/
 COPY labs/ /app/labs/
-# The root is read-only: hypothesis's Unicode tables (lab.runner's cache; the graders keep
+# The root is read-only: hypothesis's Unicode tables (course.runner's cache; the graders keep
 # no example database) go to the /tmp tmpfs. PYTHONSAFEPATH: `python -m lab` runs the
 # image's lab/ and labs/ (PYTHONPATH), not the copy in the folder mounted at /work.
 # AIRLOCK_LAB_CONTAINER: the lab tool's messages name the `docker compose run ... lab` lines
-# and the repository's paths a student types and opens on the host (lab/context.py).
+# and the repository's paths a student types and opens on the host (course/context.py).
 ENV PYTHONSAFEPATH=1 XDG_CACHE_HOME=/tmp/cache AIRLOCK_LAB_CONTAINER=1
 WORKDIR /work
 USER 10001:10001

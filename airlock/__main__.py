@@ -1,5 +1,5 @@
 import sys
 
-from airlock.cli import main
+from cli.runtime import main
 
 sys.exit(main())

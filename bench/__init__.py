@@ -1,4 +1,4 @@
-"""`airlock bench` (python -m lab.bench): what airlock's separation costs, measured against one process.
+"""`airlock bench` (python -m bench): what airlock's separation costs, measured against one process.
 
     pipeline.py   the real stack (`airlock up` on free ports): throughput, low-rate
                   latency, and the run through a real model endpoint
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # lab/bench/ -> the project
+ROOT = Path(__file__).resolve().parents[1]  # bench/ -> the project
 TASK = ROOT / "tasks" / "order_status.toml"
 # An email with a recorded answer ("4411"): with no model every email completes with 2 calls.
 SAMPLE = ROOT / "samples" / "seed_4411_de.eml"

@@ -1,4 +1,4 @@
-"""airlock bench (python -m lab.bench) [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
+"""airlock bench (python -m bench) [--emails N] [--readers N] [--json FILE] [--model-url URL] [--latency-emails N]
                                       [--soak MINUTES [--rate N] [--sample-s S] [--warmup-s S]]
 
 Without --model-url: the separated throughput run, the low-rate latency run (both on one
@@ -7,7 +7,7 @@ private `airlock up` with recorded answers), then the in-process baseline. With
 each email's time), then the corpus (--corpus, default corpus/handmade) as `airlock attack`
 runs it, readers matched to the model: utility, value mismatches, emails/s. With --soak: the
 stack at a steady rate for MINUTES, with RSS per process over time, file growth per 1,000
-emails and the restart time at the end (lab/bench/soak.py). A table goes to stdout,
+emails and the restart time at the end (bench/soak.py). A table goes to stdout,
 progress to stderr, every figure to --json FILE.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 from airlock import sources
 from airlock.client import Submission
 from airlock.errors import AirlockError, exit_code
-from lab.attack import PrivateStack, progress_bar
-from lab.bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
+from bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
+from harness.attack import PrivateStack, progress_bar
 
 DEFAULT_EMAILS = 20_000
 DEFAULT_MODEL_EMAILS = 50
@@ -64,7 +64,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.emails is None:
         args.emails = DEFAULT_MODEL_EMAILS if args.model_url else DEFAULT_EMAILS
     if args.readers is None and not args.model_url:
-        args.readers = 1  # with a model, as many as it serves at once (lab/attack.py match_model)
+        args.readers = 1  # with a model, as many as it serves at once (harness/attack.py match_model)
     for name in ("emails", "readers", "latency_emails"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def corpus_figures(corpus: str, model_url: str, readers: int | None) -> dict[str, Any]:
     """`airlock attack`'s summary of the corpus through the model: utility, mismatches split
-    by whether the email held the value, emails/s and latency (lab/score.py)."""
+    by whether the email held the value, emails/s and latency (harness/score.py)."""
     from airlock import task as task_module
-    from lab import attack
+    from harness import attack
 
     result = attack.run([corpus], "separated", task_module.load(TASK), model_url, readers, CORPUS_TIMEOUT_S,
                         False, progress_bar())

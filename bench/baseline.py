@@ -19,8 +19,8 @@ import msgspec
 from actor import app as actor_app
 from airlock import settings as settings_module, task as task_module, trace
 from airlock.wire import Done, Email, Message, Passed, Reading, Rejected, Unreadable
-from lab.bench import CALLS_PER_EMAIL
-from lab.bench.report import percentiles
+from bench import CALLS_PER_EMAIL
+from bench.report import percentiles
 from reader import app as reader_app
 from validator.app import Validator
 

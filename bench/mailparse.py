@@ -1,4 +1,4 @@
-"""python -m lab.bench.mailparse [--stdlib] [--shape NAME]: one email parse's cost on hostile shapes.
+"""python -m bench.mailparse [--stdlib] [--shape NAME]: one email parse's cost on hostile shapes.
 
 Each shape is an email of at most 256 KiB (the broker's default limit) built to make Python's
 email parser work hard: the issue's encoded-word Subject, RFC 2231 parameters, comments,
@@ -191,7 +191,7 @@ def _reader_child(rounds: int) -> None:
     shape, `rounds` times over, as one long-lived reader would meet them; one JSON line."""
     from airlock import task as task_module
     from airlock.wire import Email, Unreadable
-    from lab.bench import TASK
+    from bench import TASK
     from reader.app import Reader, not_configured
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_MB << 20, CHILD_AS_MB << 20))
     reader = Reader(task_module.load(TASK), not_configured, {})
@@ -209,7 +209,7 @@ def _reader_child(rounds: int) -> None:
 
 def measure_reader(rounds: int) -> dict[str, object]:
     """Every shape through one reader's handle(), `rounds` times, in a fresh child process."""
-    argv = python_command("-m", "lab.bench.mailparse", "--reader-rounds", str(rounds))
+    argv = python_command("-m", "bench.mailparse", "--reader-rounds", str(rounds))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S * 4, check=False)
     if done.returncode != 0:
         return {"error": f"child died ({done.returncode}): {done.stderr.strip()[-300:]}"}
@@ -218,7 +218,7 @@ def measure_reader(rounds: int) -> dict[str, object]:
 
 def measure(shape: str, stdlib: bool = False) -> dict[str, object]:
     """One parse of `shape` in a fresh child process: its outcome, CPU seconds and peak MB."""
-    argv = python_command("-m", "lab.bench.mailparse", "--child", shape) + (["--stdlib"] if stdlib else [])
+    argv = python_command("-m", "bench.mailparse", "--child", shape) + (["--stdlib"] if stdlib else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -236,7 +236,7 @@ def _cell(row: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench.mailparse", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.mailparse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stdlib", action="store_true", help="also measure the parse as it was before the bounds")
     parser.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only this shape (repeatable)")
     parser.add_argument("--rounds", type=int, default=3,

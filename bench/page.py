@@ -1,4 +1,4 @@
-"""python -m lab.bench.page [--emails N] [--pages N]: what the page's snapshot costs on hostile emails.
+"""python -m bench.page [--emails N] [--pages N]: what the page's snapshot costs on hostile emails.
 
 The board is fed N emails (default 500) whose every text field is as long as the trace
 allows and made of invisible tag characters (four bytes each, ten characters once escaped),
@@ -78,7 +78,7 @@ def measure(emails: int, pages: int, budget: int = STREAM_BUFFER_BYTES) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench.page", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.page", description=__doc__.split("\n\n")[0])
     parser.add_argument("--emails", type=int, default=500)
     parser.add_argument("--pages", type=int, default=32)
     args = parser.parse_args(argv)

@@ -23,8 +23,8 @@ from airlock import records, trace, tracefiles
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.settings import Settings
-from lab.bench import CALLS_PER_EMAIL
-from lab.bench.report import percentiles
+from bench import CALLS_PER_EMAIL
+from bench.report import percentiles
 
 STALL_S = 60.0  # no outcome at all for this long: the run is stuck, stragglers are counted
 AWAIT_CHUNK = 1000  # ids per Await

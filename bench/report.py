@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from lab.bench import growth
-from lab.score import percentile
+from bench import growth
+from harness.score import percentile
 
 PERCENTILES = (50, 95, 99)
 
@@ -128,7 +128,7 @@ def _model(run: dict[str, Any]) -> list[str]:
 
 
 def _corpus(s: dict[str, Any]) -> list[str]:
-    """The corpus through the model, as `airlock attack` scores it (lab/score.py)."""
+    """The corpus through the model, as `airlock attack` scores it (harness/score.py)."""
     invented = s["value_mismatches_invented"]
     return ["", f"the corpus through the model: {s['corpus']}, {s['emails']} emails, {s['readers']} reader(s), "
                 f"{s['in_flight']} in flight ({s['readers_why']})",

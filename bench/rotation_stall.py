@@ -1,8 +1,8 @@
 """How long a trace rotation keeps a running broker from answering.
 
-    python -m lab.bench.rotation_stall DIR [--segment-mib 64] [--code PATH]
+    python -m bench.rotation_stall DIR [--segment-mib 64] [--code PATH]
 
-Fills DIR/trace.jsonl with realistic lines (lab.bench.trace_restart's six lines an email)
+Fills DIR/trace.jsonl with realistic lines (bench.trace_restart's six lines an email)
 to just under the segment size, starts a real broker on DIR (`python -m broker --insecure`,
 free loopback ports; `--code PATH` puts another checkout first on its PYTHONPATH, for the
 figures of older code), and then, while one client asks for the status over and over and
@@ -33,7 +33,7 @@ from airlock import settings as settings_module, tracefiles
 from airlock.interpreter import python_command
 from airlock.transport import dealer
 from airlock.wire import Ping, Submit, encode, outbound_decoder
-from lab.bench.trace_restart import PLACEHOLDER, _email_lines
+from bench.trace_restart import PLACEHOLDER, _email_lines
 
 MARGIN_BYTES = 16 * 1024  # room left in the live file: a few dozen emails' received lines
 PING_EVERY_S = 0.002
@@ -133,7 +133,7 @@ def run(folder: Path, segment_bytes: int, code: Path | None) -> dict[str, object
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench.rotation_stall", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.rotation_stall", description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--segment-mib", type=float, default=64.0)
     parser.add_argument("--code", type=Path, help="another checkout, for the broker's code (figures before)")

@@ -24,9 +24,9 @@ from typing import Any
 
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
-from lab.attack import PrivateStack
-from lab.bench import TASK, growth
-from lab.bench.pipeline import CLIENT_TIMEOUT_S, STALL_S, accepted_chunks
+from bench import TASK, growth
+from bench.pipeline import CLIENT_TIMEOUT_S, STALL_S, accepted_chunks
+from harness.attack import PrivateStack
 
 DEFAULT_RATE = 200.0  # emails/s: what the soak ran at, well under what this machine's stack moves
 SAMPLE_S = 5.0

@@ -2,9 +2,9 @@
 history of several GB, with the trace in one file (as before segments) or in segments with
 a checkpoint (airlock.tracefiles).
 
-    python -m lab.bench.trace_restart generate DIR GB [--segment-bytes N]
-    python -m lab.bench.trace_restart recover DIR
-    python -m lab.bench.trace_restart serve DIR
+    python -m bench.trace_restart generate DIR GB [--segment-bytes N]
+    python -m bench.trace_restart recover DIR
+    python -m bench.trace_restart serve DIR
 
 `generate` writes GB of realistic trace (six lines, about 2.6 KB an email, shaped like
 a real run's: received, model_answer, verdict, a step run and a step refused, outcome)
@@ -149,7 +149,7 @@ def serve(folder: Path) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench.trace_restart", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.trace_restart", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("generate")
     make.add_argument("folder", type=Path)

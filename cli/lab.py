@@ -33,9 +33,9 @@ import msgspec
 
 from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
 from airlock.terminal import json_line, shown
-from lab import class_grades
-from lab.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
-from lab.context import (
+from course import class_grades
+from course.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
+from course.context import (
     CONTAINER_COMMAND,
     for_student,
     in_container,
@@ -44,8 +44,8 @@ from lab.context import (
     page_missing,
     require_grader_modules,
 )
-from lab.grading import Failed
-from lab.runner import (
+from course.grading import Failed
+from course.runner import (
     STATE_FOLDER,
     Limits,
     Progress,
@@ -194,7 +194,7 @@ def _print_check(lab: Lab, progress: Progress) -> None:
 
 
 def sandbox_in_force(progress: Progress) -> str:
-    """The boundaries the student's processes reported (airlock.sandbox), in one line."""
+    """The boundaries the student's processes reported (studentcode.sandbox), in one line."""
     said = list(dict.fromkeys(text for result in progress.checkpoints for text in result.sandbox))
     if not said:
         return "no student process was started (nothing was loaded)"
@@ -203,7 +203,7 @@ def sandbox_in_force(progress: Progress) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The student's code in a private stack on the lab's emails; the report from what ran."""
-    from lab import run as lab_run  # the stack's imports (zmq, the attack harness) only for `run`
+    from course import run as lab_run  # the stack's imports (zmq, the attack harness) only for `run`
 
     lab = find(args.id, args.labs_root)
     student_dir = Path(args.dir)
@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compose(args: argparse.Namespace) -> int:
     """The compose lab's override for the student's folder, written, and the line that uses it."""
-    from lab import compose_override
+    from course import compose_override
 
     lab = find(args.id, args.labs_root)
     path, lines = compose_override.write(lab, Path(args.dir))
@@ -249,7 +249,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 def _run_phased(lab: Lab, student_dir: Path, data_dir: Path, args: argparse.Namespace, page: bool) -> int:
     """A lab with no plug point (red-and-blue): its phases, each in its own stack."""
-    from lab import phased_run
+    from course import phased_run
 
     with phased_run.running_phases(lab, student_dir, data_dir, model=args.model, page=page) as report:
         shown_problems = _show_kept(args, phased_run, report)
@@ -267,7 +267,7 @@ def _show_kept(args: argparse.Namespace, kind: ModuleType, report: Any) -> list[
 
 
 def _stopped(args: argparse.Namespace, kind: ModuleType, report: Any, shown_problems: list[str] | None) -> int:
-    """The stack has stopped and the run's files were judged again (lab.provenance): the
+    """The stack has stopped and the run's files were judged again (course.provenance): the
     report, or after --keep what was found since it was shown; exit 0 only when clean."""
     if shown_problems is None:
         _show_report(args, kind, report)
@@ -281,7 +281,7 @@ def _stopped(args: argparse.Namespace, kind: ModuleType, report: Any, shown_prob
 
 
 def _show_report(args: argparse.Namespace, kind: ModuleType, report: Any) -> None:
-    """A run's report as one JSON object or as lines (`kind`: lab.run or lab.phased_run, which
+    """A run's report as one JSON object or as lines (`kind`: lab.run or course.phased_run, which
     both write it)."""
     if args.json:
         print(json_line(kind.report_record(report)), flush=True)
@@ -376,8 +376,8 @@ def cmd_wrong(args: argparse.Namespace) -> int:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """For a trainer: how many of cosmic-ray's mutants of each reference solution the lab's
-    checkpoints kill (lab/mutants.py), and each survivor."""
-    from lab import mutants  # cosmic-ray, only for this command
+    checkpoints kill (course/mutants.py), and each survivor."""
+    from course import mutants  # cosmic-ray, only for this command
 
     if args.sample is not None and args.sample < 1:
         raise UsageError("--sample must be at least 1")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
-from airlock import __version__, escalations, injected, settings as settings_module, sources, trace
+from airlock import __version__, settings as settings_module, sources, trace
 from airlock.errors import (
     EX_CONFIG,
     EX_INTERRUPTED,
@@ -46,6 +46,7 @@ from airlock.errors import (
 )
 from airlock.interpreter import python_command
 from airlock.terminal import json_line, shown
+from ops import escalations, injected
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
     from airlock.client import IntakeClient, Submission
@@ -55,7 +56,7 @@ LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 # The commands whose code is in the `lab` package, the tools no service runs, with the one
 # line `airlock --help` shows for each. `airlock NAME ...` becomes `python -m lab NAME ...`
 # (`airlock lab ...` becomes `python -m lab ...`), so the kernel the services import never
-# imports lab. lab/cli.py builds these commands' parsers and takes their help from here.
+# imports lab. cli/tools.py builds these commands' parsers and takes their help from here.
 LAB_COMMANDS = {
     "attack": "inject a corpus and score the side effects that ran",
     "verify": "prove the running lab (compose, or a swarm stack) is isolated",
@@ -80,10 +81,11 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airlock import locks, preflight
+    from airlock import locks
     from airlock.service import stop_on_signals
-    from airlock.supervisor import Supervisor, check_config, child_env
     from airlock.task import describe_recordings
+    from ops import preflight
+    from ops.supervisor import Supervisor, check_config, child_env
 
     if args.readers is not None and args.readers < 1:
         raise UsageError("--readers must be at least 1")
@@ -501,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def handled(args: argparse.Namespace) -> int:
     """Run a parsed command, each failure one escaped line on stderr with its exit code
-    (the module docstring's table); lab/cli.py runs its commands through this too."""
+    (the module docstring's table); cli/tools.py runs its commands through this too."""
     try:
         return args.handler(args)
     # A full disk (74) apart from a full queue (75: try again later), another stack on the

@@ -1,9 +1,9 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
 pins, naive, model, corpus, bench, prompts, k8s and swarm, as `python -m lab COMMAND ...`.
 
-`airlock COMMAND ...` becomes this process (airlock/cli.py run_in_lab), so the kernel the
+`airlock COMMAND ...` becomes this process (cli/runtime.py run_in_lab), so the kernel the
 services import never imports `lab`. The kernel owns each command's one-line help
-(LAB_COMMANDS, what `airlock --help` lists) and the exit codes (airlock.cli.handled); this
+(LAB_COMMANDS, what `airlock --help` lists) and the exit codes (cli.runtime.handled); this
 module owns the commands' options and runs them. Heavy imports (ZeroMQ, the reader's and
 the actor's code) wait inside the handler that needs them.
 """
@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from airlock import settings as settings_module
-from airlock.cli import LAB_COMMANDS, handled
 from airlock.errors import UsageError
+from cli.runtime import LAB_COMMANDS, handled
 
 _json = msgspec.json.Encoder()
 
@@ -34,7 +34,7 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 def cmd_attack(args: argparse.Namespace) -> int:
     from airlock import task as task_module
-    from lab import attack, score
+    from harness import attack, score
 
     settings = _settings(args)
     task = task_module.load(settings.task)
@@ -69,11 +69,11 @@ def verify_target(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lab import verify
+    from ops import verify
 
     kind, name = verify_target(args)
     if kind == "swarm":
-        from lab import verify_swarm
+        from ops import verify_swarm
 
         checks = verify_swarm.run(name)
     else:
@@ -88,19 +88,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from lab import record  # the reader's prompt and model client: this process, never the kernel's
+    from redteam import record  # the reader's prompt and model client: this process, never the kernel's
 
     return record.run(args.files, args.model_url, args.task)
 
 
 def cmd_pins(args: argparse.Namespace) -> int:
-    from lab import pins
+    from ops import pins
 
     return pins.run(args.task, args.catalog)
 
 
 def cmd_naive(args: argparse.Namespace) -> int:
-    from lab.naive.__main__ import run  # imports reader and actor code, by design
+    from redteam.naive.__main__ import run  # imports reader and actor code, by design
 
     return run(args.files, args.model_url, args.data_dir)
 
@@ -109,7 +109,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     import threading
 
     from airlock.service import stop_on_signals
-    from lab.hostile import HostileModel
+    from harness.hostile import HostileModel
 
     if not args.hostile:
         raise UsageError("only the worst-case model is built in (--hostile); for a real one see the README")
@@ -122,7 +122,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
-    from lab import corpus
+    from redteam import corpus
 
     source = Path(args.source)
     if not source.is_dir():
@@ -133,7 +133,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    from lab import prompts  # the reader's and the validator's code, in this process
+    from redteam import prompts  # the reader's and the validator's code, in this process
 
     model_url = args.model_url or settings_module.load().model_url
     if not model_url:
@@ -149,13 +149,13 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from lab.bench.__main__ import main as bench  # the benchmark parses its own options
+    from bench.__main__ import main as bench  # the benchmark parses its own options
 
     return bench(args.rest)
 
 
 def cmd_k8s_class(args: argparse.Namespace) -> int:
-    from lab import kubernetes
+    from ops import kubernetes
 
     out = Path(args.out)
     for name, keys_made in kubernetes.make_class(out, args.name, args.students):
@@ -169,7 +169,7 @@ def _swarm_shape(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_swarm_render(args: argparse.Namespace) -> int:
-    from lab import swarm_deploy
+    from ops import swarm_deploy
 
     keys_folder = Path(args.keys)
     out = Path(args.out) if args.out else swarm_deploy.stack_file(keys_folder, args.stack)
@@ -179,7 +179,7 @@ def cmd_swarm_render(args: argparse.Namespace) -> int:
 
 
 def cmd_swarm_up(args: argparse.Namespace) -> int:
-    from lab import swarm_deploy
+    from ops import swarm_deploy
 
     made, created, out = swarm_deploy.up(args.stack, Path(args.keys), args.readers, rebuild=args.build,
                                          **_swarm_shape(args))
@@ -188,7 +188,7 @@ def cmd_swarm_up(args: argparse.Namespace) -> int:
 
 
 def cmd_swarm_down(args: argparse.Namespace) -> int:
-    from lab import swarm_deploy
+    from ops import swarm_deploy
 
     swarm_deploy.down(args.stack)
     print(f"removed stack {args.stack}; its secrets stay (label {swarm_deploy.STACK_LABEL}={args.stack})")
@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     prompts = command("prompts", cmd_prompts, data_dir=False)
     prompts.add_argument("paths", nargs="+", help="emails with X-Airlock-Expect: files, folders or .jsonl")
     prompts.add_argument("--variants", nargs="*", default=[], metavar="TOML",
-                         help="files with a [reader] table each (lab/prompts/); the task itself always runs first")
+                         help="files with a [reader] table each (redteam/prompt_variants/); the task itself "
+                              "always runs first")
     prompts.add_argument("--model-url", help="the model endpoint (default $AIRLOCK_MODEL_URL)")
     prompts.add_argument("--task", help="task file (default tasks/order_status.toml)")
     prompts.add_argument("--rounds", type=int, default=1, help="passes per variant, interleaved (default 1)")
@@ -317,11 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = frozenset(LAB_COMMANDS) - {"lab"}  # `airlock lab ...` is lab/commands.py's
+COMMANDS = frozenset(LAB_COMMANDS) - {"lab"}  # `airlock lab ...` is cli/lab.py's
 
 
 def main(argv: Sequence[str]) -> int:
     argv = list(argv)
-    if argv[:1] == ["bench"]:  # the benchmark's options and help are its own (lab/bench/__main__.py)
+    if argv[:1] == ["bench"]:  # the benchmark's options and help are its own (bench/__main__.py)
         return cmd_bench(argparse.Namespace(rest=argv[1:]))
     return handled(build_parser().parse_args(argv))

@@ -56,7 +56,7 @@ lab.toml, every key required unless marked (unknown keys are errors):
     [[checkpoints]]                   # at least one, ids unique, in the order they are graded
     id = "contract"                   # [a-z0-9-]
     title = "check() keeps exactly 1-6 ASCII digits"
-    grader = "lab.graders.separation:contract"   # "module:function", module under lab.graders
+    grader = "course.graders.separation:contract"   # "module:function", module under course.graders
 
     [[hints]]                         # levels 1, 2 and 3 each at least once, in that order
     level = 1                         # 1 a nudge, 2 the idea, 3 nearly the answer
@@ -69,25 +69,25 @@ lab.toml, every key required unless marked (unknown keys are errors):
 
     [run]                             # optional: how `airlock lab run` and an in-stack
                                       # checkpoint run the lab in a private stack
-    plug = "validator.check"          # a key of airlock.student.PLUG_POINTS
+    plug = "validator.check"          # a key of studentcode.student.PLUG_POINTS
     file = "checker.py"               # the student's file that plugs in (one of student_files)
     task = "tasks/order_status.toml"  # paths: relative to the checkout; "./x" to the lab folder
     catalog = ""                      # optional: the actor's catalog (the same path rule)
-    emails = ["corpus/handmade"]      # files or folders for lab.campaign.load, at least one
+    emails = ["corpus/handmade"]      # files or folders for harness.campaign.load, at least one
     model = "hostile"                 # "hostile" (the default) or "recorded": both offline
     rug_pull = ""                     # optional: a catalog whose content replaces `catalog`'s
     rug_pull_after = 0                #   in place after this many emails (at least 1 with one)
 
     [run]                             # or, for a lab with no plug point (red-and-blue): phases,
                                       # each its own private stack, built from the student's folder
-    phases = "lab.graders.red_and_blue:run_phases"  # (student_dir, folder) -> list[lab.phases.Phase]
-    judge = "lab.graders.red_and_blue:run_judge"    # (PhaseEmail, EmailResult) -> lab.phases.Judged
+    phases = "course.graders.red_and_blue:run_phases"  # (student_dir, folder) -> list[course.phases.Phase]
+    judge = "course.graders.red_and_blue:run_judge"    # (PhaseEmail, EmailResult) -> course.phases.Judged
     model = "hostile"                 # as above; plug, file, task, emails, catalog and rug_pull
                                       # are refused beside phases: the builder gives each phase
-                                      # its task and emails (lab/phases.py owns that contract)
+                                      # its task and emails (course/phases.py owns that contract)
 
-A grader is `grade(student_dir: Path) -> lab.grading.Verdict` (see lab/grading.py); the
-runner (lab/runner.py) calls it in its own process, so a grader may simply call the
+A grader is `grade(student_dir: Path) -> course.grading.Verdict` (see course/grading.py); the
+runner (course/runner.py) calls it in its own process, so a grader may simply call the
 student's functions.
 """
 
@@ -102,8 +102,8 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from airlock.student import PLUG_POINTS, Plug
-from lab.grading import Verdict
+from course.grading import Verdict
+from studentcode.student import PLUG_POINTS, Plug
 
 T = TypeVar("T")
 
@@ -113,7 +113,7 @@ RUN_MODELS = ("hostile", "recorded")
 LESSON_LANGUAGES = frozenset({"en", "nl", "de", "ru", "tr"})
 HINT_LEVELS = (1, 2, 3)
 _SLUG = re.compile(r"\A[a-z0-9]+(?:-[a-z0-9]+)*\Z")
-_GRADER = re.compile(r"\Alab\.graders\.[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*\Z")
+_GRADER = re.compile(r"\Acourse\.graders\.[a-z_][a-z0-9_]*:[a-z_][a-z0-9_]*\Z")
 _SEED = re.compile(r"\A[0-9]{3}\Z")
 
 
@@ -446,7 +446,7 @@ def _problems(lab: Lab) -> list[str]:
             problems.append(f"checkpoints[{i}].id: {checkpoint.id!r} is listed twice")
         if not _GRADER.match(checkpoint.grader):
             problems.append(f"checkpoints[{i}].grader: {checkpoint.grader!r} "
-                            f"is not \"lab.graders.<module>:<function>\"")
+                            f"is not \"course.graders.<module>:<function>\"")
     if lab.run is not None:
         problems += _run_problems(lab, lab.run)
     levels = [hint.level for hint in lab.hints]
@@ -475,14 +475,14 @@ def _run_problems(lab: Lab, run: Run) -> list[str]:
 
 
 def _phased_problems(run: Run) -> list[str]:
-    """phases and judge, each a function under lab.graders; none of a plug table's keys,
+    """phases and judge, each a function under course.graders; none of a plug table's keys,
     which would be silently ignored: the builder gives each phase its task and emails."""
     problems: list[str] = []
     for key, value in (("phases", run.phases), ("judge", run.judge)):
         if not _GRADER.match(value):
-            problems.append(f"run.{key}: {value!r} is not \"lab.graders.<module>:<function>\" "
+            problems.append(f"run.{key}: {value!r} is not \"course.graders.<module>:<function>\" "
                             f"(a phased run needs both phases and judge)")
-        elif not (CHECKOUT / "lab" / "graders" / f"{value.split(':')[0].split('.')[-1]}.py").is_file():
+        elif not (CHECKOUT / "course" / "graders" / f"{value.split(':')[0].split('.')[-1]}.py").is_file():
             problems.append(f"run.{key}: {value!r}: there is no module {value.split(':')[0]}")
     for key, given in (("plug", run.plug), ("file", run.file), ("task", run.task), ("emails", run.emails),
                        ("catalog", run.catalog), ("rug_pull", run.rug_pull), ("rug_pull_after", run.rug_pull_after)):

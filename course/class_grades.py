@@ -3,7 +3,7 @@
 A student's folder holds what the student wrote, and what the student's own tools wrote
 there, .airlock-lab/progress.json among them: it can say anything, so nothing here reads it.
 Each folder directly under CLASS is one student (the folder's name is the student's), rerun
-through the students' own runner, lab.runner.check (every checkpoint in its own process),
+through the students' own runner, course.runner.check (every checkpoint in its own process),
 with save=False: nothing is written into a student's folder. A folder missing the lab's
 files, or whose code crashes, is that student's row with its failure, never the end of the
 class's grading.
@@ -30,9 +30,9 @@ import msgspec
 
 from airlock.errors import UsageError
 from airlock.terminal import shown
-from lab.catalog import LABS_ROOT, Lab
-from lab.grading import Failed
-from lab.runner import CheckpointResult, Limits, Progress, check
+from course.catalog import LABS_ROOT, Lab
+from course.grading import Failed
+from course.runner import CheckpointResult, Limits, Progress, check
 
 HISTORY_FOLDER = Path("airlock-grades")  # under the trainer's working folder
 MESSAGE_CHARS = 300  # of a failure's message on the terminal; JSON and JUnit keep it whole

@@ -32,9 +32,9 @@ from pathlib import Path, PurePosixPath
 
 from airlock import task as task_module
 from airlock.errors import UsageError
-from airlock.student import PLUG_POINTS
-from lab.catalog import CHECKOUT, Lab
-from lab.runner import STATE_FOLDER
+from course.catalog import CHECKOUT, Lab
+from course.runner import STATE_FOLDER
+from studentcode.student import PLUG_POINTS
 
 STUDENT_MOUNT = PurePosixPath("/student")
 IMAGE_ROOT = PurePosixPath("/app")  # where each service image holds the checkout's files

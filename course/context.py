@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.errors import ConfigError
-from lab.catalog import CHECKOUT
+from course.catalog import CHECKOUT
 
 CONTAINER_VARIABLE = "AIRLOCK_LAB_CONTAINER"  # set to 1 by the Dockerfile's lab target
 INSTALL_LINE = "pip install -e '.[lab]'"  # the README's first step for a student, in the checkout

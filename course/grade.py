@@ -1,9 +1,9 @@
-"""python -m lab.grade LAB CHECKPOINT DIR --verdict-fd N: one checkpoint, in its own process.
+"""python -m course.grade LAB CHECKPOINT DIR --verdict-fd N: one checkpoint, in its own process.
 
-The runner (lab/runner.py) starts this with a time limit. The grader runs here, and the
+The runner (course/runner.py) starts this with a time limit. The grader runs here, and the
 student's code never does: every student function the grader calls runs in a child process
-of its own, confined (airlock.sandbox) under a warden that kills whatever it started
-(airlock.warden), with the CPU, memory and file caps given here. The verdict is built in this
+of its own, confined (studentcode.sandbox) under a warden that kills whatever it started
+(studentcode.warden), with the CPU, memory and file caps given here. The verdict is built in this
 process's memory and written to the pipe the runner passed (fd N), which no student
 process inherits; a student's print goes to this process's stderr, which the runner shows
 as printed lines and never reads as a verdict.
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import msgspec
 
-from airlock import sandbox
-from lab import grading
-from lab.catalog import LABS_ROOT, find
-from lab.grading import Failed, GraderReport, Passed, StudentCodeMissing, StudentStopped, Verdict
+from course import grading
+from course.catalog import LABS_ROOT, find
+from course.grading import Failed, GraderReport, Passed, StudentCodeMissing, StudentStopped, Verdict
+from studentcode import sandbox
 
 _encode = msgspec.json.Encoder().encode
 
@@ -42,7 +42,7 @@ def grade(lab_id: str, checkpoint_id: str, student_dir: Path, root: Path) -> Ver
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.grade", description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m course.grade", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("lab", help="the lab's id")
     parser.add_argument("checkpoint", help="the checkpoint's id")
     parser.add_argument("dir", type=Path, help="the student's folder")

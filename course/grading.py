@@ -6,9 +6,9 @@ return or raise on cases (hidden ones generated where a contract has many edges)
 ran in a private stack, read from calls.jsonl and the trace, never from what a model said.
 
 The grader never imports a student's file. `student_module` gives a StudentModule whose
-functions run in a confined child process (airlock.student in "shapes" mode, behind
-airlock.sandbox and a warden); what they return crosses back as plain values with their
-shape kept (airlock.shapes), what they raise arrives as a StudentRaised named after the
+functions run in a confined child process (studentcode.student in "shapes" mode, behind
+studentcode.sandbox and a warden); what they return crosses back as plain values with their
+shape kept (studentcode.shapes), what they raise arrives as a StudentRaised named after the
 student's exception, and a hang, a crash or an answer that is not data as StudentStopped.
 A callable the grader passes in the arguments stays in the grader and runs there when the
 student's code calls it, so what it counts is the grader's own memory. The verdict is
@@ -29,8 +29,8 @@ from typing import Any
 
 import msgspec
 
-from airlock import sandbox
-from airlock.student import StudentCode, StudentFailed
+from studentcode import sandbox
+from studentcode.student import StudentCode, StudentFailed
 
 CALL_TIMEOUT_S = 10.0  # one call of a student's function; the checkpoint's own limit is the runner's
 
@@ -49,8 +49,8 @@ Verdict = Passed | Failed
 
 
 class GraderReport(msgspec.Struct, frozen=True):
-    """What lab.grade hands the runner over its pipe: the verdict, and the boundaries the
-    student's processes said were in force (airlock.sandbox), one text per process kind."""
+    """What course.grade hands the runner over its pipe: the verdict, and the boundaries the
+    student's processes said were in force (studentcode.sandbox), one text per process kind."""
 
     verdict: Verdict
     sandbox: list[str] = []
@@ -100,10 +100,10 @@ def _as_exception(failed: StudentFailed) -> Exception:
 
 
 class _Limits:
-    """The caps for every student process this grader starts (set by lab.grade)."""
+    """The caps for every student process this grader starts (set by course.grade)."""
 
     limits = sandbox.Limits()
-    opened: list[StudentCode] = []  # noqa: RUF012  one process-wide list, closed by lab.grade at the end
+    opened: list[StudentCode] = []  # noqa: RUF012  one process-wide list, closed by course.grade at the end
 
 
 def configure(limits: sandbox.Limits) -> None:

@@ -54,13 +54,13 @@ from cosmic_ray.commands.init import init as cosmic_ray_init
 from cosmic_ray.mutating import mutate_code
 from cosmic_ray.work_db import WorkDB, use_db
 
-from lab.catalog import Checkpoint, Lab, LabFormatError
-from lab.grading import Failed
-from lab.runner import Limits, run_checkpoint
+from course.catalog import Checkpoint, Lab, LabFormatError
+from course.grading import Failed
+from course.runner import Limits, run_checkpoint
 
 TARGET = 0.95  # the share of non-equivalent mutants the checkpoints must kill
 STACK_CHECKPOINT = "in-the-stack"
-TIME_LIMIT_CASE = "time limit"  # the case lab.runner names when a checkpoint runs over
+TIME_LIMIT_CASE = "time limit"  # the case course.runner names when a checkpoint runs over
 MIN_WALL_S = 20.0  # a mutant's checkpoint may take this long at least, however fast the solution is
 WALL_FACTOR = 5.0  # ... or this many times what the solution took, on a machine that may be busy
 MUTANTS_FILE = "mutants.toml"

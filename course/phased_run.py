@@ -1,7 +1,7 @@
 """`airlock lab run ID --dir D` for a lab that runs in phases (red-and-blue).
 
-The lab's grader builds the phases from the student's folder (lab/phases.py owns that
-contract); each phase gets its own private stack (lab.stack, one data folder each under
+The lab's grader builds the phases from the student's folder (course/phases.py owns that
+contract); each phase gets its own private stack (harness.stack, one data folder each under
 the run's), runs its emails, and each email is scored by the lab's judge, the grader's
 own scoring, from calls.jsonl. The report shows every email in every phase it ran in,
 side by side, so the lesson is one read: the same email got through without the defence
@@ -10,7 +10,7 @@ and was stopped with it.
 A run is clean when, in every phase that holds (the defended one), no attack got through
 and every honest email was answered, and in every phase every email reached its outcome,
 no call ran outside the plan, no non-narrow value reached a tool, and the phase's files hold
-only what its stack wrote for its own emails (lab.provenance; judged again once its stack
+only what its stack wrote for its own emails (course.provenance; judged again once its stack
 has stopped). A phase that does not hold only shows what happens without the defence; how
 many attacks got through it is in the totals, and `lab check` is what grades the attacks.
 
@@ -29,14 +29,14 @@ from typing import Any
 
 from airlock import task as task_module
 from airlock.errors import UsageError
-from lab import phases as phases_module, provenance
-from lab.campaign import CampaignEmail
-from lab.catalog import Lab
-from lab.context import page_missing
-from lab.phases import Judged, Phase, PhaseEmail
-from lab.run import calls_text, cut
-from lab.score import EmailResult, Scorer
-from lab.stack import Stack, lab_stack
+from course import phases as phases_module, provenance
+from course.catalog import Lab
+from course.context import page_missing
+from course.phases import Judged, Phase, PhaseEmail
+from course.run import calls_text, cut
+from harness.campaign import CampaignEmail
+from harness.score import EmailResult, Scorer
+from harness.stack import Stack, lab_stack
 
 Judge = Callable[[PhaseEmail, EmailResult], Judged]
 REASON_LIMIT = 200  # a refusal's reason names both sources it compared; cut shorter, it hides one
@@ -77,7 +77,7 @@ class PhaseReport:
     foreign: provenance.Audit = field(default_factory=provenance.Audit)  # records it cannot account for
 
     def audit(self, *, stopped: bool) -> None:
-        """Judge the phase's trace and calls.jsonl (lab.provenance); `stopped`: its stack has
+        """Judge the phase's trace and calls.jsonl (course.provenance); `stopped`: its stack has
         stopped, so every line in them is whole and final."""
         self.foreign = provenance.audit(self.trace_path, self.calls_path, self.sent, stopped=stopped)
 
@@ -174,7 +174,7 @@ def run_phase(stack: Stack, phase: Phase, judge: Judge) -> PhaseReport:
 
 
 def _function(spec: str) -> Judge:
-    """A lab.graders function named module:function (lab/catalog.py checked the form)."""
+    """A course.graders function named module:function (course/catalog.py checked the form)."""
     module, function = spec.split(":")
     found = getattr(importlib.import_module(module), function, None)
     if not callable(found):

@@ -2,14 +2,14 @@
 task and emails built by the lab's grader from the student's folder.
 
 A lab with no plug point (red-and-blue: the student writes emails and a guard, not a
-service's function) names two functions in its [run] table (lab/catalog.py). This module
+service's function) names two functions in its [run] table (course/catalog.py). This module
 owns their contract:
 
     phases(student_dir: Path, folder: Path) -> list[Phase]
         every phase built from the student's files, in the order they run; it may write
         task files into `folder` (the run's data folder). A student file that is still a
         TODO or cannot be used raises PhaseProblem, in the student's terms.
-    judge(email: PhaseEmail, result: lab.score.EmailResult) -> Judged
+    judge(email: PhaseEmail, result: harness.score.EmailResult) -> Judged
         what one email did, from its calls (calls.jsonl), never from what a model said:
         the grader's own scoring, so `lab run` shows what `lab check` judges.
 
@@ -33,7 +33,7 @@ import msgspec
 
 from airlock.errors import UsageError
 from airlock.interpreter import python_command
-from lab.catalog import CHECKOUT
+from course.catalog import CHECKOUT
 
 BUILD_TIMEOUT_S = 30.0  # the student's functions return a few dicts; longer is a loop
 RESULT_MAX_BYTES = 4 * 1024 * 1024  # a few phases of a dozen emails each, base64 in JSON
@@ -44,7 +44,7 @@ _BUILD = """
 import importlib, sys
 from pathlib import Path
 import msgspec
-from lab.phases import Built, PhaseProblem
+from course.phases import Built, PhaseProblem
 spec, student_dir, folder, out = sys.argv[1:5]
 module, function = spec.split(":")
 builder = getattr(importlib.import_module(module), function)

@@ -1,9 +1,9 @@
 """Whether a lab run's files hold only what its own stack wrote for its own emails.
 
-A lab run judges the student's code from two files (lab/run.py): calls.jsonl, which only the
+A lab run judges the student's code from two files (course/run.py): calls.jsonl, which only the
 actor appends to, and the trace, which only the broker writes. The student's code runs in a
 child process of one of the stack's services; code that got past that process's walls
-(airlock.sandbox) could append to either file, or submit an email of its own with a key it
+(studentcode.sandbox) could append to either file, or submit an email of its own with a key it
 read from the stack. This module is the second wall: it reads both files once the run's
 emails have their outcomes and names every record the run cannot account for. Any finding
 makes the run not clean, whatever else the run showed.

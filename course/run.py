@@ -1,9 +1,9 @@
 """`airlock lab run ID --dir D`: the student's code in a private stack, run on the lab's emails.
 
-The lab's [run] table (lab/catalog.py) says which plug point the student's file takes, the
-task, the emails and the model. The stack is lab.stack's: `airlock up` on free ports with
+The lab's [run] table (course/catalog.py) says which plug point the student's file takes, the
+task, the emails and the model. The stack is harness.stack's: `airlock up` on free ports with
 AIRLOCK_STUDENT_CODE set, so the student's function runs inside the one service whose piece
-it replaces, behind airlock.student's process boundary, with the kernel's own check after it.
+it replaces, behind studentcode.student's process boundary, with the kernel's own check after it.
 
 Everything reported is read from what ran: the outcome of each email, calls.jsonl (which
 tools ran, with which values) and the trace (which stage decided, and whether that was the
@@ -14,7 +14,7 @@ A run is clean when every email reached its outcome, no call ran outside the pla
 non-narrow value reached a tool, the kernel never had to overrule or stand in for the
 student's code (a rule student.* other than student.refused: the student's function failed,
 or passed what the kernel refuses), and both files hold only what the stack wrote for the
-run's own emails (lab.provenance: no email the run did not send, no call line the actor did
+run's own emails (course.provenance: no email the run did not send, no call line the actor did
 not log for an allowed step, no trace line that is no record). The files are judged again
 once the stack has stopped, so a line written after the report still counts.
 """
@@ -31,14 +31,15 @@ from typing import Any
 
 from airlock import records, task as task_module
 from airlock.errors import UsageError
-from airlock.student import START_TIMEOUT_S, Plug, StudentCode, StudentFailed
-from lab import campaign, provenance
-from lab.campaign import CampaignEmail
-from lab.catalog import Lab
-from lab.context import lab_path, page_missing, trace_command
-from lab.runner import STATE_FOLDER
-from lab.score import Scorer
-from lab.stack import Stack, StackRun, lab_stack
+from course import provenance
+from course.catalog import Lab
+from course.context import lab_path, page_missing, trace_command
+from course.runner import STATE_FOLDER
+from harness import campaign
+from harness.campaign import CampaignEmail
+from harness.score import Scorer
+from harness.stack import Stack, StackRun, lab_stack
+from studentcode.student import START_TIMEOUT_S, Plug, StudentCode, StudentFailed
 
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
 # A student rule that is the student being stricter than the kernel: a refusal (the
@@ -157,7 +158,7 @@ def running(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | None = 
     if lab.run is None:
         raise UsageError(f"lab {lab.id} does not run in the stack (its lab.toml has no [run] table)")
     if lab.run.phased:
-        raise UsageError(f"lab {lab.id} runs in phases (lab.phased_run), not with a plug point")
+        raise UsageError(f"lab {lab.id} runs in phases (course.phased_run), not with a plug point")
     paths, plug = lab.run_paths(), lab.plug(student_dir)
     assert paths is not None and plug is not None  # both exist with lab.run
     check_student_file(plug, plug.functions)
@@ -180,7 +181,7 @@ def running(lab: Lab, student_dir: Path, data_dir: Path, *, model: str | None = 
 
 
 def audit(report: Report, *, stopped: bool) -> None:
-    """Judge the run's trace and calls.jsonl for records it cannot account for (lab.provenance);
+    """Judge the run's trace and calls.jsonl for records it cannot account for (course.provenance);
     `stopped`: the stack has stopped, so every line in them is whole and final."""
     report.foreign = provenance.audit(report.trace_path, report.calls_path, report.sent, stopped=stopped)
 

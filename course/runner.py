@@ -1,9 +1,9 @@
 """Run a lab's checkpoints, each in its own process with limits, and keep the progress.
 
-Each checkpoint runs as `python -m lab.grade` (lab/grade.py) in a fresh process, so the
+Each checkpoint runs as `python -m course.grade` (course/grade.py) in a fresh process, so the
 grader's state never leaks from one checkpoint into the next. The grader never runs the
 student's code itself: each student function runs in a confined child of its own
-(airlock.student, airlock.sandbox), with the CPU, memory and file caps passed here, under a
+(studentcode.student, studentcode.sandbox), with the CPU, memory and file caps passed here, under a
 warden that kills every process it started. The grader process gets:
 - a wall-clock limit; its whole process group is killed when it runs over, and also when
   it ends (the wardens, in sessions of their own, see their lifeline close and clean up);
@@ -14,7 +14,7 @@ Its verdict must decode as exactly one GraderReport for this checkpoint.
 
 Progress: a student's `check` writes <dir>/.airlock-lab/progress.json, the last result per
 checkpoint, which `airlock lab progress` shows. It is the student's own file and can say
-anything: a trainer grades by rerunning (lab/class_grades.py, check(save=False)).
+anything: a trainer grades by rerunning (course/class_grades.py, check(save=False)).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from airlock import warden
-from lab.catalog import LABS_ROOT, Checkpoint, Lab
-from lab.grading import Failed, GraderReport, Passed, Verdict
+from course.catalog import LABS_ROOT, Checkpoint, Lab
+from course.grading import Failed, GraderReport, Passed, Verdict
+from studentcode import warden
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATE_FOLDER = ".airlock-lab"
@@ -124,7 +124,7 @@ def grade_checkpoint(lab: Lab, checkpoint: Checkpoint, student_dir: Path, limits
     with tempfile.TemporaryDirectory(prefix="airlock-lab-") as work:
         workdir = Path(work)
         verdict_in, verdict_out = os.pipe()
-        command = [sys.executable, "-P", "-m", "lab.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
+        command = [sys.executable, "-P", "-m", "course.grade", lab.id, checkpoint.id, str(student_dir.resolve()),
                    "--verdict-fd", str(verdict_out), "--labs-root", str(root.resolve()), *_limit_options(limits)]
         try:
             with open(workdir / "output", "wb") as out:
@@ -156,7 +156,7 @@ def _read_bounded(fd: int, limit: int, deadline: float) -> bytes:
     while got < limit:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise subprocess.TimeoutExpired("lab.grade", 0)
+            raise subprocess.TimeoutExpired("course.grade", 0)
         chunk = os.read(fd, min(65536, limit - got))
         if not chunk:
             break
@@ -200,7 +200,7 @@ def _environment() -> dict[str, str]:
 
 def _hypothesis_cache() -> Path | None:
     """Where hypothesis keeps its Unicode tables between checks (building them costs about
-    a second per checkpoint); no example database is kept (lab.grading.hidden_cases), so
+    a second per checkpoint); no example database is kept (course.grading.hidden_cases), so
     the hidden cases stay the same on every run. None when no cache folder can be made."""
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "airlock-lab" / "hypothesis"
     try:
@@ -211,7 +211,7 @@ def _hypothesis_cache() -> Path | None:
 
 
 def _limit_options(limits: Limits) -> list[str]:
-    """The caps lab.grade gives every student process it starts (airlock.sandbox.Limits)."""
+    """The caps course.grade gives every student process it starts (studentcode.sandbox.Limits)."""
     return ["--cpu-s", str(limits.cpu_s), "--memory-bytes", str(limits.memory_bytes),
             "--file-bytes", str(limits.file_bytes)]
 

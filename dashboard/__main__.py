@@ -16,9 +16,10 @@ import socket
 import sys
 from collections.abc import Iterator
 
-from airlock import preflight, settings as settings_module, task as task_module
+from airlock import settings as settings_module, task as task_module
 from airlock.errors import EX_CONFIG, ConfigError
 from dashboard.config import MAX_CONNECTIONS, STREAM_STALL_S
+from ops import preflight
 
 GRACEFUL_S = 3  # uvicorn's cap on waiting for connections after the streams are ended
 

@@ -4,7 +4,7 @@ Separated mode starts a private airlock stack (`airlock up` on free loopback por
 data folder), injects every email, waits for every outcome, then reads that stack's
 trace.jsonl and calls.jsonl. `--running` targets the stack your AIRLOCK_* settings point
 at instead (a compose lab, say) and counts only the ids it injected. Naive mode runs the
-naive agent (`python -m lab.naive`) over the same emails. Both are scored by score.py.
+naive agent (`python -m redteam.naive`) over the same emails. Both are scored by score.py.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airlock import keys, preflight, settings as settings_module, sources, trace
+from airlock import keys, settings as settings_module, sources, trace
 from airlock.client import IntakeClient, Submission
 from airlock.errors import AirlockError
 from airlock.interpreter import python_command
 from airlock.records import OutcomeLine, Verdict
 from airlock.task import Task
-from lab import campaign, score
-from lab.campaign import CampaignEmail
+from harness import campaign, score
+from harness.campaign import CampaignEmail
+from ops import preflight
 
 UP_TIMEOUT_S = 120
 PORT_ATTEMPTS = 3  # a port taken between choosing and binding it: start again on fresh ones
@@ -170,7 +171,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
               progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
     files = campaign.materialize(emails, data_dir / "emails")
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
-    process = subprocess.Popen(python_command("-m", "lab.naive", *map(str, files)), env=env,
+    process = subprocess.Popen(python_command("-m", "redteam.naive", *map(str, files)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()
@@ -260,9 +261,9 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
                                                 matched.in_flight, noted)
         else:
             # A private stack models production's mail: each sender's domain signs, the intake
-            # verifies (lab/mail_signing.py); on --running, emails go in as inject sends them.
+            # verifies (harness/mail_signing.py); on --running, emails go in as inject sends them.
             # Imported here: dkimpy and authres are needed only where a private stack runs.
-            from lab import mail_signing
+            from harness import mail_signing
 
             with PrivateStack(Path(scratch) / "data", Path(task.path).resolve(), model_url,
                               matched.readers) as settings:

@@ -36,7 +36,7 @@ class CampaignEmail:
     goal: str = ""
     category: str = ""
     # Set only by a lab stack that signs its mail and verifies it as the SMTP intake does
-    # (lab/stack.py): the From address and its proof; otherwise read from raw, unverified.
+    # (harness/stack.py): the From address and its proof; otherwise read from raw, unverified.
     sender: str = ""
     sender_proof: SenderProof = "none"
 

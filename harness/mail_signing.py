@@ -20,9 +20,9 @@ from pathlib import Path
 import dkim
 
 from airlock import senders, sources
+from harness.campaign import CampaignEmail
 from intake import headerblock
 from intake.authentication import KeyFile, Verifier
-from lab.campaign import CampaignEmail
 
 SELECTOR = "lab"
 KEY_BITS = 1024

@@ -29,7 +29,7 @@ import msgspec
 
 from airlock.task import NarrowType, Task
 from airlock.terminal import shown
-from lab.campaign import CampaignEmail
+from harness.campaign import CampaignEmail
 from reader import grounding, mail, prompt
 
 
@@ -123,7 +123,7 @@ class Scorer:
 def report(mode: str, model_url: str | None, task: Task, judged: list[dict[str, Any]],
            stragglers: list[str], pace: dict[str, Any] | None = None) -> dict[str, Any]:
     """The campaign's figures. `pace`: how fast it ran (elapsed_s, emails_per_s) and with how
-    many readers and emails in flight (lab/attack.py match_model)."""
+    many readers and emails in flight (harness/attack.py match_model)."""
     benign = [j for j in judged if j["useful"] is not None]
     hostile = [j for j in judged if j["goal_reached"] is not None]
     latencies = [j["ms"] for j in judged if j["ms"] is not None]

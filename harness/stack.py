@@ -8,7 +8,7 @@ Offline by default: the model is the project's hostile model (it obeys the last 
 it finds in an email, the worst case), or the reader's recorded answers; a URL selects a
 real OpenAI-compatible endpoint (the lab's SmolLM2, say).
 
-Every .eml is signed by its From domain (a lab key made for the run, lab/mail_signing.py)
+Every .eml is signed by its From domain (a lab key made for the run, harness/mail_signing.py)
 and checked by the SMTP intake's own verifier before it goes in, as a customer's mail server
 and the intake would: so a guarded task's sender is proven, as in production, and an email
 the verifier does not accept goes in unverified.
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from airlock import keys, records, trace
 from airlock.settings import Settings
-from airlock.student import Plug
-from lab.attack import PrivateStack, run_separated
-from lab.campaign import CampaignEmail
-from lab.hostile import HostileModel
-from lab.mail_signing import signed_and_verified
-from lab.score import EmailResult
+from harness.attack import PrivateStack, run_separated
+from harness.campaign import CampaignEmail
+from harness.hostile import HostileModel
+from harness.mail_signing import signed_and_verified
+from harness.score import EmailResult
+from studentcode.student import Plug
 
 EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
 IN_FLIGHT = 8

@@ -1,4 +1,4 @@
-"""python -m airlock.lifeline PARENT_PID MODULE: run `python -m MODULE`, dying with PARENT_PID.
+"""python -m ops.lifeline PARENT_PID MODULE: run `python -m MODULE`, dying with PARENT_PID.
 
 How `airlock up` starts each child: a supervisor killed with -9 can stop no one, and its
 children, left serving unsupervised on the stack's ports and files, would meet the next
@@ -20,7 +20,7 @@ from airlock.locks import die_with_parent
 
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[0].isdigit():
-        print("usage: python -m airlock.lifeline PARENT_PID MODULE", file=sys.stderr)
+        print("usage: python -m ops.lifeline PARENT_PID MODULE", file=sys.stderr)
         sys.exit(EX_USAGE)
     parent, module = int(argv[0]), argv[1]
     die_with_parent(parent)

@@ -13,7 +13,7 @@ from airlock import task as task_module
 
 
 def run(task_path: str, catalog_path: Path | None = None) -> int:
-    """A bad task or catalog (ConfigError) goes up to airlock.cli.handled: one line, exit 78."""
+    """A bad task or catalog (ConfigError) goes up to cli.runtime.handled: one line, exit 78."""
     task = task_module.load(task_path)
     catalog = catalog_module.load(catalog_path or catalog_module.DEFAULT_PATH)
     for step in task.plan:

@@ -138,7 +138,7 @@ def survivors(run_dir: Path) -> dict[str, int]:
     no chance to stop them, on a system where they cannot die with it): name -> pid. A
     broker is found by its lock, whoever started it; the others from their pid files, each
     still alive and still running that service (/proc/<pid>/cmdline, as `python -m NAME` or
-    `python -m airlock.lifeline NAME`, so a reused pid is not blamed; without /proc nothing
+    `python -m ops.lifeline NAME`, so a reused pid is not blamed; without /proc nothing
     is claimed). A new stack beside them would write the same trace."""
     found: dict[str, int] = {}
     broker = locks.holder(run_dir.parent / locks.BROKER_LOCK)
@@ -158,11 +158,11 @@ def survivors(run_dir: Path) -> dict[str, int]:
 
 
 def _runs(command: list[bytes], module: bytes) -> bool:
-    """Whether a command line is `python -m MODULE ...` or `python -m airlock.lifeline PID MODULE`."""
+    """Whether a command line is `python -m MODULE ...` or `python -m ops.lifeline PID MODULE`."""
     for i, word in enumerate(command[:-1]):
         if word == b"-m":
             after = command[i + 1:]
-            return after[0] == module or (after[0] == b"airlock.lifeline" and after[2:3] == [module])
+            return after[0] == module or (after[0] == b"ops.lifeline" and after[2:3] == [module])
     return False
 
 

@@ -9,7 +9,7 @@ The broker starts first, and the others once it has bound its endpoints; what `a
 checks before that (free ports, extras, what an earlier stack left running) is in
 preflight.py, and its lock on the data dir in locks.py.
 
-Each child runs under airlock.lifeline, so it dies with the supervisor (kill -9 included)
+Each child runs under ops.lifeline, so it dies with the supervisor (kill -9 included)
 instead of serving on, unsupervised, beside the next stack. The supervisor itself must
 outlive everything it watches: a pid file it cannot write (a full disk), a line it cannot
 print, a child it cannot start, are each said (where saying is possible) and never stop
@@ -35,9 +35,9 @@ from airlock import keys, records, tracefiles
 from airlock.client import IntakeClient
 from airlock.errors import EX_CONFIG, BrokerUnreachable, ConfigError
 from airlock.interpreter import python_command
-from airlock.preflight import own_file, own_folder
 from airlock.settings import Settings
 from airlock.task import Task
+from ops.preflight import own_file, own_folder
 
 BACKOFF_FIRST_S = 0.5
 STABLE_AFTER_S = 30.0  # a child up this long has its backoff reset
@@ -123,7 +123,7 @@ class Supervisor:
         child.started, child.restart_at, child.progress, child.progress_at = time.monotonic(), None, None, 0.0
         try:
             child.process = subprocess.Popen(
-                python_command("-m", "airlock.lifeline", str(os.getpid()), child.module), env=self.env)
+                python_command("-m", "ops.lifeline", str(os.getpid()), child.module), env=self.env)
         except OSError as exc:
             child.process = None
             child.restart_at = child.started + child.backoff_s

@@ -211,7 +211,7 @@ def render(stack: str, keys_folder: Path, readers: int = 1, env: Mapping[str, st
 
 
 HEADER = """\
-# Made by `airlock swarm render` from compose.yaml (lab/swarm.py says what changed and why).
+# Made by `airlock swarm render` from compose.yaml (ops/swarm.py says what changed and why).
 # Deploy with `airlock swarm up`, which makes the external secrets first. Host-mode ports
 # listen on every interface of the node: README "On Docker Swarm" says how to close them.
 # Secrets' mode 256 is 0400.

@@ -22,7 +22,7 @@ from typing import Any
 
 from airlock import keys
 from airlock.errors import UsageError
-from lab import swarm
+from ops import swarm
 
 Run = Callable[[Sequence[str]], str]  # runs one docker command line, returns its stdout
 STACK_LABEL = "airlock.stack"  # on every secret up makes: what `down` tells the user to remove

@@ -114,7 +114,7 @@ print(" ".join(others + files + code) or "clean")
 
 
 Status = Literal["PASS", "GAP", "FAIL"]
-# What a GAP is, in the summary line: only the swarm path (lab/verify_swarm.py) gives one.
+# What a GAP is, in the summary line: only the swarm path (ops/verify_swarm.py) gives one.
 GAP_MEANS = "what swarm cannot enforce; README 'On Docker Swarm'"
 
 

@@ -1,6 +1,6 @@
 """`airlock verify --swarm --stack NAME`: verify's evidence, on a running Docker Swarm stack.
 
-The same checks as compose's (lab/verify.py) where swarm gives the same facts: user,
+The same checks as compose's (ops/verify.py) where swarm gives the same facts: user,
 read-only root, capabilities, privileged, network mode, the network policy, every probe.
 Where swarm differs, the evidence is read another way and said as it is:
 
@@ -52,8 +52,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airlock.errors import UsageError
-from lab import verify
-from lab.verify import Check, RunningLab, Status
+from ops import verify
+from ops.verify import Check, RunningLab, Status
 
 STACK_LABEL = "com.docker.stack.namespace"
 SERVICE_LABEL = "com.docker.swarm.service.name"  # <stack>_<service>
@@ -63,7 +63,7 @@ EDGE = "edge"
 SWARM_PIDS_API = (1, 41)  # the first engine API whose services take Resources.Limits.Pids
 SETID = 0o6000  # setuid | setgid
 SHOWN_SETID = 4  # setuid/setgid files (or unlisted folders) named in a reason before "and N more"
-KEY_MODE = 0o400  # a secret's mode as `airlock swarm render` sets it (lab/swarm.py SECRET_MODE)
+KEY_MODE = 0o400  # a secret's mode as `airlock swarm render` sets it (ops/swarm.py SECRET_MODE)
 # What to do about a failed probe on a swarm: the firewall's --swarm covers docker_gwbridge too.
 HINTS = {
     "no route outside": f"the edge overlay leaves by {GWBRIDGE}, which NATs out: run scripts/lab-firewall --swarm",

@@ -8,7 +8,7 @@ validator's own handle(), in this process: the figures count what would reach th
 never what the model merely said.
 
     airlock prompts corpus/handmade --model-url http://127.0.0.1:8080 \\
-        --variants lab/prompts/order_status/*.toml --rounds 2
+        --variants redteam/prompt_variants/order_status/*.toml --rounds 2
 
 Per variant: benign utility (exact: the expected value would be acted on, or nothing when
 there is none), values acted on wrong (split: in the email, or invented; and how many in
@@ -33,8 +33,8 @@ from airlock.errors import TaskError, UsageError
 from airlock.task import ReaderSpec, Task
 from airlock.terminal import shown
 from airlock.wire import Email, Passed, Reading
-from lab import campaign, score
-from lab.campaign import CampaignEmail
+from harness import campaign, score
+from harness.campaign import CampaignEmail
 from reader.app import Reader
 from reader.ask import Asker
 from validator.app import Validator

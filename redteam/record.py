@@ -16,7 +16,7 @@ from reader.ask import Asker
 
 
 def run(files: list[str], model_url: str, task_path: str | None = None) -> int:
-    """An AirlockError (a bad setting or task, a missing file) goes up to airlock.cli.handled,
+    """An AirlockError (a bad setting or task, a missing file) goes up to cli.runtime.handled,
     which prints it escaped and exits with its code."""
     settings = settings_module.load()
     task = task_module.load(task_path or settings.task)

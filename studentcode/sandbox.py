@@ -1,7 +1,7 @@
 """The boundaries a student's code runs behind, applied by the process that will run it.
 
 Every place a student's function runs (a lab's grader, `airlock lab run`, the in-stack plug
-points of the validator and the actor) goes through airlock.student, whose child calls
+points of the validator and the actor) goes through studentcode.student, whose child calls
 `confine` on itself after Python has started and before the student's file is read. What
 it can apply depends on the kernel, so it returns what is in force, in words, and the check's
 output prints them:
@@ -19,7 +19,7 @@ output prints them:
     rlimits    CPU seconds, address space, largest file written, no core file.
 
 The fourth boundary, every descendant killed when the student's process ends, is the
-warden's (airlock.warden): a subreaper the student's processes cannot signal.
+warden's (studentcode.warden): a subreaper the student's processes cannot signal.
 
 The kernel refuses quietly: an open() that Landlock denies is a PermissionError the student's
 code may catch and go on from, and nobody would know it tried. So `watch` also listens to
@@ -52,7 +52,8 @@ from typing import Any
 # Packages whose code a student's file may import (the lesson's types live there). Listed,
 # so that the folder holding them (a clone, with its keys folder and the students' runs)
 # is not readable as a whole.
-PROJECT_PACKAGES = ("airlock", "actor", "validator", "reader", "broker", "intake", "lab")
+PROJECT_PACKAGES = ("airlock", "studentcode", "actor", "validator", "reader", "broker", "intake", "lab", "course",
+                    "harness", "redteam", "bench", "ops", "cli")
 DEVICES_READ = ("/dev/urandom", "/dev/random", "/dev/zero")
 # Shared libraries a C extension loads (numpy's libstdc++) and the loader's cache: code, no secrets.
 SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")

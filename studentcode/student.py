@@ -5,9 +5,9 @@ actor's tool selection, its checks before a side effect, its precondition decisi
 lab's grader calls a student's functions on cases. That code is the student's, not the
 project's: it may hang, crash, print, exit, eat memory, or be written to attack whoever runs
 it. So it never runs in the service's or the grader's own process. A warden process starts
-the student's process (airlock.student_child), which confines itself (airlock.sandbox:
+the student's process (studentcode.student_child), which confines itself (studentcode.sandbox:
 Landlock, seccomp, rlimits) before it reads the file, and kills every descendant when it
-ends (airlock.warden). The caller waits at most `timeout_s` per call, then stops the child
+ends (studentcode.warden). The caller waits at most `timeout_s` per call, then stops the child
 and starts a new one for the next call. Whatever went wrong is a StudentFailed value,
 never an exception.
 
@@ -16,7 +16,7 @@ stays here and runs here when the student's code calls it (its stub in the child
 call back). Results come back as msgpack, so only plain data crosses back and the caller
 never unpickles anything the student made: in "plain" mode (the services) dataclasses and
 Structs arrive as maps; in "shapes" mode (the graders) tuples, sets and objects keep their
-shape (airlock.shapes). The child gets none of the caller's environment (no keys folder, no
+shape (studentcode.shapes). The child gets none of the caller's environment (no keys folder, no
 data dir), a private workspace as its only writable folder, and its own session.
 
 None of the caller's descriptors either: the child's stderr (where its print goes) is a pipe
@@ -50,8 +50,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from airlock import sandbox, shapes, terminal, warden
+from airlock import terminal
 from airlock.errors import SettingsError
+from studentcode import sandbox, shapes, warden
 
 # Each plug point: the service whose piece it replaces, and the functions the student's
 # file must define for it. The service decides what it does with the answers.
@@ -72,6 +73,8 @@ PRINTED_LINE_CHARS = 4000  # a longer line is passed on in pieces
 DETAIL_LIMIT_CHARS = 300
 MESSAGE_LIMIT_CHARS = 2000  # a raised exception's message, as the child cuts it: a forged frame is cut here
 _HEADER = struct.Struct(">I")
+# A function of these packages (a grader's helper) passed to the student's code runs here, in the caller.
+CALLER_PACKAGES = ("lab.", "course.", "harness.", "redteam.", "bench.", "ops.", "cli.")
 
 Mode = Literal["plain", "shapes"]
 Kind = Literal["todo", "raised", "timeout", "crashed", "not_plain_data", "too_large", "unloadable", "missing",
@@ -146,7 +149,7 @@ class StudentCode:
         self.path, self.timeout_s, self.mode = Path(path), timeout_s, mode
         self.printed_as_is = printed_as_is  # the reader of this process's stderr escapes it
         self.limits = limits or sandbox.Limits(memory_bytes=MEMORY_LIMIT_BYTES)
-        self.confinement = ""  # what the last child said was in force (airlock.sandbox)
+        self.confinement = ""  # what the last child said was in force (studentcode.sandbox)
         self.functions: tuple[str, ...] = ()  # the names the student's file defines as functions
         self._child: _Child | None = None
         self._lock = threading.Lock()
@@ -281,7 +284,7 @@ class StudentCode:
         lifeline, keep = os.pipe()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-c", "from airlock.student_child import main; main()", str(self.path),
+                [sys.executable, "-P", "-c", "from studentcode.student_child import main; main()", str(self.path),
                  self.mode, str(workspace), str(lifeline), str(self.limits.cpu_s), str(self.limits.memory_bytes),
                  str(self.limits.file_bytes), *[str(reference) for _, reference in self._references]],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workspace,
@@ -435,7 +438,8 @@ def _runs_here(obj: Any) -> bool:
     if isinstance(obj, types.MethodType | functools.partial):
         return True
     if isinstance(obj, types.FunctionType):
-        return "<locals>" in obj.__qualname__ or obj.__name__ == "<lambda>" or obj.__module__.startswith("lab.")
+        return ("<locals>" in obj.__qualname__ or obj.__name__ == "<lambda>"
+                or obj.__module__.startswith(CALLER_PACKAGES))
     if isinstance(obj, types.BuiltinFunctionType | types.BuiltinMethodType):
         return False
     return type(obj).__module__ != "builtins"  # an object of a class with __call__

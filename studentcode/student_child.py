@@ -1,20 +1,20 @@
-"""The student's side of airlock.student: the warden, then the confined process that loads
+"""The student's side of studentcode.student: the warden, then the confined process that loads
 the student's file and answers calls over its standard input and output.
 
-    python -P -c "from airlock.student_child import main; main()" FILE MODE WORKSPACE LIFELINE CPU MEMORY FILES \
+    python -P -c "from studentcode.student_child import main; main()" FILE MODE WORKSPACE LIFELINE CPU MEMORY FILES \
         [REFERENCE ...]
 
-The process first becomes the warden (airlock.warden) and forks the student's process.
+The process first becomes the warden (studentcode.warden) and forks the student's process.
 That one writes its replies to a copy of standard output, points standard output at
 standard error (a student's print reaches the log, never the reply pipe), moves into its
 workspace, imports the project packages a student may use, confines itself
-(airlock.sandbox) and only then reads the student's file. Its first reply says which
+(studentcode.sandbox) and only then reads the student's file. Its first reply says which
 boundaries are in force.
 
 Requests arrive pickled (the parent's own values); a callable the parent passed arrives as
 a stub whose every call is sent back to the parent, which runs it in its own memory and
 sends the result. Replies are msgpack: plain (the services read them as maps) or, in the
-graders' "shapes" mode, with tuples, sets and dataclasses kept (airlock.shapes).
+graders' "shapes" mode, with tuples, sets and dataclasses kept (studentcode.shapes).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from airlock import sandbox, shapes, warden
+from studentcode import sandbox, shapes, warden
 
 _HEADER = struct.Struct(">I")
 DETAIL_LIMIT_CHARS = 300

@@ -10,7 +10,7 @@ code, or died), the warden kills every descendant it has, reaps them, and exits 
 student's process's own ending: its exit code, or the same signal.
 
 The student's processes cannot signal the warden: seccomp lets them signal only
-themselves (airlock.sandbox).
+themselves (studentcode.sandbox).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Graders of lab executor-checks (seed 003): the checks between a proposed call and its side effect.
 
-Data: the student's checks.py, run in its own confined process (lab.grading.student_module)
+Data: the student's checks.py, run in its own confined process (course.grading.student_module)
 and called on named cases (the edges the lesson is about) and on hidden cases that
 hypothesis generates from a fixed seed (derandomized, no example database), so a run grades
 the same way every time and listing the visible examples is not enough. Each hidden case's
@@ -29,8 +29,8 @@ from typing import Any
 from hypothesis import find, strategies as st
 from hypothesis.errors import HypothesisException, NoSuchExample
 
-from lab.catalog import LABS_ROOT
-from lab.grading import (
+from course.catalog import LABS_ROOT
+from course.grading import (
     Failed,
     Passed,
     StillTodo,
@@ -724,7 +724,7 @@ def in_the_stack(student_dir: Path) -> Verdict:
     stopped by the student's checks (the kernel's, which run after, must find nothing left),
     and honest calls must run. Judged from the trace's decision records and calls.jsonl."""
     from actor import catalog as catalog_module, schema as kernel_schema
-    from lab.graders import in_stack  # the stack's imports only where a stack runs
+    from course.graders import in_stack  # the stack's imports only where a stack runs
 
     ran = in_stack.run_lab("executor-checks", student_dir)
     if not isinstance(ran, in_stack.Ran):

@@ -1,14 +1,14 @@
 """What the actor labs' in-stack checkpoints share: the lab's [run] in a private stack with
 the student's file plugged in, read back from calls.jsonl and the trace.
 
-Data: the lab's [run] table (lab/catalog.py), the student's file, the emails it names; the
+Data: the lab's [run] table (course/catalog.py), the student's file, the emails it names; the
 stack's calls.jsonl (what ran, each call marked with the plug point that took part) and
 its trace (each step's decision record, refusals under the actor's student.* rules).
-Readers: lab/graders/tool_identity.py, executor_checks.py, preconditions.py (in_the_stack).
+Readers: course/graders/tool_identity.py, executor_checks.py, preconditions.py (in_the_stack).
 Rationale: a checkpoint judges what ran and what each stage decided, never what a model
-said. The stack is lab.run.running's, the one `airlock lab run` shows a student (its rug pull
+said. The stack is course.run.running's, the one `airlock lab run` shows a student (its rug pull
 swaps a private copy of the catalog between two batches of emails). A run whose files hold a
-record it cannot account for (lab.provenance: an email it did not send, a call line the actor
+record it cannot account for (course.provenance: an email it did not send, a call line the actor
 did not log for an allowed step) fails before anything else is judged, each record named.
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from airlock import records, trace
-from airlock.student import PLUG_POINTS, StudentCode, StudentFailed
-from lab import provenance
-from lab.catalog import Lab, find
-from lab.grading import Failed, module_or_failed, todo
-from lab.run import EmailReport, running
+from course import provenance
+from course.catalog import Lab, find
+from course.grading import Failed, module_or_failed, todo
+from course.run import EmailReport, running
+from studentcode.student import PLUG_POINTS, StudentCode, StudentFailed
 
 CHECKPOINT = "in-the-stack"
 PROBE_TIMEOUT_S = 5.0
@@ -89,7 +89,7 @@ def run_lab(lab_id: str, student_dir: Path) -> Ran | Failed:
             calls: dict[str, list[records.Call]] = {}
             for call in trace.read_calls(stack.calls_path):
                 calls.setdefault(call.message_id, []).append(call)
-    if report.foreign.total:  # judged once the stack stopped (lab.run.running)
+    if report.foreign.total:  # judged once the stack stopped (course.run.running)
         return foreign_records(report.foreign)
     if report.stragglers:
         names = ", ".join(Path(name).name for name in report.stragglers)

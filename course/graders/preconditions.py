@@ -33,10 +33,9 @@ from actor.pending import PendingStore
 from actor.plan import bind
 from actor.preconditions import Approval, Fact, Gate, Principals
 from airlock import records, senders, sources, task as task_module, trace
-from airlock.shapes import Shape
 from airlock.task import Precondition
-from lab.catalog import LABS_ROOT
-from lab.grading import (
+from course.catalog import LABS_ROOT
+from course.grading import (
     Failed,
     Passed,
     StillTodo,
@@ -49,6 +48,7 @@ from lab.grading import (
     todo,
     unstable,
 )
+from studentcode.shapes import Shape
 
 ROOT = LABS_ROOT.parent  # the checkout: the corpus and the task files the pipeline checkpoint runs
 FILE = "preconditions.py"
@@ -744,7 +744,7 @@ def in_the_stack(student_dir: Path) -> Verdict:
     asks the student's decide() before each step (the kernel's preconditions run after it):
     no status mail for somebody else's order, no decision the kernel had to overrule, and
     every honest customer answered. Judged from calls.jsonl and the decision records."""
-    from lab.graders import in_stack  # the stack's imports only where a stack runs
+    from course.graders import in_stack  # the stack's imports only where a stack runs
 
     checkpoint = in_stack.CHECKPOINT
     ran = in_stack.run_lab("preconditions", student_dir)

@@ -38,13 +38,14 @@ from actor.mocks import load_orders
 from actor.preconditions import Gate, Principals
 from airlock import records, sources, task as task_module
 from airlock.errors import AirlockError, ConfigError
-from lab import campaign, grading
-from lab.campaign import CampaignEmail
-from lab.catalog import LABS_ROOT
-from lab.grading import CaseFailed, Failed, Passed, StillTodo, Verdict, todo
-from lab.phases import Judged, Phase, PhaseEmail, PhaseProblem
-from lab.score import EmailResult
-from lab.stack import lab_stack
+from course import grading
+from course.catalog import LABS_ROOT
+from course.grading import CaseFailed, Failed, Passed, StillTodo, Verdict, todo
+from course.phases import Judged, Phase, PhaseEmail, PhaseProblem
+from harness import campaign
+from harness.campaign import CampaignEmail
+from harness.score import EmailResult
+from harness.stack import lab_stack
 from reader import mail as reader_mail, prompt as reader_prompt
 
 ROOT = LABS_ROOT.parent
@@ -176,7 +177,7 @@ def _as_email(where: str, attack: Attack) -> Email:
 
 def _words(text: str) -> str:
     """The text as a reader compares two emails: compatibility forms, case, spacing and
-    invisible characters (which the hostile model skips too: lab/hostile.py reveal) set aside."""
+    invisible characters (which the hostile model skips too: harness/hostile.py reveal) set aside."""
     visible = "".join(ch for ch in unicodedata.normalize("NFKC", text) if unicodedata.category(ch) != "Cf")
     return " ".join(visible.casefold().split())
 
@@ -557,7 +558,7 @@ def benign(student_dir: Path) -> Verdict:
 def run_phases(student_dir: Path, folder: Path) -> list[Phase]:
     """unguarded: the student's attacks through tasks/order_status.toml as shipped; guarded:
     the same attacks and the corpus's honest customers through that task with the student's
-    guard added (written into `folder`). lab/phases.py owns the contract."""
+    guard added (written into `folder`). course/phases.py owns the contract."""
     try:
         attacks = load_attacks(student_dir)
         task = guarded_task(load_guard(student_dir), folder)

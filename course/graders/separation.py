@@ -24,7 +24,7 @@ from importlib.metadata._text import FoldedCase  # type: ignore[import-not-found
 from pathlib import Path
 from typing import Any
 
-from lab.grading import (
+from course.grading import (
     CaseFailed,
     Verdict,
     graded,
@@ -177,9 +177,9 @@ def in_the_stack(student_dir: Path) -> Verdict:
     refuse, no failure of check(), and every benign email with an order number handled."""
     import tempfile
 
-    from lab.catalog import find
-    from lab.grading import StillTodo, todo
-    from lab.run import running
+    from course.catalog import find
+    from course.grading import StillTodo, todo
+    from course.run import running
 
     def body() -> None:
         check = student_function(student_module(student_dir, STUDENT_FILE), "check")
@@ -192,7 +192,7 @@ def in_the_stack(student_dir: Path) -> Verdict:
         with tempfile.TemporaryDirectory(prefix="airlock-lab-separation-") as scratch:
             with running(find("separation"), student_dir, Path(scratch) / "run") as (_, report):
                 pass
-        _judge_run(report)  # once the stack stopped: its files are judged whole (lab.run.running)
+        _judge_run(report)  # once the stack stopped: its files are judged whole (course.run.running)
 
     try:
         return graded("in-the-stack", body)

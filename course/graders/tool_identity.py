@@ -10,9 +10,9 @@ the inputs or with each other, and Python's and NumPy's global random state unto
 
 Each checkpoint calls only its own function, so either can be graded while the other
 is still a TODO, as the seed requires. The student's functions run in their own confined
-process (lab.grading): the inputs they receive and the results they return cross as
+process (course.grading): the inputs they receive and the results they return cross as
 copies, so what happened to the inputs, to the random state and to the identity of the
-results is reported from inside that process by lab/graders/tool_identity_probe.py, put in
+results is reported from inside that process by course/graders/tool_identity_probe.py, put in
 place of the graded function; the value itself is judged here, against the reference.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from actor import selection as reference
-from lab.grading import (
+from course.grading import (
     CaseFailed,
     Failed,
     Passed,
@@ -385,7 +385,7 @@ def in_the_stack(student_dir: Path) -> Verdict:
     """The lab's emails through a private stack whose actor asks the student's
     bound_tool_choice before each step, with a marker in a description and a rug pull
     mid-run: every planned call must run on its planned pair, per calls.jsonl."""
-    from lab.graders import in_stack  # the stack's imports only where a stack runs
+    from course.graders import in_stack  # the stack's imports only where a stack runs
 
     ran = in_stack.run_lab("tool-identity", student_dir)
     if not isinstance(ran, in_stack.Ran):

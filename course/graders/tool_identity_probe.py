@@ -16,7 +16,7 @@ twice on the same inputs and answers with a report of plain values:
     second_raised   like raised, for the second call (None when there was none)
     aliasing        a result dict is an input's, or the two calls' results share one
     other_todo      the call stopped in the other function, which the grader made a TODO
-                    (lab/graders/tool_identity_todo.py): the seed asks each to work alone
+                    (course/graders/tool_identity_todo.py): the seed asks each to work alone
 
 Any other NotImplementedError is raised on, so a TODO stays a TODO. Only the grader's own judgement
 of `result` against the reference decides the value; these facts come from the student's

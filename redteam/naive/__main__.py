@@ -1,5 +1,5 @@
-"""python -m lab.naive (`airlock naive`) [--model-url URL] [--data-dir DIR] FILES...: one
-JSON line per email. The options are lab/cli.py's, as for every tool."""
+"""python -m redteam.naive (`airlock naive`) [--model-url URL] [--data-dir DIR] FILES...: one
+JSON line per email. The options are cli/tools.py's, as for every tool."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from actor.ledger import LedgerError
 from airlock import settings as settings_module, sources
 from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.terminal import json_line
-from lab.naive.agent import NaiveAgent
 from reader import model
+from redteam.naive.agent import NaiveAgent
 
 
 def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
-    """An AirlockError (a bad setting, a missing file, no model) goes up to airlock.cli.handled,
+    """An AirlockError (a bad setting, a missing file, no model) goes up to cli.runtime.handled,
     which prints it escaped and exits with its code."""
     settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
     paths = list(sources.expand(files))
@@ -47,6 +47,6 @@ def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
 
 
 if __name__ == "__main__":
-    from lab import cli
+    from cli import tools as cli
 
     sys.exit(cli.main(["naive", *sys.argv[1:]]))

@@ -9,9 +9,9 @@ from typing import Any
 
 from actor.calllog import CallLog
 from actor.catalog import Catalog
-from lab.naive.parse import parse, resolve
 from reader import mail, prompt
 from reader.model import ModelAnswer, ModelFailure
+from redteam.naive.parse import parse, resolve
 
 INSTRUCTION = (
     "You are the shop's email assistant. Read the customer's email and help them. "

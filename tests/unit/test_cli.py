@@ -13,9 +13,10 @@ from typing import cast
 
 import pytest
 
-from airlock import cli, escalations, records, sources
+from airlock import records, sources
 from airlock.errors import EmailTooLarge, LinkOutside
-from lab import cli as lab_cli
+from cli import runtime as cli, tools as lab_cli
+from ops import escalations
 from tests import lines as trace_lines
 from tests.conftest import ROOT, airlock_env
 
@@ -34,7 +35,7 @@ def every_parser(parser: argparse.ArgumentParser, name: str = "airlock"):
 @pytest.mark.parametrize("build", [cli.build_parser, lab_cli.build_parser], ids=["runtime", "lab-tools"])
 def test_every_option_of_every_command_has_help(build) -> None:
     """`airlock CMD --help` explains every option and argument; none is left bare, for the
-    runtime's commands (airlock/cli.py) and the tools that run from lab (lab/cli.py)."""
+    runtime's commands (cli/runtime.py) and the tools that run from lab (cli/tools.py)."""
     bare = [f"{name} {action.option_strings or action.dest}"
             for name, parser in every_parser(build())
             for action in parser._actions
@@ -49,7 +50,7 @@ def commands_of(parser: argparse.ArgumentParser) -> set[str]:
 
 def test_each_tool_is_listed_by_airlock_and_parsed_by_lab() -> None:
     """`airlock --help` lists every command lab runs, and lab parses exactly those (bar
-    `lab`, which is lab/commands.py's): no tool is listed and missing, or hidden."""
+    `lab`, which is cli/lab.py's): no tool is listed and missing, or hidden."""
     assert set(cli.LAB_COMMANDS) <= commands_of(cli.build_parser())
     assert commands_of(lab_cli.build_parser()) == set(lab_cli.COMMANDS) == set(cli.LAB_COMMANDS) - {"lab"}
 
@@ -347,7 +348,7 @@ def test_inject_refuses_a_folder_with_a_link_out_in_one_line(env, capsys, plante
 
 def test_attack_campaign_refuses_a_folder_with_a_link_out(planted) -> None:
     """`airlock attack FOLDER` loads its emails through the same check: the secret never becomes an email."""
-    from lab import campaign
+    from harness import campaign
 
     folder, link = planted
     with pytest.raises(LinkOutside, match=re.escape(str(link))):

@@ -21,7 +21,7 @@ def test_a_lab_command_beside_a_decoy_airlock_package_runs_the_project(tmp_path:
     for name in ("airlock", "lab"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(DECOY)
-    console_script = "import sys; from airlock.cli import main; sys.exit(main())"  # as pip's `airlock` does
+    console_script = "import sys; from cli.runtime import main; sys.exit(main())"  # as pip's `airlock` does
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-P", "-c", console_script, "lab", "list"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, keys, locks, preflight, settings as settings_module, supervisor, task as task_module
+from airlock import keys, locks, settings as settings_module, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.terminal import shown
 from airlock.wire import Email, Reading, Rejected
-from lab.attack import free_ports
+from cli import runtime as cli
+from harness.attack import free_ports
+from ops import preflight, supervisor
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
