@@ -28,7 +28,8 @@ from actor.catalog import Catalog, Tool
 from actor.plan import BoundStep
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
 from actor.selection import bound_pair
-from studentcode.student import Plug, StudentCode, StudentFailed
+from airlock.plugs import Plug
+from studentcode.student import StudentCode, StudentFailed
 
 SHOWN_CHARS = 120  # of a student's answer quoted in a reason: enough to recognise it
 # A student's answer kept in a decision record, at most: the record travels in the actor's

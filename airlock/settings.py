@@ -17,8 +17,8 @@ import msgspec
 
 from airlock import bindhosts
 from airlock.errors import KeysMissing, SettingsError
+from airlock.plugs import Plug, parse_plug
 from airlock.task import SHIPPED_TASKS
-from studentcode.student import Plug, parse_plug
 
 # What a port already in use means, said by the start-up check and by the broker alike.
 PORT_IN_USE_HINT = "another airlock up or another program listens there; stop it or choose another port"

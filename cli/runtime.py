@@ -81,7 +81,7 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from airlock import locks
+    from airlock import extras, locks
     from airlock.service import stop_on_signals
     from airlock.task import describe_recordings
     from ops import preflight
@@ -101,7 +101,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     task = check_config(settings)
     dashboard: dict[str, tuple[str, int]] = {}
     if args.dashboard:
-        preflight.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
+        extras.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
         read = settings_module.reader(env)
         dashboard["dashboard"] = (read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
                                   read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"))

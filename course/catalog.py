@@ -69,7 +69,7 @@ lab.toml, every key required unless marked (unknown keys are errors):
 
     [run]                             # optional: how `airlock lab run` and an in-stack
                                       # checkpoint run the lab in a private stack
-    plug = "validator.check"          # a key of studentcode.student.PLUG_POINTS
+    plug = "validator.check"          # a key of airlock.plugs.PLUG_POINTS
     file = "checker.py"               # the student's file that plugs in (one of student_files)
     task = "tasks/order_status.toml"  # paths: relative to the checkout; "./x" to the lab folder
     catalog = ""                      # optional: the actor's catalog (the same path rule)
@@ -102,8 +102,8 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
+from airlock.plugs import PLUG_POINTS, Plug
 from course.grading import Verdict
-from studentcode.student import PLUG_POINTS, Plug
 
 T = TypeVar("T")
 

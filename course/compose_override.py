@@ -32,9 +32,9 @@ from pathlib import Path, PurePosixPath
 
 from airlock import task as task_module
 from airlock.errors import UsageError
+from airlock.plugs import PLUG_POINTS
 from course.catalog import CHECKOUT, Lab
 from course.runner import STATE_FOLDER
-from studentcode.student import PLUG_POINTS
 
 STUDENT_MOUNT = PurePosixPath("/student")
 IMAGE_ROOT = PurePosixPath("/app")  # where each service image holds the checkout's files

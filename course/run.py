@@ -31,6 +31,7 @@ from typing import Any
 
 from airlock import records, task as task_module
 from airlock.errors import UsageError
+from airlock.plugs import Plug
 from course import provenance
 from course.catalog import Lab
 from course.context import lab_path, page_missing, trace_command
@@ -39,7 +40,7 @@ from harness import campaign
 from harness.campaign import CampaignEmail
 from harness.score import Scorer
 from harness.stack import Stack, StackRun, lab_stack
-from studentcode.student import START_TIMEOUT_S, Plug, StudentCode, StudentFailed
+from studentcode.student import START_TIMEOUT_S, StudentCode, StudentFailed
 
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
 # A student rule that is the student being stricter than the kernel: a refusal (the

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airlock import keys, records, trace
+from airlock.plugs import Plug
 from airlock.settings import Settings
 from harness.attack import PrivateStack, run_separated
 from harness.campaign import CampaignEmail
 from harness.hostile import HostileModel
 from harness.mail_signing import signed_and_verified
 from harness.score import EmailResult
-from studentcode.student import Plug
 
 EMAILS_TIMEOUT_S = 120.0  # every email of a lab's run reaches its outcome within this
 IN_FLIGHT = 8

@@ -3,8 +3,8 @@
 import sys
 
 from airlock.errors import EX_CONFIG, ConfigError
+from airlock.extras import require_extra
 from airlock.service import main
-from ops.preflight import require_extra
 
 if __name__ == "__main__":
     try:  # the SMTP server is an extra: say which pip command, not an ImportError traceback

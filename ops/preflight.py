@@ -6,8 +6,6 @@
 - `own_folder`, `own_file`: run/ and the files `up` writes there, opened without following a
   link and used only if this user owns them (others may write the data dir).
 - `check_ports`: every port free, else ConfigError (exit 78) naming port and setting.
-- `require_extra`: an optional dependency a command needs is installed, else ConfigError
-  with the exact pip command (checked before any child starts, not after one exits 78).
 - `model_silence`: whether the model URL answers at all, in a short probe; a warning for
   the banner, never a refusal (recorded answers still work, and a model may start later).
 - `model_slots`: how many requests the model serves at once (llama.cpp's /props), for the
@@ -17,7 +15,6 @@
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
 import socket
 import stat
@@ -31,14 +28,6 @@ from airlock.errors import AlreadyRunning, ConfigError
 from airlock.settings import PORT_IN_USE_HINT, Settings, model_api_url, model_server_root
 
 PROBE_TIMEOUT_S = 2.0  # a model that takes longer to accept a GET is as good as absent at start
-
-def require_extra(what: str, modules: tuple[str, ...], extra: str) -> None:
-    """ConfigError naming the missing modules and the pip command that installs `extra`."""
-    missing = [name for name in modules if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigError(f"{what} needs {' and '.join(missing)}, not installed: run pip install -e '.[{extra}]' "
-                          f"in the airlock folder (or pip install 'airlock[{extra}]')")
-
 
 def models_url(base: str) -> str:
     """The OpenAI-compatible model list next to the chat endpoint the reader will use."""

@@ -51,17 +51,7 @@ from typing import Any, Literal
 import msgspec
 
 from airlock import terminal
-from airlock.errors import SettingsError
 from studentcode import sandbox, shapes, warden
-
-# Each plug point: the service whose piece it replaces, and the functions the student's
-# file must define for it. The service decides what it does with the answers.
-PLUG_POINTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "validator.check": ("validator", ("check",)),
-    "actor.select": ("actor", ("bound_tool_choice",)),
-    "actor.checks": ("actor", ("allowlist_problem", "schema_problem", "range_problem")),
-    "actor.decide": ("actor", ("decide",)),
-}
 
 START_TIMEOUT_S = 20.0  # interpreter start and the file's import; not counted per call
 MAX_REPLY_BYTES = 1024 * 1024  # one answer of the student's; larger is a typed failure
@@ -79,39 +69,6 @@ CALLER_PACKAGES = ("lab.", "course.", "harness.", "redteam.", "bench.", "ops.", 
 Mode = Literal["plain", "shapes"]
 Kind = Literal["todo", "raised", "timeout", "crashed", "not_plain_data", "too_large", "unloadable", "missing",
                "sandbox"]
-
-
-class Plug(msgspec.Struct, frozen=True):
-    """AIRLOCK_STUDENT_CODE: `<point>=<file>`, e.g. `validator.check=/student/checker.py`."""
-
-    point: str
-    path: Path
-
-    @property
-    def service(self) -> str:
-        return PLUG_POINTS[self.point][0]
-
-    @property
-    def functions(self) -> tuple[str, ...]:
-        return PLUG_POINTS[self.point][1]
-
-    def __str__(self) -> str:
-        return f"{self.point}={self.path}"
-
-
-def parse_plug(text: str) -> Plug | None:
-    """The setting's value -> a Plug; empty -> None. Raises SettingsError on anything else."""
-    if not text:
-        return None
-    point, sep, path = text.partition("=")
-    if not sep or not path:
-        raise SettingsError(f"AIRLOCK_STUDENT_CODE={text!r}: expected <point>=<file.py>, e.g. "
-                            "validator.check=/student/checker.py")
-    if point not in PLUG_POINTS:
-        raise SettingsError(f"AIRLOCK_STUDENT_CODE: unknown plug point {point!r} (known: {sorted(PLUG_POINTS)})")
-    if not path.endswith(".py"):
-        raise SettingsError(f"AIRLOCK_STUDENT_CODE: {path!r} is not a Python file (.py)")
-    return Plug(point, Path(path).absolute())
 
 
 class StudentFailed(msgspec.Struct, frozen=True):

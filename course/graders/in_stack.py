@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from airlock import records, trace
+from airlock.plugs import PLUG_POINTS
 from course import provenance
 from course.catalog import Lab, find
 from course.grading import Failed, module_or_failed, todo
 from course.run import EmailReport, running
-from studentcode.student import PLUG_POINTS, StudentCode, StudentFailed
+from studentcode.student import StudentCode, StudentFailed
 
 CHECKPOINT = "in-the-stack"
 PROBE_TIMEOUT_S = 5.0

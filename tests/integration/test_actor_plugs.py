@@ -15,9 +15,9 @@ import pytest
 
 from actor.app import Actor, build
 from airlock import records, task as task_module, trace
+from airlock.plugs import Plug
 from airlock.wire import Call, Done, Passed, Reading
 from broker.router import Router
-from studentcode.student import Plug
 from tests.conftest import ROOT
 from tests.unit.test_router import R1, A, V, lines, submit, workers
 

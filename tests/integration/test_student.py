@@ -10,7 +10,8 @@ import pytest
 
 from airlock import settings as settings_module
 from airlock.errors import SettingsError
-from studentcode.student import Plug, StudentCode, StudentFailed, parse_plug
+from airlock.plugs import Plug, parse_plug
+from studentcode.student import StudentCode, StudentFailed
 
 STUDENT = '''
 import os, sys, time

@@ -197,7 +197,7 @@ def test_up_makes_keys_creates_missing_secrets_and_deploys_without_pulling(tmp_p
     folder = tmp_path / "keys"
     first = Recorder()
     made, created, out = swarm_deploy.up("lab", folder, readers=2, run=first)
-    assert made == "made" and out == tmp_path / "harness.stack.yaml" and out.is_file()
+    assert made == "made" and out == tmp_path / "lab.stack.yaml" and out.is_file()
     creates = [call for call in first.calls if call[:3] == ["docker", "secret", "create"]]
     assert len(creates) == len(created) == sum(len(s) for s in swarm.key_secrets("lab", folder).values())
     assert all(call[3:5] == ["--label", "airlock.stack=lab"] and Path(call[-1]).is_file() for call in creates)
