@@ -100,7 +100,7 @@ def cmd_pins(args: argparse.Namespace) -> int:
 
 
 def cmd_naive(args: argparse.Namespace) -> int:
-    from redteam.naive.__main__ import run  # imports reader and actor code, by design
+    from redteam.naive.run import run  # imports reader and actor code, by design
 
     return run(args.files, args.model_url, args.data_dir)
 

@@ -2,7 +2,7 @@
 
 The naive agent (redteam/naive/) hands the model the email *and* the tools, and runs whatever
 calls come back: the design airlock exists to avoid. The dashboard never imports it (nor
-anything of `redteam`); it runs `python -m redteam.naive` as a subprocess per email, with the
+anything of `redteam`); it runs `airlock naive` (`python -m airlock naive`) as a subprocess per email, with the
 email in a temporary file and
 its own temporary data folder (so its calls.jsonl never mixes with airlock's), and reads
 the one JSON line it prints. The pane is on only when a model URL is given
@@ -57,7 +57,7 @@ class NaivePane:
             email = Path(folder) / ("email.eml" if fmt == "eml" else "email.txt")
             email.write_bytes(raw)
             process = await asyncio.create_subprocess_exec(
-                *python_command("-m", "redteam.naive", "--model-url", str(self.model_url),
+                *python_command("-m", "airlock", "naive", "--model-url", str(self.model_url),
                                 "--data-dir", str(Path(folder) / "data"), str(email)),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=folder)
@@ -96,7 +96,7 @@ def _availability(model_url: str | None) -> tuple[bool, str, str | None]:
     except (ImportError, ValueError):
         spec = None
     folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    agents = [folder for folder in folders if (folder / "naive" / "__main__.py").is_file()]
+    agents = [folder for folder in folders if (folder / "naive" / "run.py").is_file()]
     if not agents:
         return False, "off: the naive agent is not installed here (the dashboard image ships without it)", None
     if not model_url:

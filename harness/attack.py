@@ -4,7 +4,7 @@ Separated mode starts a private airlock stack (`airlock up` on free loopback por
 data folder), injects every email, waits for every outcome, then reads that stack's
 trace.jsonl and calls.jsonl. `--running` targets the stack your AIRLOCK_* settings point
 at instead (a compose lab, say) and counts only the ids it injected. Naive mode runs the
-naive agent (`python -m redteam.naive`) over the same emails. Both are scored by score.py.
+naive agent (`airlock naive`) over the same emails. Both are scored by score.py.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
               progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
     files = campaign.materialize(emails, data_dir / "emails")
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
-    process = subprocess.Popen(python_command("-m", "redteam.naive", *map(str, files)), env=env,
+    process = subprocess.Popen(python_command("-m", "airlock", "naive", *map(str, files)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()

@@ -1,5 +1,5 @@
-"""python -m redteam.naive (`airlock naive`) [--model-url URL] [--data-dir DIR] FILES...: one
-JSON line per email. The options are cli/tools.py's, as for every tool."""
+"""`airlock naive [--model-url URL] [--data-dir DIR] FILES...`: one JSON line per email.
+The options are cli/tools.py's, as for every tool."""
 
 from __future__ import annotations
 
@@ -45,8 +45,3 @@ def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
         log.close()
     return 0
 
-
-if __name__ == "__main__":
-    from cli import tools as cli
-
-    sys.exit(cli.main(["naive", *sys.argv[1:]]))
