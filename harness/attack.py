@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from airlock.task import Task
 from harness import campaign, score
 from harness.campaign import CampaignEmail
 from ops import preflight
+from ops.ports import free_ports
 
 UP_TIMEOUT_S = 120
 PORT_ATTEMPTS = 3  # a port taken between choosing and binding it: start again on fresh ones
@@ -49,18 +49,6 @@ def progress_bar(stream: Any = sys.stderr) -> Progress:
         stream.flush()
 
     return show
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the kernel just handed out on loopback (bound together, then freed)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 class PrivateStack:

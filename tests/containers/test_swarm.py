@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.attack import free_ports
 from ops import verify, verify_swarm
+from ops.ports import free_ports
 from tests.containers.conftest import require_engine
 from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, free_network, host_routes
 

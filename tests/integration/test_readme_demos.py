@@ -50,7 +50,7 @@ from typing import IO
 
 import pytest
 
-from harness.attack import free_ports
+from ops.ports import free_ports
 from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 

@@ -16,8 +16,8 @@ from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.terminal import shown
 from airlock.wire import Email, Reading, Rejected
 from cli import runtime as cli
-from harness.attack import free_ports
 from ops import preflight, supervisor
+from ops.ports import free_ports
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
