@@ -31,8 +31,9 @@ from typing import Any
 
 import msgspec
 
-from airlock.errors import EX_CONFIG, EX_INTERRUPTED, EX_USAGE, AirlockError, UsageError, exit_code
+from airlock.errors import AirlockError, ConfigError, UsageError
 from airlock.terminal import json_line, shown
+from cli.handling import handled
 from course import class_grades
 from course.catalog import LABS_ROOT, Lab, LabFormatError, UnknownLab, build_wrong_solution, find, load_all
 from course.context import (
@@ -551,27 +552,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class CannotWrite(AirlockError):
+    """A lab command may not write where it must (most often the compose `lab` tool run without -u)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return handled(lambda: _run(args), prefix="airlock lab", wording=for_student)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, its own errors translated into airlock's at this edge, so the one handler
+    (cli/handling.py) prints them and its one table gives their exit codes."""
     try:
         require_grader_modules()
         return args.handler(args)
     except UnknownLab as exc:
-        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
-        return EX_USAGE
+        raise UsageError(str(exc)) from exc
     except LabFormatError as exc:
-        print(f"airlock lab: {shown(str(exc))}", file=sys.stderr)
-        return EX_CONFIG
-    except AirlockError as exc:  # a usage error (2), a task file that will not load (78), ...
-        print(f"airlock lab: {shown(for_student(str(exc)))}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt:
-        return EX_INTERRUPTED
-    except BrokenPipeError:
-        return 0
+        raise ConfigError(str(exc)) from exc
     except PermissionError as exc:  # most often the compose `lab` tool run without -u
         how = (f"run the lab container as yourself: {CONTAINER_COMMAND} ..." if in_container() else
                f"in the container lab, run it as yourself: {CONTAINER_COMMAND} ...")
-        print(f"airlock lab: cannot write {shown(str(exc.filename))}: permission denied; this user "
-              f"(uid {os.getuid()}) may not write there ({how})", file=sys.stderr)
-        return 1
+        raise CannotWrite(f"cannot write {exc.filename}: permission denied; this user "
+                          f"(uid {os.getuid()}) may not write there ({how})") from exc

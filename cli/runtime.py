@@ -1,8 +1,9 @@
 """The `airlock` command: the runtime's commands and the tools around it.
 
 The runtime's (up, inject, trace, status, pending, approve, deny, keys) run here; the tools
-no service runs (attack, verify, record, pins, naive, model, corpus, bench, lab) are the
-`lab` package's, and `airlock NAME` runs `python -m lab NAME` in this process's place.
+no service runs (attack, verify, record, pins, naive, model, corpus, bench, prompts, k8s,
+swarm: cli/tools.py; lab: cli/lab.py) are imported only for their own command, in this
+process, and every command's failures go through one handler (cli/handling.py).
 
 Every failure the user can cause or meet is one line on stderr and a non-zero exit:
 1 for a refusal or a runtime failure (no keys, a key the broker refused, a silent broker,
@@ -30,7 +31,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -44,8 +45,8 @@ from airlock.errors import (
     UsageError,
     exit_code,
 )
-from airlock.interpreter import python_command
 from airlock.terminal import json_line, shown
+from cli import handling
 from ops import escalations, injected
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
@@ -53,10 +54,12 @@ if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do no
     from airlock.wire import Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
-# The commands whose code is in the `lab` package, the tools no service runs, with the one
-# line `airlock --help` shows for each. `airlock NAME ...` becomes `python -m lab NAME ...`
-# (`airlock lab ...` becomes `python -m lab ...`), so the kernel the services import never
-# imports lab. cli/tools.py builds these commands' parsers and takes their help from here.
+# The tools no service runs, with the one line `airlock --help` shows for each. Their code
+# (the harness, the course, the red team, the bench) is imported only when one runs; where
+# it is not installed (the CLI image), the command says so. cli/tools.py builds these
+# commands' parsers and takes their help from here; `lab` is cli/lab.py's.
+# The packages a tool needs beyond the command line and the operator's tools.
+TOOL_PACKAGES = ("harness", "course", "redteam", "bench")
 LAB_COMMANDS = {
     "attack": "inject a corpus and score the side effects that ran",
     "verify": "prove the running lab (compose, or a swarm stack) is isolated",
@@ -379,23 +382,27 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_in_lab(argv: Sequence[str]) -> NoReturn:
-    """Become `python -m lab NAME ...` for `airlock NAME ...` (`python -m lab ...` for
-    `airlock lab ...`): the same process id, signals and exit code as if the command ran
-    here. Replacing the process, rather than waiting on a child, keeps Ctrl-C and SIGTERM on
-    the process that owns what the command started (attack's private stack, the hostile
-    model's port): a parent killed by SIGTERM would leave its child serving. Where lab is
-    not installed (an image holding the kernel only), one line and 78, not a traceback."""
+def run_tool(argv: Sequence[str]) -> int:
+    """`airlock NAME ...` for a tool no service runs (`airlock lab ...` for the labs), in this
+    process: Ctrl-C and SIGTERM reach the process that owns what the command started
+    (attack's private stack, the hostile model's port). Where the tools are not installed
+    (the CLI image: the kernel, the command line and the operator's tools only), one line
+    and 78, not a traceback."""
     import importlib.util
 
-    if importlib.util.find_spec("lab") is None:  # a top-level name: it looks, it does not import
-        print(f"airlock: `airlock {shown(argv[0])}` comes with the lab package, which is not installed here "
-              "(the service images and the CLI image hold the kernel only): pip install -e '.[lab]' in a checkout",
-              file=sys.stderr)
-        sys.exit(EX_CONFIG)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, python_command("-m", "lab", *(argv[1:] if argv[0] == "lab" else argv)))
+    missing = [name for name in TOOL_PACKAGES if importlib.util.find_spec(name) is None]  # looks, never imports
+    if missing:
+        print(f"airlock: `airlock {shown(argv[0])}` comes with the tool packages ({', '.join(missing)} missing "
+              "here: the service images and the CLI image hold the kernel and the operator's command line only): "
+              "pip install -e '.[lab]' in a checkout", file=sys.stderr)
+        return EX_CONFIG
+    if argv[0] == "lab":
+        from cli import lab
+
+        return lab.main(argv[1:])
+    from cli import tools
+
+    return tools.main(argv)
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -487,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also a key pair for this person, who may then approve and deny (repeatable; "
                                "added to an existing folder without touching its other keys)")
 
-    # Listed here for `airlock --help` only: main() hands them to `python -m lab` before parsing.
+    # Listed here for `airlock --help` only: main() hands them to run_tool before parsing.
     for name, text in LAB_COMMANDS.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser
@@ -496,24 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] and argv[0] in LAB_COMMANDS:
-        run_in_lab(argv)  # their help and options are lab's
+        return run_tool(argv)  # their help and options are their own
     parser = build_parser()
     return handled(parser.parse_args(argv))
 
 
 def handled(args: argparse.Namespace) -> int:
-    """Run a parsed command, each failure one escaped line on stderr with its exit code
-    (the module docstring's table); cli/tools.py runs its commands through this too."""
-    try:
-        return args.handler(args)
-    # A full disk (74) apart from a full queue (75: try again later), another stack on the
-    # data dir (73), configuration (78), usage (2); anything else airlock refuses (an unknown
-    # id, a decision not taken, an email over the limit, no keys, a key the broker refused, a
-    # silent broker) is 1 (airlock.errors.exit_code).
-    except AirlockError as exc:
-        print(f"airlock: {shown(str(exc))}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt:
-        return EX_INTERRUPTED
-    except BrokenPipeError:
-        return 0
+    """Run a parsed command through the one error handler (cli/handling.py): each failure one
+    escaped line on stderr with its exit code (the module docstring's table); cli/tools.py
+    runs its commands through this too."""
+    return handling.handled(lambda: args.handler(args))
