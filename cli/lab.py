@@ -1,4 +1,4 @@
-"""python -m lab (and `airlock lab`): list, start, check, run, compose, hint, notes, reset, progress, wrong,
+"""`airlock lab` (alias: python -m lab): list, start, check, run, compose, hint, notes, reset, progress, wrong,
 grade and mutants.
 
 Everything a student's code or a lab file produced is printed through airlock.terminal

@@ -11,8 +11,8 @@ an unknown id, a decision not taken, an email over the limit), 2 for bad usage (
 file, nothing to inject), 73 when `airlock up` finds its data dir held by another stack
 (airlock.locks), 74 when the broker could not write an email down ("not accepted: disk
 full"; retry once it has space), 75 when the broker's queue stayed full
-(AIRLOCK_QUEUE_MAX_BYTES; retry later), 78 for bad configuration (a tool run where its lab
-package is not installed, too), 130 after Ctrl-C (airlock.errors names each code, and its
+(AIRLOCK_QUEUE_MAX_BYTES; retry later), 78 for bad configuration (a tool run where the tool
+packages are not installed, too), 130 after Ctrl-C (airlock.errors names each code, and its
 exit_code maps each error to one). Tracebacks are bugs.
 
 `airlock inject` prints each email's id the moment the broker accepts it (with --wait,

@@ -1,10 +1,10 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
-pins, naive, model, corpus, bench, prompts, k8s and swarm, as `python -m lab COMMAND ...`.
+pins, naive, model, corpus, bench, prompts, k8s and swarm.
 
-`airlock COMMAND ...` becomes this process (cli/runtime.py run_in_lab), so the kernel the
-services import never imports `lab`. The kernel owns each command's one-line help
-(LAB_COMMANDS, what `airlock --help` lists) and the exit codes (cli.runtime.handled); this
-module owns the commands' options and runs them. Heavy imports (ZeroMQ, the reader's and
+`airlock COMMAND ...` runs this module's main in the same process (cli/runtime.py run_tool).
+cli/runtime.py owns each command's one-line help (LAB_COMMANDS, what `airlock --help`
+lists) and runs each through the one error handler (cli.runtime.handled); this module
+owns the commands' options and runs them. Heavy imports (ZeroMQ, the reader's and
 the actor's code) wait inside the handler that needs them.
 """
 

@@ -157,7 +157,7 @@ def checked(builder: str, phases: list[Phase]) -> list[Phase]:
 
 
 def _environment() -> dict[str, str]:
-    """The lab package importable from the scratch folder, wherever it is installed or not;
+    """The project's packages importable from the scratch folder, wherever it is installed or not;
     no __pycache__ left in the student's folder."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
     return {**env, "PYTHONPATH": str(CHECKOUT), "PYTHONDONTWRITEBYTECODE": "1"}

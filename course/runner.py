@@ -187,7 +187,7 @@ def _read_verdict(checkpoint: Checkpoint, raw: bytes, code: int, elapsed: float,
 
 def _environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HYPOTHESIS"))}
-    env["PYTHONPATH"] = str(PROJECT_ROOT)  # the lab package, wherever the grader's cwd is
+    env["PYTHONPATH"] = str(PROJECT_ROOT)  # the project's packages, wherever the grader's cwd is
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in the student's folder
     env["PYTHONHASHSEED"] = "0"  # the same hidden cases in the same order on every run
     cache = _hypothesis_cache()
