@@ -3,21 +3,22 @@
 #   docker build --target reader -t airlock/reader .      # from the repository root
 #
 #   target     holds (under /app)                                       dependencies
-#   cli        airlock/                                                 locks/kernel.txt
+#   cli        airlock/ cli/ ops/                                       locks/kernel.txt
 #   broker     airlock/ broker/ tasks/                                  locks/kernel.txt
 #   reader     airlock/ reader/ tasks/ samples/recorded/  (no tool code) locks/kernel.txt
-#   validator  airlock/ validator/ tasks/                               locks/kernel.txt
-#   actor      airlock/ actor/ tasks/                                   locks/kernel.txt
+#   validator  airlock/ studentcode/ validator/ tasks/                  locks/kernel.txt
+#   actor      airlock/ studentcode/ actor/ tasks/                      locks/kernel.txt
 #   dashboard  airlock/ dashboard/ tasks/                               locks/dashboard.txt
 #   intake     airlock/ intake/                                         locks/smtp.txt
-#   lab        the lab tool: the runtime, lab/, labs/ and what graders run  locks/graders.txt
+#   lab        the lab tool: the runtime, the tool packages, labs/, what graders run  locks/graders.txt
 #   model      no airlock code: llama-server (C++), its entrypoint, the GGUF  locks/model-source.txt
 #
-# No service image holds lab/ or another service's package (tests/unit/test_packaging.py
-# reads this file). Dependencies are pyproject.toml's, pinned with hashes in locks/ by
-# scripts/lock: each role's virtualenv is built in its own stage from its lock file alone,
-# so editing source never reinstalls them, and only the finished virtualenv (no pip) is
-# copied into the image. Every image runs as uid 10001.
+# No service image holds a tool package (cli/ ops/ harness/ redteam/ course/ bench/ lab/) or
+# another service's package, and only the validator and the actor hold the student-code runner
+# (studentcode/): tests/unit/test_packaging.py lists each image's Python files from its COPY lines.
+# Dependencies are pyproject.toml's, pinned with hashes in locks/ by scripts/lock: each role's
+# virtualenv is built in its own stage from its lock file alone, so editing source never
+# reinstalls them, and only the finished virtualenv (no pip) is copied into the image. Every image runs as uid 10001.
 #
 # The order of the stages matters to the classic builder (docker-compose 1.29's, and docker
 # without buildx), which builds every stage above the target: the kernel's services come
@@ -44,11 +45,14 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 PYTHONUNB
 FROM runtime AS kernel
 COPY --from=deps-kernel /opt/venv /opt/venv
 
-# The CLI image: only the shared kernel (no service code, nothing of lab/), for `docker
-# compose run --rm inject FILE` on machines without Python and for the `init` service. The
-# tools around the runtime (airlock attack, model, ...) are lab's: here they say so, exit 78.
+# The CLI image: the shared kernel, the command line and the operator's tools (no service
+# code, no course, no harness), for `docker compose run --rm inject FILE` on machines without
+# Python and for the `init` service. The tools around the runtime (airlock attack, model, ...)
+# are the lab image's: here they say so, exit 78.
 FROM kernel AS cli
 COPY airlock/ /app/airlock/
+COPY cli/ /app/cli/
+COPY ops/ /app/ops/
 USER 10001:10001
 ENTRYPOINT ["python3", "-m", "airlock"]
 CMD ["--help"]
@@ -80,6 +84,7 @@ CMD ["python3", "-m", "reader"]
 
 FROM kernel AS validator
 COPY airlock/ /app/airlock/
+COPY studentcode/ /app/studentcode/
 COPY validator/ /app/validator/
 COPY tasks/ /app/tasks/
 ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
@@ -89,6 +94,7 @@ CMD ["python3", "-m", "validator"]
 
 FROM kernel AS actor
 COPY airlock/ /app/airlock/
+COPY studentcode/ /app/studentcode/
 COPY actor/ /app/actor/
 COPY tasks/ /app/tasks/
 ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DATA_DIR=/data
@@ -137,7 +143,7 @@ USER 10001:10001
 CMD ["python3", "-m", "intake"]
 
 # --- the lab tool's image: `docker compose run --rm lab check separation --dir my-separation`
-# for students without Python. The runtime's kernel, the lab package and the labs, and what
+# for students without Python. The runtime's kernel, the tool packages and the labs, and what
 # the graders need besides: the services (the in-stack checkpoints and `lab run` start a
 # private `airlock up` on the container's loopback, with the student's file plugged into
 # one service), intake/ (its sender verifier: a lab stack signs each email and admits it
@@ -160,13 +166,20 @@ COPY intake/ /app/intake/
 COPY tasks/ /app/tasks/
 COPY samples/ /app/samples/
 COPY corpus/handmade/ /app/corpus/handmade/
+COPY studentcode/ /app/studentcode/
+COPY cli/ /app/cli/
+COPY ops/ /app/ops/
+COPY harness/ /app/harness/
+COPY redteam/ /app/redteam/
+COPY course/ /app/course/
+COPY bench/ /app/bench/
 COPY lab/ /app/lab/
 COPY labs/ /app/labs/
-# The root is read-only: hypothesis's Unicode tables (lab.runner's cache; the graders keep
+# The root is read-only: hypothesis's Unicode tables (course.runner's cache; the graders keep
 # no example database) go to the /tmp tmpfs. PYTHONSAFEPATH: `python -m lab` runs the
-# image's lab/ and labs/ (PYTHONPATH), not the copy in the folder mounted at /work.
+# image's packages and labs/ (PYTHONPATH), not the copy in the folder mounted at /work.
 # AIRLOCK_LAB_CONTAINER: the lab tool's messages name the `docker compose run ... lab` lines
-# and the repository's paths a student types and opens on the host (lab/context.py).
+# and the repository's paths a student types and opens on the host (course/context.py).
 ENV PYTHONSAFEPATH=1 XDG_CACHE_HOME=/tmp/cache AIRLOCK_LAB_CONTAINER=1
 WORKDIR /work
 USER 10001:10001

@@ -3,7 +3,7 @@ before the kernel's own, never instead of it.
 
 Data: the plan step, its arguments, the live catalog and the facts of one email, handed to
 the student's functions as plain data (or the actor's own types, pickled) through
-airlock.student.StudentCode, which runs them in a child process under a deadline.
+studentcode.student.StudentCode, which runs them in a child process under a deadline.
 Readers: the executor, for every step, when AIRLOCK_STUDENT_CODE names one of
 "actor.select", "actor.checks" or "actor.decide".
 Rationale: the student's code can only make a step STRICTER. Whatever it answers, the
@@ -28,7 +28,8 @@ from actor.catalog import Catalog, Tool
 from actor.plan import BoundStep
 from actor.preconditions import Approval, Fact, Gate, RuleResult, Verdict
 from actor.selection import bound_pair
-from airlock.student import Plug, StudentCode, StudentFailed
+from airlock.plugs import Plug
+from studentcode.student import StudentCode, StudentFailed
 
 SHOWN_CHARS = 120  # of a student's answer quoted in a reason: enough to recognise it
 # A student's answer kept in a decision record, at most: the record travels in the actor's

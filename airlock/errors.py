@@ -122,7 +122,7 @@ EX_INTERRUPTED = 130
 
 def exit_code(exc: AirlockError) -> int:
     """The exit code of a command that failed with `exc`; every command uses this one table
-    (airlock.cli's docstring and docs/cli.md list it): 1 for any other refusal or runtime
+    (cli.runtime's docstring and docs/cli.md list it): 1 for any other refusal or runtime
     failure."""
     if isinstance(exc, DiskFull):
         return EX_IOERR

@@ -10,7 +10,7 @@ the trace, the call log, pending escalations), so:
     a data file it appends to  made 0600 by the open itself; an existing one (an older
                                version's, 0644) loses every bit for others on open. The group's
                                bits are kept: the compose lab's host user reads the services'
-                               files through the group (airlock.lab_init makes them 0660)
+                               files through the group (ops.lab_init makes them 0660)
 
 A mode set after the file exists (copy, then chmod) leaves a window in which another user
 who opened the file keeps reading it: that is the race this module exists to close.

@@ -1,7 +1,7 @@
 """One HTTP request held to one deadline, whatever the server does.
 
 Data: a URL from the settings (the model server's) and what that server sends back.
-Readers: reader.model (each model request) and airlock.preflight (`airlock up`'s probes).
+Readers: reader.model (each model request) and ops.preflight (`airlock up`'s probes).
 Rationale: a socket timeout bounds each read, not the answer. A server that sends one byte
 a second, of its status line, its headers or its body (chunked or with a Content-Length),
 never lets a read time out, and a client that trusts the timeout waits for ever. So the

@@ -17,7 +17,7 @@ user's with no other name (a hard link planted to one of this user's files is lo
 written). A failure to write the hint (a full disk) is no reason to refuse: the lock is held.
 
 `die_with_parent` is the other half of "one stack per data dir": children of `airlock up`
-call it first (airlock.lifeline), so a supervisor killed with -9 leaves no orphan serving
+call it first (ops.lifeline), so a supervisor killed with -9 leaves no orphan serving
 beside the next stack.
 """
 

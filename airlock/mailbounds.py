@@ -22,7 +22,7 @@ reader's HTML reading (reader.mail.html_to_text) holds the last two:
 
 Headers nobody parses (Received, References, DKIM-Signature...) are only counted: the
 splitter keeps them as strings, at a cost linear in their size. The figures are in
-`python -m lab.bench.mailparse`; tests/integration/test_mail_bounds.py holds every shape to
+`python -m bench.mailparse`; tests/integration/test_mail_bounds.py holds every shape to
 100 MB and 1 s in a child process.
 """
 
@@ -42,7 +42,7 @@ MAX_HEADER_FIELDS = 2_000
 MAX_HEADER_CHARS = 4_096
 MAX_PARSED_CHARS = 16_384
 MAX_TAG_SEPARATORS = 10_000  # a 256 kB data: URI folded at 76 characters has 3,400
-MAX_HTML_RESCAN = 2_000_000  # about 0.2 s: 3.8 million took 0.36 s (lab.bench.mailparse)
+MAX_HTML_RESCAN = 2_000_000  # about 0.2 s: 3.8 million took 0.36 s (bench.mailparse)
 _FEED_CHARS = 8192  # email.parser.Parser.parse's read size
 
 # The headers the reader's parse reads through the header registry, lower-case: the two it

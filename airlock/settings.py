@@ -17,7 +17,7 @@ import msgspec
 
 from airlock import bindhosts
 from airlock.errors import KeysMissing, SettingsError
-from airlock.student import Plug, parse_plug
+from airlock.plugs import Plug, parse_plug
 from airlock.task import SHIPPED_TASKS
 
 # What a port already in use means, said by the start-up check and by the broker alike.
@@ -59,7 +59,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     restart_backoff_max_s: float  # `airlock up` restarts a dead child after a delay doubling to this
     keys: Path | None  # CURVE keys (airlock keys); None: looked for (keys_folder)
     insecure: bool  # the broker may serve without CURVE when it finds no keys (never by default)
-    student_code: Plug | None  # a lab: the student's file in one service's place (airlock.student)
+    student_code: Plug | None  # a lab: the student's file in one service's place (studentcode.student)
     student_timeout_s: float  # one call of the student's function, after which it is stopped
     # The broker's memory under hostile load is bounded in bytes, not counts:
     queue_max_bytes: int  # raw email bytes the broker holds before a reader has read them

@@ -151,7 +151,7 @@ class TraceWriter:
         self._log.close()
         self._log, self.rotated = new, True
         # The old file's group and group bits: the compose lab's host user reads the trace
-        # through its group (airlock.lab_init). Without the right (a service not in that
+        # through its group (ops.lab_init). Without the right (a service not in that
         # group) the new file stays 0600, as airlock.files made it, until the next `up`.
         with contextlib.suppress(OSError):
             os.fchown(new.fileno(), -1, old.st_gid)

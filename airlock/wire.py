@@ -244,7 +244,7 @@ class Passed(Message, tag="passed", frozen=True):
     """A value of the task's narrow type: with a Decision, the only thing the actor receives.
 
     `sender` and `sender_proof` are set by the broker from the intake, never by the
-    validator. `student` names the lab plug point (airlock.student) whose code took part
+    validator. `student` names the lab plug point (studentcode.student) whose code took part
     in this verdict, "" for none.
     """
 

@@ -38,7 +38,7 @@ from attacks import (
 from mails import Mail, Part, benign, override
 
 from airlock.errors import UsageError
-from lab.corpus import FIRST_DATE, MAX_LINE_BYTES, recreate  # the same dates, lines and care
+from redteam.corpus import FIRST_DATE, MAX_LINE_BYTES, recreate  # the same dates, lines and care
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "handmade"
 

@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Iterator
 
-from airlock import preflight, settings as settings_module, task as task_module
+from airlock import extras, settings as settings_module, task as task_module
 from airlock.errors import EX_CONFIG, ConfigError
 from dashboard.config import MAX_CONNECTIONS, STREAM_STALL_S
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_module.load()
         config = config_module.load(host=args.host, port=args.port, naive_model_url=args.naive_model_url)
         task = task_module.load(settings.task)
-        preflight.require_extra("python -m dashboard", ("starlette", "uvicorn"), "dashboard")
+        extras.require_extra("python -m dashboard", ("starlette", "uvicorn"), "dashboard")
         from dashboard.app import create_app  # needs starlette; uvicorn is imported by serve()
 
         app = create_app(settings, config, [(step.server, step.tool) for step in task.plan], task=task.name)

@@ -1,11 +1,12 @@
 """The naive pane: each email injected from the page, also given to the naive agent.
 
-The naive agent (lab/naive/) hands the model the email *and* the tools, and runs whatever
+The naive agent (redteam/naive/) hands the model the email *and* the tools, and runs whatever
 calls come back: the design airlock exists to avoid. The dashboard never imports it (nor
-anything of `lab`); it runs `python -m lab.naive` as a subprocess per email, with the email in a temporary file and
+anything of `redteam`); it runs `airlock naive` (`python -m airlock naive`) as a subprocess per email, with the
+email in a temporary file and
 its own temporary data folder (so its calls.jsonl never mixes with airlock's), and reads
 the one JSON line it prints. The pane is on only when a model URL is given
-(AIRLOCK_NAIVE_MODEL_URL or --naive-model-url) and the lab package is installed; the
+(AIRLOCK_NAIVE_MODEL_URL or --naive-model-url) and the redteam package is installed; the
 dashboard's container image ships without it, so there the pane says it is off and why.
 """
 
@@ -32,7 +33,7 @@ class NaivePane:
         self.timeout_s = model_timeout_s + EXTRA_TIMEOUT_S
         self.enabled, self.reason, root = _availability(model_url)
         self.env = dict(os.environ if env is None else env)
-        if root is not None:  # the subprocess runs in a temporary folder: tell it where lab/ is
+        if root is not None:  # the subprocess runs in a temporary folder: tell it where redteam/ is
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH", "")) if p)
         self._slots = asyncio.Semaphore(MAX_PARALLEL)
         self._waiting = 0
@@ -56,7 +57,7 @@ class NaivePane:
             email = Path(folder) / ("email.eml" if fmt == "eml" else "email.txt")
             email.write_bytes(raw)
             process = await asyncio.create_subprocess_exec(
-                *python_command("-m", "lab.naive", "--model-url", str(self.model_url),
+                *python_command("-m", "airlock", "naive", "--model-url", str(self.model_url),
                                 "--data-dir", str(Path(folder) / "data"), str(email)),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=self.env, cwd=folder)
@@ -88,14 +89,14 @@ def parse_output(message_id: str, code: int | None, out: bytes, err: bytes) -> d
 
 
 def _availability(model_url: str | None) -> tuple[bool, str, str | None]:
-    """(enabled, why not, the folder holding lab/). find_spec of a top-level name looks, it
-    does not import (of "lab.naive" it would import lab), so the agent is found as a file."""
+    """(enabled, why not, the folder holding redteam/). find_spec of a top-level name looks, it
+    does not import (of "redteam.naive" it would import redteam), so the agent is found as a file."""
     try:
-        spec = importlib.util.find_spec("lab")
+        spec = importlib.util.find_spec("redteam")
     except (ImportError, ValueError):
         spec = None
     folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    agents = [folder for folder in folders if (folder / "naive" / "__main__.py").is_file()]
+    agents = [folder for folder in folders if (folder / "naive" / "run.py").is_file()]
     if not agents:
         return False, "off: the naive agent is not installed here (the dashboard image ships without it)", None
     if not model_url:

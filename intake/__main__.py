@@ -3,7 +3,7 @@
 import sys
 
 from airlock.errors import EX_CONFIG, ConfigError
-from airlock.preflight import require_extra
+from airlock.extras import require_extra
 from airlock.service import main
 
 if __name__ == "__main__":

@@ -1,3 +1,3 @@
-"""Hands-on labs: each lesson of the course as a piece of code the student writes and sees
-run inside the real separated pipeline. Tooling around the runtime: no service imports it,
-and no service image carries it."""
+"""`python -m lab`: the alias of `airlock lab` (the labs' commands) and of the tools no service
+runs. The labs' engine is course/, the tools' dispatch cli/; no service imports either, and no
+service image carries them."""

@@ -1,15 +1,10 @@
-"""python -m lab: the labs' commands (lab/commands.py: list, start, check, ...) and the tools
-around the runtime (lab/cli.py: attack, verify, record, pins, naive, model, corpus, bench, prompts,
-k8s, swarm), each run through airlock.cli.handled."""
+"""python -m lab: `airlock lab ...` (list, start, check, ...), and `airlock TOOL ...` for a tool
+of cli/tools.py (attack, verify, record, ...). An alias kept for the lab image's entrypoint and
+the lines the labs print; cli/ dispatches every command."""
 
 import sys
 
-from lab import cli
+from cli import runtime, tools
 
 argv = sys.argv[1:]
-if argv[:1] and argv[0] in cli.COMMANDS:
-    sys.exit(cli.main(argv))
-
-from lab.commands import main  # noqa: E402 - the labs' graders, imported only for their commands
-
-sys.exit(main(argv))
+sys.exit(runtime.main(argv if argv[:1] and argv[0] in tools.COMMANDS else ["lab", *argv]))

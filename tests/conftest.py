@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from airlock import settings as settings_module
-from lab.attack import free_ports  # the tests' free ports come from the same helper
+from ops.ports import free_ports  # the same helper the harness's private stacks use
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"

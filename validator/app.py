@@ -1,7 +1,7 @@
 """The validator's handle(): Reading in, Passed or Rejected out.
 
 In a lab the student's check() may stand in the validator's place (plug point
-"validator.check", airlock.student). It decides first, in its own child process; the
+"validator.check", studentcode.student). It decides first, in its own child process; the
 kernel's read_value still runs on every answer it passes, so a wrong student checker can
 only refuse more, never let a non-narrow value through. Every verdict it took part in
 carries student="validator.check", and where it and the kernel disagree the rule says so:
@@ -18,10 +18,10 @@ import threading
 
 from airlock.service import serve_role
 from airlock.settings import Settings
-from airlock.student import StudentCode, StudentFailed
 from airlock.task import NarrowType, Task
 from airlock.transport import Channel
 from airlock.wire import Message, Passed, Reading, Rejected
+from studentcode.student import StudentCode, StudentFailed
 from validator.narrow import Broken, Value, read_value, shown_answer
 
 # The reader is the untrusted stage: its explanation reaches the Result, the trace, the

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.hostile import TOOLS_PROMPT_SIGN  # how a model tells the naive agent's prompt
+from harness.hostile import TOOLS_PROMPT_SIGN  # how a model tells the naive agent's prompt
 from tests.conftest import FakeModel, free_ports
 from tests.integration.conftest import Stack, wait_until
 

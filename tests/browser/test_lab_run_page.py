@@ -9,8 +9,8 @@ import shutil
 import signal
 from pathlib import Path
 
-from lab import catalog
-from lab.catalog import build_wrong_solution
+from course import catalog
+from course.catalog import build_wrong_solution
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT
 from tests.labs.support import kept_lab_run

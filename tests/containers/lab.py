@@ -28,7 +28,7 @@ import msgspec
 from docker import errors as docker_errors
 
 from airlock import records, trace
-from lab.attack import free_ports
+from ops.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time

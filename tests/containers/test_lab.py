@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import catalog
+from course import catalog
 from tests.containers.lab import BUILD_TIMEOUT_S, TRUSTED_AUTHSERV_ID
 
 SEED = "samples/seed_4411_de.eml"

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import pytest
 
 from airlock.task import Choice, Digits, IntegerRange
-from lab.attack import free_ports
+from ops.ports import free_ports
 from reader import constraint
 
 HARDENING = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",

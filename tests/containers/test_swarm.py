@@ -30,15 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from lab import verify, verify_swarm
-from lab.attack import free_ports
+from ops import verify, verify_swarm
+from ops.ports import free_ports
 from tests.containers.conftest import require_engine
 from tests.containers.lab import BUILD_TIMEOUT_S, ROOT, engine_subnets, free_network, host_routes
 
 STACK_PREFIX = "atest"
 SWARM_TEST_POOL = ipaddress.IPv4Network("10.128.0.0/9")  # a run's networks: one free /16 of it
 UP_TIMEOUT_S = 240  # every task running and the model loaded, after the images exist
-# What swarm cannot enforce and verify reports as GAP when compensated (lab/verify_swarm.py).
+# What swarm cannot enforce and verify reports as GAP when compensated (ops/verify_swarm.py).
 ALLOWED_GAPS = {"no-new-privileges", "memory, no swap", "network edge: no NAT out"}
 
 
@@ -174,7 +174,7 @@ def test_the_4411_email_completes_from_the_host(stack: Stack) -> None:
 
 
 def test_verify_swarm_passes_with_only_what_swarm_cannot_enforce_as_gaps(stack: Stack) -> None:
-    """Every check passes but the GAPs lab/verify_swarm.py allows, each compensated; the
+    """Every check passes but the GAPs ops/verify_swarm.py allows, each compensated; the
     probes (no route outside, host services, the endpoints) are among the passes."""
     done = stack.airlock("verify", "--swarm", "--stack", stack.name, "--json", timeout=300)
     checks = json.loads(done.stdout)

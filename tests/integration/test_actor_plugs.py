@@ -1,5 +1,5 @@
 """The actor's plug points (labs): a student's selection, checks or decision, run through
-airlock.student.StudentCode before the kernel's own; a wrong, hung or crashing student
+studentcode.student.StudentCode before the kernel's own; a wrong, hung or crashing student
 function can only refuse a step, never put a call outside the plan or a wrong argument through."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from actor.app import Actor, build
 from airlock import records, task as task_module, trace
-from airlock.student import Plug
+from airlock.plugs import Plug
 from airlock.wire import Call, Done, Passed, Reading
 from broker.router import Router
 from tests.conftest import ROOT

@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock import preflight, settings as settings_module, task as task_module
+from airlock import settings as settings_module, task as task_module
+from ops import preflight
 from reader import constraint, model
 from reader.ask import Asker
 from tests.conftest import FakeModel, closed_port_url

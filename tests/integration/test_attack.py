@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.hostile import HostileModel
+from harness.hostile import HostileModel
 from tests.conftest import ROOT
 
 CORPUS = ROOT / "corpus" / "handmade"
@@ -74,7 +74,7 @@ def test_a_private_stack_that_loses_a_port_starts_again_on_fresh_ones(tmp_path: 
     exits naming it, and the private stack starts again on fresh ports instead of hanging."""
     import socket
 
-    from lab import attack
+    from harness import attack
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -104,7 +104,7 @@ def test_a_private_stack_that_cannot_start_says_why_at_once(tmp_path: Path) -> N
     import time
 
     from airlock.errors import AirlockError
-    from lab.attack import UP_TIMEOUT_S, PrivateStack
+    from harness.attack import UP_TIMEOUT_S, PrivateStack
 
     broken = tmp_path / "broken.toml"
     broken.write_text("name = 'broken'\n")
@@ -121,7 +121,7 @@ def test_running_reads_the_stack_its_data_dir_names(tmp_path: Path) -> None:
     model, so the email is one with a recorded answer): the values and
     latencies come from the trace in --data-dir, where that stack writes, not from the
     environment's default (the running mode once read ./airlock-data whatever was given)."""
-    from lab import attack as attack_module
+    from harness import attack as attack_module
 
     task = ROOT / "tasks" / "order_status.toml"
     stack = attack_module.PrivateStack(tmp_path / "stack", task, None, 1)

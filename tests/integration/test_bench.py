@@ -1,4 +1,4 @@
-"""`airlock bench` (python -m lab.bench): every figure is there with a sane type. Speed is never asserted."""
+"""`airlock bench` (python -m bench): every figure is there with a sane type. Speed is never asserted."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def bench(tmp_path: Path, *args: str) -> tuple[dict, str]:
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-m", "lab.bench", *args, "--json", str(out)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "bench", *args, "--json", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text()), done.stdout

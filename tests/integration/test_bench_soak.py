@@ -19,7 +19,7 @@ def test_a_short_soak_reports_memory_files_and_restart(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-m", "lab.bench", "--soak", "0.1", "--rate", "50", "--sample-s", "1",
+    done = subprocess.run([sys.executable, "-m", "bench", "--soak", "0.1", "--rate", "50", "--sample-s", "1",
                            "--warmup-s", "2", "--json", str(out)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from airlock.cli import build_parser
+from cli.runtime import build_parser
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 
@@ -28,10 +28,10 @@ def run(*args: str, env: dict[str, str] | None = None, stdin: str | None = None)
 
 
 def test_console_script_points_at_main() -> None:
-    """pyproject declares `airlock = airlock.cli:main`, and that callable exists."""
+    """pyproject declares `airlock = cli.runtime:main`, and that callable exists."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["airlock"].partition(":")
-    assert (module, name) == ("airlock.cli", "main")
+    assert (module, name) == ("cli.runtime", "main")
 
 
 @pytest.mark.parametrize("command", COMMANDS)

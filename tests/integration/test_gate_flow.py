@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from lab.hostile import HostileModel
-from lab.mail_signing import SigningKey, write_key_file
+from harness.hostile import HostileModel
+from harness.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT
 from tests.integration.conftest import wait_until
 from tests.integration.test_smtp_intake import intake as intake, queued_id, send  # intake: a fixture, used here

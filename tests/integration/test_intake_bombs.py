@@ -7,9 +7,9 @@ import asyncio
 import time
 from pathlib import Path
 
+from harness.mail_signing import SigningKey, write_key_file
 from intake.app import Handler
 from intake.authentication import KeyFile, Verifier
-from lab.mail_signing import SigningKey, write_key_file
 from tests.integration.spinning import SpinningKeys
 from tests.unit.test_intake import FakeSubmitter, deliver, envelope
 from tests.unit.test_intake_authentication import HONEST, dkim_bomb

@@ -21,8 +21,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from harness.mail_signing import SigningKey, write_key_file
 from intake.authentication import KeyFile
-from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, free_ports
 from tests.integration.conftest import wait_until
 from tests.integration.test_smtp_intake import (

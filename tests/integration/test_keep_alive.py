@@ -13,7 +13,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from airlock import transport
-from lab.attack import free_ports
+from ops.ports import free_ports
 
 
 def test_every_socket_kind_airlock_makes_keeps_its_links_alive() -> None:

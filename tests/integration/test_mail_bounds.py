@@ -1,6 +1,6 @@
 """One email parse stays bounded, whatever shape a hostile email takes.
 
-Each shape of lab.bench.mailparse (an email under 256 KiB) is parsed once in a fresh child
+Each shape of bench.mailparse (an email under 256 KiB) is parsed once in a fresh child
 process under a 1 GiB address-space limit, timed in CPU seconds: past a bound it is refused
 as `mail.too_complex`, inside every bound it is read, and either way the parse takes under
 1 s and the child stays under 100 MB resident. Before the bounds, the encoded-word Subject
@@ -14,7 +14,7 @@ import email.policy
 import pytest
 
 from airlock import mailbounds, sources
-from lab.bench import mailparse
+from bench import mailparse
 from reader import mail
 
 
@@ -93,7 +93,7 @@ def test_one_reader_stays_bounded_across_every_shape() -> None:
 
 
 def test_the_bench_prints_a_row_per_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    """python -m lab.bench.mailparse --shape X prints the bound and one row with the outcome, CPU and memory."""
+    """python -m bench.mailparse --shape X prints the bound and one row with the outcome, CPU and memory."""
     assert mailparse.main(["--shape", "encoded-words", "--shape", "at-parts-bound"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "1 s CPU and 100 MB resident" in lines[0]

@@ -13,8 +13,9 @@ from typing import TypeVar
 
 import pytest
 
-from airlock import preflight, settings as settings_module, task as task_module
+from airlock import settings as settings_module, task as task_module
 from airlock.wire import Email, Reading
+from ops import preflight
 from reader import model
 from reader.app import build
 from reader.ask import Asker

@@ -1,4 +1,4 @@
-"""`airlock prompts` (lab/prompts.py): variants of a task's [reader] table compared on a corpus,
+"""`airlock prompts` (redteam/prompts.py): variants of a task's [reader] table compared on a corpus,
 counted by what the validator would pass to the actor, never by what the model said."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import TaskError
-from lab import prompts
+from redteam import prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "tasks" / "order_status.toml"

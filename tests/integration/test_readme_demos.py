@@ -52,7 +52,7 @@ from typing import IO
 
 import pytest
 
-from lab.attack import free_ports
+from ops.ports import free_ports
 from tests.conftest import ROOT, port_env
 from tests.integration.conftest import wait_until
 
@@ -455,8 +455,8 @@ def test_the_readme_names_a_full_and_a_fast_test_command_and_ci_runs_the_full_on
     (block,) = SECTIONS["README.md: Run the tests"]
     texts = [c.text for c in block.commands]
     full = next(t for t in texts if t.endswith("python -m pytest"))
-    # The checks that read the code first (ruff, mypy: the lint extra), then every test.
-    assert full == "pip install -e '.[test,lint]' && ruff check . && mypy && python -m pytest", full
+    # The checks that read the code first (ruff, mypy, import-linter: the lint extra), then every test.
+    assert full == "pip install -e '.[test,lint]' && ruff check . && mypy && lint-imports && python -m pytest", full
     assert any(re.fullmatch(r"python -m pytest tests/unit\b.*", t) for t in texts), texts
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert full in ci, "CI runs another test command than the README's"

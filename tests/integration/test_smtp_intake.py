@@ -242,7 +242,7 @@ def test_only_a_signed_owner_is_answered_on_the_guarded_task(stack, intake, tmp_
     order's owner is refused (its sender is unverified); the same email signed by the
     owner's domain (key generated here, served to the intake from a key file) is answered,
     and the status mail goes to the owner from the order store."""
-    from lab.mail_signing import SigningKey, write_key_file
+    from harness.mail_signing import SigningKey, write_key_file
 
     key = SigningKey.generate()
     keys = write_key_file(tmp_path / "dkim.toml", {"example.de": key})

@@ -1,4 +1,4 @@
-"""airlock.student: a student's function runs in a child process; every failure is a value."""
+"""studentcode.student: a student's function runs in a child process; every failure is a value."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from airlock import settings as settings_module
 from airlock.errors import SettingsError
-from airlock.student import Plug, StudentCode, StudentFailed, parse_plug
+from airlock.plugs import Plug, parse_plug
+from studentcode.student import StudentCode, StudentFailed
 
 STUDENT = '''
 import os, sys, time
@@ -232,7 +233,7 @@ def test_a_request_to_a_child_that_stopped_reading_keeps_the_deadline() -> None:
     """Sending never blocks past the call's deadline, however full the pipe."""
     import subprocess
 
-    from airlock import student
+    from studentcode import student
 
     child = subprocess.Popen(["sleep", "10"], stdin=subprocess.PIPE)
     assert child.stdin is not None  # piped

@@ -1,4 +1,4 @@
-"""airlock.student behind airlock.sandbox and airlock.warden: what a hostile student's file can no
+"""studentcode.student behind studentcode.sandbox and studentcode.warden: what a hostile student's file can no
 longer reach, what it cannot leave behind, and what crosses back to a grader."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.student import StudentCode, StudentFailed
+from studentcode.student import StudentCode, StudentFailed
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's boundaries are Linux's")
 
@@ -69,7 +69,7 @@ def run_own_program():
 
 def silence_the_watch(path):
     """Replace what the sandbox module would look up, then try a secret."""
-    from airlock import sandbox
+    from studentcode import sandbox
     sandbox._inside = lambda *args: True
     sandbox._short = lambda *args: ""
     return read(path)
@@ -257,7 +257,7 @@ def test_what_the_child_prints_reaches_the_callers_stderr_escaped_marked_and_bou
         student: StudentCode, capfd: pytest.CaptureFixture[str]) -> None:
     """An ESC sequence and a bidi override arrive escaped, each line marked with the file's
     name; a flood of 4 MiB is cut at the limit and the call still answers."""
-    from airlock.student import PRINTED_LIMIT_BYTES
+    from studentcode.student import PRINTED_LIMIT_BYTES
     assert student.call("print_hostile", 4 * 1024 * 1024) == "printed"
     student.close()  # the relay has read to the end once the child's session is gone
     deadline = time.monotonic() + 10

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys, preflight, settings as settings_module, supervisor
+from airlock import keys, settings as settings_module
 from airlock.errors import AlreadyRunning
+from ops import preflight, supervisor
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import Stack, wait_until
 from tests.tmpfs import own_tmpfs
@@ -235,7 +236,7 @@ def test_a_lifeline_child_left_running_is_named(tmp_path: Path) -> None:
     """A child of an earlier stack still running under its lifeline (its parent alive, say a
     supervisor stuck in the kernel) is named with its pid by the next `airlock up`'s check."""
     pythonpath = fake_modules(tmp_path / "fake", reader="import time\nwhile True: time.sleep(1)\n")
-    left = subprocess.Popen([sys.executable, "-m", "airlock.lifeline", str(os.getpid()), "reader"],
+    left = subprocess.Popen([sys.executable, "-m", "ops.lifeline", str(os.getpid()), "reader"],
                             env={**os.environ, "PYTHONPATH": pythonpath})
     try:
         run = tmp_path / "data" / "run"

@@ -65,8 +65,8 @@ def test_the_broker_answers_while_a_rotated_segment_is_being_folded(tmp_path: Pa
 
 
 def test_the_rotation_bench_reports_its_figures(tmp_path: Path) -> None:
-    """lab.bench.rotation_stall on a 1 MiB segment: a real broker rotates, folds, and the figures are there."""
-    from lab.bench import rotation_stall
+    """bench.rotation_stall on a 1 MiB segment: a real broker rotates, folds, and the figures are there."""
+    from bench import rotation_stall
 
     figures = rotation_stall.run(tmp_path / "data", 1024 * 1024, None)
     assert figures["status_answers"] and figures["emails_in_segment"]

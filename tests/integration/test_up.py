@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock import keys, locks, preflight, settings as settings_module, supervisor
+from airlock import keys, locks, settings as settings_module
 from airlock.errors import EX_ALREADY_RUNNING, AlreadyRunning, ConfigError
+from ops import preflight, supervisor
 from tests.conftest import ROOT, TASKS, airlock_env, closed_port_url
 from tests.integration.conftest import Stack
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from airlock.plugs import parse_plug
 from airlock.settings import load as load_settings
-from airlock.student import StudentCode, parse_plug
 from airlock.task import Digits
 from airlock.wire import Passed, Reading, ReadingSource, Rejected
+from studentcode.student import StudentCode
 from validator.app import Validator, student_checker
 
 ROOT = Path(__file__).resolve().parents[2]

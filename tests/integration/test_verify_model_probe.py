@@ -1,4 +1,4 @@
-"""`airlock verify`'s probe of the model from the reader's container (lab/verify.py
+"""`airlock verify`'s probe of the model from the reader's container (ops/verify.py
 MODEL_CLOSED), run here against a server on loopback: any open endpoint fails the check."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from lab import verify
+from ops import verify
 
 
 class _Endpoints(http.server.BaseHTTPRequestHandler):

@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from lab.catalog import Lab
-from lab.grading import Verdict
+from course.catalog import Lab
+from course.grading import Verdict
 from tests.conftest import ROOT
 
 KEPT_RUN_UP_S = 120.0

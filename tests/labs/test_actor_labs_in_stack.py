@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import catalog
-from lab.grading import Failed, Passed
+from course import catalog
+from course.grading import Failed, Passed
 from tests.labs.support import grade_in_process, solution_with
 
 SELECTION = "def bound_tool_choice(catalog, requested):\n"

@@ -13,7 +13,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from lab.catalog import find
+from course.catalog import find
 from tests.conftest import ROOT
 
 SEPARATION = find("separation")

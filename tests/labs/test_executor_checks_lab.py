@@ -8,8 +8,8 @@ import functools
 import time
 from pathlib import Path
 
-from lab import catalog
-from lab.grading import Failed
+from course import catalog
+from course.grading import Failed
 from tests.labs.support import grade_in_process, solution_with
 
 LAB = catalog.find("executor-checks")

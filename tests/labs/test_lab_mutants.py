@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from lab import catalog, mutants
-from lab.catalog import Lab
+from course import catalog, mutants
+from course.catalog import Lab
 from tests.labs.test_labs import run_lab
 
 LABS = catalog.load_all()

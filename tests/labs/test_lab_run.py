@@ -16,10 +16,10 @@ import pytest
 
 from airlock import keys
 from airlock.client import IntakeClient, Submission
-from lab import catalog
-from lab.catalog import LabFormatError, build_wrong_solution
-from lab.provenance import NOT_SENT
-from lab.run import running
+from course import catalog
+from course.catalog import LabFormatError, build_wrong_solution
+from course.provenance import NOT_SENT
+from course.run import running
 from tests.conftest import ROOT
 from tests.labs.support import kept_lab_run
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import catalog, commands
-from lab.catalog import Lab, LabFormatError, WrongSolution, build_wrong_solution
-from lab.grading import Failed, Passed
-from lab.runner import Limits, grade_all, load_progress, run_checkpoint
+from cli import lab as commands
+from course import catalog
+from course.catalog import Lab, LabFormatError, WrongSolution, build_wrong_solution
+from course.grading import Failed, Passed
+from course.runner import Limits, grade_all, load_progress, run_checkpoint
 from tests.conftest import ROOT
 from tests.labs.support import grade_in_process
 
@@ -130,9 +131,9 @@ def broken_copy(tmp_path: Path, edit: str, old: str = "") -> Path:
 
 @pytest.mark.parametrize(("edit", "old", "named"), [
     pytest.param('titel = "typo"\n', "", "titel", id="unknown-key"),
-    pytest.param('grader = "lab.graders.separation"', 'grader = "lab.graders.separation:contract"',
+    pytest.param('grader = "course.graders.separation"', 'grader = "course.graders.separation:contract"',
                  "checkpoints[0].grader", id="grader-without-function"),
-    pytest.param('grader = "os:system"', 'grader = "lab.graders.separation:contract"',
+    pytest.param('grader = "os:system"', 'grader = "course.graders.separation:contract"',
                  "checkpoints[0].grader", id="grader-outside-lab-graders"),
     pytest.param('languages = ["en", "tr"]', 'languages = ["en", "de"]', "README.tr.md", id="missing-readme"),
     pytest.param('languages = ["de", "en"]', 'languages = ["en", "de"]', "languages", id="english-not-first"),
@@ -701,10 +702,10 @@ def test_an_unknown_lab_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp
 
 def test_airlock_lab_runs_lab_in_its_own_process() -> None:
     """`airlock lab ...` reaches python -m lab, and importing the kernel's CLI imports nothing of lab."""
-    probe = "import sys, airlock.cli; print(sorted(m for m in sys.modules if m == 'lab' or m.startswith('lab.')))"
+    probe = "import sys, cli.runtime; print(sorted(m for m in sys.modules if m == 'lab' or m.startswith('lab.')))"
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert imported.stdout.strip() == "[]"
-    listed = subprocess.run([sys.executable, "-c", "import sys; from airlock.cli import main; "
+    listed = subprocess.run([sys.executable, "-c", "import sys; from cli.runtime import main; "
                              "sys.exit(main(['lab', 'list', '--json']))"],
                             capture_output=True, text=True, cwd=ROOT, check=True)
     assert [item["id"] for item in json.loads(listed.stdout)] == [lab.id for lab in LABS]

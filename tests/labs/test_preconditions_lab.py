@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab import catalog
-from lab.grading import Failed, Passed
+from course import catalog
+from course.grading import Failed, Passed
 from tests.labs.support import grade_in_process, solution_with
 
 LAB = catalog.find("preconditions")
@@ -69,7 +69,7 @@ def test_hidden_cases_are_the_same_in_every_process(tmp_path: Path) -> None:
     log = tmp_path / "seen"
     folder = student(tmp_path)
     # Recorded on the grader's side, where the cases are drawn: the student's process may not write outside its own.
-    script = ("import sys; from pathlib import Path; import lab.graders.preconditions as graders\n"
+    script = ("import sys; from pathlib import Path; import course.graders.preconditions as graders\n"
               "seen, problem = open(sys.argv[2], 'w'), graders._rule_problem\n"
               "def recorded(function, fn, oracle, case):\n"
               "    print(repr(case[1]), repr(case[2]), file=seen)\n"

@@ -12,11 +12,11 @@ import msgspec
 import pytest
 
 from airlock import task as task_module
-from lab import catalog
-from lab.graders import red_and_blue
-from lab.graders.red_and_blue import BadFile, Ran, foreign_sends, load_attacks, load_guard, why_no_hit
-from lab.grading import Failed, Passed
-from lab.runner import Limits, grade_all
+from course import catalog
+from course.graders import red_and_blue
+from course.graders.red_and_blue import BadFile, Ran, foreign_sends, load_attacks, load_guard, why_no_hit
+from course.grading import Failed, Passed
+from course.runner import Limits, grade_all
 from tests.conftest import ROOT
 from tests.labs.support import grade_in_process
 

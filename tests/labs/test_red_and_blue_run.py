@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from airlock.errors import UsageError
-from lab import catalog, phases
-from lab.catalog import LabFormatError, build_wrong_solution
-from lab.phases import PhaseProblem
+from course import catalog, phases
+from course.catalog import LabFormatError, build_wrong_solution
+from course.phases import PhaseProblem
 from tests.conftest import ROOT
 from tests.labs.support import kept_lab_run
 
@@ -246,8 +246,8 @@ def test_red_and_blue_runs_in_phases_with_no_plug() -> None:
     """red-and-blue's [run]: the grader's builder and judge, no plug, no task, no emails of its own."""
     run = LAB.run
     assert run is not None and run.phased
-    assert (run.phases, run.judge, run.model) == ("lab.graders.red_and_blue:run_phases",
-                                                  "lab.graders.red_and_blue:run_judge", "hostile")
+    assert (run.phases, run.judge, run.model) == ("course.graders.red_and_blue:run_phases",
+                                                  "course.graders.red_and_blue:run_judge", "hostile")
     assert LAB.run_paths() is None and LAB.plug(Path("/s")) is None
 
 
@@ -262,15 +262,15 @@ def lab_copy(tmp_path: Path, old: str, new: str) -> Path:
     return root
 
 
-JUDGE = 'judge = "lab.graders.red_and_blue:run_judge"'
-PHASES = 'phases = "lab.graders.red_and_blue:run_phases"'
+JUDGE = 'judge = "course.graders.red_and_blue:run_judge"'
+PHASES = 'phases = "course.graders.red_and_blue:run_phases"'
 
 
 @pytest.mark.parametrize(("old", "new", "named"), [
     pytest.param(JUDGE, "", "run.judge", id="no-judge"),
     pytest.param(PHASES, "", "run.phases", id="judge-without-phases"),
     pytest.param(PHASES, 'phases = "red_and_blue:run_phases"', "run.phases", id="not-under-lab-graders"),
-    pytest.param(JUDGE, 'judge = "lab.graders.nowhere:run_judge"', "no module lab.graders.nowhere",
+    pytest.param(JUDGE, 'judge = "course.graders.nowhere:run_judge"', "no module course.graders.nowhere",
                  id="no-such-module"),
     pytest.param(JUDGE, JUDGE + '\nplug = "validator.check"', "run.plug: not with phases", id="plug-beside-phases"),
     pytest.param(JUDGE, JUDGE + '\ntask = "tasks/order_status.toml"', "run.task: not with phases",

@@ -1,12 +1,12 @@
-"""lab.stack: a private airlock for a lab, read back from its own calls and trace."""
+"""harness.stack: a private airlock for a lab, read back from its own calls and trace."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from airlock import records, trace
-from lab import campaign
-from lab.stack import lab_stack
+from harness import campaign
+from harness.stack import lab_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -107,7 +107,7 @@ def test_people_get_private_pairs_that_the_broker_maps_to_names(tmp_path: Path) 
 def test_airlock_keys_person_adds_people_without_touching_the_roles(tmp_path: Path, capsys) -> None:
     """`airlock keys --person dana` makes the roles and dana's pair; run again on that folder
     with --person erin, it adds erin and leaves every existing key as it was."""
-    from airlock import cli
+    from cli import runtime as cli
 
     folder = tmp_path / "keys"
     assert cli.main(["keys", "--out", str(folder), "--person", "dana"]) == 0

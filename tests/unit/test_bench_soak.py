@@ -1,4 +1,4 @@
-"""The soak's figures (lab/bench/growth.py, soak.py's measuring), from small made-up samples."""
+"""The soak's figures (bench/growth.py, soak.py's measuring), from small made-up samples."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench import __main__ as bench_main, growth, soak
+from bench import __main__ as bench_main, growth, soak
 
 
 def sample(t_s: float, done: int, rss: dict[str, float], files: dict[str, int]) -> growth.Sample:

@@ -1,4 +1,4 @@
-"""lab.class_grades: a class's rerun results as a terminal table, JSON and JUnit XML (the
+"""course.class_grades: a class's rerun results as a terminal table, JSON and JUnit XML (the
 students' text escaped in each), the trainer's history of attempts, and student folders
 that cannot be graded as rows, never as a crash. No student code runs here."""
 
@@ -12,11 +12,12 @@ import pytest
 
 from airlock.errors import UsageError
 from airlock.terminal import json_line
-from lab import class_grades, commands
-from lab.catalog import find
-from lab.class_grades import Row
-from lab.grading import Failed, Passed
-from lab.runner import CheckpointResult, Limits, Progress
+from cli import lab as commands
+from course import class_grades
+from course.catalog import find
+from course.class_grades import Row
+from course.grading import Failed, Passed
+from course.runner import CheckpointResult, Limits, Progress
 
 SEPARATION = find("separation")
 HOSTILE = "\x1b]0;pwned\x07<b>&'\"\ud800\u202e"  # an OSC title, XML's specials, a lone surrogate, a bidi override

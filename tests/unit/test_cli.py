@@ -13,9 +13,10 @@ from typing import cast
 
 import pytest
 
-from airlock import cli, escalations, records, sources
+from airlock import records, sources
 from airlock.errors import EmailTooLarge, LinkOutside
-from lab import cli as lab_cli
+from cli import runtime as cli, tools as lab_cli
+from ops import escalations
 from tests import lines as trace_lines
 from tests.conftest import ROOT, airlock_env
 
@@ -34,7 +35,7 @@ def every_parser(parser: argparse.ArgumentParser, name: str = "airlock"):
 @pytest.mark.parametrize("build", [cli.build_parser, lab_cli.build_parser], ids=["runtime", "lab-tools"])
 def test_every_option_of_every_command_has_help(build) -> None:
     """`airlock CMD --help` explains every option and argument; none is left bare, for the
-    runtime's commands (airlock/cli.py) and the tools that run from lab (lab/cli.py)."""
+    runtime's commands (cli/runtime.py) and the tools that run from lab (cli/tools.py)."""
     bare = [f"{name} {action.option_strings or action.dest}"
             for name, parser in every_parser(build())
             for action in parser._actions
@@ -49,49 +50,50 @@ def commands_of(parser: argparse.ArgumentParser) -> set[str]:
 
 def test_each_tool_is_listed_by_airlock_and_parsed_by_lab() -> None:
     """`airlock --help` lists every command lab runs, and lab parses exactly those (bar
-    `lab`, which is lab/commands.py's): no tool is listed and missing, or hidden."""
+    `lab`, which is cli/lab.py's): no tool is listed and missing, or hidden."""
     assert set(cli.LAB_COMMANDS) <= commands_of(cli.build_parser())
     assert commands_of(lab_cli.build_parser()) == set(lab_cli.COMMANDS) == set(cli.LAB_COMMANDS) - {"lab"}
 
 
-class Became(Exception):
-    """os.execv, stood in for: what the process would have become."""
+class Ran(Exception):
+    """A tool's main, stood in for: the argv it was given."""
 
 
-@pytest.mark.parametrize(("argv", "becomes"), [
-    pytest.param(["attack", "corpus/handmade", "--report", "r.json"],
+@pytest.mark.parametrize(("argv", "module", "given"), [
+    pytest.param(["attack", "corpus/handmade", "--report", "r.json"], "tools",
                  ["attack", "corpus/handmade", "--report", "r.json"], id="attack"),
-    pytest.param(["bench", "--emails", "5"], ["bench", "--emails", "5"], id="bench"),
-    pytest.param(["pins", "--help"], ["pins", "--help"], id="tool-help"),
-    pytest.param(["lab", "check", "separation", "--dir", "d"], ["check", "separation", "--dir", "d"], id="lab"),
+    pytest.param(["bench", "--emails", "5"], "tools", ["bench", "--emails", "5"], id="bench"),
+    pytest.param(["pins", "--help"], "tools", ["pins", "--help"], id="tool-help"),
+    pytest.param(["lab", "check", "separation", "--dir", "d"], "lab", ["check", "separation", "--dir", "d"], id="lab"),
 ])
-def test_a_tool_becomes_python_m_lab_in_place(monkeypatch, argv: list[str], becomes: list[str]) -> None:
-    """`airlock TOOL ...` replaces itself with `python -P -m lab TOOL ...` (`airlock lab X` with
-    `python -P -m lab X`; -P: never the working folder's packages): its arguments untouched,
-    nothing of lab imported here."""
-    def execv(path: str, args: list[str]) -> None:
-        raise Became(path, args)
+def test_a_tool_runs_in_this_process_with_its_arguments(monkeypatch, argv: list[str], module: str,
+                                                       given: list[str]) -> None:
+    """`airlock TOOL ...` runs cli/tools.py's main in this process (`airlock lab X` cli/lab.py's
+    with X ...): its arguments untouched, no process replaced."""
+    from cli import lab as lab_commands
 
-    monkeypatch.setattr(cli.os, "execv", execv)
-    with pytest.raises(Became) as became:
+    def ran(args: list[str]) -> int:
+        raise Ran(list(args))
+
+    monkeypatch.setattr({"tools": lab_cli, "lab": lab_commands}[module], "main", ran)
+    with pytest.raises(Ran) as got:
         cli.main(argv)
-    assert became.value.args == (cli.sys.executable, [cli.sys.executable, "-P", "-m", "lab", *becomes])
+    assert got.value.args == (given,)
 
 
 @pytest.mark.parametrize("argv", [["pins"], ["model", "--hostile"], ["lab", "list"]], ids=["pins", "model", "lab"])
-def test_a_tool_where_lab_is_not_installed_is_one_line(monkeypatch, capsys, argv: list[str]) -> None:
-    """In an image holding the kernel only, `airlock TOOL` names the missing lab package in
-    one line and exits 78 (bad configuration), before any process is replaced."""
+def test_a_tool_where_the_tools_are_not_installed_is_one_line(monkeypatch, capsys, argv: list[str]) -> None:
+    """In an image holding the kernel and the command line only, `airlock TOOL` names the
+    missing tool packages in one line and exits 78 (bad configuration), importing none."""
     import importlib.util
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lab" else find_spec(name, *a))
-    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("exec'd without lab"))
-    with pytest.raises(SystemExit) as exited:
-        cli.main(argv)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("course", "harness") else find_spec(name, *a))
+    assert cli.main(argv) == 78
     err = capsys.readouterr().err
-    assert exited.value.code == 78 and err.count("\n") == 1
-    assert f"`airlock {argv[0]}`" in err and "lab package" in err
+    assert err.count("\n") == 1
+    assert f"`airlock {argv[0]}`" in err and "harness, course missing" in err
 
 
 @pytest.fixture
@@ -347,7 +349,7 @@ def test_inject_refuses_a_folder_with_a_link_out_in_one_line(env, capsys, plante
 
 def test_attack_campaign_refuses_a_folder_with_a_link_out(planted) -> None:
     """`airlock attack FOLDER` loads its emails through the same check: the secret never becomes an email."""
-    from lab import campaign
+    from harness import campaign
 
     folder, link = planted
     with pytest.raises(LinkOutside, match=re.escape(str(link))):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, errors
-from lab import cli as lab_cli, commands as lab_commands
-from lab.bench import __main__ as bench
+from airlock import errors
+from bench import __main__ as bench
+from cli import lab as lab_commands, runtime as cli, tools as lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")

@@ -1,5 +1,5 @@
-"""One error handler for every command: the runtime's (airlock/cli.py), the tools around it
-(lab/cli.py, the benchmark included) and the labs' (lab/commands.py) fail alike, each
+"""One error handler for every command: the runtime's (cli/runtime.py), the tools around it
+(cli/tools.py, the benchmark included) and the labs' (cli/lab.py) fail alike, each
 failure one escaped line on stderr and the exit code of airlock.errors.exit_code."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli
 from airlock.errors import (
     EX_ALREADY_RUNNING,
     EX_CONFIG,
@@ -25,8 +24,8 @@ from airlock.errors import (
     RequestRefused,
     UsageError,
 )
-from lab import cli as lab_cli, commands as lab_commands
-from lab.catalog import LabFormatError, UnknownLab
+from cli import lab as lab_commands, runtime as cli, tools as lab_cli
+from course.catalog import LabFormatError, UnknownLab
 
 HOSTILE = "\x1b[2J\u202e"  # what must never reach a terminal raw
 
@@ -80,16 +79,16 @@ def test_every_entry_point_ends_quietly_on_ctrl_c_and_a_closed_pipe(monkeypatch,
 
 
 def test_the_labs_run_through_the_one_handler(monkeypatch) -> None:
-    """lab/commands.py hands its parsed command to airlock.cli.handled, named `airlock lab`."""
-    seen: list[tuple[object, ...]] = []
+    """cli/lab.py hands its parsed command to the one handler (cli/handling.py), named `airlock lab`."""
+    seen: list[str] = []
 
-    def handled(args: argparse.Namespace, program: str = "airlock", wording: object = None) -> int:
-        seen.append((program, args.command))
+    def handled(run: Callable[[], int], prefix: str = "airlock", wording: object = None) -> int:
+        seen.append(prefix)
         return 0
 
     monkeypatch.setattr(lab_commands, "handled", handled)
     assert lab_commands.main(["list"]) == 0
-    assert seen == [("airlock lab", "list")]
+    assert seen == ["airlock lab"]
 
 
 @pytest.mark.parametrize(("exc", "code"), [
@@ -120,7 +119,7 @@ def test_a_folder_the_user_may_not_write_is_one_line_naming_it(monkeypatch, caps
 def test_the_benchmark_fails_like_every_other_command(monkeypatch, capsys, exc: BaseException, code: int,
                                                       said: str) -> None:
     """`airlock bench` (its own options) goes through the same handler: escaped, same codes."""
-    from lab.bench import __main__ as bench
+    from bench import __main__ as bench
 
     monkeypatch.setattr(bench, "run", _failing(exc))
     assert lab_cli.main(["bench", "--emails", "5"]) == code
@@ -129,7 +128,7 @@ def test_the_benchmark_fails_like_every_other_command(monkeypatch, capsys, exc: 
 
 
 def test_a_direct_run_of_the_benchmark_becomes_airlock_bench(monkeypatch) -> None:
-    """`python -m lab.bench ARGS` becomes `python -P -m lab bench ARGS`, so the one handler reports it."""
+    """`python -m bench ARGS` becomes `python -P -m lab bench ARGS`, so the one handler reports it."""
     import os
     import runpy
     import sys
@@ -141,8 +140,8 @@ def test_a_direct_run_of_the_benchmark_becomes_airlock_bench(monkeypatch) -> Non
         raise SystemExit(0)
 
     monkeypatch.setattr(os, "execv", execv)
-    monkeypatch.setattr(sys, "argv", ["lab.bench", "--emails", "5"])
-    monkeypatch.delitem(sys.modules, "lab.bench.__main__", raising=False)  # run afresh, as python -m does
+    monkeypatch.setattr(sys, "argv", ["bench", "--emails", "5"])
+    monkeypatch.delitem(sys.modules, "bench.__main__", raising=False)  # run afresh, as python -m does
     with pytest.raises(SystemExit):
-        runpy.run_module("lab.bench.__main__", run_name="__main__")
+        runpy.run_module("bench.__main__", run_name="__main__")
     assert became == [[sys.executable, "-P", "-m", "lab", "bench", "--emails", "5"]]

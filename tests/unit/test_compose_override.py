@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import UsageError
-from lab import commands, compose_override
-from lab.catalog import CHECKOUT, load_all
-from lab.compose_override import STUDENT_MOUNT, TASK_READERS, HostPaths
+from cli import lab as commands
+from course import compose_override
+from course.catalog import CHECKOUT, load_all
+from course.compose_override import STUDENT_MOUNT, TASK_READERS, HostPaths
 from tests import images
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import UsageError
-from lab.corpus import import_public
+from redteam.corpus import import_public
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDMADE = ROOT / "corpus" / "handmade"

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = [("shop", "lookup_order"), ("mail", "send_status")]
-SERVICES = {"broker", "reader", "validator", "actor", "intake", "lab"}  # lab: the naive agent is lab.naive
+SERVICES = {"broker", "reader", "validator", "actor", "intake", "redteam"}  # redteam: the naive agent
 
 
 def rec(event: str, message_id: str | None = "m-1", stage: str = "broker", **detail: Any) -> dict[str, Any]:

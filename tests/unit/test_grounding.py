@@ -12,10 +12,10 @@ from hypothesis import given, settings, strategies as st
 
 from airlock import task as task_module
 from airlock.task import Choice, Code, Digits, IntegerRange
-from lab import prompts
 from reader import prompt
 from reader.grounding import grounded
 from reader.mail import ParsedEmail, parse
+from redteam import prompts
 from tests.conftest import ROOT, examples
 
 DIGITS = Digits(max_length=6, grounded=True)
@@ -127,12 +127,12 @@ def test_digits_between_separators_are_grounded(answer: str, before: str, after:
 
 def grounded_tasks() -> list[task_module.Task]:
     """The shipped grounded tasks, and order_status with each prompt variant of
-    lab/prompts/order_status/ in its place (what `airlock prompts` compares)."""
+    redteam/prompt_variants/order_status/ in its place (what `airlock prompts` compares)."""
     files = [p for p in sorted((ROOT / "tasks").glob("*.toml")) if "reader" in tomllib.loads(p.read_text())]
     shipped = [t for t in map(task_module.load, files) if t.value.grounded]
     order_status = task_module.load(ROOT / "tasks" / "order_status.toml")
     variants = [msgspec.structs.replace(prompts.variant(order_status, path), name=f"order_status+{path.stem}")
-                for path in sorted((ROOT / "lab" / "prompts" / "order_status").glob("*.toml"))]
+                for path in sorted((ROOT / "redteam" / "prompt_variants" / "order_status").glob("*.toml"))]
     assert len(variants) >= 4
     return shipped + variants
 

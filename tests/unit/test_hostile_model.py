@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from lab.hostile import answer
+from harness.hostile import answer
 
 READER = [{"role": "system", "content": "Reply with the order number only."}]
 NAIVE = [{"role": "system", "content": "You can call these tools:\n- shop/lookup_order(order_id)"}]

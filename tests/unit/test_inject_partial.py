@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, client as client_module, errors, injected
+from airlock import client as client_module, errors
 from airlock.errors import DiskFull
 from airlock.terminal import shown
 from airlock.wire import Accepted, Message, Refused, Submit, frames, outbound_decoder
+from cli import runtime as cli
+from ops import injected
 from tests.conftest import airlock_env
 
 BIDI = "\u202e"

@@ -21,10 +21,10 @@ from actor.plan import bind
 from actor.preconditions import Gate, Principals
 from airlock import task as task_module
 from airlock.errors import SettingsError
+from harness.mail_signing import SigningKey, write_key_file
 from intake.app import Handler, load_smtp, verifier
 from intake.authentication import KeyFile, NoKeys, Verifier, key_source
 from intake.relays import TrustedRelays, parse, unpaired
-from lab.mail_signing import SigningKey, write_key_file
 from tests.conftest import ROOT, TASKS
 from tests.unit.test_intake import FakeSubmitter, deliver
 
@@ -386,8 +386,8 @@ def test_the_dkim_bomb_is_bounded_before_dkimpy(verify) -> None:
 def test_every_corpus_email_signed_by_its_domain_is_proven() -> None:
     """The lab's signer over each corpus and sample email as a file holds it (LF line ends),
     then the intake's verifier: every one is proven, so the header rules refuse no honest mail."""
-    from lab import mail_signing
-    from lab.campaign import CampaignEmail
+    from harness import mail_signing
+    from harness.campaign import CampaignEmail
 
     files = sorted((ROOT / "corpus").rglob("*.eml")) + sorted((ROOT / "samples").rglob("*.eml"))
     emails = [CampaignEmail(file=str(path), raw=path.read_bytes(), format="eml") for path in files]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from airlock import keys, settings
-from lab import kubernetes, verify
+from ops import kubernetes, verify
 from tests import netpol
 
 ROOT = Path(__file__).resolve().parents[2]

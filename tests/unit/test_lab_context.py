@@ -1,4 +1,4 @@
-"""lab.context: every line that tells a student what to type or open names the command and
+"""course.context: every line that tells a student what to type or open names the command and
 the path of where they are (a checkout, or the compose `lab` container), and a missing
 grader dependency stops every lab command with the one install line."""
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lab import commands, context
-from lab.catalog import LABS_ROOT, find
-from lab.grading import Failed, Passed
-from lab.runner import CheckpointResult, Progress
+from cli import lab as commands
+from course import context
+from course.catalog import LABS_ROOT, find
+from course.grading import Failed, Passed
+from course.runner import CheckpointResult, Progress
 from tests.conftest import ROOT
 
 HOST: dict[str, str] = {}

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, keys, lab_init, settings
+from airlock import keys, settings
 from airlock.client import IntakeClient
 from airlock.errors import ConfigError, KeysMissing
+from cli import runtime as cli
+from ops import lab_init
 
 HOST, SERVICE = lab_init.Owner(1000, 1000), lab_init.Owner(10001, 10001)
 

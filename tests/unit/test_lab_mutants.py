@@ -10,9 +10,10 @@ import msgspec
 import pytest
 
 from airlock.errors import EX_CONFIG
-from lab import catalog, commands, mutants
-from lab.catalog import LabFormatError
-from lab.mutants import Equivalent, LabScore, Mutant, MutantsFileError
+from cli import lab as commands
+from course import catalog, mutants
+from course.catalog import LabFormatError
+from course.mutants import Equivalent, LabScore, Mutant, MutantsFileError
 
 STUDENT_FILES = ["checks.py"]
 ENTRY = '''[[equivalent]]

@@ -1,4 +1,4 @@
-"""lab.provenance on a recorded lab run's files: what the run's own stack wrote for its own emails
+"""course.provenance on a recorded lab run's files: what the run's own stack wrote for its own emails
 is clean; a line appended by anyone else, or an email the run did not send, is named.
 
 tests/data/lab-run holds three emails of a `lab run separation` of the reference checker, as
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from airlock.terminal import shown
-from lab import commands, phased_run, provenance, run as lab_run
-from lab.graders import in_stack
-from lab.provenance import NOT_SENT, audit
+from cli import lab as commands
+from course import phased_run, provenance, run as lab_run
+from course.graders import in_stack
+from course.provenance import NOT_SENT, audit
 from tests.conftest import ROOT
 
 RECORDED = ROOT / "tests/data/lab-run"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.catalog import Lab, load_all
+from course.catalog import Lab, load_all
 from tests.conftest import ROOT
 
 LABS = load_all()

@@ -389,7 +389,7 @@ def test_a_key_index_on_a_full_disk_still_honours_its_keys(small_disk: Path, mon
 def test_the_naive_agent_refuses_a_ledger_an_actor_holds(tmp_path: Path, capsys) -> None:
     """`airlock naive` on a data dir whose actor runs: one line and exit 75 (busy for now, as
     the actor itself exits: airlock.errors), no traceback."""
-    from lab.naive.__main__ import run
+    from redteam.naive.run import run
     from tests.conftest import ROOT
 
     held = CallLog(tmp_path / "calls.jsonl")

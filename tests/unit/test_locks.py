@@ -105,15 +105,15 @@ def test_a_disk_error_is_not_a_config_error(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_a_lifeline_whose_parent_is_already_gone_never_runs_the_service(tmp_path: Path) -> None:
-    """`python -m airlock.lifeline PID MODULE` where PID is not its parent (the supervisor
+    """`python -m ops.lifeline PID MODULE` where PID is not its parent (the supervisor
     died before the child could arrange to die with it): exit at once, the module never run."""
     (tmp_path / "marker_service.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
     not_the_parent = os.getpid() + 1 if os.getppid() != os.getpid() + 1 else os.getpid() + 2
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tmp_path), str(ROOT)))}
-    done = subprocess.run([sys.executable, "-m", "airlock.lifeline", str(not_the_parent), "marker_service"],
+    done = subprocess.run([sys.executable, "-m", "ops.lifeline", str(not_the_parent), "marker_service"],
                           env=env, capture_output=True, timeout=60)
     assert done.returncode == 1 and not (tmp_path / "ran").exists()
-    done = subprocess.run([sys.executable, "-m", "airlock.lifeline", str(os.getpid()), "marker_service"],
+    done = subprocess.run([sys.executable, "-m", "ops.lifeline", str(os.getpid()), "marker_service"],
                           env=env, capture_output=True, timeout=60)
     assert done.returncode == 0 and (tmp_path / "ran").exists(), done.stderr
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from airlock import mailbounds
-from lab.bench import SAMPLE
+from bench import SAMPLE
 from reader import mail, simplemail
 from reader.mail import MailProblem, ParsedEmail
 from tests.conftest import examples

@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from lab import mail_signing
-from lab.mail_signing import SigningKey
+from harness import mail_signing
+from harness.mail_signing import SigningKey
 
 
 def _public_der(key: SigningKey) -> bytes:

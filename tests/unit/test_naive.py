@@ -9,9 +9,9 @@ import pytest
 from actor import catalog as catalog_module
 from actor.calllog import CallLog
 from airlock import trace
-from lab.naive.agent import NaiveAgent
-from lab.naive.parse import Proposed, parse, resolve
 from reader.model import ModelAnswer, ModelFailure
+from redteam.naive.agent import NaiveAgent
+from redteam.naive.parse import Proposed, parse, resolve
 
 CATALOG = catalog_module.load()
 

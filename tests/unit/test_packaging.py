@@ -85,6 +85,50 @@ def test_no_image_carries_the_labs(target: str) -> None:
     assert not [c for c in copied if c.startswith(("lab/", "labs/"))], copied
 
 
+# The packages no service runs: the command line, the operator's tools, the red-team harness and
+# its content, the course, the benchmarks, and `lab` (the alias of `airlock lab`).
+TOOL_PACKAGES = ("cli", "ops", "harness", "redteam", "course", "bench", "lab")
+RUNTIME_IMAGES = (*SERVICES, "dashboard")
+
+
+def python_files(target: str) -> list[str]:
+    """Every .py file of the project the image holds: its COPY lines' sources, folders expanded
+    as they are in the build context."""
+    files: list[str] = []
+    for source in images.holds(target, STAGES):
+        path = ROOT / source
+        if path.is_file() and path.suffix == ".py":
+            files.append(source)
+        elif path.is_dir():
+            files += sorted(str(p.relative_to(ROOT)) for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+    return files
+
+
+@pytest.mark.parametrize("target", RUNTIME_IMAGES)
+def test_service_images_hold_no_operator_course_or_harness_module(target: str) -> None:
+    """A service image's Python files are the kernel's and its own package's (the validator's and
+    the actor's also the student-code runner's): none of the command line, the operator's
+    tools, the course, the harness, the red team or the benchmarks."""
+    files = python_files(target)
+    allowed = {"airlock", target} | ({"studentcode"} if target in ("validator", "actor") else set())
+    assert files and {f.split("/")[0] for f in files} <= allowed, sorted({f.split("/")[0] for f in files})
+    assert any(f.startswith(f"{target}/") for f in files) and "airlock/wire.py" in files
+
+
+def test_only_the_validator_and_the_actor_images_hold_the_student_code_runner() -> None:
+    """studentcode/ (which starts a student's code in a child) is in the two images that plug it
+    in, and the lab tool's (its graders run students' code); in no other."""
+    holding = {t for t in IMAGES if any(f.startswith("studentcode/") for f in python_files(t))}
+    assert holding == {"validator", "actor", "lab"}
+
+
+def test_the_cli_image_holds_the_operator_tools_but_no_course_or_harness() -> None:
+    """The CLI image (`docker compose run --rm inject`, the init service) holds the kernel, the
+    command line and the operator's tools: no service, course, harness, red team or bench."""
+    tops = {f.split("/")[0] for f in python_files("cli")}
+    assert tops == {"airlock", "cli", "ops"}, tops
+
+
 def test_every_python_package_is_installed() -> None:
     """pyproject lists every folder of the project that is a Python package (lab's
     subpackages included), so an install that is not editable misses none of them."""

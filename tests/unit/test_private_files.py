@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airlock import files, keys, lab_init, trace
+from airlock import files, keys, trace
+from ops import lab_init
 
 LOOSE = 0o077  # any bit for the group or others
 

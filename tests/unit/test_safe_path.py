@@ -16,12 +16,12 @@ DECOY = 'raise SystemExit("the decoy package in the working folder was imported"
 
 
 def test_a_lab_command_beside_a_decoy_airlock_package_runs_the_project(tmp_path: Path) -> None:
-    """`airlock lab list` run from a folder holding airlock/__init__.py and lab/__init__.py
-    (decoys) lists the labs: the re-exec'd `python -m lab` does not put the folder first."""
-    for name in ("airlock", "lab"):
+    """`airlock lab list` run from a folder holding airlock/, lab/, cli/ and course/ packages
+    (decoys) lists the labs: the command never puts the working folder on its path."""
+    for name in ("airlock", "lab", "cli", "course"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(DECOY)
-    console_script = "import sys; from airlock.cli import main; sys.exit(main())"  # as pip's `airlock` does
+    console_script = "import sys; from cli.runtime import main; sys.exit(main())"  # as pip's `airlock` does
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-P", "-c", console_script, "lab", "list"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

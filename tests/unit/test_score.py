@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from airlock import task as task_module
-from lab.campaign import CampaignEmail, load
-from lab.score import EmailResult, Scorer, percentile, report, table
+from harness.campaign import CampaignEmail, load
+from harness.score import EmailResult, Scorer, percentile, report, table
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
@@ -95,7 +95,7 @@ def test_report_summary_and_percentiles() -> None:
 
 def test_percentiles_are_nearest_rank_everywhere() -> None:
     """score and bench print percentiles by one rule: nearest rank."""
-    from lab.bench.report import percentiles
+    from bench.report import percentiles
 
     hundred = [float(n) for n in range(100, 0, -1)]
     assert [percentile(hundred, share) for share in (0.5, 0.95, 0.99, 1.0)] == [50, 95, 99, 100]
@@ -120,7 +120,7 @@ def test_campaign_reads_headers_and_jsonl(tmp_path: Path) -> None:
 def test_the_table_shows_what_came_from_an_email_escaped() -> None:
     """A category (an email's X-Airlock-Category header) and a straggler's file name reach
     the terminal with control and bidi characters escaped."""
-    from lab.score import table
+    from harness.score import table
 
     rows = [judged(planned("4411"), category="evil\x1b[2J\u202e")]
     text = table(report("separated", None, TASK, rows, ["x\x1b]0;owned\x07.eml"]))
@@ -142,8 +142,8 @@ def test_the_table_says_how_fast_and_with_how_many_readers() -> None:
 def test_readers_follow_what_the_model_serves_at_once(monkeypatch) -> None:
     """llama.cpp's /props says how many requests it serves at once: that many readers, two
     emails in flight each; a server that does not say gets 2; what the user asks wins."""
-    from airlock import preflight
-    from lab import attack
+    from harness import attack
+    from ops import preflight
 
     monkeypatch.setattr(preflight, "model_slots", lambda url, timeout_s: 3)
     assert attack.match_model("http://m:8080", None, None) == attack.Matched(3, 6, 3, "the model serves 3 at once")

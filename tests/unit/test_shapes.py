@@ -1,4 +1,4 @@
-"""airlock.shapes: what crosses back from a student's process keeps its shape, and nothing
+"""studentcode.shapes: what crosses back from a student's process keeps its shape, and nothing
 in it can cost the grader more than its size."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import msgspec
 import pytest
 
-from airlock import shapes
+from studentcode import shapes
 
 
 @dataclasses.dataclass(frozen=True)

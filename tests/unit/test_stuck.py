@@ -273,7 +273,7 @@ def test_old_and_new_status_decode_each_other() -> None:
 
 def test_status_text_names_the_stage_the_count_the_wait_and_the_limit() -> None:
     """`airlock status` prints a line per stuck stage and kind, and nothing while none is."""
-    from airlock.cli import waiting_lines
+    from cli.runtime import waiting_lines
 
     assert waiting_lines({}) == []
     (no_worker, again) = waiting_lines({"actor": Waiting(no_worker=32, no_worker_s=190.4, limit_s=300.0,
@@ -289,7 +289,7 @@ def test_status_text_names_the_stage_the_count_the_wait_and_the_limit() -> None:
 
 def test_status_json_has_every_field_of_a_stuck_stage() -> None:
     """`--json` gives each stuck stage all five keys, zeros included, and {} when none is."""
-    from airlock.cli import status_record
+    from cli.runtime import status_record
 
     quiet = status_record(Status(ref=1, workers={"actor": 1}, queued=0, in_flight=0))
     assert quiet["waiting"] == {} and set(quiet) == {"workers", "queued", "in_flight", "counters", "waiting"}

@@ -1,5 +1,5 @@
-"""The swarm stack generated from compose.yaml (lab/swarm.py) and the docker command lines
-of `airlock swarm up/down` (lab/swarm_deploy.py). No docker runs: the stack is read as data,
+"""The swarm stack generated from compose.yaml (ops/swarm.py) and the docker command lines
+of `airlock swarm up/down` (ops/swarm_deploy.py). No docker runs: the stack is read as data,
 the commands go to a recording runner."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from airlock import keys, settings as settings_module
-from lab import swarm, swarm_deploy
-from lab.verify import NETWORKS
+from ops import swarm, swarm_deploy
+from ops.verify import NETWORKS
 
 # Keys `docker stack deploy` ignores (build, restart, depends_on, security_opt), silently
 # drops (tmpfs, and ipv4_address under a network) or rejects (mem_limit, memswap_limit,
@@ -85,7 +85,7 @@ def test_networks_are_encrypted_overlays_internal_but_edge_on_distinct_pinned_su
 
 
 def test_each_service_is_on_exactly_the_networks_of_the_trust_table(stack: dict[str, Any]) -> None:
-    """The same table `airlock verify` holds the compose lab to (lab/verify.py NETWORKS)."""
+    """The same table `airlock verify` holds the compose lab to (ops/verify.py NETWORKS)."""
     assert {name: set(spec["networks"]) for name, spec in stack["services"].items()} == NETWORKS
 
 

@@ -12,13 +12,14 @@ from typing import BinaryIO
 import msgspec
 import pytest
 
-from airlock import files as files_module, settings as settings_module, supervisor, trace, tracefiles
+from airlock import files as files_module, settings as settings_module, trace, tracefiles
 from airlock.errors import SettingsError
 from airlock.wire import Email, Hello, Outcome
 from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
 from dashboard.feed import FileTail
+from ops import supervisor
 from tests import lines as trace_lines
 
 SEGMENT = 4096  # bytes: a few emails a segment, so a short history spans many segments
@@ -297,9 +298,9 @@ def test_dashboard_opened_just_after_a_rotation_still_shows_recent_lines(tmp_pat
 
 
 def test_the_restart_bench_generates_segments_and_reports_its_figures(tmp_path: Path, capsys) -> None:
-    """`python -m lab.bench.trace_restart`: generate writes segments and checkpoints as the
+    """`python -m bench.trace_restart`: generate writes segments and checkpoints as the
     broker does; recover reports the figures, with the unfinished emails back in flight."""
-    from lab.bench import trace_restart
+    from bench import trace_restart
 
     assert trace_restart.main(["generate", str(tmp_path), "0.004", "--segment-bytes", "100000"]) == 0
     made = json.loads(capsys.readouterr().out)
@@ -314,7 +315,7 @@ def test_the_restart_bench_generates_segments_and_reports_its_figures(tmp_path: 
 def test_approve_waits_for_the_outcome_reading_old_segments_once(tmp_path: Path, monkeypatch) -> None:
     """`airlock approve` polls for the outcome after its decision: closed segments (the
     escalation, the decision) are read once, not at every poll, and still found."""
-    from airlock import escalations
+    from ops import escalations
 
     path = tmp_path / "trace.jsonl"
     tracefiles.segment_path(path, 1).write_bytes(trace_lines.received("e"))

@@ -16,12 +16,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from airlock import escalations, published, records, trace
+from airlock import published, records, trace
 from airlock.records import Authorization, Call, Damaged, Observation, Record, Step, Unrecognized
 from airlock.wire import Call as WireCall, Done
 from broker import tracing
 from dashboard.feed import decode as page_decode
 from dashboard.state import Board
+from ops import escalations
 from tests import lines as trace_lines
 
 DATA = Path(__file__).parent.parent / "data"

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from airlock import cli, keys, locks, preflight, settings as settings_module, supervisor, task as task_module
+from airlock import extras, keys, locks, settings as settings_module, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.terminal import shown
 from airlock.wire import Email, Reading, Rejected
-from lab.attack import free_ports
+from cli import runtime as cli
+from ops import preflight, supervisor
+from ops.ports import free_ports
 from reader import recordings
 from reader.app import Reader, not_configured
 from reader.model import ModelFailure
@@ -128,7 +130,7 @@ def test_missing_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) ->
     """A command's optional module that is not installed: ConfigError with the exact pip command."""
     not_installed(monkeypatch, "uvicorn")
     with pytest.raises(ConfigError, match=r"needs uvicorn, not installed: run pip install -e '\.\[dashboard\]'"):
-        preflight.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
+        extras.require_extra("airlock up --dashboard", ("starlette", "uvicorn"), "dashboard")
 
 
 def test_up_dashboard_without_the_extra_exits_78_before_any_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

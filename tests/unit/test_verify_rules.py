@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import verify
+from ops import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 

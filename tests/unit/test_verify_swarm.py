@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from airlock.errors import EX_USAGE, UsageError
-from lab import cli as lab_cli, verify, verify_swarm
-from lab.verify import Check
+from cli import tools as lab_cli
+from ops import verify, verify_swarm
+from ops.verify import Check
 
 STACK = "sdev"
 GIB = 1 << 30

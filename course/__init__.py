@@ -1,0 +1,2 @@
+"""The labs' engine: catalog, runner, graders, grading, phases and progress. Uses the harness;
+no service imports it."""

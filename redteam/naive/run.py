@@ -1,0 +1,47 @@
+"""`airlock naive [--model-url URL] [--data-dir DIR] FILES...`: one JSON line per email.
+The options are cli/tools.py's, as for every tool."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import uuid
+from pathlib import Path
+
+from actor import catalog as catalog_module
+from actor.calllog import CallLog
+from actor.ledger import LedgerError
+from airlock import settings as settings_module, sources
+from airlock.errors import EX_TEMPFAIL, ConfigError
+from airlock.terminal import json_line
+from reader import model
+from redteam.naive.agent import NaiveAgent
+
+
+def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
+    """An AirlockError (a bad setting, a missing file, no model) goes up to cli.runtime.handled,
+    which prints it escaped and exits with its code."""
+    settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
+    paths = list(sources.expand(files))
+    url = model_url or settings.model_url
+    if not url:
+        raise ConfigError("a model URL is needed (--model-url or AIRLOCK_MODEL_URL)")
+    try:
+        log = CallLog(settings.calls_path)
+    except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it
+        print(f"airlock naive: {exc}", file=sys.stderr)
+        return EX_TEMPFAIL  # as the actor: busy or refused for now, try again
+    agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
+                                                                timeout_s=settings.model_timeout_s), log)
+    prefix = uuid.uuid4().hex[:8]
+    try:
+        for number, path in enumerate(paths, start=1):
+            result = agent.handle(f"naive-{prefix}-{number}", sources.read(path), sources.format_of(path))
+            line = {"id": result.message_id, "file": str(path), "outcome": result.outcome, "reason": result.reason,
+                    "answer": result.answer[:2000], "calls": result.calls, "ms": result.ms}
+            sys.stdout.write(json_line(line) + "\n")  # the answer and reason are email-made: no raw bidi
+            sys.stdout.flush()
+    finally:
+        log.close()
+    return 0
+
