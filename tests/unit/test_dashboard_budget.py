@@ -11,31 +11,13 @@ import msgspec
 import pytest
 
 from airlock import settings as settings_module
+from bench.page import HIDDEN, PLAN, hostile_email  # the benchmark's hostile emails, measured there
 from dashboard.config import MAX_STREAMS_PER_CLIENT, STREAM_BUFFER_BYTES, load as load_config
 from dashboard.state import CUT_MARK, TEXT_LIMIT, Board
 from dashboard.stream import Hub, Refused
 
 if TYPE_CHECKING:
     from starlette.testclient import TestClient
-
-PLAN = [("shop", "lookup_order"), ("mail", "send_status")]
-# Tag characters: invisible, four bytes each in UTF-8, ten characters each once escaped.
-HIDDEN = "".join(chr(0xE0041 + n % 26) for n in range(4096))
-
-
-def hostile_email(message_id: str) -> list[dict[str, Any]]:
-    """The trace of one email full of invisible characters, rejected, every text field at its longest."""
-    at = "2026-12-03T10:00:00.000000Z"
-    return [
-        {"at": at, "message_id": message_id, "stage": "broker", "event": "received", "origin": "smtp:" + HIDDEN[:200]},
-        {"at": at, "message_id": message_id, "stage": "reader", "event": "model_answer", "answer": HIDDEN,
-         "source": "model", "subject": HIDDEN[:200], "sender": HIDDEN[:200], "excerpt": HIDDEN[:500]},
-        {"at": at, "message_id": message_id, "stage": "validator", "event": "verdict", "verdict": "rejected",
-         "value": HIDDEN, "rule": "value.shape", "reason": HIDDEN[:2000]},
-        {"at": at, "message_id": message_id, "stage": "broker", "event": "outcome", "outcome": "rejected",
-         "reason": HIDDEN[:2000], "rule": "value.shape", "ended_at": "validator", "final": True},
-    ]
-
 
 def snapshot_of(first_event: str) -> dict[str, Any]:
     """The snapshot a page's first event carries."""
