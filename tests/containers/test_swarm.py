@@ -28,8 +28,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from airlock import trace
 from ops import verify, verify_swarm
 from ops.ports import free_ports
 from tests.containers.conftest import require_engine
@@ -93,7 +95,11 @@ class Stack:
         return Path(docker("volume", "inspect", f"{self.name}_data", "--format", "{{.Mountpoint}}").strip())
 
     def lines(self, name: str, message_id: str) -> list[dict]:
-        """calls.jsonl's or trace.jsonl's lines about one email, read on the node's volume (root)."""
+        """calls.jsonl's calls (not the intent before each) or trace.jsonl's lines about one
+        email, read on the node's volume (root)."""
+        if name == "calls.jsonl":
+            calls = [msgspec.to_builtins(call) for call in trace.read_calls(self.data() / name)]
+            return [call for call in calls if call["message_id"] == message_id]
         lines = (self.data() / name).read_text(encoding="utf-8").splitlines()
         return [line for line in map(json.loads, lines) if line.get("message_id") == message_id]
 
