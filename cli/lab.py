@@ -107,12 +107,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    lab = find(args.id, args.labs_root)
-    student_dir = Path(args.dir)
+def _student_folder(lab: Lab, given: str) -> Path:
+    """The student's folder for `check` and `run`; a bad usage naming `start` if it is none."""
+    student_dir = Path(given)
     if not student_dir.is_dir():
         raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
                          f"makes it")
+    return student_dir
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    lab = find(args.id, args.labs_root)
+    student_dir = _student_folder(lab, args.dir)
     limits = _limits(args)
     lab = _only(lab, args.only)
     try:
@@ -207,10 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from course import run as lab_run  # the stack's imports (zmq, the attack harness) only for `run`
 
     lab = find(args.id, args.labs_root)
-    student_dir = Path(args.dir)
-    if not student_dir.is_dir():
-        raise UsageError(f"{student_dir} is not a folder; `{lab_command(f'start {lab.id} --dir {student_dir}')}` "
-                         f"makes it")
+    student_dir = _student_folder(lab, args.dir)
     if args.model is not None and args.model not in ("hostile", "recorded") and "://" not in args.model:
         raise UsageError(f"--model is hostile, recorded or a model's URL (http://...), not {args.model!r}")
     page = _page_available()
