@@ -18,7 +18,7 @@ from collections.abc import Collection
 
 from airlock.records import DecisionRefused, DecisionTaken, Received, Violation, utc_now
 from airlock.settings import Settings
-from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
+from airlock.wire import Accepted, Await, Decide, Decision, Ping, Read, Refused, Result, Status, Submit
 from broker.journal import Entry
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox
@@ -76,7 +76,7 @@ class Intake:
         # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
         self.out.journal(Entry(message_id, message.raw, message.format, message.origin, message.sender, proof))
         self.out.send(role, identity, Accepted(ref=message.ref, message_id=message_id))
-        lifecycle.to_reader(flight, Email(message_id=message_id, raw=message.raw, format=message.format))
+        lifecycle.to_reader(flight, Read(message_id=message_id, raw=message.raw, format=message.format))
 
     def _next_id(self) -> str:
         """A new id. The boot number is one no start on this data dir took (broker.ids), so

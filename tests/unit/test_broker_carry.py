@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from airlock.trace import TraceWriter
-from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Email, Hello, Refused, Submit, outbound_decoder
+from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Hello, Read, Refused, Submit, outbound_decoder
 from broker import endpoints, journal
 from broker.carry import CarryOut, trace_chunks, unkept
 from broker.journal import Entry, WriteFailed
@@ -112,7 +112,7 @@ def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> N
 
 
 @pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
-                                     Email(message_id="m", raw=b"", format="text")])
+                                     Read(message_id="m", raw=b"", format="text")])
 def test_only_an_accepted_for_an_unkept_email_is_swapped(message) -> None:
     send = Send("intake", b"c", message)
     assert unkept(send, {"m-1"}, "full") is send

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from airlock.senders import SenderProof
-from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
+from airlock.wire import Accepted, Await, Decide, Decision, Ping, Read, Refused, Result, Status, Submit
 from broker.intake import Intake
 from broker.journal import Entry
 from broker.lifecycle import Lifecycle
@@ -45,7 +45,7 @@ def test_an_accepted_email_is_journalled_before_its_accepted_and_queued(intake: 
     assert kinds == ["bytes", "Entry", "Accepted"]
     assert replies(effects) == [Accepted(ref=1, message_id="abc-1")]
     queued = intake.lifecycle.pending["reader"][0]
-    assert isinstance(queued, Email) and queued.message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
+    assert isinstance(queued, Read) and queued.message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
 
 
 def test_refusals_come_before_an_id_is_given(intake: Intake) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from airlock import records
-from airlock.wire import Call, Detail, Done, Email, Passed, Reading, Rejected, Unreadable
+from airlock.wire import Call, Detail, Done, Passed, Read, Reading, Rejected, Unreadable
 from broker import tracing
 from broker.journal import Entry
 from broker.outbox import Outbox, Send
@@ -66,6 +66,6 @@ def test_the_outbox_hands_over_everything_once_in_order() -> None:
     out = Outbox()
     out.trace(records.Stopped("t", None, "broker", in_flight=0))
     out.journal(Entry("m-1", b"raw", "text"))
-    out.send("reader", b"r", Email(message_id="m-1", raw=b"raw", format="text"))
+    out.send("reader", b"r", Read(message_id="m-1", raw=b"raw", format="text"))
     first = out.take()
     assert [type(e) for e in first] == [bytes, Entry, Send] and out.take() == []

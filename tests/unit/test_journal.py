@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock.wire import Email, Hello, Reading
+from airlock.wire import Hello, Read, Reading
 from broker import recovery
 from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
 from broker.router import Router
@@ -124,7 +124,7 @@ def test_broker_killed_mid_compaction_loses_and_repeats_nothing(tmp_path: Path, 
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert not backlog
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    emails = [e.message for e in effects if hasattr(e, "message") and isinstance(e.message, Email)]
+    emails = [e.message for e in effects if hasattr(e, "message") and isinstance(e.message, Read)]
     assert sorted(e.message_id for e in emails) == sorted(live)
     assert all(e.raw == RAW + e.message_id.encode() for e in emails)
     journal.close()
@@ -144,7 +144,7 @@ def test_a_restart_replays_the_journal_within_the_byte_bound(tmp_path: Path, set
     sent: list[str] = []
     for turn in range(30):
         for effect in effects:
-            if hasattr(effect, "message") and isinstance(effect.message, Email):
+            if hasattr(effect, "message") and isinstance(effect.message, Read):
                 sent.append(effect.message.message_id)
                 effects = router.handle("reader", b"r", Reading(message_id=effect.message.message_id, answer="1",
                                                                 source="model"), float(turn))

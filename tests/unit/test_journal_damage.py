@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock.wire import Email, Hello, Reading
+from airlock.wire import Hello, Read, Reading
 from broker import recovery
 from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
 from broker.router import Router, Send
@@ -76,7 +76,7 @@ def test_recovery_skips_damage_recovers_the_rest_once_and_names_the_loss(setting
     router = Router(settings, boot=0xABC)
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+    emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
     lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
     failed = {line["message_id"]: line["reason"] for line in lines
               if line["event"] == "outcome" and line["outcome"] == "failed"}
@@ -169,7 +169,7 @@ def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_m
     sent: list[str] = []
     for turn in range(40):
         effects += router.handle("reader", b"r", Hello(credit=1), float(turn)) if turn == 0 else []
-        emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+        emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
         lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
         failed = [line for line in lines if line["event"] == "outcome"]
         if failed:

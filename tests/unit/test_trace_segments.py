@@ -14,7 +14,7 @@ import pytest
 
 from airlock import files as files_module, settings as settings_module, trace, tracefiles
 from airlock.errors import SettingsError
-from airlock.wire import Email, Hello, Outcome
+from airlock.wire import Hello, Outcome, Read
 from broker import housekeeping, recovery
 from broker.journal import Entry, Journal
 from broker.router import Router, Send
@@ -107,7 +107,7 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert seen == [settings.trace_path]  # the checkpoint is read whole; no segment is opened
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    dispatched = [e.message.message_id for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+    dispatched = [e.message.message_id for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
     abandoned = [json.loads(e)["message_id"] for e in effects if isinstance(e, bytes) and b'"outcome"' in e]
     assert dispatched == [waiting] and abandoned == [never_accepted] and not backlog
     assert router.flights[escalated].stage == "escalated"

@@ -10,10 +10,10 @@ import pytest
 from airlock import wire
 from airlock.wire import (
     Done,
-    Email,
     Hello,
     Malformed,
     Passed,
+    Read,
     Reading,
     Rejected,
     Submit,
@@ -42,7 +42,7 @@ def test_each_role_decodes_its_own_messages(role: str, message: wire.Message) ->
 FOREIGN = [
     pytest.param("reader", Passed(message_id="m", value="4411"), id="reader-sends-passed"),
     pytest.param("reader", Done(message_id="m", outcome="completed"), id="reader-sends-done"),
-    pytest.param("validator", Email(message_id="m", raw=b"x", format="text"), id="validator-sends-email"),
+    pytest.param("validator", Read(message_id="m", raw=b"x", format="text"), id="validator-sends-email"),
     pytest.param("actor", Passed(message_id="m", value="1"), id="actor-sends-passed"),
     pytest.param("intake", Passed(message_id="m", value="1"), id="intake-sends-passed"),
     pytest.param("intake", Reading(message_id="m", answer="1", source="model"), id="intake-sends-reading"),
