@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from airlock.records import OutcomeLine, Recovered, Redelivery, utc_now
 from airlock.settings import Settings
 from airlock.wire import Decision, Outcome, Passed, Read, Reading, Result
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.outbox import Outbox
 from broker.recent import Recent
 
@@ -168,7 +168,7 @@ class Lifecycle:
 
     # --- what an earlier broker left (broker.recovery) -----------------------------------------
 
-    def recover(self, entry: Entry, now: float) -> None:
+    def recover(self, entry: QueuedEmail, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
         flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof,

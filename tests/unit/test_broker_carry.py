@@ -15,7 +15,7 @@ from airlock.trace import TraceWriter
 from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Hello, Read, Refused, Submit, outbound_decoder
 from broker import endpoints, journal
 from broker.carry import CarryOut, trace_chunks, unkept
-from broker.journal import Entry, WriteFailed
+from broker.journal import QueuedEmail, WriteFailed
 from broker.outbox import Send
 from broker.router import Router
 from broker.storage import Storage
@@ -44,7 +44,7 @@ class Journal:
         self.log, self.fail = log, fail
         self.held: list[str] = []
 
-    def append(self, entry: Entry) -> None:
+    def append(self, entry: QueuedEmail) -> None:
         self.held.append(entry.message_id)
 
     def sync(self) -> WriteFailed | None:

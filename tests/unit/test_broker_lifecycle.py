@@ -96,11 +96,11 @@ def test_an_escalated_email_waits_for_a_person_and_its_waiters_hear_so(life: Lif
 
 def test_a_recovered_email_keeps_the_waiters_it_gathered_on_disk(life: Lifecycle) -> None:
     """defer() makes it known (an Await waits); recover() queues it with those waiters."""
-    from broker.journal import Entry
+    from broker.journal import QueuedEmail
 
     life.defer("m-9", 1.0)
     life.flights["m-9"].waiters.append((b"c1", 7))
-    life.recover(Entry("m-9", b"raw", "text", "cli", "a@b", "dkim"), 5.0)
+    life.recover(QueuedEmail("m-9", b"raw", "text", "cli", "a@b", "dkim"), 5.0)
     flight = life.flights["m-9"]
     assert flight.waiters == [(b"c1", 7)] and flight.started == 1.0 and flight.sender_proof == "dkim"
     queued = life.pending["reader"][0]

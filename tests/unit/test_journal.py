@@ -15,7 +15,7 @@ import pytest
 
 from airlock.wire import Hello, Read, Reading
 from broker import recovery
-from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
+from broker.journal import COMPACTING_SUFFIX, Journal, QueuedEmail, entries, positions
 from broker.router import Router
 from tests.conftest import ROOT
 from tests.lines import raw_line
@@ -27,7 +27,7 @@ def _fill(path: Path, count: int) -> list[str]:
     journal = Journal(path)
     ids = [f"m-{n}" for n in range(count)]
     for message_id in ids:
-        journal.append(Entry(message_id, RAW + message_id.encode(), "text", origin=message_id))
+        journal.append(QueuedEmail(message_id, RAW + message_id.encode(), "text", origin=message_id))
     journal.close()
     return ids
 
@@ -41,7 +41,7 @@ def test_compaction_keeps_exactly_the_live_emails(tmp_path: Path) -> None:
     journal = Journal(path)
     before = path.stat().st_size
     freed = journal.compact(live)
-    journal.append(Entry("m-new", b"new", "text"))
+    journal.append(QueuedEmail("m-new", b"new", "text"))
     journal.close()
     got = list(entries(path))
     assert [e.message_id for e in got] == [*ids[15:], "m-new"]

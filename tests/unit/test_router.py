@@ -30,7 +30,7 @@ from airlock.wire import (
     Unreadable,
     Violation,
 )
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.router import Router, Send
 from tests.lines import raw_line
 
@@ -239,11 +239,11 @@ def test_broker_sends_heartbeats(router: Router) -> None:
 
 
 def test_accepted_emails_are_journalled_before_the_reply(router: Router) -> None:
-    """The Entry comes before the Accepted in the effects, so the loop can fsync in between."""
+    """The QueuedEmail comes before the Accepted in the effects, so the loop can fsync in between."""
     effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 4411", format="text", sender="a@b"), 0.0)
     kinds = [type(e).__name__ for e in effects if not isinstance(e, bytes)]
-    assert kinds.index("Entry") < kinds.index("Send")
-    (entry,) = [e for e in effects if isinstance(e, Entry)]
+    assert kinds.index("QueuedEmail") < kinds.index("Send")
+    (entry,) = [e for e in effects if isinstance(e, QueuedEmail)]
     assert (entry.raw, entry.sender) == (b"Order 4411", "a@b")
 
 
