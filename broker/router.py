@@ -15,7 +15,7 @@ a socket. It owns the routing rules and composes the parts, each testable alone:
 
 The rules kept here:
 
-- Email -> a reader, Reading -> the validator, Passed -> the actor; nothing else moves.
+- Read -> a reader, Reading -> the validator, Passed -> the actor; nothing else moves.
   What a role may send is fixed by its endpoint's decoder (wire.INBOUND); anything else
   arrives here as a Violation and is recorded and dropped.
 - Every accepted email gets an id, is journalled (the loop fsyncs the journal before any
