@@ -11,20 +11,18 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 
 from airlock.errors import AirlockError, BrokerUnreachable, DiskFull, KeyRefused, KeysMissing, QueueFull, RequestRefused
-from airlock.senders import SenderProof
 from airlock.settings import Settings, holds
 from airlock.transport import ZmqChannel, client_keys
 from airlock.wire import (
     Accepted,
     Await,
     Decide,
-    EmailFormat,
+    Email,
     Message,
     Note,
     Notice,
@@ -38,19 +36,10 @@ from airlock.wire import (
 
 KEYS_HINT = ("pass the --data-dir of `airlock up` (or run beside the compose lab's ./airlock-keys), "
              "or set AIRLOCK_KEYS")
-WINDOW = 500  # submissions in flight before waiting for acknowledgements
+WINDOW = 500  # emails in flight before waiting for acknowledgements
 BUSY_RETRY_S = 0.2  # the first wait after "queue full"; it doubles up to BUSY_RETRY_MAX_S
 BUSY_RETRY_MAX_S = 2.0
 AWAIT_CHUNK = 1000  # ids per Await, within AIRLOCK_AWAIT_MAX_IDS
-
-
-@dataclass(frozen=True)
-class Submission:
-    raw: bytes
-    format: EmailFormat
-    origin: str
-    sender: str = ""  # the From address as read; see wire.Submit
-    sender_proof: SenderProof = "none"  # only the SMTP intake sets a proof (airlock/senders.py)
 
 
 def _require_keys(settings: Settings, role: str) -> Path:
@@ -83,7 +72,7 @@ class IntakeClient:
         self._decode = outbound_decoder("intake")
         self._inbox: collections.deque[object] = collections.deque()
         self._ref = 0
-        self.unanswered: list[Submission] = []  # sent by the last submit, never answered (see submit_each)
+        self.unanswered: list[Email] = []  # sent by the last submit, never answered (see submit_each)
 
     def __enter__(self) -> IntakeClient:
         return self
@@ -94,14 +83,14 @@ class IntakeClient:
     def close(self) -> None:
         self._channel.close()
 
-    def submit(self, items: Iterable[Submission], busy_wait_s: float | None = None) -> Iterator[tuple[str, str]]:
+    def submit(self, items: Iterable[Email], busy_wait_s: float | None = None) -> Iterator[tuple[str, str]]:
         """Submit emails; yield (origin, message_id) as each is accepted (see submit_each)."""
         for item, message_id in self.submit_each(items, busy_wait_s):
             yield item.origin, message_id
 
-    def submit_each(self, items: Iterable[Submission],
-                    busy_wait_s: float | None = None) -> Generator[tuple[Submission, str], None, None]:
-        """Submit emails; yield (submission, message_id) as each is accepted.
+    def submit_each(self, items: Iterable[Email],
+                    busy_wait_s: float | None = None) -> Generator[tuple[Email, str], None, None]:
+        """Submit emails; yield (email, message_id) as each is accepted.
 
         Back-pressure: what the broker refuses with "queue full" is sent again, together,
         after a wait doubling from BUSY_RETRY_S to BUSY_RETRY_MAX_S, and nothing new is sent
@@ -114,12 +103,12 @@ class IntakeClient:
         Whatever ends the call, what was accepted before it has been yielded, and
         `self.unanswered` holds what was sent and never answered: the broker may have taken
         those (a paused broker reads them when it resumes). If the CURVE handshake never
-        succeeded nothing reached the broker, and closing drops it (ZmqChannel.close). Every other submission not
+        succeeded nothing reached the broker, and closing drops it (ZmqChannel.close). Every other email not
         yielded was certainly not accepted, so a caller can say exactly what went in."""
         queue = list(items)
         patience_s = self.busy_wait_s if busy_wait_s is None else busy_wait_s
-        waiting: dict[int, Submission] = {}
-        refused: list[Submission] = []
+        waiting: dict[int, Email] = {}
+        refused: list[Email] = []
         stop: AirlockError | None = None  # a refusal that ends the call once the answers are in
         position = 0
         backoff_s, progress_at, retry_at, reason = BUSY_RETRY_S, time.monotonic(), 0.0, ""
@@ -162,7 +151,7 @@ class IntakeClient:
         finally:  # before the handshake nothing left this client: what waits was never sent
             self.unanswered = list(waiting.values()) if self._channel.may_have_delivered() else []
 
-    def submit_one(self, item: Submission) -> str:
+    def submit_one(self, item: Email) -> str:
         """Submit one email and return its message id, or raise BrokerUnreachable (a socket
         error included; QueueFull once the queue stayed full for timeout_s): what the SMTP
         intake (451, so the sender retries) and the dashboard hand over, one at a time, each
@@ -174,13 +163,12 @@ class IntakeClient:
             raise BrokerUnreachable(f"the broker at {self.endpoint} failed: {exc}") from exc
         raise BrokerUnreachable(f"the broker at {self.endpoint} accepted nothing")  # submit yields or raises
 
-    def _send(self, items: list[Submission], waiting: dict[int, Submission]) -> None:
+    def _send(self, items: list[Email], waiting: dict[int, Email]) -> None:
         submits: list[Message] = []
         for item in items:
             self._ref += 1
             waiting[self._ref] = item
-            submits.append(Submit(ref=self._ref, raw=item.raw, format=item.format, origin=item.origin,
-                                  sender=item.sender, sender_proof=item.sender_proof))
+            submits.append(Submit.carrying(self._ref, item))
         self._channel.send_all(submits)
 
     def decide(self, message_id: str, approve: bool, role: str, by: str) -> str:

@@ -87,6 +87,10 @@ DAMAGED_TEXT_LIMIT = 500  # characters of a damaged line a Damaged value keeps
 
 
 class Received(Record, tag="received", frozen=True, kw_only=True):
+    """The broker's fact that an `Email` (airlock.wire) arrived and was given its id: where it
+    came from, its format and size, and the sender with the proof the broker kept. Never the
+    raw email: that stays in the journal (a QueuedEmail) and goes only to a reader."""
+
     origin: str
     format: EmailFormat
     bytes: int

@@ -11,7 +11,7 @@ raised, and in a batch each message is judged on its own.
 
 Flow of an email:
 
-    intake --Submit--> broker --Email--> reader --Reading--> broker --Reading--> validator
+    intake --Submit--> broker --Read--> reader --Reading--> broker --Reading--> validator
     validator --Passed|Rejected--> broker --Passed--> actor --Done--> broker
     broker --Accepted|Refused|Result|Status--> intake client
     intake --Decide--> broker --Decision--> actor (only for an email whose outcome is escalated)
@@ -53,17 +53,35 @@ class Message(
     """Base of every wire message."""
 
 
+class Email(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """An email on its way, as an intake hands it over: the one name for the thing itself.
+
+    Acts carry it: a client sends it to the broker in a `Submit`, the broker keeps it in its
+    journal as a `QueuedEmail` (broker/journal.py) and hands its raw bytes and format to a
+    reader in a `Read`; the trace records its arrival as `received` (airlock/records.py).
+    `origin` names where it came from (a file, "smtp", "dashboard"). `sender` is the From
+    address as the intake read it, never anything a model said; `sender_proof` says what
+    proved it (airlock/senders.py). Not a message: it has no tag and never travels alone.
+    """
+
+    raw: bytes
+    format: EmailFormat
+    origin: str = ""
+    sender: str = ""
+    sender_proof: SenderProof = "none"
+
+
 # --- intake clients (airlock inject, the supervisor, later the SMTP intake) -> broker
 
 
 class Submit(Message, tag="submit", frozen=True):
-    """An email for the reader queue. `ref` is the client's own counter, echoed back.
+    """A client hands the broker one `Email` for the reader queue. `ref` is the client's own
+    counter, echoed back. The email's fields are flat on the wire (`carrying` builds one,
+    `email` reads it back).
 
-    `sender` is the From address as the intake read it, never anything a model said.
-    `sender_proof` says what proved it (airlock/senders.py): only the SMTP intake sets
-    "dkim" or "authres", and the broker keeps it only from the SMTP intake's own key
-    (keys.SMTP_ROLE); from any other client it is recorded as "none". "none" (unverified)
-    cannot corroborate anything at the actor.
+    Only the SMTP intake sets `sender_proof` to "dkim" or "authres", and the broker keeps it
+    only from the SMTP intake's own key (keys.SMTP_ROLE); from any other client it is
+    recorded as "none". "none" (unverified) cannot corroborate anything at the actor.
     The actor may check a proven sender against trusted records (a data-only defence);
     the reader never sees either.
     """
@@ -74,6 +92,18 @@ class Submit(Message, tag="submit", frozen=True):
     origin: str = ""
     sender: str = ""
     sender_proof: SenderProof = "none"
+
+    @classmethod
+    def carrying(cls, ref: int, email: Email) -> Submit:
+        """The Submit that hands over `email` under the client's `ref`."""
+        return cls(ref=ref, raw=email.raw, format=email.format, origin=email.origin,
+                   sender=email.sender, sender_proof=email.sender_proof)
+
+    @property
+    def email(self) -> Email:
+        """The email this Submit carries."""
+        return Email(raw=self.raw, format=self.format, origin=self.origin,
+                     sender=self.sender, sender_proof=self.sender_proof)
 
 
 class Await(Message, tag="await", frozen=True):
@@ -196,8 +226,9 @@ class Heartbeat(Message, tag="heartbeat", frozen=True):
     """The broker is alive. A worker that hears nothing for a few intervals reconnects."""
 
 
-class Email(Message, tag="email", frozen=True):
-    """Untrusted bytes for a reader. Only a reader ever receives this."""
+class Read(Message, tag="email", frozen=True):
+    """An email for a reader to read: untrusted bytes and their format. Only a reader ever
+    receives this, and it never carries the sender or its proof (those go to the actor)."""
 
     message_id: str
     raw: bytes
@@ -328,7 +359,7 @@ FromValidator = Hello | Passed | Rejected | Event
 FromActor = Hello | Done | Event
 AnyMessage = (
     Submit | Await | Ping | Notice | Decide | Accepted | Refused | Result | Status
-    | Hello | Heartbeat | Email | Reading | Unreadable | Passed | Decision | Rejected | Done | Event
+    | Hello | Heartbeat | Read | Reading | Unreadable | Passed | Decision | Rejected | Done | Event
 )
 
 Role = Literal["intake", "reader", "validator", "actor"]
@@ -336,7 +367,7 @@ ROLES: tuple[Role, ...] = ("intake", "reader", "validator", "actor")
 
 # What each role's endpoint accepts from its peers, and what its peers accept from the broker.
 INBOUND = {"intake": FromIntake, "reader": FromReader, "validator": FromValidator, "actor": FromActor}
-OUTBOUND = {"intake": ToIntake, "reader": Email | Heartbeat, "validator": Reading | Heartbeat,
+OUTBOUND = {"intake": ToIntake, "reader": Read | Heartbeat, "validator": Reading | Heartbeat,
             "actor": Passed | Decision | Heartbeat}
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from airlock import sources
-from airlock.client import Submission
 from airlock.interpreter import python_command
+from airlock.wire import Email
 from bench import CORPUS, SAMPLE, TASK, baseline, pipeline, report, soak
 from harness.attack import PrivateStack, progress_bar
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     raw = SAMPLE.read_bytes()
     sender = sources.sender_of(raw, "eml")
-    email = Submission(raw, "eml", SAMPLE.name, sender)
+    email = Email(raw, "eml", SAMPLE.name, sender)
     figures: dict[str, Any] = {"machine": report.machine(), "sample": SAMPLE.name, "task": TASK.name}
     with tempfile.TemporaryDirectory(prefix="airlock-bench-") as scratch:
         if args.soak is not None:

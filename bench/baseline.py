@@ -1,6 +1,6 @@
 """The baseline: the same handle() functions chained in one process.
 
-Email -> Reader.handle -> Reading -> Validator.handle -> Passed -> Actor.handle -> Done,
+Read -> Reader.handle -> Reading -> Validator.handle -> Passed -> Actor.handle -> Done,
 with the reader answering from the same recordings (no model), the actor's real executor,
 mock tools and fsynced call log on a scratch data dir. No ZeroMQ, no broker, no journal, no
 trace: what is left is the work itself, which is what the separated run is compared with.
@@ -18,7 +18,7 @@ import msgspec
 
 from actor import app as actor_app
 from airlock import settings as settings_module, task as task_module, trace
-from airlock.wire import Done, Email, Message, Passed, Reading, Rejected, Unreadable
+from airlock.wire import Done, Message, Passed, Read, Reading, Rejected, Unreadable
 from bench import CALLS_PER_EMAIL
 from bench.report import percentiles
 from reader import app as reader_app
@@ -39,11 +39,11 @@ class Chain:
         self.actor = actor_app.build(settings, task)
         self.calls_path = settings.calls_path
 
-    def run(self, email: Email, sender: str) -> str:
+    def run(self, email: Read, sender: str) -> str:
         pending: list[Message] = [email]
         while pending:
             match pending.pop():
-                case Email() as message:
+                case Read() as message:
                     pending += self.reader.handle(message)
                 case Reading() as message:
                     pending += self.validator.handle(message)
@@ -68,7 +68,7 @@ def run(data_dir: Path, task_path: Path, raw: bytes, sender: str, count: int, pr
         cpu_before, started = time.process_time(), time.perf_counter()
         for n in range(count):
             begun = time.perf_counter()
-            outcomes[chain.run(Email(message_id=f"baseline-{n}", raw=raw, format="eml"), sender)] += 1
+            outcomes[chain.run(Read(message_id=f"baseline-{n}", raw=raw, format="eml"), sender)] += 1
             latencies.append((time.perf_counter() - begun) * 1000)
         wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_before
     finally:

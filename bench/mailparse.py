@@ -190,7 +190,7 @@ def _reader_child(rounds: int) -> None:
     """In the measuring child: the reader's own handle() (no model, no recordings) on every
     shape, `rounds` times over, as one long-lived reader would meet them; one JSON line."""
     from airlock import task as task_module
-    from airlock.wire import Email, Unreadable
+    from airlock.wire import Read, Unreadable
     from bench import TASK
     from reader.app import Reader, not_configured
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_MB << 20, CHILD_AS_MB << 20))
@@ -200,7 +200,7 @@ def _reader_child(rounds: int) -> None:
     for turn in range(rounds):
         for name, raw in emails:
             start = time.process_time()
-            [answer] = reader.handle(Email(message_id=f"{name}-{turn}", raw=raw, format="eml"))
+            [answer] = reader.handle(Read(message_id=f"{name}-{turn}", raw=raw, format="eml"))
             slowest = max(slowest, time.process_time() - start)
             outcomes[name] = answer.rule if isinstance(answer, Unreadable) else "read"
     print(json.dumps({"emails": rounds * len(emails), "slowest_cpu_s": slowest, "peak_mb": _peak_resident_mb(),

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from airlock import records, trace, tracefiles
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.errors import AirlockError
 from airlock.settings import Settings
+from airlock.wire import Email
 from bench import CALLS_PER_EMAIL
 from bench.report import percentiles
 
@@ -78,7 +79,7 @@ class Processes:
         return sorted(name for name, pid in self.pids.items() if now.get(name) != pid)
 
 
-def throughput(settings: Settings, email: Submission, count: int, readers: int, progress: Progress) -> dict[str, Any]:
+def throughput(settings: Settings, email: Email, count: int, readers: int, progress: Progress) -> dict[str, Any]:
     meter = Processes(settings.data_dir / "run")
     ids: queue.Queue[str | None] = queue.Queue()
     failures: list[BaseException] = []
@@ -206,7 +207,7 @@ def _services(processes: dict[str, dict[str, float | None]]) -> dict[str, dict[s
     return services
 
 
-def one_at_a_time(settings: Settings, email: Submission, count: int,
+def one_at_a_time(settings: Settings, email: Email, count: int,
                   progress: Progress) -> tuple[list[str], list[float], collections.Counter[str]]:
     """Submit, await its outcome, then the next: (ids, client round trips in ms, outcomes)."""
     ids: list[str] = []
@@ -225,14 +226,14 @@ def one_at_a_time(settings: Settings, email: Submission, count: int,
     return ids, round_trips, outcomes
 
 
-def low_rate(settings: Settings, email: Submission, count: int, progress: Progress) -> dict[str, Any]:
+def low_rate(settings: Settings, email: Email, count: int, progress: Progress) -> dict[str, Any]:
     ids, round_trips, outcomes = one_at_a_time(settings, email, count, progress)
     facts = trace_facts(settings.trace_path, ids, count - outcomes["missing"])
     return {"emails": count, "outcomes": dict(outcomes), "round_trip_ms": percentiles(round_trips),
             "trace_ms": percentiles([f["ms"] for f in facts.values() if "ms" in f]), "stages_ms": stages_ms(facts)}
 
 
-def with_model(settings: Settings, email: Submission, count: int, progress: Progress) -> dict[str, Any]:
+def with_model(settings: Settings, email: Email, count: int, progress: Progress) -> dict[str, Any]:
     """Airlock's share of each email's time: 1 - model ms / total ms, over model answers."""
     ids, round_trips, outcomes = one_at_a_time(settings, email, count, progress)
     facts = trace_facts(settings.trace_path, ids, count - outcomes["missing"])

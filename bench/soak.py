@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.errors import AirlockError
+from airlock.wire import Email
 from bench import TASK, growth
 from bench.pipeline import CLIENT_TIMEOUT_S, STALL_S, accepted_chunks
 from harness.attack import PrivateStack
@@ -37,7 +38,7 @@ FAMILY = re.compile(r"[A-Za-z_]+")
 Say = Callable[[str], None]
 
 
-def run(data_dir: Path, email: Submission, minutes: float, rate: float, readers: int, sample_s: float,
+def run(data_dir: Path, email: Email, minutes: float, rate: float, readers: int, sample_s: float,
         warmup_s: float, say: Say) -> dict[str, Any]:
     say(f"soak: airlock up with {readers} reader(s), {minutes:g} min at {rate:g} emails/s, "
         f"a sample every {sample_s:g} s")
@@ -56,7 +57,7 @@ def run(data_dir: Path, email: Submission, minutes: float, rate: float, readers:
     return figures
 
 
-def drive(settings: Any, email: Submission, duration_s: float, rate: float, sample_s: float,
+def drive(settings: Any, email: Email, duration_s: float, rate: float, sample_s: float,
           say: Say) -> tuple[list[growth.Sample], collections.Counter[str], list[str]]:
     """Submit at `rate` for `duration_s`, sampling every `sample_s`; then drain."""
     stop = threading.Event()
@@ -125,7 +126,7 @@ def drive(settings: Any, email: Submission, duration_s: float, rate: float, samp
     return samples, outcomes, sorted(name for name, pid in pids.items() if now.get(name) != pid)
 
 
-def restart(data_dir: Path, email: Submission, readers: int) -> dict[str, float | int]:
+def restart(data_dir: Path, email: Email, readers: int) -> dict[str, float | int]:
     """Start the stack again on `data_dir`: seconds until it is up and until a new email
     has its outcome, with the trace bytes it had to start from."""
     trace_bytes = file_bytes(data_dir).get("trace", 0)

@@ -38,7 +38,7 @@ from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable
 from airlock.interpreter import python_command
 from broker import housekeeping, recovery
-from broker.journal import Entry, Journal
+from broker.journal import Journal, QueuedEmail
 from broker.router import Router
 
 TURN_EMAILS = 200  # emails a broker turn: a turn's lines are flushed, and rotated, together
@@ -90,7 +90,7 @@ def generate(folder: Path, gigabytes: float, segment_bytes: int) -> dict[str, ob
             message_id = f"msg-{n:012d}".encode()
             live = n >= count - LIVE_TAIL
             if live and n % 2:
-                journal.append(Entry(message_id.decode(), b"Bestellung 7788", "text"))
+                journal.append(QueuedEmail(message_id.decode(), b"Bestellung 7788", "text"))
             chunk.append((without_outcome if live else template).replace(PLACEHOLDER.encode(), message_id))
         writer.write(b"".join(chunk))
         writer.flush()

@@ -21,7 +21,7 @@ from airlock import published, trace
 from airlock.settings import Settings
 from airlock.wire import Accepted, batch_limit, frames, grouped
 from broker.endpoints import Endpoints
-from broker.journal import Entry, Journal
+from broker.journal import Journal, QueuedEmail
 from broker.outbox import Effect, Send
 from broker.router import Router
 from broker.storage import Storage, refusal
@@ -52,7 +52,7 @@ class CarryOut:
         lines: list[bytes] = []
         outgoing: dict[tuple[str, bytes], list[Send]] = {}  # per peer, in order: one batch each
         for effect in effects:
-            if isinstance(effect, Entry):
+            if isinstance(effect, QueuedEmail):
                 journal.append(effect)
             elif isinstance(effect, bytes):
                 lines.append(effect)

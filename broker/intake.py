@@ -18,8 +18,8 @@ from collections.abc import Collection
 
 from airlock.records import DecisionRefused, DecisionTaken, Received, Violation, utc_now
 from airlock.settings import Settings
-from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
-from broker.journal import Entry
+from airlock.wire import Accepted, Await, Decide, Decision, Ping, Read, Refused, Result, Status, Submit
+from broker.journal import QueuedEmail
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox
 from broker.storage import refusal
@@ -74,9 +74,9 @@ class Intake:
             lifecycle.finish(flight, "rejected", reason, now, rule="intake.too_large")
             return
         # The journal entry is queued before the Accepted: the loop fsyncs it before sending.
-        self.out.journal(Entry(message_id, message.raw, message.format, message.origin, message.sender, proof))
+        self.out.journal(QueuedEmail(message_id, message.raw, message.format, message.origin, message.sender, proof))
         self.out.send(role, identity, Accepted(ref=message.ref, message_id=message_id))
-        lifecycle.to_reader(flight, Email(message_id=message_id, raw=message.raw, format=message.format))
+        lifecycle.to_reader(flight, Read(message_id=message_id, raw=message.raw, format=message.format))
 
     def _next_id(self) -> str:
         """A new id. The boot number is one no start on this data dir took (broker.ids), so

@@ -7,7 +7,7 @@ restart, every journalled email that has no final outcome in the trace is dispat
 
 The file is an append-only log (airlock.appendlog: whole records or none, group commit,
 torn-tail repair, failures as values). Format (version 2): MAGIC, then records framed by
-appendlog.Checked, each payload one msgpack Entry:
+appendlog.Checked, each payload one msgpack QueuedEmail:
 
     MARK (4 bytes) | payload length (u32, big-endian) | crc32 of the payload | crc32 of the
     12 bytes before it | payload
@@ -50,7 +50,7 @@ from airlock import appendlog, files
 from airlock.appendlog import Damage, Record
 from airlock.wire import EmailFormat
 
-__all__ = ["Damage", "Entry", "Journal", "Position", "WriteFailed", "damage", "entries", "positions"]
+__all__ = ["Damage", "Journal", "Position", "QueuedEmail", "WriteFailed", "damage", "entries", "positions"]
 
 MAGIC = b"\xffairlock journal 2\n"  # 0xff.. as a version 1 length would be 4 GiB: never a v1 file
 MARK = b"\xf0AJR"  # starts every record: what a reader resynchronises on after damage
@@ -59,7 +59,12 @@ COMPACTING_SUFFIX = ".compacting"  # the copy being written; never read, deleted
 CHECK_EVERY_S = 1.0  # how often a journal judged mostly live is looked at again
 
 
-class Entry(msgspec.Struct, frozen=True):
+class QueuedEmail(msgspec.Struct, frozen=True):
+    """One journal record: an accepted `wire.Email`, under the id the broker gave it.
+
+    The same fields as the Email (flat, so the bytes on disk stay a plain msgpack map);
+    `sender_proof` is the one the broker kept (only the SMTP intake's key may vouch)."""
+
     message_id: str
     raw: bytes
     format: EmailFormat
@@ -69,7 +74,7 @@ class Entry(msgspec.Struct, frozen=True):
 
 
 class _Id(msgspec.Struct):
-    """An Entry's id alone: decoding it skips the raw email instead of copying it."""
+    """A QueuedEmail's id alone: decoding it skips the raw email instead of copying it."""
 
     message_id: str
 
@@ -78,7 +83,7 @@ _decode_id = msgspec.msgpack.Decoder(_Id).decode
 
 
 def _message_id(payload: bytes) -> str:
-    """A record's id: a payload that is no Entry does not count as a record (DecodeError)."""
+    """A record's id: a payload that is no QueuedEmail does not count as a record (DecodeError)."""
     return _decode_id(payload).message_id
 
 
@@ -131,7 +136,7 @@ class Journal:
         """The journal's bytes, the records appended and not yet synced included."""
         return self._log.size + self._log.queued_bytes
 
-    def append(self, entry: Entry) -> None:
+    def append(self, entry: QueuedEmail) -> None:
         """Queue a record for the next sync(): nothing reaches the file before it."""
         record = RECORDS.frame(self._encode(entry))
         self._log.add(record)
@@ -207,13 +212,13 @@ class Journal:
             elif item not in self.damage:
                 self.damage.append(item)
 
-    def read(self, position: Position) -> Entry | Damage:
+    def read(self, position: Position) -> QueuedEmail | Damage:
         """The entry at `position` (a record this journal holds: see positions), checked
         again: bytes damaged since the scan, or unreadable (EIO), are the Damage they are."""
         try:
             payload = appendlog.read_at(self.path, RECORDS, position.offset, position.size)
             if payload is not None:
-                return msgspec.msgpack.decode(payload, type=Entry)
+                return msgspec.msgpack.decode(payload, type=QueuedEmail)
         except (OSError, msgspec.DecodeError):
             pass
         return Damage(position.offset, position.offset + position.size)
@@ -223,8 +228,8 @@ class Journal:
         self._log.close()
 
 
-def entries(path: Path) -> Iterator[Entry]:
-    decoder = msgspec.msgpack.Decoder(Entry)
+def entries(path: Path) -> Iterator[QueuedEmail]:
+    decoder = msgspec.msgpack.Decoder(QueuedEmail)
     for _, data in _records_at(path):
         yield decoder.decode(data)
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 from airlock.records import OutcomeLine, Recovered, Redelivery, utc_now
 from airlock.settings import Settings
-from airlock.wire import Decision, Email, Outcome, Passed, Reading, Result
-from broker.journal import Entry
+from airlock.wire import Decision, Outcome, Passed, Read, Reading, Result
+from broker.journal import QueuedEmail
 from broker.outbox import Outbox
 from broker.recent import Recent
 
 # What a worker is sent: each names the email it carries (message_id).
-Work = Email | Reading | Passed | Decision
+Work = Read | Reading | Passed | Decision
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Lifecycle:
 
     # --- moving on ---------------------------------------------------------------------------
 
-    def to_reader(self, flight: Flight, email: Email) -> None:
+    def to_reader(self, flight: Flight, email: Read) -> None:
         """A new email, its journal record queued: it waits for a reader, its raw bytes held."""
         flight.message = email
         self.hold(flight, len(email.raw))
@@ -168,7 +168,7 @@ class Lifecycle:
 
     # --- what an earlier broker left (broker.recovery) -----------------------------------------
 
-    def recover(self, entry: Entry, now: float) -> None:
+    def recover(self, entry: QueuedEmail, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         deferred = self.flights.get(entry.message_id)  # see defer: its waiters stay
         flight = Flight(entry.message_id, "reader", now, sender=entry.sender, sender_proof=entry.sender_proof,
@@ -178,7 +178,7 @@ class Lifecycle:
         self.flights[entry.message_id] = flight
         self.out.trace(Recovered(utc_now(), entry.message_id, "broker", origin=entry.origin, bytes=len(entry.raw),
                                  waited_on_disk=deferred is not None))
-        self.to_reader(flight, Email(message_id=entry.message_id, raw=entry.raw, format=entry.format))
+        self.to_reader(flight, Read(message_id=entry.message_id, raw=entry.raw, format=entry.format))
 
     def defer(self, message_id: str, now: float) -> None:
         """A journalled email that does not fit under queue_max_bytes yet: known (an Await

@@ -1,7 +1,7 @@
 """What the broker's logic asks the loop to do: the effects of one message or one tick.
 
 Data: messages to send (Send), trace lines (typed records, airlock.records, encoded) and journal
-records (broker.journal.Entry), in the order they were decided.
+records (broker.journal.QueuedEmail), in the order they were decided.
 Readers: the loop (broker.app, broker.carry), which carries them out in an order that
 keeps the guarantees (the journal on disk before any Accepted leaves).
 Rationale: the Router and its parts (workers, lifecycle, dispatch, intake) never touch a
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from airlock import records
 from airlock.wire import Message
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Send:
     message: Message
 
 
-Effect = Send | bytes | Entry
+Effect = Send | bytes | QueuedEmail
 
 
 class Outbox:
@@ -46,7 +46,7 @@ class Outbox:
         """Queue trace lines formatted already (broker.tracing)."""
         self.items.extend(lines)
 
-    def journal(self, entry: Entry) -> None:
+    def journal(self, entry: QueuedEmail) -> None:
         """Queue a journal record: the loop writes and fsyncs it before any Accepted leaves."""
         self.items.append(entry)
 

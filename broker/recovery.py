@@ -21,7 +21,7 @@ from airlock import records, trace, tracefiles
 from airlock.records import JournalDamaged, TraceDamaged, utc_now
 from airlock.settings import Settings
 from airlock.terminal import json_line
-from broker.journal import Damage, Entry, Journal, Position
+from broker.journal import Damage, Journal, Position, QueuedEmail
 from broker.outbox import Effect
 from broker.router import Router
 
@@ -51,7 +51,7 @@ def recover(core: Router, settings: Settings, journal: Journal,
                 backlog.append(position)
             else:
                 entry = journal.read(position)
-                if isinstance(entry, Entry):
+                if isinstance(entry, QueuedEmail):
                     core.recover(entry, now)
                 else:
                     unreadable.append(position.message_id)
@@ -90,7 +90,7 @@ def refill(core: Router, journal: Journal, backlog: collections.deque[Position],
     while backlog and core.has_room(backlog[0].size):
         position = backlog.popleft()
         entry = journal.read(position)
-        if isinstance(entry, Entry):
+        if isinstance(entry, QueuedEmail):
             core.recover(entry, now)
         else:
             effects += core.end_failed([position.message_id], UNREADABLE, now)

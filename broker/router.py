@@ -15,7 +15,7 @@ a socket. It owns the routing rules and composes the parts, each testable alone:
 
 The rules kept here:
 
-- Email -> a reader, Reading -> the validator, Passed -> the actor; nothing else moves.
+- Read -> a reader, Reading -> the validator, Passed -> the actor; nothing else moves.
   What a role may send is fixed by its endpoint's decoder (wire.INBOUND); anything else
   arrives here as a Violation and is recorded and dropped.
 - Every accepted email gets an id, is journalled (the loop fsyncs the journal before any
@@ -78,7 +78,7 @@ from airlock.wire import (
 from broker import events, ids, tracing
 from broker.dispatch import Dispatch
 from broker.intake import Intake
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Effect, Outbox, Send
 from broker.unserved import Unserved
@@ -234,7 +234,7 @@ class Router:
 
     # --- what an earlier broker left (broker.recovery) -------------------------------------------
 
-    def recover(self, entry: Entry, now: float) -> None:
+    def recover(self, entry: QueuedEmail, now: float) -> None:
         """Queue a journalled email that an earlier broker accepted but never finished."""
         self.lifecycle.recover(entry, now)
 

@@ -50,8 +50,8 @@ from cli import handling
 from ops import escalations, injected
 
 if TYPE_CHECKING:  # the client pulls in zmq: commands that need no broker do not import it
-    from airlock.client import IntakeClient, Submission
-    from airlock.wire import Result, Status, Waiting
+    from airlock.client import IntakeClient
+    from airlock.wire import Email, Result, Status, Waiting
 
 LIMIT_SETTING = "AIRLOCK_MAX_EMAIL_BYTES"
 # The tools no service runs, with the one line `airlock --help` shows for each. Their code
@@ -179,27 +179,27 @@ def _client(args: argparse.Namespace, settings: settings_module.Settings) -> Int
     return IntakeClient(settings, timeout_s=args.timeout, require_keys=True)
 
 
-def _submissions(args: argparse.Namespace, limit: int) -> list[Submission]:
+def _emails(args: argparse.Namespace, limit: int) -> list[Email]:
     """Every email to inject, each checked against the size limit before anything is sent."""
-    from airlock.client import Submission
+    from airlock.wire import Email
 
-    items: list[Submission] = []
+    items: list[Email] = []
     if args.text is not None:
         # The argument's own bytes (Python holds the ones that are not UTF-8 as surrogates):
         # the reader refuses text that is not UTF-8 (mail.charset), nothing guesses here.
         raw = args.text.encode("utf-8", "surrogateescape")
         if len(raw) > limit:
             raise sources.too_large("--text", str(len(raw)), limit, LIMIT_SETTING)
-        items.append(Submission(raw, "text", "--text"))
+        items.append(Email(raw, "text", "--text"))
     for name in [*args.files, *injected.listed(getattr(args, "from_list", []))]:
         if name == "-":
             raw = sources.read_stream(sys.stdin.buffer, limit, LIMIT_SETTING)
             fmt = sources.sniff(raw)
-            items.append(Submission(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
+            items.append(Email(raw, fmt, "<stdin>", sources.sender_of(raw, fmt)))
             continue
         for path, raw in sources.emails([name], limit, LIMIT_SETTING):  # no link out of a folder given
             fmt = sources.format_of(path)
-            items.append(Submission(raw, fmt, str(path), sources.sender_of(raw, fmt)))
+            items.append(Email(raw, fmt, str(path), sources.sender_of(raw, fmt)))
     if not items:
         raise UsageError("nothing to inject: give files, '-' for standard input, or --text")
     return items
@@ -211,8 +211,8 @@ def cmd_inject(args: argparse.Namespace) -> int:
     way has already said what went in. A failure part way says which files were not
     accepted (stderr, and --json lines), and --rest writes them for a re-run."""
     settings = _settings(args)
-    items = _submissions(args, settings.max_email_bytes)
-    accepted: list[tuple[Submission, str]] = []
+    items = _emails(args, settings.max_email_bytes)
+    accepted: list[tuple[Email, str]] = []
     origins: dict[str, str] = {}  # message id -> its file, for outcomes in the order they arrive
     results: dict[str, Result] = {}
     interrupted, failure, printed = False, None, 0

@@ -180,7 +180,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
                 return json_response({"error": f"request over {MAX_REQUEST_BYTES} bytes"}, 413)
         try:
             wanted = msgspec.json.decode(bytes(body), type=inject.InjectRequest)
-            item, label = inject.submission(wanted, samples, MAX_TEXT_BYTES)
+            item, label = inject.email_for(wanted, samples, MAX_TEXT_BYTES)
         except (msgspec.DecodeError, inject.InjectError) as exc:
             return json_response({"error": str(exc)}, 400)
         try:

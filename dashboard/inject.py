@@ -15,9 +15,9 @@ from pathlib import Path
 import msgspec
 
 from airlock import mailbounds, sources
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.settings import Settings
-from airlock.wire import EmailFormat
+from airlock.wire import Email, EmailFormat
 
 SEED_SAMPLE = "seed_4411_de.eml"
 MAX_SAMPLES = 16
@@ -55,15 +55,15 @@ def load_samples(folder: Path) -> list[Sample]:
     return [Sample(p.name, p.stem.replace("_", " "), p.read_bytes()) for p in paths]
 
 
-def submission(request: InjectRequest, samples: dict[str, Sample], max_bytes: int) -> tuple[Submission, str]:
-    """The Submission for a request, and a short label for the page; InjectError if unusable."""
+def email_for(request: InjectRequest, samples: dict[str, Sample], max_bytes: int) -> tuple[Email, str]:
+    """The Email for a request, and a short label for the page; InjectError if unusable."""
     text, name = request.text, request.sample
     if name is not None and text is None:
         sample = samples.get(name)
         if sample is None:
             raise InjectError(f"no sample named {name!r}")
         fmt: EmailFormat = "eml"
-        return (Submission(sample.raw, fmt, f"{ORIGIN}:samples/{sample.name}", sources.sender_of(sample.raw, fmt)),
+        return (Email(sample.raw, fmt, f"{ORIGIN}:samples/{sample.name}", sources.sender_of(sample.raw, fmt)),
                 sample.label)
     if text is None or name is not None:
         raise InjectError("send either text or a sample name")
@@ -73,7 +73,7 @@ def submission(request: InjectRequest, samples: dict[str, Sample], max_bytes: in
     if len(raw) > max_bytes:
         raise InjectError(f"the text is {len(raw)} bytes; the page sends at most {max_bytes}")
     fmt = sources.sniff(raw)
-    return Submission(raw, fmt, f"{ORIGIN}:typed", sources.sender_of(raw, fmt)), label_of(raw, fmt)
+    return Email(raw, fmt, f"{ORIGIN}:typed", sources.sender_of(raw, fmt)), label_of(raw, fmt)
 
 
 def label_of(raw: bytes, fmt: str, limit: int = 80) -> str:
@@ -91,7 +91,7 @@ def label_of(raw: bytes, fmt: str, limit: int = 80) -> str:
     return first[:limit] or "(empty)"
 
 
-def submit(settings: Settings, item: Submission) -> str:
+def submit(settings: Settings, item: Email) -> str:
     """Hand one email to the broker's intake; return its message id. Blocking: run in a thread.
     Raises BrokerUnreachable if the broker does not answer."""
     with IntakeClient(settings, timeout_s=INTAKE_TIMEOUT_S, role="dashboard") as client:

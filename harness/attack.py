@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from airlock import keys, settings as settings_module, sources, trace
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.errors import AirlockError
 from airlock.interpreter import python_command
 from airlock.records import OutcomeLine, Verdict
 from airlock.task import Task
+from airlock.wire import Email
 from harness import campaign, score
 from harness.campaign import CampaignEmail
 from ops import preflight
@@ -131,8 +132,8 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
         for start in range(0, len(emails), in_flight):
             chunk = emails[start:start + in_flight]
             batch = [m for _, m in client.submit(
-                [Submission(e.raw, e.format, e.file, e.sender or sources.sender_of(e.raw, e.format),
-                            e.sender_proof) for e in chunk])]
+                [Email(e.raw, e.format, e.file, e.sender or sources.sender_of(e.raw, e.format),
+                       e.sender_proof) for e in chunk])]
             ids += batch
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result

@@ -35,12 +35,13 @@ import msgspec
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from airlock import keys, settings as settings_module
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.errors import BrokerUnreachable, SettingsError
 from airlock.senders import SenderProof
 from airlock.settings import Settings
 from airlock.terminal import shown
 from airlock.transport import client_keys
+from airlock.wire import Email
 from intake import relays, sendercheck
 from intake.authentication import UNPROVEN, NoKeys, Sender, Verifier, key_source
 
@@ -118,7 +119,7 @@ class BrokerSubmitter:
         with self._lock:
             client = self._client = self._client or self._connect()
             try:
-                return client.submit_one(Submission(raw, "eml", origin, sender, sender_proof))
+                return client.submit_one(Email(raw, "eml", origin, sender, sender_proof))
             except BrokerUnreachable as exc:  # the sender hears 451; the console hears why
                 print(f"intake: {shown(str(exc))}", file=sys.stderr, flush=True)
                 self._discard()

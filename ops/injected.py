@@ -17,8 +17,7 @@ from airlock.errors import AirlockError, UsageError
 from airlock.terminal import json_line, shown
 
 if TYPE_CHECKING:  # the client pulls in zmq
-    from airlock.client import Submission
-    from airlock.wire import Result
+    from airlock.wire import Email, Result
 
 STATUS_WORDS = {"not_accepted": "not accepted", "no_answer": "no answer"}
 NOT_FILES = ("--text", "<stdin>")  # origins a re-run cannot read back
@@ -36,7 +35,7 @@ def listed(lists: list[str]) -> list[str]:
     return names
 
 
-def not_accepted(items: list[Submission], accepted: list[tuple[Submission, str]], unanswered: list[Submission],
+def not_accepted(items: list[Email], accepted: list[tuple[Email, str]], unanswered: list[Email],
                  failure: AirlockError | None, as_json: bool, rest: str | None) -> None:
     """Say which emails did not go in: `not accepted` (never sent, or refused: certainly not
     taken, safe to send again) and `no answer` (sent, never answered: the broker may still

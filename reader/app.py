@@ -1,4 +1,4 @@
-"""The reader's handle(): Email in, one Reading (or Unreadable) out. No tools, ever."""
+"""The reader's handle(): Read in, one Reading (or Unreadable) out. No tools, ever."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from airlock.settings import Settings
 from airlock.task import Task, describe_recordings
 from airlock.terminal import shown
 from airlock.transport import Channel
-from airlock.wire import Email, Message, Note, Reading, ReadingSource, Unreadable
+from airlock.wire import Message, Note, Read, Reading, ReadingSource, Unreadable
 from reader import grounding, mail, model, prompt, recordings
 from reader.ask import Asker
 from reader.recordings import Recording
@@ -31,11 +31,11 @@ class Reader:
 
     def handle(self, message: Message) -> list[Message]:
         match message:
-            case Email():
+            case Read():
                 return [self.read(message)]
-        return []  # this role's decoder admits only Email; anything else is not ours
+        return []  # this role's decoder admits only Read; anything else is not ours
 
-    def read(self, message: Email) -> Reading | Unreadable:
+    def read(self, message: Read) -> Reading | Unreadable:
         parsed = mail.parse(message.raw, message.format)
         if isinstance(parsed, mail.MailProblem):
             return Unreadable(message_id=message.message_id, rule=parsed.rule, reason=parsed.reason)

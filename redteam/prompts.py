@@ -32,7 +32,7 @@ from airlock import settings as settings_module, task as task_module
 from airlock.errors import TaskError, UsageError
 from airlock.task import ReaderSpec, Task
 from airlock.terminal import shown
-from airlock.wire import Email, Passed, Reading
+from airlock.wire import Passed, Read, Reading
 from harness import campaign, score
 from harness.campaign import CampaignEmail
 from reader.app import Reader
@@ -55,7 +55,7 @@ def variant(task: Task, path: Path) -> Task:
 
 def judge(reader: Reader, validator: Validator, item: CampaignEmail, number: int) -> dict[str, Any]:
     """One email: the value that would reach the actor (or None), and the model's time."""
-    (reading,) = reader.handle(Email(message_id=f"p-{number}", raw=item.raw, format=item.format))
+    (reading,) = reader.handle(Read(message_id=f"p-{number}", raw=item.raw, format=item.format))
     passed = None
     if isinstance(reading, Reading):
         (verdict,) = validator.handle(reading)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from airlock import task as task_module
-from airlock.wire import Email, EmailFormat, Reading, Unreadable, encode, inbound_decoder
+from airlock.wire import EmailFormat, Read, Reading, Unreadable, encode, inbound_decoder
 from reader.app import Reader
 from reader.mail import MailProblem, ParsedEmail, parse
 from reader.model import ModelAnswer
@@ -281,7 +281,7 @@ class CountingModel:
 
 def read_once(raw: bytes, fmt: EmailFormat) -> None:
     model = CountingModel()
-    email = Email(message_id="m-1", raw=raw, format=fmt)
+    email = Read(message_id="m-1", raw=raw, format=fmt)
     out = Reader(TASK, model, {}).handle(email)
     assert len(out) == 1, out
     (answer,) = out

@@ -119,12 +119,12 @@ def test_the_trace_says_what_the_model_decoded_under(llama: FakeModel) -> None:
     """The Reading notes the constraint; the trace's model_answer line has it as a field of
     its own, not among the notes it does not know."""
     from airlock import records
-    from airlock.wire import Email, Reading
+    from airlock.wire import Read, Reading
     from reader.app import Reader
 
     task = msgspec.structs.replace(TASK, reader=msgspec.structs.replace(TASK.reader, constrain="type"))
     reader = Reader(task, Asker(settings_module.load({}), task, llama.url), {}, llama.url)
-    (reading,) = reader.handle(Email(message_id="m", raw=b"Order 4411 please", format="text"))
+    (reading,) = reader.handle(Read(message_id="m", raw=b"Order 4411 please", format="text"))
     assert isinstance(reading, Reading) and reading.notes["constraint"] == "gbnf"
     fields = records.notes(reading.notes)
     assert fields["constraint"] == "gbnf" and "constraint" not in fields.get("other_notes", {})

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from airlock import settings as settings_module
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
 from airlock.errors import QueueFull
+from airlock.wire import Email
 from tests.integration.conftest import Stack, wait_until
 
 QUEUE_MAX_BYTES = 16 * 1024 * 1024
@@ -51,7 +52,7 @@ def test_3000_emails_of_255_kb_keep_the_broker_within_its_byte_bound(stack, fake
     try:
         with IntakeClient(settings, timeout_s=20, busy_wait_s=2.0) as client:
             with pytest.raises(QueueFull) as refused:
-                for _, message_id in client.submit([Submission(EMAIL, "eml", f"flood-{n}") for n in range(3000)]):
+                for _, message_id in client.submit([Email(EMAIL, "eml", f"flood-{n}") for n in range(3000)]):
                     accepted.append(message_id)
     finally:
         done.set()
@@ -93,7 +94,7 @@ def test_journal_is_compacted_once_emails_are_final_and_a_killed_broker_redoes_n
     s = stack(AIRLOCK_JOURNAL_COMPACT_BYTES=str(200 * 1024)).start("--model-url", model.url)
     email = b"Subject: order 4411\r\n\r\nWhere is order 4411? " + b"Please. " * 1250
     with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
-        ids = [i for _, i in client.submit([Submission(email, "eml", f"e{n}") for n in range(40)])]
+        ids = [i for _, i in client.submit([Email(email, "eml", f"e{n}") for n in range(40)])]
         assert len(list(client.outcomes(ids, timeout_s=120))) == 40
     journal = s.data / "journal.bin"
     assert wait_until(lambda: s.trace(event="journal_compacted"), timeout_s=20)
@@ -117,7 +118,7 @@ def test_8_awaits_of_250000_ids_are_refused_at_once(stack, fake_model) -> None:
     model.delay_s = 30
     s = stack().start("--model-url", model.url, "--readers", "1")
     with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
-        [(_, message_id)] = list(client.submit([Submission(EMAIL[:2000], "eml", "one")]))
+        [(_, message_id)] = list(client.submit([Email(EMAIL[:2000], "eml", "one")]))
     lines_before = len(s.trace())
     sock = s.socket("intake")
     try:
@@ -158,7 +159,7 @@ def test_an_email_that_gets_its_reader_killed_fails_after_3_deliveries(stack, fa
     poison = b"Subject: order\r\n\r\nPOISON: where is order 4411?"
     ordinary = b"Subject: order\r\n\r\nWhere is order 4411?"
     with IntakeClient(settings_module.load(s.env), timeout_s=20) as client:
-        items = [Submission(poison, "eml", "poison")] + [Submission(ordinary, "eml", f"o{n}") for n in range(5)]
+        items = [Email(poison, "eml", "poison")] + [Email(ordinary, "eml", f"o{n}") for n in range(5)]
         ids = [i for _, i in client.submit(items)]
         results = {r.message_id: r for r in client.outcomes(ids, timeout_s=120)}
     assert results[ids[0]].outcome == "failed" and "after 3 deliveries" in results[ids[0]].reason
@@ -177,10 +178,10 @@ def test_one_email_into_a_full_queue_is_refused_within_the_client_timeout(stack,
         "--model-url", model.url, "--readers", "1")
     with IntakeClient(settings_module.load(s.env), timeout_s=2) as client:
         # The reader holds it, unread: its 255 KB count until the reader answers.
-        client.submit_one(Submission(EMAIL, "eml", "fill"))
+        client.submit_one(Email(EMAIL, "eml", "fill"))
         started = time.monotonic()
         with pytest.raises(BrokerUnreachable) as refused:
-            client.submit_one(Submission(EMAIL, "eml", "one too many"))
+            client.submit_one(Email(EMAIL, "eml", "one too many"))
     assert isinstance(refused.value, QueueFull) and time.monotonic() - started < 6
 
 

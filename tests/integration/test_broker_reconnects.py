@@ -11,7 +11,7 @@ import pytest
 
 from airlock import records, settings as settings_module, trace
 from airlock.service import serve_role
-from airlock.wire import Accepted, Email, Message, Ping, Status, Unreadable, encode, outbound_decoder
+from airlock.wire import Accepted, Message, Ping, Read, Status, Unreadable, encode, outbound_decoder
 from tests.conftest import airlock_env
 from tests.integration.test_disk_full import Intake
 
@@ -20,7 +20,7 @@ STALL_S = 3.0  # the broker's start takes this long: a worker reconnects several
 
 def _unreadable(message: Message) -> Iterable[Message]:
     """A reader that ends every email at once (`rejected`), so each email's path is short."""
-    if isinstance(message, Email):
+    if isinstance(message, Read):
         yield Unreadable(message_id=message.message_id, rule="test.unreadable", reason="not read in this test")
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from airlock import records, trace
-from broker.journal import Entry, Journal, positions
+from broker.journal import Journal, QueuedEmail, positions
 from tests.conftest import ROOT, airlock_env
 from tests.integration.conftest import wait_until
 from tests.lines import raw_line
@@ -24,7 +24,7 @@ def test_a_broker_on_a_journal_with_64_zero_bytes_reports_them_and_recovers_the_
     ids = [f"a1-{n}" for n in range(1, 21)]
     journal = Journal(data / "journal.bin")
     for message_id in ids:
-        journal.append(Entry(message_id, b"Subject: order 7\n\n" + message_id.encode() * 200, "text"))
+        journal.append(QueuedEmail(message_id, b"Subject: order 7\n\n" + message_id.encode() * 200, "text"))
     journal.close()
     (data / "trace.jsonl").write_bytes(b"".join(raw_line("broker", "received", i, {}) for i in ids))
     hit = next(p for p in positions(data / "journal.bin") if p.message_id == "a1-8")

@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from airlock import settings as settings_module, task as task_module
-from airlock.wire import Email, Reading
+from airlock.wire import Read, Reading
 from ops import preflight
 from reader import model
 from reader.app import build
@@ -137,7 +137,7 @@ def test_the_reader_falls_back_to_the_recording_at_the_deadline(drip, shape: str
     server = drip(shape)
     settings = settings_module.load({"AIRLOCK_MODEL_TIMEOUT_S": str(DEADLINE_S), "AIRLOCK_MODEL_URL": server.url})
     reader = build(settings, task_module.load(ROOT / "tasks" / "order_status.toml"))
-    email = Email(message_id="m-1", raw=SEED.read_bytes(), format="eml")
+    email = Read(message_id="m-1", raw=SEED.read_bytes(), format="eml")
     reading, took = timed(lambda: reader.read(email))
     assert took <= DEADLINE_S + SLACK_S, took
     assert isinstance(reading, Reading) and (reading.source, reading.answer) == ("recorded", "4411"), reading

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from airlock import keys
-from airlock.client import IntakeClient, Submission
+from airlock.client import IntakeClient
+from airlock.wire import Email
 from course import catalog
 from course.catalog import LabFormatError, build_wrong_solution
 from course.provenance import NOT_SENT
@@ -67,7 +68,7 @@ def test_an_email_and_a_call_line_the_run_did_not_write_make_it_not_clean(tmp_pa
         assert report.problems == [] and report.foreign.total == 0
         raw = (ROOT / "samples/benign_en_order.eml").read_bytes()
         with IntakeClient(stack.settings, timeout_s=10, role=keys.SMTP_ROLE) as client:
-            [(_, injected)] = client.submit([Submission(raw, "eml", "smtp", "ceo@example.com", "dkim")])
+            [(_, injected)] = client.submit([Email(raw, "eml", "smtp", "ceo@example.com", "dkim")])
             assert [result.message_id for result in client.outcomes([injected], 30)] == [injected]
         first = report.emails[0].id
         with open(stack.calls_path, "a", encoding="utf-8") as calls:

@@ -17,7 +17,7 @@ from actor.pending import PendingStore
 from airlock import appendlog, trace, tracefiles
 from airlock.appendlog import Damage, Failed, ForeignFile, Log, Record
 from airlock.files import LinkedDataFile
-from broker.journal import RECORDS, Entry, Journal, entries
+from broker.journal import RECORDS, Journal, QueuedEmail, entries
 from tests.lines import json_object, raw_line
 
 OLD = Path(__file__).parent / "old_logs"  # written by the code before appendlog (see old_logs/README.md)
@@ -25,7 +25,7 @@ FRAMINGS = [pytest.param(appendlog.LINES, id="lines"), pytest.param(RECORDS, id=
 
 
 def _payload(n: int) -> bytes:
-    return msgspec.msgpack.encode(Entry(f"m-{n}", b"x" * 50, "text"))
+    return msgspec.msgpack.encode(QueuedEmail(f"m-{n}", b"x" * 50, "text"))
 
 
 def _framed(framing: appendlog.Framing, n: int) -> bytes:
@@ -271,7 +271,7 @@ def test_checked_scan_resynchronises_after_damage_and_skips_a_record_inside_a_re
     is not taken for one (the forward walk jumps over the outer record)."""
     path = tmp_path / "log"
     inner = _framed(RECORDS, 9)
-    quoting = RECORDS.frame(msgspec.msgpack.encode(Entry("m-1", inner, "text")))
+    quoting = RECORDS.frame(msgspec.msgpack.encode(QueuedEmail("m-1", inner, "text")))
     log = Log(path, RECORDS)
     log.append(_framed(RECORDS, 0) + quoting + _framed(RECORDS, 2))
     log.close()
@@ -357,7 +357,7 @@ def test_the_journal_reads_its_file_once_at_open(tmp_path: Path, monkeypatch) ->
     path = tmp_path / "journal.bin"
     journal = Journal(path)
     for n in range(3):
-        journal.append(Entry(f"m-{n}", b"x" * 100, "text"))
+        journal.append(QueuedEmail(f"m-{n}", b"x" * 100, "text"))
     journal.close()
     with open(path, "ab") as handle:
         handle.write(_framed(RECORDS, 3)[:-9])

@@ -9,7 +9,7 @@ import time
 import msgspec
 import pytest
 
-from airlock.wire import Await, Email, Event, Hello, Passed, Reading, Refused, Rejected, Submit
+from airlock.wire import Await, Event, Hello, Passed, Read, Reading, Refused, Rejected, Submit
 from broker.router import Router, Send
 from tests.unit.test_router import CLIENT, R1, A, V, lines, outcomes, sends, sent_email, submit, workers
 
@@ -166,7 +166,7 @@ def _run(router: Router, poison: set[str], readers: int, ordinary: list[str], re
         effects += router.handle("reader", identity, Hello(credit=1), 0.0)
     for tick in range(1, 400):
         for send in sends(effects, "reader"):
-            if isinstance(send.message, Email) and send.identity in alive:
+            if isinstance(send.message, Read) and send.identity in alive:
                 holding[send.identity].append(send.message.message_id)
         for send in sends(effects, "validator"):
             assert isinstance(send.message, Reading)
@@ -178,7 +178,7 @@ def _run(router: Router, poison: set[str], readers: int, ordinary: list[str], re
             ended.setdefault(line["message_id"], (line["outcome"], tick))
         effects = []
         for identity in dying:
-            effects += router.undeliverable(Send("reader", identity, Email(message_id="-", raw=b"", format="text")),
+            effects += router.undeliverable(Send("reader", identity, Read(message_id="-", raw=b"", format="text")),
                                             float(tick))
         dying = []
         for identity in sorted(alive):

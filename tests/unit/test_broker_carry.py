@@ -12,10 +12,10 @@ import pytest
 import zmq
 
 from airlock.trace import TraceWriter
-from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Email, Hello, Refused, Submit, outbound_decoder
+from airlock.wire import FRAME_OVERHEAD_BYTES, Accepted, Hello, Read, Refused, Submit, outbound_decoder
 from broker import endpoints, journal
 from broker.carry import CarryOut, trace_chunks, unkept
-from broker.journal import Entry, WriteFailed
+from broker.journal import QueuedEmail, WriteFailed
 from broker.outbox import Send
 from broker.router import Router
 from broker.storage import Storage
@@ -44,7 +44,7 @@ class Journal:
         self.log, self.fail = log, fail
         self.held: list[str] = []
 
-    def append(self, entry: Entry) -> None:
+    def append(self, entry: QueuedEmail) -> None:
         self.held.append(entry.message_id)
 
     def sync(self) -> WriteFailed | None:
@@ -112,7 +112,7 @@ def test_a_worker_gone_from_its_socket_is_buried_in_the_same_turn(settings) -> N
 
 
 @pytest.mark.parametrize("message", [Accepted(ref=1, message_id="other"),
-                                     Email(message_id="m", raw=b"", format="text")])
+                                     Read(message_id="m", raw=b"", format="text")])
 def test_only_an_accepted_for_an_unkept_email_is_swapped(message) -> None:
     send = Send("intake", b"c", message)
     assert unkept(send, {"m-1"}, "full") is send

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from airlock.wire import Email
+from airlock.wire import Read
 from broker.dispatch import Dispatch
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox, Send
@@ -26,7 +26,7 @@ def queue(life: Lifecycle, *ids: str) -> None:
     for message_id in ids:
         flight = Flight(message_id, "reader", 0.0)
         life.flights[message_id] = flight
-        life.to_reader(flight, Email(message_id=message_id, raw=b"x", format="text"))
+        life.to_reader(flight, Read(message_id=message_id, raw=b"x", format="text"))
 
 
 def placed(life: Lifecycle) -> list[tuple[bytes, str]]:

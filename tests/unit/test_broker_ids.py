@@ -9,7 +9,7 @@ import pytest
 
 from airlock.wire import Accepted, Submit
 from broker import ids
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.outbox import Send
 from broker.router import Router
 
@@ -50,7 +50,7 @@ def test_a_boot_number_that_cannot_be_saved_is_refused(tmp_path: Path) -> None:
 def test_the_intake_skips_an_id_the_broker_still_holds(settings) -> None:
     """An id already in flight (recovered) is never given to a new email."""
     router = Router(settings, boot=0xABC)
-    router.recover(Entry("abc-1", b"Order 4411", "text"), 0.0)
+    router.recover(QueuedEmail("abc-1", b"Order 4411", "text"), 0.0)
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Order 4412", format="text"), 0.0)
     (accepted,) = [e.message for e in effects if isinstance(e, Send) and e.role == "intake"]
     assert isinstance(accepted, Accepted) and accepted.message_id == "abc-2"

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from airlock.senders import SenderProof
-from airlock.wire import Accepted, Await, Decide, Decision, Email, Ping, Refused, Result, Status, Submit
+from airlock.wire import Accepted, Await, Decide, Decision, Ping, Read, Refused, Result, Status, Submit
 from broker.intake import Intake
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.lifecycle import Lifecycle
 from broker.outbox import Outbox, Send
 from broker.unserved import Unserved
@@ -42,10 +42,10 @@ def replies(effects: list) -> list:
 def test_an_accepted_email_is_journalled_before_its_accepted_and_queued(intake: Intake) -> None:
     effects = submit(intake)
     kinds = [type(e).__name__ if not isinstance(e, Send) else type(e.message).__name__ for e in effects]
-    assert kinds == ["bytes", "Entry", "Accepted"]
+    assert kinds == ["bytes", "QueuedEmail", "Accepted"]
     assert replies(effects) == [Accepted(ref=1, message_id="abc-1")]
     queued = intake.lifecycle.pending["reader"][0]
-    assert isinstance(queued, Email) and queued.message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
+    assert isinstance(queued, Read) and queued.message_id == "abc-1" and intake.lifecycle.queued_bytes == 10
 
 
 def test_refusals_come_before_an_id_is_given(intake: Intake) -> None:
@@ -62,7 +62,7 @@ def test_refusals_come_before_an_id_is_given(intake: Intake) -> None:
 
 def test_a_too_large_email_is_accepted_then_rejected_never_journalled(intake: Intake) -> None:
     effects = submit(intake, b"x" * 81)
-    assert not any(isinstance(e, Entry) for e in effects) and intake.lifecycle.flights == {}
+    assert not any(isinstance(e, QueuedEmail) for e in effects) and intake.lifecycle.flights == {}
     finished = intake.lifecycle.finished.get("abc-1")
     assert finished is not None and finished[0] == "rejected"
 

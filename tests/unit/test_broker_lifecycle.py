@@ -8,7 +8,7 @@ import json
 import msgspec
 import pytest
 
-from airlock.wire import Email, Result
+from airlock.wire import Read, Result
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox, Send
 
@@ -24,7 +24,7 @@ def life(settings) -> Lifecycle:
 def queued(life: Lifecycle, message_id: str = "m-1", size: int = 10) -> Flight:
     flight = Flight(message_id, "reader", 0.0, queued_at=0.0)
     life.flights[message_id] = flight
-    life.to_reader(flight, Email(message_id=message_id, raw=b"x" * size, format="text"))
+    life.to_reader(flight, Read(message_id=message_id, raw=b"x" * size, format="text"))
     return flight
 
 
@@ -37,7 +37,7 @@ def test_raw_bytes_are_held_until_a_reader_has_read_them(life: Lifecycle) -> Non
     assert life.has_room(1_000)  # an empty queue takes any one email
     flight = queued(life, size=60)
     assert life.queued_bytes == 60 and life.has_room(40) and not life.has_room(41)
-    life.hand_off(flight, "validator", Email(message_id="m-1", raw=b"", format="text"), 1.0)
+    life.hand_off(flight, "validator", Read(message_id="m-1", raw=b"", format="text"), 1.0)
     assert life.queued_bytes == 0 and list(life.pending["validator"])
 
 
@@ -63,7 +63,7 @@ def test_a_deadline_left_behind_by_a_hand_off_does_not_count(life: Lifecycle) ->
     """The epoch moves at each hand-off: the reader's deadline cannot fail the validator's turn."""
     flight = queued(life)
     life.delivered(flight, "reader", b"r1", 0.0)
-    life.hand_off(flight, "validator", Email(message_id="m-1", raw=b"", format="text"), 1.0)
+    life.hand_off(flight, "validator", Read(message_id="m-1", raw=b"", format="text"), 1.0)
     life.missed_deadlines(READ_S + 1)
     assert lines(life) == [] and flight.stage == "validator" and not life.retry["reader"]
 
@@ -96,14 +96,14 @@ def test_an_escalated_email_waits_for_a_person_and_its_waiters_hear_so(life: Lif
 
 def test_a_recovered_email_keeps_the_waiters_it_gathered_on_disk(life: Lifecycle) -> None:
     """defer() makes it known (an Await waits); recover() queues it with those waiters."""
-    from broker.journal import Entry
+    from broker.journal import QueuedEmail
 
     life.defer("m-9", 1.0)
     life.flights["m-9"].waiters.append((b"c1", 7))
-    life.recover(Entry("m-9", b"raw", "text", "cli", "a@b", "dkim"), 5.0)
+    life.recover(QueuedEmail("m-9", b"raw", "text", "cli", "a@b", "dkim"), 5.0)
     flight = life.flights["m-9"]
     assert flight.waiters == [(b"c1", 7)] and flight.started == 1.0 and flight.sender_proof == "dkim"
     queued = life.pending["reader"][0]
-    assert life.queued_bytes == 3 and isinstance(queued, Email) and queued.message_id == "m-9"
+    assert life.queued_bytes == 3 and isinstance(queued, Read) and queued.message_id == "m-9"
     (recovered,) = lines(life)
     assert recovered["event"] == "recovered" and recovered["waited_on_disk"] is True

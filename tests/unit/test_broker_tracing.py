@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from airlock import records
-from airlock.wire import Call, Detail, Done, Email, Passed, Reading, Rejected, Unreadable
+from airlock.wire import Call, Detail, Done, Passed, Read, Reading, Rejected, Unreadable
 from broker import tracing
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.outbox import Outbox, Send
 
 
@@ -65,7 +65,7 @@ def test_each_plan_step_is_one_line_and_one_that_did_not_run_has_its_decision_on
 def test_the_outbox_hands_over_everything_once_in_order() -> None:
     out = Outbox()
     out.trace(records.Stopped("t", None, "broker", in_flight=0))
-    out.journal(Entry("m-1", b"raw", "text"))
-    out.send("reader", b"r", Email(message_id="m-1", raw=b"raw", format="text"))
+    out.journal(QueuedEmail("m-1", b"raw", "text"))
+    out.send("reader", b"r", Read(message_id="m-1", raw=b"raw", format="text"))
     first = out.take()
-    assert [type(e) for e in first] == [bytes, Entry, Send] and out.take() == []
+    assert [type(e) for e in first] == [bytes, QueuedEmail, Send] and out.take() == []

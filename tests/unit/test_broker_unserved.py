@@ -8,7 +8,7 @@ import json
 import msgspec
 import pytest
 
-from airlock.wire import Email, Waiting
+from airlock.wire import Read, Waiting
 from broker.lifecycle import Flight, Lifecycle
 from broker.outbox import Outbox
 from broker.unserved import Unserved
@@ -29,7 +29,7 @@ def parts(settings) -> tuple[Workers, Lifecycle, Unserved]:
 def queue(life: Lifecycle, message_id: str, at: float) -> Flight:
     flight = Flight(message_id, "reader", at, queued_at=at)
     life.flights[message_id] = flight
-    life.to_reader(flight, Email(message_id=message_id, raw=b"x", format="text"))
+    life.to_reader(flight, Read(message_id=message_id, raw=b"x", format="text"))
     return flight
 
 

@@ -7,7 +7,7 @@ import json
 
 import msgspec
 
-from airlock.wire import Email, Heartbeat, Hello, Submit
+from airlock.wire import Heartbeat, Hello, Read, Submit
 from broker.outbox import Effect, Send
 from broker.router import Router
 from broker.workers import MAX_CREDIT, Connection, Workers
@@ -130,7 +130,7 @@ def test_reconnects_read_in_any_order_leave_one_worker_holding_the_work(settings
                                        [Hello(credit=2, worker="w", connection=number)], 1.0, serve=False)
     effects += router.tick(1.0)
     assert list(router.workers["reader"]) == [b"c5"] and router.crew.counts()["reader"] == 1
-    assert [s.identity for s in _sends(effects, "reader") if isinstance(s.message, Email)] == [b"c5"]
+    assert [s.identity for s in _sends(effects, "reader") if isinstance(s.message, Read)] == [b"c5"]
     assert [flight.attempts for flight in router.flights.values()] == [1]
     assert router.counters["stale_connection.reader"] == 3 and router.counters["reconnected.reader"] == 2
     assert "worker_lost.reader" not in router.counters

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from airlock import settings as settings_module
-from airlock.client import Submission
+from airlock.wire import Email
 from dashboard import inject
 from dashboard.config import load as load_config
 from dashboard.feed import Dedup, FileTail, decode
@@ -438,9 +438,9 @@ def test_inject_refuses_bad_requests(client: TestClient, headers: dict[str, str]
 
 def test_inject_builds_submissions_like_airlock_inject(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """Typed .eml text is sniffed and its From vouched for; a sample goes as its exact bytes."""
-    sent: list[Submission] = []
+    sent: list[Email] = []
 
-    def submit(settings: settings_module.Settings, item: Submission) -> str:
+    def submit(settings: settings_module.Settings, item: Email) -> str:
         sent.append(item)
         return f"id-{len(sent)}"
 

@@ -212,7 +212,8 @@ def test_submit_each_reads_every_answer_after_a_refusal(broker, tmp_path) -> Non
     """After a refusal no new email is sent, but the answers already due are read: an
     email accepted after the refused one is still yielded, so it is never called lost."""
     from airlock import settings as settings_module
-    from airlock.client import IntakeClient, Submission
+    from airlock.client import IntakeClient
+    from airlock.wire import Email
 
     def answer(n: int, submit: Submit) -> Message:
         if n == 1:
@@ -220,7 +221,7 @@ def test_submit_each_reads_every_answer_after_a_refusal(broker, tmp_path) -> Non
         return Accepted(ref=submit.ref, message_id=f"m-{n}")
 
     broker(answer)
-    items = [Submission(b"x", "text", f"item-{n}") for n in range(3)]
+    items = [Email(b"x", "text", f"item-{n}") for n in range(3)]
     got: list[str] = []
     with IntakeClient(settings_module.load()) as client:
         with pytest.raises(DiskFull):

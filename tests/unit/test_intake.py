@@ -188,7 +188,7 @@ def test_submit_one_turns_a_socket_error_into_broker_unreachable(settings, monke
     dashboard both see BrokerUnreachable (a 451, a 503), never a raw ZMQError."""
     import zmq
 
-    from airlock.client import Submission
+    from airlock.wire import Email
 
     def broken(messages) -> None:
         raise zmq.ZMQError(zmq.EHOSTUNREACH)
@@ -196,4 +196,4 @@ def test_submit_one_turns_a_socket_error_into_broker_unreachable(settings, monke
     with IntakeClient(settings, timeout_s=0.2) as client:
         monkeypatch.setattr(client._channel, "send_all", broken)
         with pytest.raises(BrokerUnreachable, match="failed"):
-            client.submit_one(Submission(RAW, "eml", "smtp:x"))
+            client.submit_one(Email(RAW, "eml", "smtp:x"))

@@ -13,9 +13,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock.wire import Email, Hello, Reading
+from airlock.wire import Hello, Read, Reading
 from broker import recovery
-from broker.journal import COMPACTING_SUFFIX, Entry, Journal, entries, positions
+from broker.journal import COMPACTING_SUFFIX, Journal, QueuedEmail, entries, positions
 from broker.router import Router
 from tests.conftest import ROOT
 from tests.lines import raw_line
@@ -27,7 +27,7 @@ def _fill(path: Path, count: int) -> list[str]:
     journal = Journal(path)
     ids = [f"m-{n}" for n in range(count)]
     for message_id in ids:
-        journal.append(Entry(message_id, RAW + message_id.encode(), "text", origin=message_id))
+        journal.append(QueuedEmail(message_id, RAW + message_id.encode(), "text", origin=message_id))
     journal.close()
     return ids
 
@@ -41,7 +41,7 @@ def test_compaction_keeps_exactly_the_live_emails(tmp_path: Path) -> None:
     journal = Journal(path)
     before = path.stat().st_size
     freed = journal.compact(live)
-    journal.append(Entry("m-new", b"new", "text"))
+    journal.append(QueuedEmail("m-new", b"new", "text"))
     journal.close()
     got = list(entries(path))
     assert [e.message_id for e in got] == [*ids[15:], "m-new"]
@@ -124,7 +124,7 @@ def test_broker_killed_mid_compaction_loses_and_repeats_nothing(tmp_path: Path, 
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert not backlog
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    emails = [e.message for e in effects if hasattr(e, "message") and isinstance(e.message, Email)]
+    emails = [e.message for e in effects if hasattr(e, "message") and isinstance(e.message, Read)]
     assert sorted(e.message_id for e in emails) == sorted(live)
     assert all(e.raw == RAW + e.message_id.encode() for e in emails)
     journal.close()
@@ -144,7 +144,7 @@ def test_a_restart_replays_the_journal_within_the_byte_bound(tmp_path: Path, set
     sent: list[str] = []
     for turn in range(30):
         for effect in effects:
-            if hasattr(effect, "message") and isinstance(effect.message, Email):
+            if hasattr(effect, "message") and isinstance(effect.message, Read):
                 sent.append(effect.message.message_id)
                 effects = router.handle("reader", b"r", Reading(message_id=effect.message.message_id, answer="1",
                                                                 source="model"), float(turn))

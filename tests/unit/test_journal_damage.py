@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from airlock.wire import Email, Hello, Reading
+from airlock.wire import Hello, Read, Reading
 from broker import recovery
-from broker.journal import MAGIC, Entry, Journal, damage, entries, positions
+from broker.journal import MAGIC, Journal, QueuedEmail, damage, entries, positions
 from broker.router import Router, Send
 from tests.lines import raw_line
 
@@ -29,7 +29,7 @@ def _accepted(settings) -> Path:
     path = settings.data_dir / "journal.bin"
     journal = Journal(path)
     for message_id in IDS:
-        journal.append(Entry(message_id, _raw(message_id), "text"))
+        journal.append(QueuedEmail(message_id, _raw(message_id), "text"))
     journal.close()
     settings.trace_path.write_bytes(b"".join(raw_line("broker", "received", i, {}) for i in IDS))
     return path
@@ -76,7 +76,7 @@ def test_recovery_skips_damage_recovers_the_rest_once_and_names_the_loss(setting
     router = Router(settings, boot=0xABC)
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+    emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
     lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
     failed = {line["message_id"]: line["reason"] for line in lines
               if line["event"] == "outcome" and line["outcome"] == "failed"}
@@ -99,7 +99,7 @@ def test_a_cut_tail_is_truncated_and_new_records_follow_whole_ones(settings) -> 
     _cut(path, at)
     journal = Journal(path)
     assert [d.torn_tail for d in journal.damage] == [True]
-    journal.append(Entry("c-1", b"new", "text"))
+    journal.append(QueuedEmail("c-1", b"new", "text"))
     assert journal.sync() is None
     journal.close()
     assert [e.message_id for e in entries(path)] == [*IDS[:5], "c-1"]
@@ -112,7 +112,7 @@ def test_the_damaged_ranges_are_exact(tmp_path: Path) -> None:
     path = tmp_path / "journal.bin"
     journal = Journal(path)
     for message_id in IDS:
-        journal.append(Entry(message_id, _raw(message_id), "text"))
+        journal.append(QueuedEmail(message_id, _raw(message_id), "text"))
     journal.close()
     at = {p.message_id: (p.offset, p.size) for p in positions(path)}
     _zeros(path, at)
@@ -125,7 +125,7 @@ def test_a_version_1_journal_is_read_and_rewritten_in_the_checked_format(tmp_pat
     record; it is rewritten with MAGIC first, and its torn tail is reported."""
     path = tmp_path / "journal.bin"
     encode = msgspec.msgpack.Encoder().encode
-    records = [encode(Entry(message_id, _raw(message_id), "text")) for message_id in IDS[:3]]
+    records = [encode(QueuedEmail(message_id, _raw(message_id), "text")) for message_id in IDS[:3]]
     path.write_bytes(b"".join(struct.pack(">I", len(r)) + r for r in records) + struct.pack(">I", 500) + b"torn")
     journal = Journal(path)
     assert [d.torn_tail for d in journal.damage] == [True]
@@ -169,7 +169,7 @@ def test_a_record_damaged_after_the_scan_ends_failed_saying_so(settings, queue_m
     sent: list[str] = []
     for turn in range(40):
         effects += router.handle("reader", b"r", Hello(credit=1), float(turn)) if turn == 0 else []
-        emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+        emails = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
         lines = [msgspec.json.decode(e) for e in effects if isinstance(e, bytes)]
         failed = [line for line in lines if line["event"] == "outcome"]
         if failed:
@@ -191,7 +191,7 @@ def test_the_readers_read_a_version_1_file_as_it_is(tmp_path: Path) -> None:
     whole records, not "damage": only the torn tail is reported."""
     path = tmp_path / "journal.bin"
     encode = msgspec.msgpack.Encoder().encode
-    records = [encode(Entry(message_id, _raw(message_id), "text")) for message_id in IDS[:3]]
+    records = [encode(QueuedEmail(message_id, _raw(message_id), "text")) for message_id in IDS[:3]]
     whole = b"".join(struct.pack(">I", len(r)) + r for r in records)
     path.write_bytes(whole + b"\x00\x00")
     assert [e.message_id for e in entries(path)] == IDS[:3]

@@ -10,7 +10,7 @@ import pytest
 
 from airlock import task as task_module
 from airlock.transport import MemoryChannel
-from airlock.wire import Done, Email, Event, Hello, Passed, Reading, Rejected, inbound_decoder
+from airlock.wire import Done, Event, Hello, Passed, Read, Reading, Rejected, inbound_decoder
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = task_module.load(ROOT / "tasks" / "order_status.toml")
@@ -49,13 +49,13 @@ def run_worker(settings):
 
 def test_reader_loop(run_worker) -> None:
     """The reader greets with its credit (no model: a batch, see settings), then answers an
-    Email with a Reading."""
+    Read with a Reading."""
     from reader.app import serve
 
     channel, receive = run_worker(serve, "reader")
     hello = receive()
     assert isinstance(hello, Hello) and (hello.credit, hello.connection) == (64, 1) and hello.worker
-    channel.send(Email(message_id="m", raw=SEED, format="eml"))
+    channel.send(Read(message_id="m", raw=SEED, format="eml"))
     reading = receive()
     assert isinstance(reading, Reading) and (reading.answer, reading.source) == ("4411", "recorded")
 
@@ -80,7 +80,7 @@ def test_actor_loop_and_garbage(run_worker, settings) -> None:
     assert isinstance(receive(), Hello)
     channel.send_frame(b"\xc1 garbage")
     assert receive().event == "malformed_frame"
-    channel.send(Email(message_id="x", raw=b"do it", format="text"))  # an Email never goes to the actor
+    channel.send(Read(message_id="x", raw=b"do it", format="text"))  # a Read never goes to the actor
     violation = receive()
     assert isinstance(violation, Event) and violation.event == "violation"
     channel.send(Passed(message_id="m", value="4411"))

@@ -193,16 +193,16 @@ def test_tighten_closes_an_old_key_folder_of_this_user(tmp_path: Path, umask_022
 
 def test_the_journal_opened_privately_still_drops_a_torn_tail(tmp_path: Path) -> None:
     """The journal's private open keeps its recovery: a torn last record is cut, the next follows whole ones."""
-    from broker.journal import Entry, Journal, entries
+    from broker.journal import Journal, QueuedEmail, entries
 
     path = tmp_path / "journal.bin"
     journal = Journal(path)
-    journal.append(Entry("a", b"x", "eml"))
+    journal.append(QueuedEmail("a", b"x", "eml"))
     journal.close()
     with open(path, "ab") as file:
         file.write(b"\x00\x00\x00\x50torn")
     journal = Journal(path)
-    journal.append(Entry("b", b"y", "eml"))
+    journal.append(QueuedEmail("b", b"y", "eml"))
     journal.close()
     assert [entry.message_id for entry in entries(path)] == ["a", "b"]
 
@@ -226,14 +226,14 @@ def test_a_data_file_planted_as_a_link_is_refused_not_followed(tmp_path: Path, n
 def test_a_journal_compaction_scratch_name_planted_as_a_link_truncates_nothing(tmp_path: Path) -> None:
     """The compaction's copy is written to journal.bin.compacting: a link planted there must
     be replaced, not followed (the old open truncated its target)."""
-    from broker.journal import COMPACTING_SUFFIX, Entry, Journal
+    from broker.journal import COMPACTING_SUFFIX, Journal, QueuedEmail
 
     target = tmp_path / "victim.txt"
     target.write_bytes(b"keep me\n")
     data = tmp_path / "data"
     journal = Journal(data / "journal.bin", compact_bytes=1)
-    journal.append(Entry("m-1", b"Subject: a\n\nbody", "eml"))
-    journal.append(Entry("m-2", b"Subject: b\n\nbody", "eml"))
+    journal.append(QueuedEmail("m-1", b"Subject: a\n\nbody", "eml"))
+    journal.append(QueuedEmail("m-2", b"Subject: b\n\nbody", "eml"))
     journal.sync()
     (data / ("journal.bin" + COMPACTING_SUFFIX)).symlink_to(target)
     journal.compact({"m-2"})

@@ -9,7 +9,7 @@ from typing import Literal
 import pytest
 
 from airlock import task as task_module
-from airlock.wire import Email, EmailFormat, Reading, Unreadable
+from airlock.wire import EmailFormat, Read, Reading, Unreadable
 from reader import prompt, recordings
 from reader.app import MAX_ANSWER_CHARS, Ask, Reader
 from reader.mail import ParsedEmail, parse
@@ -39,7 +39,7 @@ def noting(asked: list[prompt.ChatMessages]) -> Ask:
 
 
 def read(reader: Reader, raw: bytes, fmt: EmailFormat = "eml") -> Reading | Unreadable:
-    (out,) = reader.handle(Email(message_id="m", raw=raw, format=fmt))
+    (out,) = reader.handle(Read(message_id="m", raw=raw, format=fmt))
     assert isinstance(out, Reading | Unreadable)
     return out
 
@@ -59,7 +59,7 @@ def test_prompt_has_instruction_examples_and_email() -> None:
     """The model sees the task's instruction, its few-shot examples, then the email."""
     seen: list[prompt.ChatMessages] = []
     Reader(TASK, noting(seen), {}).handle(
-        Email(message_id="m", raw=SEED, format="eml"))
+        Read(message_id="m", raw=SEED, format="eml"))
     (messages,) = seen
     assert messages[0] == {"role": "system", "content": TASK.reader.instruction}
     assert len(messages) == 2 + 2 * len(TASK.reader.examples)

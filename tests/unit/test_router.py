@@ -13,7 +13,6 @@ from airlock.wire import (
     Call,
     Detail,
     Done,
-    Email,
     Event,
     Heartbeat,
     Hello,
@@ -21,6 +20,7 @@ from airlock.wire import (
     Notice,
     Passed,
     Ping,
+    Read,
     Reading,
     Refused,
     Rejected,
@@ -30,7 +30,7 @@ from airlock.wire import (
     Unreadable,
     Violation,
 )
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.router import Router, Send
 from tests.lines import raw_line
 
@@ -46,9 +46,9 @@ def sends(effects, role: str | None = None) -> list[Send]:
     return [e for e in effects if isinstance(e, Send) and (role is None or e.role == role)]
 
 
-def sent_email(send: Send) -> Email:
+def sent_email(send: Send) -> Read:
     """The email a send to a reader carries (anything else there is a failure)."""
-    assert isinstance(send.message, Email), send
+    assert isinstance(send.message, Read), send
     return send.message
 
 
@@ -75,12 +75,12 @@ def workers(router: Router, readers=(R1,), credit: int = 1) -> None:
 
 
 def test_full_flow_records_one_outcome(router: Router) -> None:
-    """Email -> reader, Reading -> validator, Passed -> actor, Done -> one outcome line."""
+    """Read -> reader, Reading -> validator, Passed -> actor, Done -> one outcome line."""
     workers(router)
     message_id, effects = submit(router)
     assert message_id == "abc-1"
     (to_reader,) = sends(effects, "reader")
-    assert to_reader.identity == R1 and isinstance(to_reader.message, Email)
+    assert to_reader.identity == R1 and isinstance(to_reader.message, Read)
     effects = router.handle("reader", R1, Reading(message_id=message_id, answer="4411", source="model",
                                                   notes={"subject": "x"}), 1.0)
     (to_validator,) = sends(effects, "validator")
@@ -204,7 +204,7 @@ def test_missed_deadline_is_redelivered_to_another_worker(router: Router, settin
     for role, identity in (("reader", holder), ("reader", other), ("validator", V), ("actor", A)):
         router.handle(role, identity, Hello(credit=1), later - 0.5)  # all alive, one just slow
     effects = router.tick(later)
-    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
+    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Read)]
     assert again.identity == other and sent_email(again).message_id == message_id
     assert [l["event"] for l in lines(effects)].count("redelivery") == 1
     late = router.handle("reader", holder, Reading(message_id=message_id, answer="1", source="model"), later + 1)
@@ -227,7 +227,7 @@ def test_lost_connection_redelivers_the_work(router: Router) -> None:
     (_held,) = sends(effects, "reader")
     router.handle("reader", R2, Hello(credit=1), 1.0)
     effects = router.undeliverable(Send("reader", R1, Heartbeat()), 1.5)
-    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Email)]
+    (again,) = [s for s in sends(effects, "reader") if isinstance(s.message, Read)]
     assert again.identity == R2 and sent_email(again).message_id == message_id
 
 
@@ -239,11 +239,11 @@ def test_broker_sends_heartbeats(router: Router) -> None:
 
 
 def test_accepted_emails_are_journalled_before_the_reply(router: Router) -> None:
-    """The Entry comes before the Accepted in the effects, so the loop can fsync in between."""
+    """The QueuedEmail comes before the Accepted in the effects, so the loop can fsync in between."""
     effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 4411", format="text", sender="a@b"), 0.0)
     kinds = [type(e).__name__ for e in effects if not isinstance(e, bytes)]
-    assert kinds.index("Entry") < kinds.index("Send")
-    (entry,) = [e for e in effects if isinstance(e, Entry)]
+    assert kinds.index("QueuedEmail") < kinds.index("Send")
+    (entry,) = [e for e in effects if isinstance(e, QueuedEmail)]
     assert (entry.raw, entry.sender) == (b"Order 4411", "a@b")
 
 
@@ -321,7 +321,7 @@ def test_many_emails_each_get_exactly_one_outcome(router: Router) -> None:
             message = send.message
             result: Reading | Passed | Rejected | Done
             if send.role == "reader":
-                assert isinstance(message, Email)
+                assert isinstance(message, Read)
                 answer = "4411" if int(message.message_id.split("-")[1]) % 3 else "no"
                 result = Reading(message_id=message.message_id, answer=answer, source="model")
             elif send.role == "validator":

@@ -103,21 +103,21 @@ def test_the_broker_carries_the_intakes_proof_to_the_actor(settings, proof: send
     """The proof the intake sent reaches the actor with the sender, whatever the validator's
     Passed says; a journalled email recovered after a restart keeps it."""
     from airlock.wire import Reading, Submit
-    from broker.journal import Entry
+    from broker.journal import QueuedEmail
     from broker.router import Router
     from tests.unit.test_router import CLIENT, R1, A, V, sends, workers
 
     for recovered in (False, True):
         router = Router(settings, boot=0xABC, smtp_keys={"smtp-public-key"})  # the SMTP intake's key
         if recovered:  # a restarted broker replays its journal before any worker says hello
-            router.recover(Entry("abc-9", b"Order 772", "text", "x", OWNER, proof), 0.0)
+            router.recover(QueuedEmail("abc-9", b"Order 772", "text", "x", OWNER, proof), 0.0)
             message_id = "abc-9"
             workers(router)
         else:
             workers(router)
             effects = router.handle("intake", CLIENT, Submit(ref=1, raw=b"Order 772", format="text", sender=OWNER,
                                                              sender_proof=proof), 0.0, "smtp-public-key")
-            (entry,) = [e for e in effects if isinstance(e, Entry)]
+            (entry,) = [e for e in effects if isinstance(e, QueuedEmail)]
             assert entry.sender_proof == proof
             message_id = entry.message_id
         router.handle("reader", R1, Reading(message_id=message_id, answer="772", source="model"), 1.0)

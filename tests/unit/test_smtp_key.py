@@ -13,7 +13,7 @@ import pytest
 from airlock import keys
 from airlock.senders import SenderProof
 from airlock.wire import Hello, Passed, Reading, Submit
-from broker.journal import Entry
+from broker.journal import QueuedEmail
 from broker.router import Router, Send
 
 SMTP, CLI, PAGE, DANA = "smtp-public-key", "intake-public-key", "page-public-key", "dana-public-key"
@@ -28,7 +28,7 @@ def to_the_actor(router: Router, key: str, proof: SenderProof = "dkim") -> tuple
         router.handle(role, identity, Hello(credit=1), 0.0)
     effects = router.handle("intake", C, Submit(ref=1, raw=b"Order 4411", format="text", sender=OWNER,
                                                 sender_proof=proof), 0.0, key)
-    (entry,) = [e for e in effects if isinstance(e, Entry)]
+    (entry,) = [e for e in effects if isinstance(e, QueuedEmail)]
     submitted = [json.loads(e) for e in effects if isinstance(e, bytes)]
     router.handle("reader", R, Reading(message_id=entry.message_id, answer="4411", source="model"), 0.1)
     effects = router.handle("validator", V, Passed(message_id=entry.message_id, value="4411"), 0.2)

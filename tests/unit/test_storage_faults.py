@@ -13,7 +13,7 @@ import pytest
 
 from airlock import trace
 from airlock.wire import Accepted, Refused, Submit
-from broker.journal import Entry, Journal, WriteFailed, damage, entries
+from broker.journal import Journal, QueuedEmail, WriteFailed, damage, entries
 from broker.router import Router, Send
 from tests.lines import raw_line
 
@@ -93,12 +93,12 @@ def test_a_journal_sync_that_fails_keeps_nothing_half_written_nor_writes_it_late
     refused), while what is appended after space returns is kept."""
     path = tmp_path / "journal.bin"
     journal = Journal(path)
-    journal.append(Entry("kept-1", b"a" * 1000, "text"))
+    journal.append(QueuedEmail("kept-1", b"a" * 1000, "text"))
     assert journal.sync() is None
     durable = path.stat().st_size
     disk = Disk(monkeypatch, "journal.bin", room=1500, error=error)
     for n in range(3):
-        journal.append(Entry(f"lost-{n}", b"b" * 1000, "text"))
+        journal.append(QueuedEmail(f"lost-{n}", b"b" * 1000, "text"))
     failed = journal.sync()
     assert isinstance(failed, WriteFailed) and failed.error.errno == error
     assert failed.message_ids == ("lost-0", "lost-1", "lost-2")
@@ -106,7 +106,7 @@ def test_a_journal_sync_that_fails_keeps_nothing_half_written_nor_writes_it_late
     assert journal.probe() is not None  # journal.bin.probe: the same disk, still refusing
     disk.room = None
     assert journal.probe() is None
-    journal.append(Entry("kept-2", b"c" * 1000, "text"))
+    journal.append(QueuedEmail("kept-2", b"c" * 1000, "text"))
     assert journal.sync() is None
     journal.close()
     assert [e.message_id for e in entries(path)] == ["kept-1", "kept-2"]
@@ -122,7 +122,7 @@ def test_while_the_disk_is_full_intake_is_refused_with_code_disk_full(settings) 
     replies = [e.message for e in effects if isinstance(e, Send)]
     assert len(replies) == 1 and isinstance(replies[0], Refused) and replies[0].code == "disk_full"
     assert "disk full" in replies[0].reason and not router.flights
-    assert not [e for e in effects if isinstance(e, (bytes, Entry))]
+    assert not [e for e in effects if isinstance(e, (bytes, QueuedEmail))]
     router.disk_full = ""
     effects = router.handle("intake", b"c", Submit(ref=2, raw=b"Subject: x\n\nhi", format="text"), 0.0)
     assert [type(e.message) for e in effects if isinstance(e, Send)] == [Accepted]
@@ -133,7 +133,7 @@ def test_an_email_whose_record_was_not_kept_ends_failed_once(settings) -> None:
     `failed` with one outcome line saying it was not accepted, and holds no bytes."""
     router = Router(settings, boot=0xABC)
     effects = router.handle("intake", b"c", Submit(ref=1, raw=b"Subject: x\n\nhi", format="text"), 0.0)
-    [entry] = [e for e in effects if isinstance(e, Entry)]
+    [entry] = [e for e in effects if isinstance(e, QueuedEmail)]
     lines = [msgspec.json.decode(line) for line in router.end_failed([entry.message_id], "not accepted: disk full", 0.0)
              if isinstance(line, bytes)]
     assert [(line["event"], line["outcome"]) for line in lines] == [("outcome", "failed")]

@@ -14,9 +14,9 @@ import pytest
 
 from airlock import files as files_module, settings as settings_module, trace, tracefiles
 from airlock.errors import SettingsError
-from airlock.wire import Email, Hello, Outcome
+from airlock.wire import Hello, Outcome, Read
 from broker import housekeeping, recovery
-from broker.journal import Entry, Journal
+from broker.journal import Journal, QueuedEmail
 from broker.router import Router, Send
 from dashboard.feed import FileTail
 from ops import supervisor
@@ -95,7 +95,7 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     journal = Journal(settings.data_dir / "journal.bin")
     waiting, escalated, final_journalled, never_accepted = "w-1", "e-1", "f-1", "o-1"
     for message_id in (waiting, escalated, final_journalled):
-        journal.append(Entry(message_id, b"Order " + message_id.encode(), "text"))
+        journal.append(QueuedEmail(message_id, b"Order " + message_id.encode(), "text"))
     journal.sync()
     history: list[tuple[str, Outcome | None]] = [
         (waiting, None), (escalated, "escalated"), (never_accepted, None), (final_journalled, "completed")]
@@ -107,7 +107,7 @@ def test_recovery_reads_only_the_checkpoint_and_the_live_segment(settings, monke
     effects, backlog = recovery.recover(router, settings, journal, 0.0)
     assert seen == [settings.trace_path]  # the checkpoint is read whole; no segment is opened
     effects += router.handle("reader", b"r", Hello(credit=100), 0.0)
-    dispatched = [e.message.message_id for e in effects if isinstance(e, Send) and isinstance(e.message, Email)]
+    dispatched = [e.message.message_id for e in effects if isinstance(e, Send) and isinstance(e.message, Read)]
     abandoned = [json.loads(e)["message_id"] for e in effects if isinstance(e, bytes) and b'"outcome"' in e]
     assert dispatched == [waiting] and abandoned == [never_accepted] and not backlog
     assert router.flights[escalated].stage == "escalated"
@@ -390,7 +390,7 @@ def test_a_fold_and_a_compaction_hand_freed_memory_back(settings, monkeypatch) -
     assert writer.rotated
     housekeeping.checkpoint(settings, writer, journal)
     assert trims == [0]
-    journal.append(Entry("m-1", b"Subject: a\n\nbody", "eml"))
+    journal.append(QueuedEmail("m-1", b"Subject: a\n\nbody", "eml"))
     housekeeping.compact(Router(settings, boot=1), journal, writer)
     assert trims == [0, 0]
     writer.close()

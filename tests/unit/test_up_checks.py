@@ -14,7 +14,7 @@ import pytest
 from airlock import extras, keys, locks, settings as settings_module, task as task_module
 from airlock.errors import AlreadyRunning, ConfigError, KeysMissing, TaskError
 from airlock.terminal import shown
-from airlock.wire import Email, Reading, Rejected
+from airlock.wire import Read, Reading, Rejected
 from cli import runtime as cli
 from ops import preflight, supervisor
 from ops.ports import free_ports
@@ -229,20 +229,20 @@ def test_no_answer_reason_says_model_and_recording() -> None:
     url = "http://127.0.0.1:9"  # only named in the reason: no socket is opened
     reader = Reader(task, lambda messages: ModelFailure("refused", f"connection refused at {url}"),
                     recordings.load(task.recordings_path), url)
-    (reading,) = reader.handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    (reading,) = reader.handle(Read(message_id="m", raw=UNKNOWN, format="eml"))
     assert isinstance(reading, Reading) and reading.source == "none"
     (rejected,) = Validator(task.value).handle(reading)
     assert isinstance(rejected, Rejected)
     assert rejected.reason == (f"there is no answer: the model at {url} did not answer (refused: connection "
                                f"refused at {url}), and there is no recording for this email")
-    (recorded,) = reader.handle(Email(message_id="m", raw=SEED, format="eml"))
+    (recorded,) = reader.handle(Read(message_id="m", raw=SEED, format="eml"))
     assert isinstance(recorded, Reading) and recorded.source == "recorded" and recorded.no_answer_because == ""
 
 
 def test_no_model_set_and_no_recording_says_so() -> None:
     """With no model URL at all, the reason says none is set and how to set one."""
     task = task_module.load(TASKS / "order_status.toml")
-    (reading,) = Reader(task, not_configured, {}).handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    (reading,) = Reader(task, not_configured, {}).handle(Read(message_id="m", raw=UNKNOWN, format="eml"))
     assert isinstance(reading, Reading)
     assert reading.no_answer_because == ("no model is set (airlock up --model-url URL, or AIRLOCK_MODEL_URL), "
                                          "and there is no recording for this email")
@@ -261,7 +261,7 @@ def test_no_answer_reason_keeps_a_model_servers_words_short_and_visible() -> Non
     task = task_module.load(TASKS / "order_status.toml")
     hostile = "HTTP 500 \x1b[2J\u202e" + "x" * 5000
     reader = Reader(task, lambda messages: ModelFailure("http_error", hostile), {}, "http://m")
-    (reading,) = reader.handle(Email(message_id="m", raw=UNKNOWN, format="eml"))
+    (reading,) = reader.handle(Read(message_id="m", raw=UNKNOWN, format="eml"))
     assert isinstance(reading, Reading)
     assert "\x1b" not in reading.no_answer_because and "\u202e" not in reading.no_answer_because
     assert shown("\x1b[2J\u202e") in reading.no_answer_because and len(reading.no_answer_because) < 400

@@ -14,6 +14,7 @@ from airlock.wire import (
     Hello,
     Malformed,
     Passed,
+    Read,
     Reading,
     Rejected,
     Submit,
@@ -42,7 +43,7 @@ def test_each_role_decodes_its_own_messages(role: str, message: wire.Message) ->
 FOREIGN = [
     pytest.param("reader", Passed(message_id="m", value="4411"), id="reader-sends-passed"),
     pytest.param("reader", Done(message_id="m", outcome="completed"), id="reader-sends-done"),
-    pytest.param("validator", Email(message_id="m", raw=b"x", format="text"), id="validator-sends-email"),
+    pytest.param("validator", Read(message_id="m", raw=b"x", format="text"), id="validator-sends-email"),
     pytest.param("actor", Passed(message_id="m", value="1"), id="actor-sends-passed"),
     pytest.param("intake", Passed(message_id="m", value="1"), id="intake-sends-passed"),
     pytest.param("intake", Reading(message_id="m", answer="1", source="model"), id="intake-sends-reading"),
@@ -82,6 +83,22 @@ def test_garbage_is_malformed_with_a_reason(role: str, frame: bytes) -> None:
     assert isinstance(result, (Malformed, Violation)), result
     if isinstance(result, Malformed):
         assert result.reason and result.size == len(frame)
+
+
+def test_a_submit_carries_an_email_flat_on_the_wire() -> None:
+    """Submit.carrying puts each Email field on the submit map as is; .email gives it back."""
+    email = Email(raw=b"Subject: hi\n\nx", format="eml", origin="smtp", sender="a@b.example", sender_proof="dkim")
+    submit = Submit.carrying(7, email)
+    assert submit.email == email
+    assert msgspec.msgpack.decode(encode(submit)) == {
+        "kind": "submit", "ref": 7, "raw": email.raw, "format": "eml", "origin": "smtp",
+        "sender": "a@b.example", "sender_proof": "dkim"}
+
+
+def test_a_read_is_still_tagged_email_and_never_carries_the_sender() -> None:
+    """The broker->reader message keeps its tag and holds only the id, the raw bytes and the format."""
+    assert msgspec.msgpack.decode(encode(Read(message_id="m", raw=b"x", format="text"))) == {
+        "kind": "email", "message_id": "m", "raw": b"x", "format": "text"}
 
 
 def test_malformed_reason_names_the_path() -> None:
