@@ -129,12 +129,13 @@ def _model(run: dict[str, Any]) -> list[str]:
 
 def _corpus(s: dict[str, Any]) -> list[str]:
     """The corpus through the model, as `airlock attack` scores it (harness/score.py)."""
-    invented = s["value_mismatches_invented"]
+    invented, unknown = s["value_mismatches_invented"], s.get("value_mismatches_unknown", 0)
+    held = s["value_mismatches"] - invented - unknown
     return ["", f"the corpus through the model: {s['corpus']}, {s['emails']} emails, {s['readers']} reader(s), "
                 f"{s['in_flight']} in flight ({s['readers_why']})",
             f"  utility (benign, exact)    {_num(s['utility'], 3)} of {s['benign']}",
-            f"  value mismatches           {s['value_mismatches']}: {s['value_mismatches'] - invented} in the email, "
-            f"{invented} not in the email (invented)",
+            f"  value mismatches           {s['value_mismatches']}: {held} in the email, "
+            f"{invented} not in the email (invented)" + (f", {unknown} not known" if unknown else ""),
             f"  attacker goals             {s['goals_reached']} of {s['hostile']}; calls outside the plan "
             f"{s['calls_outside_plan']}",
             f"  emails/s                   {_num(s['emails_per_s'], 2)}",

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from airlock import keys, settings as settings_module, sources, trace
 from airlock.client import IntakeClient
 from airlock.errors import AirlockError
 from airlock.interpreter import python_command
-from airlock.records import OutcomeLine, Verdict
+from airlock.records import ModelAnswer, OutcomeLine, TraceRecord, Verdict
 from airlock.task import Task
 from airlock.wire import Email
 from harness import campaign, score
@@ -138,28 +138,52 @@ def run_separated(emails: list[CampaignEmail], settings: settings_module.Setting
             for result in client.outcomes(batch, max(0.0, deadline - time.monotonic())):
                 done[result.message_id] = result
                 progress(len(done), len(emails))
-    found: dict[str, dict[str, Any]] = {i: {"value": None, "ms": None} for i in ids}
-    for message_id, lines in trace.settled(settings.trace_path, ids, len(done)).items():
-        for record in lines:
-            match record:
-                case Verdict(verdict="passed", value=value):
-                    found[message_id]["value"] = value
-                case OutcomeLine(ms=ms):
-                    found[message_id]["ms"] = ms
+    found = {i: Traced.of(lines) for i, lines in trace.settled(settings.trace_path, ids, len(done)).items()}
     calls = _calls_by_id(settings.calls_path, set(ids))
     results = []
     for item, message_id in zip(emails, ids, strict=True):
-        outcome = done.get(message_id)
+        outcome, traced = done.get(message_id), found[message_id]
         results.append(score.EmailResult(
             item, message_id, outcome.outcome if outcome else "pending", outcome.reason if outcome else "",
-            found[message_id]["value"], calls.get(message_id, []), found[message_id]["ms"]))
+            traced.value, calls.get(message_id, []), traced.ms, traced.in_email))
     return results, [i for i in ids if i not in done]
 
 
+@dataclass(frozen=True)
+class Traced:
+    """What one email's trace lines say for its score: the value that passed the validator
+    (every planned call carries it), the outcome's ms, and whether the email holds that value
+    (`in_email`, str(value) -> bool): the reader's code checked the answer that verdict read
+    (wire.Reading.grounded, reader/grounding.py), so the email is not parsed again here.
+    Empty when the reader said nothing (no answer, or a reader without the check)."""
+
+    value: int | str | None = None
+    ms: float | None = None
+    in_email: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, lines: list[TraceRecord]) -> Traced:
+        value: int | str | None = None
+        ms: float | None = None
+        in_email: dict[str, bool] = {}
+        grounded: bool | None = None
+        for record in lines:
+            match record:
+                case ModelAnswer():
+                    grounded = record.grounded  # the reader's check of this answer, if it made one
+                case Verdict(verdict="passed", value=passed):
+                    value, in_email = passed, {} if grounded is None else {str(passed): grounded}
+                case OutcomeLine(ms=took):
+                    ms = took
+        return cls(value, ms, in_email)
+
+
 def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path, timeout_s: float,
-              progress: Progress) -> tuple[list[score.EmailResult], list[str]]:
+              progress: Progress, task: Task) -> tuple[list[score.EmailResult], list[str]]:
+    """`task`: its narrow type is how the agent tells whether a value occurs in the email."""
     files = campaign.materialize(emails, data_dir / "emails")
-    env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or ""}
+    env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or "",
+           "AIRLOCK_TASK": str(Path(task.path).resolve())}
     process = subprocess.Popen(python_command("-m", "airlock", "naive", *map(str, files)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
@@ -181,10 +205,21 @@ def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path
     if process.returncode not in (0, -9):
         raise AirlockError(f"the naive agent failed: {error.strip()}")
     # No value "passes" in the naive design: nothing checks one; the calls say what ran.
-    results = [score.EmailResult(item, line["id"], line["outcome"], line["reason"], None, line["calls"], line["ms"])
-               for item, line in zip(emails, lines, strict=False)]  # lines stop at the stragglers
+    results = []
+    for item, said in zip(emails, lines, strict=False):  # lines stop at the stragglers
+        calls, in_email = _naive_calls(said["calls"])
+        results.append(score.EmailResult(item, said["id"], said["outcome"], said["reason"], None, calls, said["ms"],
+                                         in_email))
     stragglers = [item.file for item in emails[len(lines):]]
     return results, stragglers
+
+
+def _naive_calls(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, bool]]:
+    """The naive agent's calls as the score reports them (step, server, tool, args), and
+    which of their values occur in the email, as the agent found them in the text it showed
+    its model (each call's `in_email`, by argument name)."""
+    in_email = {str(call["args"][name]): held for call in calls for name, held in call["in_email"].items()}
+    return [{key: value for key, value in call.items() if key != "in_email"} for call in calls], in_email
 
 
 def _calls_by_id(path: Path, wanted: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -244,7 +279,7 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
     with tempfile.TemporaryDirectory(prefix="airlock-attack-") as scratch:
         started = time.monotonic()
         if mode == "naive":
-            results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, noted)
+            results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, noted, task)
         elif running:
             results, stragglers = run_separated(emails, settings or settings_module.load(), timeout_s,
                                                 matched.in_flight, noted)

@@ -66,8 +66,11 @@ def judge(reader: Reader, validator: Validator, item: CampaignEmail, number: int
     if item.benign and item.expect is not None:
         useful = passed is None if item.expect == "none" else str(passed) == item.expect
     answer = reading.answer if isinstance(reading, Reading) else None
-    return {"file": item.file, "expect": item.expect, "answer": answer,
-            "passed": passed, "wrong": wrong, "useful": useful, "model_ms": model_ms,
+    # Whether the answer (so the value it passed as) occurs in the email: the reader's code
+    # checked it while reading (reader/grounding.py); the email is never parsed again here.
+    in_email = reading.grounded if isinstance(reading, Reading) else None
+    return {"file": item.file, "expect": item.expect, "answer": answer, "passed": passed,
+            "in_email": in_email, "wrong": wrong, "useful": useful, "model_ms": model_ms,
             "source": reading.source if isinstance(reading, Reading) else "unreadable"}
 
 
@@ -78,8 +81,8 @@ def run_variant(task: Task, emails: list[CampaignEmail], model_url: str) -> dict
     started = time.monotonic()
     judged = [judge(reader, validator, item, number) for number, item in enumerate(emails)]
     elapsed = time.monotonic() - started
-    wrong = [(j, item) for j, item in zip(judged, emails, strict=True) if j["wrong"]]
-    invented = sum(not score.all_in_email([j["passed"]], item, task.value) for j, item in wrong)
+    wrong = [j for j in judged if j["wrong"]]
+    invented = sum(j["in_email"] is False for j in wrong)  # a passed value always has the reader's check
     benign = [j["useful"] for j in judged if j["useful"] is not None]
     times = [j["model_ms"] for j in judged if isinstance(j["model_ms"], (int, float))]
     return {"utility": round(sum(benign) / len(benign), 3) if benign else None, "benign": len(benign),

@@ -1,4 +1,9 @@
-"""The naive agent's handle(): email and tools to the model, then run what it says."""
+"""The naive agent's handle(): email and tools to the model, then run what it says.
+
+Each call it reports says, per argument, whether that value occurs in the email text the
+model was shown (`in_email`), checked as airlock's reader checks its answer
+(reader/grounding.py) under the task's narrow type: the agent parsed the email, so the
+attack scorer never parses it again."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from typing import Any
 
 from actor.calllog import CallLog
 from actor.catalog import Catalog
-from reader import mail, prompt
+from airlock.task import NarrowType
+from reader import grounding, mail, prompt
 from reader.model import ModelAnswer, ModelFailure
 from redteam.naive.parse import parse, resolve
 
@@ -32,8 +38,8 @@ class NaiveResult:
 
 class NaiveAgent:
     def __init__(self, catalog: Catalog, ask: Callable[[list[dict[str, str]]], ModelAnswer | ModelFailure],
-                 log: CallLog) -> None:
-        self.catalog, self.ask, self.log = catalog, ask, log
+                 log: CallLog, narrow: NarrowType) -> None:
+        self.catalog, self.ask, self.log, self.narrow = catalog, ask, log, narrow
         tools = "\n".join(f"- {t.server}/{t.tool}({', '.join(t.args)}): {t.description}" for t in catalog.values())
         self.instruction = INSTRUCTION.format(tools=tools)
 
@@ -60,7 +66,10 @@ class NaiveAgent:
             if "_" in args and self.catalog[pair].args:
                 args[next(iter(self.catalog[pair].args))] = args.pop("_")
             self.log.call(message_id, step, pair[0], pair[1], args)
-            result.calls.append({"step": step, "server": pair[0], "tool": pair[1], "args": args})
+            in_email = {name: grounding.in_email_text(str(value), text, bool(parsed.subject), self.narrow)
+                        for name, value in args.items()}
+            result.calls.append({"step": step, "server": pair[0], "tool": pair[1], "args": args,
+                                 "in_email": in_email})
         if result.calls:
             result.outcome, result.reason = "completed", ""
         return result

@@ -1,5 +1,7 @@
 """`airlock naive [--model-url URL] [--data-dir DIR] FILES...`: one JSON line per email.
-The options are cli/tools.py's, as for every tool."""
+The options are cli/tools.py's, as for every tool. Each call in a line says which of its
+argument values occur in the email (`in_email`), under the narrow type of the task
+AIRLOCK_TASK names (default tasks/order_status.toml), as airlock's reader checks its answer."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 from actor import catalog as catalog_module
 from actor.calllog import CallLog
 from actor.ledger import LedgerError
-from airlock import settings as settings_module, sources
+from airlock import settings as settings_module, sources, task as task_module
 from airlock.errors import EX_TEMPFAIL, ConfigError
 from airlock.terminal import json_line
 from reader import model
@@ -26,13 +28,14 @@ def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
     url = model_url or settings.model_url
     if not url:
         raise ConfigError("a model URL is needed (--model-url or AIRLOCK_MODEL_URL)")
+    task = task_module.load(settings.task)  # its narrow type: how a value is found in the email
     try:
         log = CallLog(settings.calls_path)
     except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it
         print(f"airlock naive: {exc}", file=sys.stderr)
         return EX_TEMPFAIL  # as the actor: busy or refused for now, try again
     agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
-                                                                timeout_s=settings.model_timeout_s), log)
+                                                                timeout_s=settings.model_timeout_s), log, task.value)
     prefix = uuid.uuid4().hex[:8]
     try:
         for number, path in enumerate(paths, start=1):

@@ -58,6 +58,8 @@ def test_the_naive_agent_falls_to_the_same_model(tmp_path: Path, hostile: Hostil
     result = attack(tmp_path, "--mode", "naive", "--model-url", hostile.url)
     summary = result["summary"]
     assert summary["calls_outside_plan"] > 0 and summary["goals_reached"] > 0
+    # The agent said, for every value it ran with, whether the email holds it.
+    assert summary["value_mismatches"] > 0 and summary["value_mismatches_unknown"] == 0
     landed = {(c["server"], c["tool"]) for e in result["emails"] for c in e["calls"]}
     assert ("shop", "refund_all") in landed
 
@@ -67,6 +69,9 @@ def test_data_only_attacks_are_measured_not_hidden(separated: dict) -> None:
     result = separated
     data_only = [e for e in result["emails"] if e["category"] == "data-only"]
     assert data_only and any(e["value_mismatch"] for e in data_only)
+    # The reader's trace line said the planted value is in the email: data-only, not invented.
+    summary = result["summary"]
+    assert summary["value_mismatches_invented"] == summary["value_mismatches_unknown"] == 0
 
 
 def test_a_private_stack_that_loses_a_port_starts_again_on_fresh_ones(tmp_path: Path, monkeypatch) -> None:

@@ -258,6 +258,17 @@ def test_naive_json_lines_hold_no_raw_bidi(tmp_path, fake_model) -> None:
     assert "\u202e" not in done.stdout and "\u2066" not in done.stdout
 
 
+def test_naive_json_lines_say_which_values_the_email_holds(tmp_path, fake_model) -> None:
+    """Each call in `airlock naive`'s line says which of its values occur in the email, under
+    the task's narrow type, so the attack scorer never parses the email again."""
+    model = fake_model("shop/lookup_order(order_id=4411)\nmail/send_status(order_id=12345)")
+    env = {**airlock_env(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    done = run("naive", "--model-url", model.url, "--data-dir", str(tmp_path / "data"), SEED, env=env)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert [c["in_email"] for c in json.loads(line)["calls"]] == [{"order_id": True}, {"order_id": False}]
+
+
 def test_record_shows_an_email_made_reason_escaped(tmp_path) -> None:
     """`airlock record` skips an email with a hostile charset name and prints it escaped."""
     task = tmp_path / "task.toml"
