@@ -3,7 +3,7 @@
 # fixed here. Only three settings come from the environment, checked as numbers:
 #   AIRLOCK_MODEL_THREADS  CPU threads (default: the CPUs this container may use, below)
 #   AIRLOCK_MODEL_SLOTS    requests served at once (default 1: on 2 cores, 4 slots measured
-#                          slower per email and no faster in total, issue 17)
+#                          slower per email and no faster in total)
 #   AIRLOCK_MODEL_CTX      context tokens per slot (default 2048: prompt, email and answer)
 # Every LLAMA_ARG_* variable is dropped before the server starts (env -i): llama-server reads
 # its options from those too, and some (LLAMA_ARG_TOOLS, LLAMA_ARG_AGENT) would give the one
@@ -50,7 +50,7 @@ if [ "${1:-}" = "--print-threads" ]; then echo "$threads"; exit 0; fi
 
 echo "model: llama-server, $threads threads, $slots slot(s) of $ctx tokens" >&2
 # --ctx-size is the total over the slots. --cache-ram 0: the server-side prompt cache made
-# new emails slower (issue 17). --no-slots: /slots would show one request's prompt, another
+# new emails slower (measured, docs/model.md). --no-slots: /slots would show one request's prompt, another
 # email, to whoever asks. --no-webui: an API, not a chat page.
 exec env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp \
   "${AIRLOCK_LLAMA_SERVER:-/opt/llama/llama-server}" \
