@@ -156,6 +156,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except LedgerError as exc:  # the call log refuses (a full disk): this email did not run whole
             self._json(500, {"error": f"the call log refuses: {exc}"})
             return
+        except Exception as exc:  # noqa: BLE001  one email's surprise is its answer, never the service's end
+            print(f"naive: {shown(type(exc).__name__)}: {shown(str(exc))[:500]}", file=sys.stderr, flush=True)
+            self._json(500, {"error": f"the naive agent failed on this email: {type(exc).__name__}"})
+            return
         self._json(200, line)
         print(json_line({"naive": line["id"], "outcome": line["outcome"], "calls": len(line["calls"])}), flush=True)
 

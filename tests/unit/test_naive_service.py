@@ -225,3 +225,18 @@ def test_the_page_pane_shows_the_services_outside_plan_call(naive: Running) -> N
     assert [c.message_id for c in trace.read_calls(naive.calls)] == ["m7-1"]  # the page's id, in its own log
     about = fetch_about(naive.server.url)
     assert about is not None and about["model"].startswith("worst-case")
+
+
+def test_a_surprise_in_the_agent_is_a_500_and_the_service_stays(naive: Running,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception while running one email is a JSON 500 for it; the next email runs."""
+    real = naive.service.agent.handle
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(naive.service.agent, "handle", broken)
+    status, answer = naive.run(INJECTED)
+    assert status == 500 and "RuntimeError" in answer["error"]
+    monkeypatch.setattr(naive.service.agent, "handle", real)
+    assert naive.run(INJECTED)[0] == 200
