@@ -240,3 +240,38 @@ def test_a_surprise_in_the_agent_is_a_500_and_the_service_stays(naive: Running,
     assert status == 500 and "RuntimeError" in answer["error"]
     monkeypatch.setattr(naive.service.agent, "handle", real)
     assert naive.run(INJECTED)[0] == 200
+
+
+def test_the_module_serves_until_sigterm_and_a_bad_setting_exits_78(tmp_path: Path) -> None:
+    """`python -m redteam.naive.service` answers, exits 0 on SIGTERM; a bad AIRLOCK_NAIVE_MODEL is one line and 78."""
+    import os
+    import signal
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    port = free_ports(1)[0]
+    env = {**os.environ, "PYTHONPATH": str(root), "AIRLOCK_DATA_DIR": str(tmp_path / "data"),
+           "AIRLOCK_NAIVE_LISTEN": f"127.0.0.1:{port}", "AIRLOCK_NAIVE_MODEL": "worst-case",
+           "AIRLOCK_TASK": str(SHIPPED_TASKS / "order_status.toml")}
+    process = subprocess.Popen([sys.executable, "-m", "redteam.naive.service"], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                connection.request("GET", "/health")
+                assert connection.getresponse().read() == b"ok"
+                connection.close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and process.poll() is None, "the service did not start"
+                time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert out.startswith(f"naive: http://127.0.0.1:{port}/run  model worst-case")
+    bad = subprocess.run([sys.executable, "-m", "redteam.naive.service"], env={**env, "AIRLOCK_NAIVE_MODEL": "gpt"},
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 78 and bad.stderr.count("\n") == 1 and "AIRLOCK_NAIVE_MODEL" in bad.stderr
