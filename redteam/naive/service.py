@@ -59,8 +59,10 @@ READ_TIMEOUT_S = 10.0  # a client silent this long (headers or body) is dropped
 IDS_REMEMBERED = 100_000  # ids already run, so a repeated X-Airlock-Id is refused (409)
 ANSWER_LIMIT = 2000  # characters of the model's answer in the line, as `airlock naive`
 
-BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
-        b"Connection: close\r\nContent-Length: 44\r\n\r\n" + b'{"error": "too many connections; try again"}')
+_BUSY_BODY = b'{"error": "too many connections; try again"}'
+BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        b"Retry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+        % (RETRY_AFTER_S, len(_BUSY_BODY), _BUSY_BODY))
 
 
 class Refused(Exception):

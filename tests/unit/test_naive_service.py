@@ -275,3 +275,16 @@ def test_the_module_serves_until_sigterm_and_a_bad_setting_exits_78(tmp_path: Pa
     bad = subprocess.run([sys.executable, "-m", "redteam.naive.service"], env={**env, "AIRLOCK_NAIVE_MODEL": "gpt"},
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 78 and bad.stderr.count("\n") == 1 and "AIRLOCK_NAIVE_MODEL" in bad.stderr
+
+
+def test_one_connection_too_many_is_answered_503(naive: Running) -> None:
+    """With every connection slot taken, a new connection gets a whole 503 and is closed."""
+    for _ in range(service.MAX_CONNECTIONS):
+        assert naive.server.slots.acquire(blocking=False)
+    try:
+        status, answer = naive.request("GET", "/health")
+        assert status == 503 and answer == {"error": "too many connections; try again"}
+    finally:
+        for _ in range(service.MAX_CONNECTIONS):
+            naive.server.slots.release()
+    assert naive.request("GET", "/health") == (200, "ok")
