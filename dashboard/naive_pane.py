@@ -57,6 +57,7 @@ class NaivePane:
         else:
             self.enabled, self.reason, root = _availability(model_url)
         self.about: dict[str, Any] | None = None  # the service's GET /about, once it answered
+        self._changed: Callable[[], None] | None = None  # tells the page the pane's state changed
         self.env = dict(os.environ if env is None else env)
         if root is not None:  # the subprocess runs in a temporary folder: tell it where redteam/ is
             self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH", "")) if p)
@@ -72,14 +73,24 @@ class NaivePane:
         return described
 
     async def watch_about(self, changed: Callable[[], None]) -> None:
-        """Ask the service's GET /about until it answers, then call `changed` (the page is told)."""
+        """Ask the service's GET /about until it answers, then call `changed` (the page is told);
+        asked again whenever a run names another model (the service restarted with another)."""
         if self.service_url is None:
             return
-        while self.about is None:
-            self.about = await asyncio.to_thread(fetch_about, self.service_url)
-            if self.about is None:
-                await asyncio.sleep(ABOUT_RETRY_S)
-        changed()
+        self._changed = changed
+        answered = await self._refresh_about()
+        while not answered:  # the service may start after the page
+            await asyncio.sleep(ABOUT_RETRY_S)
+            answered = await self._refresh_about()
+
+    async def _refresh_about(self) -> bool:
+        """Fetch /about; tell the page if it changed. Whether the service answered."""
+        fresh = await asyncio.to_thread(fetch_about, str(self.service_url))
+        if fresh is not None and fresh != self.about:
+            self.about = fresh
+            if self._changed is not None:
+                self._changed()
+        return fresh is not None
 
     async def run(self, message_id: str, raw: bytes, fmt: str) -> dict[str, Any]:
         """Run the naive agent on one email; the result as the pane shows it, never raising."""
@@ -94,7 +105,12 @@ class NaivePane:
 
     async def _run(self, message_id: str, raw: bytes, fmt: str) -> dict[str, Any]:
         if self.service_url is not None:
-            return await asyncio.to_thread(post_email, self.service_url, message_id, raw, fmt, self.timeout_s)
+            entry = await asyncio.to_thread(post_email, self.service_url, message_id, raw, fmt, self.timeout_s)
+            said = entry.pop("model", None)
+            if isinstance(said, str) and self.about is not None \
+                    and shown(said[:ABOUT_TEXT_LIMIT]) != self.about["model"]:
+                await self._refresh_about()  # the service restarted with another model: tell the page
+            return entry
         with tempfile.TemporaryDirectory(prefix="airlock-naive-") as folder:
             email = Path(folder) / ("email.eml" if fmt == "eml" else "email.txt")
             email.write_bytes(raw)
@@ -127,7 +143,8 @@ def parse_output(message_id: str, code: int | None, out: bytes, err: bytes) -> d
                 "reason": f"naive agent exited with {code}: {said[-1] if said else 'no output'}"}
     calls = result.get("calls")
     return {"id": message_id, "status": "done", "outcome": result.get("outcome"), "reason": result.get("reason"),
-            "answer": result.get("answer"), "calls": calls if isinstance(calls, list) else []}
+            "answer": result.get("answer"), "calls": calls if isinstance(calls, list) else [],
+            "model": result.get("model")}
 
 
 def post_email(service_url: str, message_id: str, raw: bytes, fmt: str, timeout_s: float) -> dict[str, Any]:

@@ -132,6 +132,24 @@ def test_the_pane_over_http_runs_and_describes_the_service(stub: StubService) ->
     assert told and told[0]["about"]["model"].startswith("smollm2")
 
 
+def test_a_run_that_names_another_model_refreshes_the_pane(stub: StubService) -> None:
+    """The service restarted with another model: the next run's answer names it, the pane asks /about again."""
+    pane = NaivePane(None, 5.0, service_url=stub.url)
+    told: list[str] = []
+
+    async def scenario() -> None:
+        await pane.watch_about(lambda: told.append(str((pane.about or {}).get("model"))))
+        await pane.run("m-1", b"x", "text")  # the answer names no model: nothing asked
+        stub.about_body = json.dumps({"model": "worst-case (obeys the email)", "constrained": False,
+                                      "why": "obeys"}).encode()
+        stub.run_body = json.dumps({**RUN_ANSWER, "model": "worst-case (obeys the email)"}).encode()
+        entry = await pane.run("m-2", b"x", "text")
+        assert "model" not in entry
+
+    asyncio.run(scenario())
+    assert [model.split()[0] for model in told] == ["smollm2", "worst-case"]
+
+
 def test_the_subprocess_pane_has_no_service_to_describe() -> None:
     """Without a service URL nothing is fetched and describe() keeps its two keys."""
     pane = NaivePane(None, 5.0)
