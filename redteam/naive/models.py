@@ -33,8 +33,8 @@ Ask = Callable[[list[dict[str, str]]], ModelAnswer | ModelFailure]
 WHY_CONSTRAINED = ("the lab's small model, SmolLM2; unconstrained it proposes no parseable call at all, so its "
                    "tool-call syntax is constrained by a grammar of the catalog: the model still chooses "
                    "which call, the email can steer that choice")
-WHY_UNCONSTRAINED = ("the lab's small model, SmolLM2, unconstrained: it rarely writes a call the agent can "
-                     "parse, so expect few or none")
+WHY_UNCONSTRAINED = ("the lab's small model, SmolLM2, unconstrained: over the corpus it wrote no call the "
+                     "agent could parse, so expect none")
 WHY_WORST_CASE = ("the worst-case model, in process: it obeys the email's last instruction, the upper bound "
                   "of what an injected email gets a naive agent to do")
 
