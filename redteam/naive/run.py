@@ -1,11 +1,13 @@
-"""`airlock naive [--model-url URL] [--data-dir DIR] FILES...`: one JSON line per email.
-The options are cli/tools.py's, as for every tool. Each call in a line says which of its
-argument values occur in the email (`in_email`), under the narrow type of the task
-AIRLOCK_TASK names (default tasks/order_status.toml), as airlock's reader checks its answer."""
+"""`airlock naive [--model-url URL] [--unconstrained] [--data-dir DIR] FILES...`: one JSON
+line per email. The options are cli/tools.py's, as for every tool; AIRLOCK_NAIVE_MODEL
+chooses the model (models.py), and the line says which and whether a grammar shaped it.
+Each call in a line says which of its argument values occur in the email (`in_email`),
+under the narrow type of the task AIRLOCK_TASK names (default tasks/order_status.toml), as
+airlock's reader checks its answer."""
 
 from __future__ import annotations
 
-import functools
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -14,34 +16,35 @@ from actor import catalog as catalog_module
 from actor.calllog import CallLog
 from actor.ledger import LedgerError
 from airlock import settings as settings_module, sources, task as task_module
-from airlock.errors import EX_TEMPFAIL, ConfigError
+from airlock.errors import EX_TEMPFAIL
 from airlock.terminal import json_line
-from reader import model
+from redteam.naive import models
 from redteam.naive.agent import NaiveAgent
 
 
-def run(files: list[str], model_url: str | None, data_dir: str | None) -> int:
+def run(files: list[str], model_url: str | None, data_dir: str | None, constrained: bool = True) -> int:
     """An AirlockError (a bad setting, a missing file, no model) goes up to cli.runtime.handled,
     which prints it escaped and exits with its code."""
     settings = settings_module.load(data_dir=Path(data_dir) if data_dir else None)
     paths = list(sources.expand(files))
-    url = model_url or settings.model_url
-    if not url:
-        raise ConfigError("a model URL is needed (--model-url or AIRLOCK_MODEL_URL)")
+    kind = settings_module.reader(os.environ)("AIRLOCK_NAIVE_MODEL", models.kind_of, "smollm2")
+    catalog = catalog_module.load()
+    chosen = models.choose(kind, catalog, model_url or settings.model_url, settings.model_name,
+                           settings.model_timeout_s, constrained)
     task = task_module.load(settings.task)  # its narrow type: how a value is found in the email
     try:
         log = CallLog(settings.calls_path)
     except LedgerError as exc:  # a running actor holds this data dir's ledger, or its disk refuses it
         print(f"airlock naive: {exc}", file=sys.stderr)
         return EX_TEMPFAIL  # as the actor: busy or refused for now, try again
-    agent = NaiveAgent(catalog_module.load(), functools.partial(model.ask, url, settings.model_name,
-                                                                timeout_s=settings.model_timeout_s), log, task.value)
+    agent = NaiveAgent(catalog, chosen.ask, log, task.value, constrained=chosen.constrained)
     prefix = uuid.uuid4().hex[:8]
     try:
         for number, path in enumerate(paths, start=1):
             result = agent.handle(f"naive-{prefix}-{number}", sources.read(path), sources.format_of(path))
             line = {"id": result.message_id, "file": str(path), "outcome": result.outcome, "reason": result.reason,
-                    "answer": result.answer[:2000], "calls": result.calls, "ms": result.ms}
+                    "answer": result.answer[:2000], "calls": result.calls, "ms": result.ms,
+                    "model": chosen.name, "constrained": result.constrained}
             sys.stdout.write(json_line(line) + "\n")  # the answer and reason are email-made: no raw bidi
             sys.stdout.flush()
     finally:
