@@ -41,6 +41,7 @@ import yaml
 
 from airlock import bindhosts, keys, settings as settings_module
 from airlock.errors import UsageError
+from ops import verify
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
 STACK_VERSION = "3.9"  # what 20.10's `docker stack deploy` needs for these keys
@@ -133,7 +134,9 @@ def user_ids(user: str) -> tuple[str, str]:
 def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path]], replicas: int) -> dict[str, Any]:
     out = {key: spec[key] for key in KEPT if key in spec}
     # As strings, as compose passes them (YAML reads AIRLOCK_MODEL_TIMEOUT_S: 30 as a number).
-    out["environment"] = {key: "" if value is None else str(value) for key, value in spec["environment"].items()}
+    # Less the settings for compose's naive agent, which the stack does not run (verify.py).
+    out["environment"] = {key: "" if value is None else str(value) for key, value in spec["environment"].items()
+                          if key not in verify.COMPOSE_ONLY_SETTINGS.get(name, ())}
     uid, gid = user_ids(str(spec["user"]))
     # /tmp as compose's tmpfs, with its size: a tmpfs-typed mount, which stack deploy keeps.
     tmp_size = re.search(r"size=(\d+)m", " ".join(spec.get("tmpfs", [])))
@@ -146,7 +149,8 @@ def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path
         out["secrets"] = [{"source": secret, "target": f"{KEYS_MOUNT}/{relative.as_posix()}",
                            "uid": uid, "gid": gid, "mode": SECRET_MODE} for secret, (_, relative) in secrets.items()]
     networks = spec.get("networks", [])
-    out["networks"] = sorted(networks)  # a list or a mapping of name -> ipv4_address: the names only
+    # A list or a mapping of name -> ipv4_address: the names only, of the pipeline's networks.
+    out["networks"] = sorted(network for network in networks if network in NETWORK_ORDER)
     if "ports" in spec:
         out["ports"] = [published(str(port)) for port in spec["ports"]]
     # dnsrr: a service's name resolves to its tasks' own addresses. The default, a virtual IP

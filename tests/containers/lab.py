@@ -33,7 +33,8 @@ from ops.ports import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
 PROJECT_PREFIX = "airlocktest"
-IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli", "lab")  # compose.yaml's
+IMAGES = ("broker", "reader", "validator", "actor", "model", "naive", "intake", "dashboard", "cli",
+          "lab")  # compose.yaml's
 SUBNET_POOL = ipaddress.IPv4Network("172.31.0.0/16")  # each run takes one free /24 of it
 # Set outside, these would point the lab or the host CLI somewhere else than docs/compose.md says.
 NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",
@@ -150,7 +151,7 @@ class Lab:
 
     @property
     def bridges(self) -> list[str]:
-        return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act")]
+        return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act", "naive", "nmod")]
 
     def compose(self, *args: str, files: tuple[str, ...] = (),
                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
