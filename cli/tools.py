@@ -102,7 +102,7 @@ def cmd_pins(args: argparse.Namespace) -> int:
 def cmd_naive(args: argparse.Namespace) -> int:
     from redteam.naive.run import run  # imports reader and actor code, by design
 
-    return run(args.files, args.model_url, args.data_dir)
+    return run(args.files, args.model_url, args.data_dir, constrained=not args.unconstrained)
 
 
 def cmd_model(args: argparse.Namespace) -> int:
@@ -247,7 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     naive = command("naive", cmd_naive)
     naive.add_argument("files", nargs="+", help=".eml or .txt files or folders")
-    naive.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; required)")
+    naive.add_argument("--model-url", help="OpenAI-compatible endpoint (default $AIRLOCK_MODEL_URL; required "
+                                           "unless AIRLOCK_NAIVE_MODEL=worst-case)")
+    naive.add_argument("--unconstrained", action="store_true",
+                       help="send no grammar: the model writes its tool calls freely (default: a GBNF grammar "
+                            "of the catalog's calls, for llama.cpp's server)")
 
     model = command("model", cmd_model, data_dir=False)
     model.description = "serve an OpenAI-compatible model that obeys the last instruction in the email"

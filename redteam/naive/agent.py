@@ -28,12 +28,14 @@ class NaiveResult:
     answer: str = ""
     calls: list[dict[str, Any]] = field(default_factory=list)
     ms: float = 0.0
+    constrained: bool = False  # whether a grammar shaped the model's answer (grammar.py)
 
 
 class NaiveAgent:
     def __init__(self, catalog: Catalog, ask: Callable[[list[dict[str, str]]], ModelAnswer | ModelFailure],
-                 log: CallLog) -> None:
+                 log: CallLog, constrained: bool = False) -> None:
         self.catalog, self.ask, self.log = catalog, ask, log
+        self.constrained = constrained  # said in each result; `ask` sends the grammar (models.py)
         tools = "\n".join(f"- {t.server}/{t.tool}({', '.join(t.args)}): {t.description}" for t in catalog.values())
         self.instruction = INSTRUCTION.format(tools=tools)
 
@@ -41,6 +43,7 @@ class NaiveAgent:
         started = time.monotonic()
         result = self._run(message_id, raw, fmt)
         result.ms = round((time.monotonic() - started) * 1000, 3)
+        result.constrained = self.constrained
         return result
 
     def _run(self, message_id: str, raw: bytes, fmt: str) -> NaiveResult:
