@@ -44,14 +44,17 @@ class Unanswered(msgspec.Struct, frozen=True):
 
 
 def request(method: str, url: str, timeout_s: float, *, body: bytes | None = None,
-            deadline: float | None = None, max_body_bytes: int = 0) -> Answered | Unanswered:
+            deadline: float | None = None, max_body_bytes: int = 0,
+            headers: dict[str, str] | None = None) -> Answered | Unanswered:
     """`method` `url`, answered by `deadline` (a time.monotonic() value; at the latest
-    `timeout_s` from now). A 2xx body is read when `max_body_bytes` is over 0, up to it."""
+    `timeout_s` from now). A 2xx body is read when `max_body_bytes` is over 0, up to it.
+    `headers` are sent besides (and over) the defaults: Connection: close, and a JSON
+    Content-Type when there is a body."""
     deadline = min(time.monotonic() + timeout_s, math.inf if deadline is None else deadline)
     timeout = Unanswered("timeout", f"no answer within {timeout_s:g} s")
     if deadline <= time.monotonic():
         return timeout
-    exchange = _Exchange(method, url, body, timeout_s, max_body_bytes)
+    exchange = _Exchange(method, url, body, timeout_s, max_body_bytes, headers or {})
     worker = threading.Thread(target=exchange.run, name="http-deadline", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()))
@@ -66,8 +69,10 @@ class _Exchange:
     through a duplicate of its descriptor: that holds for a TLS socket too, whose first
     socket object is detached once the handshake starts."""
 
-    def __init__(self, method: str, url: str, body: bytes | None, timeout_s: float, max_body_bytes: int) -> None:
+    def __init__(self, method: str, url: str, body: bytes | None, timeout_s: float, max_body_bytes: int,
+                 headers: dict[str, str]) -> None:
         self.method, self.url, self.body, self.timeout_s = method, url, body, timeout_s
+        self.headers = headers
         self.max_body_bytes = max_body_bytes
         self.outcome: Answered | Unanswered | None = None
         self._lock = threading.Lock()
@@ -93,6 +98,7 @@ class _Exchange:
             headers = {"Connection": "close"}
             if self.body is not None:
                 headers["Content-Type"] = "application/json"
+            headers.update(self.headers)
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             connection.request(self.method, target, body=self.body, headers=headers)
             response = connection.getresponse()

@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dashboard: cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", file=sys.stderr)
         return EX_CONFIG
     naive = app.state.naive
+    where = f" via {naive.service_url}" if naive.service_url else ""
     print(f"dashboard: http://{config.host}:{config.port}/  trace from {settings.endpoint('trace')}; "
-          f"naive pane {'on' if naive.enabled else naive.reason}", flush=True)
+          f"naive pane {'on' + where if naive.enabled else naive.reason}", flush=True)
     try:
         asyncio.run(serve(app, sock, config.stream_stall_s, config.max_connections))
     finally:

@@ -97,7 +97,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
     actor's) is judged against this one."""
     board = Board(plan, task=task)
     samples = {s.name: s for s in inject.load_samples(config.samples_dir)}
-    naive = NaivePane(config.naive_model_url, settings.model_timeout_s)
+    naive = NaivePane(config.naive_model_url, settings.model_timeout_s, service_url=config.naive_url)
     trace_file = settings.trace_path
 
     def extra() -> dict[str, Any]:
@@ -115,6 +115,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         feed = None
+        about = asyncio.create_task(naive.watch_about(lambda: hub.publish_naive_pane(naive.describe())))
         if live:
             loop = asyncio.get_running_loop()
             feed = TraceFeed(settings.endpoint("trace"), trace_file,
@@ -124,9 +125,10 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
             yield
         finally:
             hub.close()
+            about.cancel()
             for task in list(naive_runs):
                 task.cancel()
-            await asyncio.gather(*naive_runs, return_exceptions=True)
+            await asyncio.gather(about, *naive_runs, return_exceptions=True)
             if feed is not None:
                 await run_in_threadpool(feed.stop)
 

@@ -5,7 +5,12 @@
     AIRLOCK_DASHBOARD_ALLOWED_HOSTS  Host names a request may carry, comma-separated
                                      (default 127.0.0.1,localhost): a page on another site
                                      cannot reach the dashboard by DNS rebinding
-    AIRLOCK_NAIVE_MODEL_URL          the naive pane's model; unset: the pane is off
+    AIRLOCK_NAIVE_URL                the naive service (http://host:port, the compose
+                                     lab's http://naive:8090): the naive pane POSTs each
+                                     injected email there and shows its /about; wins over
+                                     AIRLOCK_NAIVE_MODEL_URL
+    AIRLOCK_NAIVE_MODEL_URL          the naive pane's model, for an `airlock naive` run here
+                                     per email; both unset: the pane is off
     AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
     AIRLOCK_DASHBOARD_MAX_STREAMS    open /events streams at once (default 32); one more is
                                      answered 503, so slow pages cannot pile up without end
@@ -28,6 +33,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -50,6 +56,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     port: int
     allowed_hosts: list[str]
     naive_model_url: str | None
+    naive_url: str | None
     samples_dir: Path
     max_streams: int
     max_streams_per_client: int
@@ -65,6 +72,22 @@ def _hosts(text: str) -> list[str]:
     return hosts
 
 
+def service_url(text: str) -> str | None:
+    """An http://host[:port] URL (nothing after the port), or None when empty. Plain http: the
+    naive service is a container beside the page, on a network of their own."""
+    text = text.strip()
+    if not text:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError("must be http://host:port")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must be http://host:port, nothing after the port")
+    if parts.port is None and ":" in parts.netloc.rsplit("]", 1)[-1]:
+        raise ValueError("has an empty port")
+    return f"http://{parts.netloc}"
+
+
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
     """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
     read = settings_module.reader(os.environ if env is None else env)
@@ -73,6 +96,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardCon
         "port": read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"),
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
+        "naive_url": read("AIRLOCK_NAIVE_URL", service_url, ""),
         "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
         "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), str(MAX_STREAMS)),
         "max_streams_per_client": read("AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT", settings_module.positive(int),

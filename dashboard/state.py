@@ -22,6 +22,9 @@ what it says, over every record seen (not just the cards kept):
   line that is no replay, status ok or error: the tool was invoked again), once per email
   and step. The call log exists so this never happens; when it does, the repeat stays on
   the card, flagged `repeated`, and the page shows the counter in red.
+The naive pane has counters of its own (`naive_counters`), over every run seen, each run
+counted once, when the naive agent has answered it: `emails` given to the naive agent and
+run, `calls` it made, and of those `outside_plan`, judged against the page's own plan.
 An email's final outcome is final: a later or repeated line about it (a duplicate
 outcome, a late answer, an observation, a replay) is kept on its timeline, marked late,
 and changes nothing else. Only a call that really ran after the outcome (a late answer
@@ -43,6 +46,7 @@ COUNTED_LIMIT = 100_000  # (email, step) of outside-plan calls already counted
 RAN_LIMIT = 100_000  # (email, step) of steps that really ran, so a second run is seen
 RAN = ("ok", "error")  # call statuses that mean the tool was invoked (not refused, escalated, replayed, unknown)
 NAIVE_LIMIT = 100
+NAIVE_COUNTED_LIMIT = 100_000  # naive runs already counted, so a repeated entry counts once
 SYSTEM_LIMIT = 30  # facts about no one email (broker started, service restarted...)
 COLUMNS = ("reader", "validator", "actor")
 OUTCOMES = ("completed", "rejected", "refused", "escalated", "failed")
@@ -110,6 +114,8 @@ class Board:
         self.counters = {"emails": 0, **dict.fromkeys(OUTCOMES, 0), "outside_plan": 0, "ran_twice": 0}
         self.system: collections.deque[dict[str, str]] = collections.deque(maxlen=SYSTEM_LIMIT)
         self.naive: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self.naive_counters = {"emails": 0, "calls": 0, "outside_plan": 0}
+        self._naive_counted: collections.OrderedDict[str, None] = collections.OrderedDict()
         # Where each email stands, for the counters: "open" or "escalated" while it may
         # still change, then only that it is finished. Both bounded, oldest forgotten first.
         self._open: collections.OrderedDict[str, str] = collections.OrderedDict()
@@ -310,11 +316,17 @@ class Board:
                   "args": shown_args(call.get("args")),
                   "outside_plan": self.outside_plan(call.get("server"), call.get("tool"))}
                  for call in entry.get("calls") or [] if isinstance(call, dict)]
+        outside = sum(1 for call in calls if call["outside_plan"])
         entry_id = shown(entry.get("id"))
         shown_entry = {"id": entry_id, "label": shown(entry.get("label")),
                        "status": shown(entry.get("status")), "outcome": shown(entry.get("outcome")),
                        "reason": shown(entry.get("reason")), "answer": shown(entry.get("answer")),
-                       "calls": calls, "outside_plan": sum(1 for call in calls if call["outside_plan"])}
+                       "calls": calls, "outside_plan": outside}
+        if entry.get("status") == "done" and entry_id not in self._naive_counted:
+            _remember(self._naive_counted, entry_id, None, NAIVE_COUNTED_LIMIT)
+            self.naive_counters["emails"] += 1
+            self.naive_counters["calls"] += len(calls)
+            self.naive_counters["outside_plan"] += outside
         self.naive[entry_id] = shown_entry
         self.naive.move_to_end(entry_id)
         while len(self.naive) > NAIVE_LIMIT:
@@ -327,7 +339,8 @@ class Board:
         return [card["id"] for card in self.cards.values() if card["waiting"]]
 
     def snapshot(self) -> dict[str, Any]:
-        return {"cards": list(self.cards.values()), "counters": dict(self.counters), "task": shown(self.task),
+        return {"cards": list(self.cards.values()), "counters": dict(self.counters),
+                "naive_counters": dict(self.naive_counters), "task": shown(self.task),
                 "plan": [f"{server}/{tool}" for server, tool in self.plan],
                 "system": list(self.system), "naive_runs": list(self.naive.values())}
 

@@ -166,7 +166,12 @@ class Hub:
                 self._send(sse("system", self.board.system[-1]))
 
     def publish_naive(self, entry: dict[str, Any]) -> None:
-        self._send(sse("naive", self.board.naive_update(entry)))
+        run = self.board.naive_update(entry)
+        self._send(sse("naive", {"run": run, "counters": dict(self.board.naive_counters)}))
+
+    def publish_naive_pane(self, described: dict[str, Any]) -> None:
+        """The naive pane's state changed (the service said which model it has): tell every page."""
+        self._send(sse("naive_pane", described))
 
     def close(self) -> None:
         """End every open stream (shutdown): pages see the server go, then reconnect."""

@@ -173,12 +173,42 @@ function renderQueue() {
 }
 
 function setCounters(counters) {
-  document.querySelectorAll('.counter').forEach((box) => {
+  document.querySelectorAll('.counters .counter').forEach((box) => {
     const value = counters[box.dataset.key] || 0;
     box.querySelector('.n').textContent = String(value);
     // Both mean an invariant broke: red from across the room, never a number to squint at.
     if (box.dataset.key === 'outside_plan' || box.dataset.key === 'ran_twice') box.classList.toggle('alarm', value > 0);
   });
+}
+
+// The naive pane's own counters: emails it ran, calls it made, and those outside the plan.
+function setNaiveCounters(counters) {
+  document.querySelectorAll('.naive-counters .counter').forEach((box) => {
+    const value = (counters || {})[box.dataset.naiveKey] || 0;
+    box.querySelector('.n').textContent = String(value);
+    if (box.dataset.naiveKey === 'outside_plan') box.classList.toggle('alarm', value > 0);
+  });
+}
+
+// Whether the naive pane is on, and over HTTP which model the naive service has and why.
+function renderNaivePane(naive) {
+  const status = document.getElementById('naive-status');
+  const why = document.getElementById('naive-why');
+  why.textContent = '';
+  status.classList.toggle('off', !naive.enabled);
+  if (!naive.enabled) {
+    status.textContent = naive.reason;
+    return;
+  }
+  const sent = 'on: every email injected from this page also goes to the naive agent';
+  if (naive.via !== 'service') {
+    status.textContent = sent + ', with the same model prompt and tools';
+  } else if (!naive.about) {
+    status.textContent = sent + ' (its service has not said yet which model it has)';
+  } else {
+    status.textContent = sent + '. Its model: ' + naive.about.model;
+    why.textContent = naive.about.why;
+  }
 }
 
 function systemLine(entry) {
@@ -224,11 +254,6 @@ function upsertNaive(run) {
   const old = box.querySelector('.naive-run[data-id="' + CSS.escape(run.id) + '"]');
   const node = renderNaiveRun(run);
   if (old) old.replaceWith(node); else box.insertBefore(node, box.firstChild);
-  let outside = 0;
-  naiveRuns.forEach((r) => { outside += r.outside_plan || 0; });
-  const counter = document.getElementById('naive-outside');
-  counter.textContent = String(outside);
-  counter.parentElement.classList.toggle('alarm', outside > 0);
 }
 
 function applySnapshot(snap) {
@@ -249,12 +274,9 @@ function applySnapshot(snap) {
     systemLine({ stage: 'page', event: 'snapshot', detail: 'older items not sent (page budget): ' + omitted.join(', ') });
   }
   setCounters(snap.counters);
+  setNaiveCounters(snap.naive_counters);
   renderQueue();
-  const status = document.getElementById('naive-status');
-  status.textContent = snap.naive.enabled
-    ? 'on: every email injected from this page also goes to the naive agent, with the same model prompt and tools'
-    : snap.naive.reason;
-  status.classList.toggle('off', !snap.naive.enabled);
+  renderNaivePane(snap.naive);
   const samples = document.getElementById('samples');
   clear(samples);
   if (!snap.samples.length) samples.appendChild(el('span', 'small', 'none here (the packaged image ships no samples)'));
@@ -302,7 +324,12 @@ function connect() {
     setCounters(update.counters);
     renderQueue();
   });
-  source.addEventListener('naive', (e) => upsertNaive(JSON.parse(e.data)));
+  source.addEventListener('naive', (e) => {
+    const update = JSON.parse(e.data);
+    upsertNaive(update.run);
+    setNaiveCounters(update.counters);
+  });
+  source.addEventListener('naive_pane', (e) => renderNaivePane(JSON.parse(e.data)));
   source.addEventListener('system', (e) => systemLine(JSON.parse(e.data)));
 }
 
