@@ -208,3 +208,20 @@ def test_imports_only_the_kernels_dependencies() -> None:
     ours = {"airlock", "actor", "reader", "redteam", "harness"}
     # typing_extensions: msgspec imports it when it is there, and does without
     assert set(json.loads(done.stdout.replace("'", '"'))) - ours <= {"msgspec", "zmq", "typing_extensions"}
+
+
+def test_the_page_pane_shows_the_services_outside_plan_call(naive: Running) -> None:
+    """The dashboard's pane over HTTP against this service: the injected call lands and is counted outside the plan."""
+    import asyncio
+
+    from dashboard.naive_pane import NaivePane, fetch_about
+    from dashboard.state import Board
+
+    pane = NaivePane(None, 5.0, service_url=naive.server.url)
+    entry = asyncio.run(pane.run("m7-1", INJECTED, "eml"))
+    board = Board(sorted(PLAN))
+    board.naive_update(entry)
+    assert board.naive_counters == {"emails": 1, "calls": 1, "outside_plan": 1}
+    assert [c.message_id for c in trace.read_calls(naive.calls)] == ["m7-1"]  # the page's id, in its own log
+    about = fetch_about(naive.server.url)
+    assert about is not None and about["model"].startswith("worst-case")
