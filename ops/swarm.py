@@ -24,7 +24,9 @@ rule by rule, and says what swarm cannot keep:
 
 Only the pipeline's services go in (broker, reader, validator, actor, model, intake,
 dashboard): `init` makes keys and hands folders over (here: `airlock swarm render` makes the
-keys, secrets need no owner), `inject` and `lab` are tools. Runs no docker.
+keys, secrets need no owner), `inject`, `approve` and `lab` are tools, and the naive agent
+and its model are compose's demonstration, so the page's network to them and its settings
+for them (ops/verify.py COMPOSE_ONLY_SETTINGS) stay out too. Runs no docker.
 """
 
 from __future__ import annotations
