@@ -109,3 +109,35 @@ def test_the_task_switch_and_the_approve_tool(lab) -> None:
         lab.env.pop("AIRLOCK_DEMO_TASK")
         lab.compose("up", "-d", "--no-build")  # the lab as shipped, for the tests after this one
         lab.wait_connected()
+
+
+# Run in the page's container: what the page asks the naive agent, over their own network.
+ASK_NAIVE = r"""
+import json, sys, urllib.request
+base = "http://naive:8090"
+about = json.load(urllib.request.urlopen(base + "/about", timeout=10))
+request = urllib.request.Request(base + "/run", data=open(sys.argv[1], "rb").read(), method="POST",
+                                 headers={"X-Airlock-Format": "eml"})
+print(json.dumps({"about": about, "run": json.load(urllib.request.urlopen(request, timeout=120))}))
+"""
+
+
+def test_the_naive_agent_s_default_model_is_the_lab_s_smollm2_on_its_own_server(lab) -> None:
+    """With AIRLOCK_NAIVE_MODEL unset, the naive agent asks naive-model (SmolLM2) with its calls
+    held to a grammar: the page's container reaches it, and the model answers (no failure)."""
+    lab.env.pop("AIRLOCK_NAIVE_MODEL")
+    try:
+        up = lab.compose("up", "-d", "--no-build", "--no-deps", "naive")
+        assert up.returncode == 0, up.stderr[-3000:]
+        lab.wait_healthy("naive-model")
+        deadline = time.monotonic() + 60
+        while (done := lab.compose("exec", "-T", "dashboard", "python3", "-c", ASK_NAIVE,
+                                   "/app/demo/emails/en_order.eml", timeout=180)).returncode != 0:
+            assert time.monotonic() < deadline, done.stdout + done.stderr
+            time.sleep(1)
+        answer = json.loads(done.stdout)
+        assert answer["about"]["constrained"] is True and "grammar" in answer["about"]["model"], answer
+        assert answer["run"]["constrained"] is True and answer["run"]["outcome"] != "failed", answer
+    finally:
+        lab.env["AIRLOCK_NAIVE_MODEL"] = "worst-case"
+        lab.compose("up", "-d", "--no-build", "--no-deps", "naive")  # as the other tests have it
