@@ -8,7 +8,8 @@
 #   reader     airlock/ reader/ tasks/ samples/recorded/  (no tool code) locks/kernel.txt
 #   validator  airlock/ studentcode/ validator/ tasks/                  locks/kernel.txt
 #   actor      airlock/ studentcode/ actor/ tasks/                      locks/kernel.txt
-#   dashboard  airlock/ dashboard/ tasks/                               locks/dashboard.txt
+#   naive      airlock/ reader/ actor/ redteam/naive/ harness/hostile.py tasks/  locks/kernel.txt
+#   dashboard  airlock/ dashboard/ tasks/ demo/                         locks/dashboard.txt
 #   intake     airlock/ intake/                                         locks/smtp.txt
 #   lab        the lab tool: the runtime, the tool packages, labs/, what graders run  locks/graders.txt
 #   model      no airlock code: llama-server (C++), its entrypoint, the GGUF  locks/model-source.txt
@@ -16,6 +17,9 @@
 # No service image holds a tool package (cli/ ops/ harness/ redteam/ course/ bench/ lab/) or
 # another service's package, and only the validator and the actor hold the student-code runner
 # (studentcode/): tests/unit/test_packaging.py lists each image's Python files from its COPY lines.
+# The one exception is `naive`, the demonstration's vulnerable design: one process that reads
+# the email and runs the tools, so it holds the reader and the actor together, and the red
+# team's naive agent with the hostile harness's obeying model. It is on no airlock network.
 # Dependencies are pyproject.toml's, pinned with hashes in locks/ by scripts/lock: each role's
 # virtualenv is built in its own stage from its lock file alone, so editing source never
 # reinstalls them, and only the finished virtualenv (no pip) is copied into the image. Every image runs as uid 10001.
@@ -103,9 +107,34 @@ RUN install -d -o 10001 -g 10001 -m 0700 /data  # as the broker's
 USER 10001:10001
 CMD ["python3", "-m", "actor"]
 
-# --- the page: the kernel, the dashboard and the task files (the plan marks calls outside
-# it). No naive agent, so the naive pane is off here and says so; no samples folder, so the
-# page offers no ready samples.
+# --- the naive agent, for the demonstration beside airlock: the design airlock replaces, one
+# process that reads the email with its model and runs the tool calls the answer names (its
+# own mock tools and call log in /data, a named volume of its own). Its model is its own
+# container (compose's naive-model) or, switched to worst-case, harness.hostile's model that
+# obeys the email, in process. Only what `python -m redteam.naive.service` imports: the
+# kernel, the reader's prompt and mail parsing, the actor's catalog and call log, the naive
+# agent and the hostile model; no broker, no validator, no student-code runner.
+FROM kernel AS naive
+COPY airlock/ /app/airlock/
+COPY reader/ /app/reader/
+COPY actor/ /app/actor/
+COPY redteam/__init__.py /app/redteam/
+COPY redteam/naive/ /app/redteam/naive/
+COPY harness/__init__.py /app/harness/
+COPY harness/hostile.py /app/harness/
+COPY tasks/ /app/tasks/
+# No AIRLOCK_TASK here: tasks/order_status.toml from /app unless compose's AIRLOCK_DEMO_TASK
+# says otherwise (`lab compose` plugs a lab's task into the images that set one: the pipeline's).
+ENV AIRLOCK_DATA_DIR=/data AIRLOCK_NAIVE_LISTEN=0.0.0.0:8090
+WORKDIR /app
+RUN install -d -o 10001 -g 10001 -m 0700 /data  # as the broker's: its named volume starts from this
+USER 10001:10001
+EXPOSE 8090
+CMD ["python3", "-m", "redteam.naive.service"]
+
+# --- the page: the kernel, the dashboard, the task files (the plan marks calls outside it)
+# and demo/ (the ready emails and the scenario the page plays). The naive pane is the naive
+# service's, over HTTP (AIRLOCK_NAIVE_URL): the page holds no naive agent.
 FROM ${AIRLOCK_BASE} AS deps-dashboard
 COPY locks/dashboard.txt /locks/
 RUN python3 -m venv /opt/venv \
@@ -117,7 +146,9 @@ COPY --from=deps-dashboard /opt/venv /opt/venv
 COPY airlock/ /app/airlock/
 COPY dashboard/ /app/dashboard/
 COPY tasks/ /app/tasks/
-ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DASHBOARD_HOST=0.0.0.0 AIRLOCK_DASHBOARD_PORT=8088
+COPY demo/ /app/demo/
+ENV AIRLOCK_TASK=/app/tasks/order_status.toml AIRLOCK_DASHBOARD_HOST=0.0.0.0 AIRLOCK_DASHBOARD_PORT=8088 \
+    AIRLOCK_DASHBOARD_DEMO=/app/demo
 WORKDIR /app
 USER 10001:10001
 EXPOSE 8088

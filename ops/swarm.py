@@ -24,7 +24,9 @@ rule by rule, and says what swarm cannot keep:
 
 Only the pipeline's services go in (broker, reader, validator, actor, model, intake,
 dashboard): `init` makes keys and hands folders over (here: `airlock swarm render` makes the
-keys, secrets need no owner), `inject` and `lab` are tools. Runs no docker.
+keys, secrets need no owner), `inject`, `approve` and `lab` are tools, and the naive agent
+and its model are compose's demonstration, so the page's network to them and its settings
+for them (ops/verify.py COMPOSE_ONLY_SETTINGS) stay out too. Runs no docker.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import yaml
 
 from airlock import bindhosts, keys, settings as settings_module
 from airlock.errors import UsageError
+from ops import verify
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
 STACK_VERSION = "3.9"  # what 20.10's `docker stack deploy` needs for these keys
@@ -133,7 +136,9 @@ def user_ids(user: str) -> tuple[str, str]:
 def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path]], replicas: int) -> dict[str, Any]:
     out = {key: spec[key] for key in KEPT if key in spec}
     # As strings, as compose passes them (YAML reads AIRLOCK_MODEL_TIMEOUT_S: 30 as a number).
-    out["environment"] = {key: "" if value is None else str(value) for key, value in spec["environment"].items()}
+    # Less the settings for compose's naive agent, which the stack does not run (verify.py).
+    out["environment"] = {key: "" if value is None else str(value) for key, value in spec["environment"].items()
+                          if key not in verify.COMPOSE_ONLY_SETTINGS.get(name, ())}
     uid, gid = user_ids(str(spec["user"]))
     # /tmp as compose's tmpfs, with its size: a tmpfs-typed mount, which stack deploy keeps.
     tmp_size = re.search(r"size=(\d+)m", " ".join(spec.get("tmpfs", [])))
@@ -146,7 +151,8 @@ def service(name: str, spec: dict[str, Any], secrets: dict[str, tuple[Path, Path
         out["secrets"] = [{"source": secret, "target": f"{KEYS_MOUNT}/{relative.as_posix()}",
                            "uid": uid, "gid": gid, "mode": SECRET_MODE} for secret, (_, relative) in secrets.items()]
     networks = spec.get("networks", [])
-    out["networks"] = sorted(networks)  # a list or a mapping of name -> ipv4_address: the names only
+    # A list or a mapping of name -> ipv4_address: the names only, of the pipeline's networks.
+    out["networks"] = sorted(network for network in networks if network in NETWORK_ORDER)
     if "ports" in spec:
         out["ports"] = [published(str(port)) for port in spec["ports"]]
     # dnsrr: a service's name resolves to its tasks' own addresses. The default, a virtual IP

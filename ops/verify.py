@@ -38,16 +38,27 @@ NETWORKS = {
     "dashboard": {"edge"},
 }
 DATA_WRITERS = {"broker", "actor"}  # only these mount the data folder, at /data
+# compose only: the demonstration's naive agent beside the pipeline, the page feeding it on a
+# network of their own and its model on another; swarm and Kubernetes run the pipeline alone.
+NAIVE_NETWORKS = {"naive": {"naive", "naivemodel"}, "naive-model": {"naivemodel"}}
+COMPOSE_NETWORKS = {**NETWORKS, "dashboard": NETWORKS["dashboard"] | {"naive"}, **NAIVE_NETWORKS}
+# compose.yaml's settings that exist for the naive agent: where the page finds it, and the
+# page's one listening address (its edge one, so the naive network finds nothing there).
+COMPOSE_ONLY_SETTINGS = {"dashboard": ("AIRLOCK_DASHBOARD_HOST", "AIRLOCK_NAIVE_URL")}
 INIT = "init"  # the one-shot service that makes the keys; root, so checked apart (lab_init.py)
 INIT_CAPABILITIES = {"CHOWN", "DAC_OVERRIDE", "FOWNER"}  # what handing folders to two users takes
 INIT_MOUNTS = {"/project": False, "/data": True, "/lab-keys": True}  # target -> writable
 BRIDGE_PREFIX = "al-"  # scripts/lab-firewall closes the holes on bridges named al-*
 DATA_MOUNT = "/data"
+# Who mounts a named volume of its own at DATA_MOUNT instead of the data folder: the naive
+# agent's call log, never the actor's.
+OWN_VOLUME = {"naive"}
 KEYS_MOUNT = "/keys"  # each service's own key folder, read-only
 # The secret keys each container may hold: what `airlock keys` gives its folder (the model: none).
 OWN_SECRETS = {service: set(roles) for service, roles in keys.SERVICE_KEYS.items() if service != "inject"} \
-    | {"model": set()}
-PORTS = {**settings_module.DEFAULT_PORTS, "smtp": 2525, "model": 8080}  # the lab's: compose.yaml
+    | {"model": set(), "naive": set()}
+PORTS = {**settings_module.DEFAULT_PORTS, "smtp": 2525, "model": 8080, "dashboard": 8088,
+         "naive": 8090}  # the lab's: compose.yaml
 OUTSIDE_HOST = "pypi.org"  # a registry this machine may reach, so probing it is harmless
 PROBE_TIMEOUT_S = 2.0
 # Why a probe has no target, where the generic reason (a service not running) does not say it.
@@ -296,7 +307,7 @@ def init_checks(container: Any) -> list[Check]:
 
 def inspect(lab: Lab) -> list[Check]:
     checks = init_checks(lab.init)
-    for service, expected in NETWORKS.items():
+    for service, expected in COMPOSE_NETWORKS.items():
         container = lab.containers.get(service)
         if container is None:
             checks.append(Check(service, "running", False, "no running container for this service"))
@@ -320,7 +331,24 @@ def inspect(lab: Lab) -> list[Check]:
             else:
                 checks.append(Check(service, f"network {name}: internal", internal, f"Internal={internal}"))
             checks.append(Check(service, f"network {name}: firewall covers it", *_bridge(lab.networks.get(name, {}))))
+    checks += [own_data(lab, service) for service in sorted(OWN_VOLUME) if service in lab.containers]
     return checks
+
+
+def _data_source(container: Any) -> str | None:
+    return next((m.get("Name") or m.get("Source") for m in container.attrs.get("Mounts") or []
+                 if m.get("Destination") == DATA_MOUNT), None)
+
+
+def own_data(lab: RunningLab, service: str) -> Check:
+    """A service of OWN_VOLUME writes its call log where no other container of the lab does:
+    its /data is a named volume that no other running container mounts."""
+    mine = _data_source(lab.containers[service])
+    sharing = sorted(other for other, container in lab.containers.items()
+                     if other != service and mine is not None and _data_source(container) == mine)
+    return Check(service, "its own call log, not the actor's", mine is not None and not sharing,
+                 f"{DATA_MOUNT} is volume {mine}" + (f", mounted by {', '.join(sharing)} too" if sharing else
+                                                     ", no other container's") if mine else f"nothing at {DATA_MOUNT}")
 
 
 def _mounts(service: str, attrs: dict) -> Check:
@@ -332,13 +360,17 @@ def _mounts(service: str, attrs: dict) -> Check:
         elif target == KEYS_MOUNT and kind == "bind":
             if mount.get("RW"):
                 problems.append(f"{KEYS_MOUNT} is writable")
+        elif service in OWN_VOLUME and target == DATA_MOUNT:
+            if kind != "volume":
+                problems.append(f"{kind} {source} -> {target}: a named volume of its own, not a host folder")
         elif kind in ("bind", "volume") and not (service in DATA_WRITERS and target == DATA_MOUNT):
             problems.append(f"{kind} {source} -> {target}")
-    needs_data = service in DATA_WRITERS
+    needs_data = service in DATA_WRITERS or service in OWN_VOLUME
     has_data = any(m.get("Destination") == DATA_MOUNT for m in attrs.get("Mounts") or [])
     if needs_data and not has_data:
         problems.append(f"no data folder at {DATA_MOUNT}")
-    reason = "; ".join(problems) or (f"only the data folder at {DATA_MOUNT} and its keys" if needs_data
+    reason = "; ".join(problems) or (f"only its own volume at {DATA_MOUNT}" if service in OWN_VOLUME
+                                     else f"only the data folder at {DATA_MOUNT} and its keys" if needs_data
                                      else "no host paths but its own keys, read-only")
     return Check(service, "mounts", not problems, reason)
 
@@ -377,7 +409,8 @@ def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
     expect("reader", "cannot reach the actor", lab.ip("actor", "actors"), PORTS["actor"], "no route")
     expect("actor", "cannot reach the model", model, PORTS["model"], "no route")
     expect("validator", "cannot reach the model", model, PORTS["model"], "no route")
-    for service in NETWORKS:
+    naive_probes(lab, expect)
+    for service in COMPOSE_NETWORKS:
         if outside_ip is not None:
             expect(service, "no route outside", outside_ip, 443, "no route")
         if service in lab.containers:
@@ -408,18 +441,49 @@ def probes(lab: RunningLab, outside_ip: str | None, host_port: int,
         output = lab.containers["reader"].exec_run(["python3", "-c", NO_TOOL_CODE]).output.decode().strip()
         checks.append(Check("reader", "image has no tool code", output == "clean",
                             "no actor/validator/broker package, catalog or call log" if output == "clean" else output))
-        model = lab.ip("model", "model")
-        if model is not None:
-            output = lab.containers["reader"].exec_run(["python3", "-c", MODEL_CLOSED, f"http://{model}:{PORTS['model']}"])
-            checks.append(model_closed(output.output.decode(errors="replace")))
+    for client, (server, network) in MODEL_OF.items():
+        address = lab.ip(server, network)
+        if client in lab.containers and address is not None:
+            output = lab.containers[client].exec_run(["python3", "-c", MODEL_CLOSED, f"http://{address}:{PORTS['model']}"])
+            checks.append(model_closed(output.output.decode(errors="replace"), client))
     return checks
 
 
-def model_closed(output: str) -> Check:
+# Each model's client -> (the model's service, the network they share).
+MODEL_OF = {"reader": ("model", "model"), "naive": ("naive-model", "naivemodel")}
+# The broker's endpoints, each on the network where it is bound (compose.yaml's bind hosts).
+ENDPOINT_NETWORKS = {"intake": "edge", "trace": "edge", "reader": "readers", "validator": "validators",
+                     "actor": "actors"}
+
+
+def naive_probes(lab: RunningLab, expect: Callable[[str, str, str | None, int, str], None]) -> None:
+    """The naive agent, which obeys whatever an email says, reaches its own model and nothing
+    of airlock: no broker endpoint, not the actor, not airlock's model, not the page it is
+    fed from (on their shared network the page listens nowhere); its model reaches nothing.
+    Host and outside: probes()'s rows for every service. No row where no naive agent runs
+    (swarm's stack has none; in compose, inspect() fails its "running" row)."""
+    if "naive" not in lab.containers:
+        return
+    expect("naive", "reaches its own model", lab.ip("naive-model", "naivemodel"), PORTS["model"], "connected")
+    expect("dashboard", "reaches the naive agent", lab.ip("naive", "naive"), PORTS["naive"], "connected")
+    for endpoint, network in ENDPOINT_NETWORKS.items():
+        expect("naive", f"cannot reach the broker's {endpoint} endpoint", lab.ip("broker", network),
+               PORTS[endpoint], "no route")
+    expect("naive", "cannot reach the actor", lab.ip("actor", "actors"), PORTS["actor"], "no route")
+    expect("naive", "cannot reach airlock's model", lab.ip("model", "model"), PORTS["model"], "no route")
+    expect("naive", "cannot open the page", lab.ip("dashboard", "naive"), PORTS["dashboard"], "no connection")
+    expect("naive", "cannot reach the page's edge address", lab.ip("dashboard", "edge"), PORTS["dashboard"],
+           "no route")
+    expect("naive-model", "cannot open the naive agent", lab.ip("naive", "naivemodel"), PORTS["naive"],
+           "no connection")
+    expect("naive-model", "cannot reach the page", lab.ip("dashboard", "naive"), PORTS["dashboard"], "no route")
+
+
+def model_closed(output: str, client: str = "reader") -> Check:
     """MODEL_CLOSED's four lines, each a closed answer; anything else names what is open."""
     answers = output.splitlines()
     opened = [a for a in answers if not a.strip() or a.split()[-1] not in CLOSED]
-    return Check("reader", "the model serves it no tools", len(answers) == 4 and not opened,
+    return Check(client, "the model serves it no tools", len(answers) == 4 and not opened,
                  "; ".join(opened)[:300] or "tools, slots and POST /props closed")
 
 

@@ -268,8 +268,8 @@ def build(env: Mapping[str, str] | None = None) -> tuple[Server, CallLog, Path]:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     log = CallLog(settings.calls_path)
     try:
-        server = Server(address, NaiveService(NaiveAgent(catalog, model.ask, log, task.value, constrained=model.constrained),
-                                              model, task.name))
+        agent = NaiveAgent(catalog, model.ask, log, task.value, constrained=model.constrained)
+        server = Server(address, NaiveService(agent, model, task.name))
     except OSError as exc:
         log.close()
         raise ConfigError(f"cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}") from exc

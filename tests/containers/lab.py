@@ -33,12 +33,13 @@ from ops.ports import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800  # the model image compiles llama.cpp the first time
 PROJECT_PREFIX = "airlocktest"
-IMAGES = ("broker", "reader", "validator", "actor", "model", "intake", "dashboard", "cli", "lab")  # compose.yaml's
+IMAGES = ("broker", "reader", "validator", "actor", "model", "naive", "intake", "dashboard", "cli",
+          "lab")  # compose.yaml's
 SUBNET_POOL = ipaddress.IPv4Network("172.31.0.0/16")  # each run takes one free /24 of it
 # Set outside, these would point the lab or the host CLI somewhere else than docs/compose.md says.
 NOT_INHERITED = ("AIRLOCK_KEYS", "AIRLOCK_KEYS_DIR", "AIRLOCK_DATA", "AIRLOCK_DATA_DIR", "AIRLOCK_UID",
-                 "AIRLOCK_GID", "AIRLOCK_TAG", "AIRLOCK_SUBNET", "AIRLOCK_BRIDGE", "COMPOSE_PROJECT_NAME",
-                 "COMPOSE_FILE", "COMPOSE_PROFILES")
+                 "AIRLOCK_GID", "AIRLOCK_TAG", "AIRLOCK_SUBNET", "AIRLOCK_BRIDGE", "AIRLOCK_DEMO_TASK",
+                 "AIRLOCK_NAIVE_MODEL", "COMPOSE_PROJECT_NAME", "COMPOSE_FILE", "COMPOSE_PROFILES")
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -129,7 +130,10 @@ class Lab:
                         # The tests play that server from the host, whose connections to the
                         # published port arrive from the edge network's gateway.
                         AIRLOCK_TRUSTED_AUTHSERV_IDS=TRUSTED_AUTHSERV_ID,
-                        AIRLOCK_TRUSTED_RELAYS=f"{subnet}.1")
+                        AIRLOCK_TRUSTED_RELAYS=f"{subnet}.1",
+                        # The naive agent's model that obeys the email, in process: what it does
+                        # is then known (the lab's SmolLM2 as the naive agent is measured apart).
+                        AIRLOCK_NAIVE_MODEL="worst-case")
         self.started = False
 
     @classmethod
@@ -150,7 +154,7 @@ class Lab:
 
     @property
     def bridges(self) -> list[str]:
-        return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act")]
+        return [f"al-{self.run_id}-{short}" for short in ("edge", "read", "model", "valid", "act", "naive", "nmod")]
 
     def compose(self, *args: str, files: tuple[str, ...] = (),
                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -238,6 +242,7 @@ def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> G
             up = lab.compose("up", "-d", "--build", timeout=BUILD_TIMEOUT_S)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         lab.wait_healthy("model")
+        lab.wait_healthy("naive-model")
         lab.wait_connected()
         yield lab
     finally:

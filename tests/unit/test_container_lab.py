@@ -138,7 +138,7 @@ def test_compose_file_takes_the_subnet_and_bridge_names_from_variables() -> None
                      if not line.lstrip().startswith("#"))
     assert "172.31.240" not in text.replace("${AIRLOCK_SUBNET:-172.31.240}", "")
     bridges = re.findall(r"com\.docker\.network\.bridge\.name: \"(.*)\"", text)
-    assert len(bridges) == 5 and all(b.startswith("al-${AIRLOCK_BRIDGE:-}") for b in bridges)
+    assert len(bridges) == 7 and all(b.startswith("al-${AIRLOCK_BRIDGE:-}") for b in bridges)
     longest = max(len(b.replace("${AIRLOCK_BRIDGE:-}", "abcde-")) for b in bridges)
     assert longest <= 15
 

@@ -34,8 +34,8 @@ class Running:
     def __init__(self, data: Path, model: models.NaiveModel) -> None:
         self.calls = data / "calls.jsonl"
         self.log = CallLog(self.calls)
-        self.service = service.NaiveService(NaiveAgent(CATALOG, model.ask, self.log, TASK.value, constrained=model.constrained),
-                                            model, "order_status")
+        agent = NaiveAgent(CATALOG, model.ask, self.log, TASK.value, constrained=model.constrained)
+        self.service = service.NaiveService(agent, model, "order_status")
         self.server = service.Server(("127.0.0.1", 0), self.service)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -4,6 +4,8 @@ service runs, every dependency declared once in pyproject and installed from a h
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -22,7 +24,7 @@ IMAGES = sorted(set(TARGETS.values()))
 # Each image's dependencies: the lock it installs and the declarations that lock is made from
 # (scripts/lock): "kernel" is [project] dependencies, the others are extras.
 LOCK_OF = {"cli": "kernel", "broker": "kernel", "reader": "kernel", "validator": "kernel", "actor": "kernel",
-           "dashboard": "dashboard", "intake": "smtp", "lab": "graders", "model": "model-source"}
+           "naive": "kernel", "dashboard": "dashboard", "intake": "smtp", "lab": "graders", "model": "model-source"}
 DECLARED_IN = {"kernel": ("kernel",), "dashboard": ("kernel", "dashboard"), "smtp": ("kernel", "smtp"),
                "graders": ("kernel", "graders"), "model-source": ("model",)}
 PYTHONS = ("3.11", "3.12")  # Debian bookworm's (airlock/base:bookworm) and python:3.12-slim's
@@ -78,8 +80,8 @@ def test_images_are_non_root_and_install_dependencies_first(target: str) -> None
 @pytest.mark.parametrize("target", [t for t in IMAGES if t != "lab"])
 def test_no_image_carries_the_labs(target: str) -> None:
     """Every image but the lab tool's copies nothing of `lab/` or `labs/`, nor the whole
-    project: graders, students' reference code, the attack tools, the hostile model, the
-    naive agent and the bench are not part of the runtime."""
+    project: graders, students' reference code, the attack tools and the bench are not part
+    of the runtime (the naive agent and the hostile model only of the naive image, below)."""
     copied = [c.rstrip("/") for c in images.holds(target, STAGES)]
     assert not {"lab", "labs", ".", "naive", "bench"} & set(copied), copied
     assert not [c for c in copied if c.startswith(("lab/", "labs/"))], copied
@@ -113,6 +115,51 @@ def test_service_images_hold_no_operator_course_or_harness_module(target: str) -
     allowed = {"airlock", target} | ({"studentcode"} if target in ("validator", "actor") else set())
     assert files and {f.split("/")[0] for f in files} <= allowed, sorted({f.split("/")[0] for f in files})
     assert any(f.startswith(f"{target}/") for f in files) and "airlock/wire.py" in files
+
+
+# What `python -m redteam.naive.service` imports, file by file: the one image that holds the
+# reader and the actor together (the vulnerable design the demonstration shows beside airlock).
+NAIVE_SERVICE = "redteam.naive.service"
+NAIVE_TOOL_FILES = {"redteam/__init__.py", "harness/__init__.py", "harness/hostile.py"}
+
+
+def test_the_naive_image_holds_the_kernel_reader_actor_and_naive_agent_only() -> None:
+    """The naive image's Python files are the kernel's, the reader's, the actor's, the naive
+    agent's and the hostile model's: no broker, validator, page, intake, student-code runner,
+    command line, operator tool, course or bench, and of redteam/ and harness/ nothing else."""
+    files = python_files("naive")
+    tops = {f.split("/")[0] for f in files}
+    assert tops == {"airlock", "reader", "actor", "redteam", "harness"}, sorted(tops)
+    tools = {f for f in files if f.split("/")[0] in ("redteam", "harness")}
+    assert {f for f in tools if not f.startswith("redteam/naive/")} == NAIVE_TOOL_FILES, sorted(tools)
+    assert "redteam/naive/__init__.py" in files and "tasks/" in images.holds("naive", STAGES)
+
+
+def test_only_the_naive_and_lab_images_hold_the_reader_and_the_actor_together() -> None:
+    """Reader code and tool code in one image is the naive design: the naive agent's image and
+    the lab tool's (its graders start a whole stack); no airlock service's."""
+    both = {t for t in IMAGES if {"reader", "actor"} <= {f.split("/")[0] for f in python_files(t)}}
+    assert both == {"naive", "lab"}
+
+
+def test_the_naive_image_holds_every_module_its_service_imports(tmp_path: Path) -> None:
+    """Importing the naive service from a tree of only the image's files (the kernel's
+    dependencies beside it) loads every project module from that tree: nothing it needs is
+    left out of the image."""
+    import msgspec
+
+    for source in python_files("naive") + [str(p.relative_to(ROOT)) for p in (ROOT / "tasks").rglob("*")
+                                           if p.is_file()]:
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_bytes((ROOT / source).read_bytes())
+    dependencies = str(Path(msgspec.__file__).parents[1])  # the kernel's lock: msgspec and pyzmq, site-packages
+    probe = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}]; sys.path.append({dependencies!r})\n"
+             f"import {NAIVE_SERVICE}\n"
+             "outside = [m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)\n"
+             f"           and m.__file__.startswith({str(ROOT)!r})]\n"
+             "print(outside)")
+    done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_only_the_validator_and_the_actor_images_hold_the_student_code_runner() -> None:

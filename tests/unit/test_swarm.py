@@ -89,6 +89,16 @@ def test_each_service_is_on_exactly_the_networks_of_the_trust_table(stack: dict[
     assert {name: set(spec["networks"]) for name, spec in stack["services"].items()} == NETWORKS
 
 
+def test_the_stack_leaves_out_compose_s_naive_agent(stack: dict[str, Any]) -> None:
+    """No naive agent, model or network in the stack, and the page is told nothing of one:
+    it listens on every address of its task (the image's default) and its naive pane is off."""
+    assert not {name for name in stack["services"] if name.startswith("naive")}
+    assert not {name for name in stack["networks"] if name.startswith("naive")}
+    environment = stack["services"]["dashboard"]["environment"]
+    assert not {"AIRLOCK_DASHBOARD_HOST", "AIRLOCK_NAIVE_URL"} & set(environment), environment
+    assert environment["AIRLOCK_TASK"] == "/app/tasks/order_status.toml"
+
+
 def test_each_service_gets_exactly_its_key_folder_as_secrets(stack: dict[str, Any], key_folder: Path) -> None:
     """One secret per file `airlock keys` gives the service's folder, at the same path under
     /keys, the services' user's, 0400; the model none; every secret declared external."""

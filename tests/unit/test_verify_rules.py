@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -58,9 +59,14 @@ def test_root_users_fail(user: str) -> None:
      True),
     ("reader", [{"Type": "bind", "Source": "/x/airlock-keys/services/reader", "Destination": "/keys", "RW": True}],
      False),
+    ("naive", [{"Type": "volume", "Name": "lab_naive-data", "Source": "/var/lib/docker/volumes/lab_naive-data/_data",
+                "Destination": "/data", "RW": True}], True),
+    ("naive", [{"Type": "bind", "Source": "/home/x/airlock-data", "Destination": "/data", "RW": True}], False),
+    ("naive", [], False),
 ])
 def test_mounts_only_the_data_folder_for_its_writers(service: str, mounts: list, ok: bool) -> None:
-    """Only the broker and the actor mount the data folder; nobody mounts the Docker socket."""
+    """Only the broker and the actor mount the data folder, the naive agent a volume of its own
+    there; nobody mounts the Docker socket."""
     attrs = hardened()
     attrs["Mounts"] = mounts
     assert verify._mounts(service, attrs).ok is ok
@@ -171,3 +177,96 @@ def test_a_model_probe_that_did_not_run_fails() -> None:
     assert not verify.model_closed("Traceback (most recent call last):\n  ...\nOSError: boom\n").ok
     assert not verify.model_closed("GET /tools 403\nGET /tools 403\nGET /slots ConnectionRefusedError\n"
                                    "POST /props 403\n").ok
+
+
+class FakeContainer:
+    def __init__(self, data: dict | None = None) -> None:
+        self.attrs = {"Mounts": [{"Destination": "/data", **data}] if data else []}
+
+    def exec_run(self, command: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(output=b"", exit_code=0)  # what a container holding no key prints
+
+
+class FakeLab(verify.RunningLab):
+    """Containers by service and each one's address per network, as `docker inspect` gives them."""
+
+    def __init__(self, addresses: dict[str, dict[str, str]], data: dict[str, dict] | None = None) -> None:
+        super().__init__(None, {s: FakeContainer((data or {}).get(s)) for s in addresses}, {}, None)
+        self.addresses = addresses
+
+    def ip(self, service: str, network: str) -> str | None:
+        return self.addresses.get(service, {}).get(network)
+
+
+COMPOSE_ADDRESSES = {
+    "broker": {"edge": "10.0.0.2", "readers": "10.0.0.18", "validators": "10.0.0.50", "actors": "10.0.0.66"},
+    "actor": {"actors": "10.0.0.67"}, "model": {"model": "10.0.0.34"},
+    "dashboard": {"edge": "10.0.0.3", "naive": "10.0.0.82"},
+    "naive": {"naive": "10.0.0.94", "naivemodel": "10.0.0.98"}, "naive-model": {"naivemodel": "10.0.0.99"},
+}
+
+
+def planned_naive_probes(lab: verify.RunningLab) -> set[tuple]:
+    planned: set[tuple] = set()
+    verify.naive_probes(lab, lambda service, name, host, port, want: planned.add((service, host, port, want)))
+    return planned
+
+
+def test_the_naive_agent_is_probed_towards_everything_of_airlock_and_its_own_model() -> None:
+    """Every broker endpoint on its own network, the actor, airlock's model and the page's edge
+    address must be unroutable from the naive agent, the page's naive address closed; its own
+    model connects, and the page reaches it; its model gets no route to the page."""
+    planned = planned_naive_probes(FakeLab(COMPOSE_ADDRESSES))
+    broker = COMPOSE_ADDRESSES["broker"]
+    assert {("naive", broker[verify.ENDPOINT_NETWORKS[e]], verify.PORTS[e], "no route")
+            for e in ("intake", "trace", "reader", "validator", "actor")} <= planned
+    assert {("naive", "10.0.0.99", 8080, "connected"), ("dashboard", "10.0.0.94", 8090, "connected"),
+            ("naive", "10.0.0.67", 7404, "no route"), ("naive", "10.0.0.34", 8080, "no route"),
+            ("naive", "10.0.0.82", 8088, "no connection"), ("naive", "10.0.0.3", 8088, "no route"),
+            ("naive-model", "10.0.0.98", 8090, "no connection"), ("naive-model", "10.0.0.82", 8088, "no route")} \
+        <= planned
+    assert {service for service, *_ in planned} == {"naive", "dashboard", "naive-model"}
+
+
+def test_no_naive_rows_where_no_naive_agent_runs() -> None:
+    """Swarm's stack runs no naive agent: its page plans no probe towards one."""
+    addresses = {k: v for k, v in COMPOSE_ADDRESSES.items() if not k.startswith("naive")}
+    assert planned_naive_probes(FakeLab(addresses)) == set()
+
+
+def test_every_service_is_probed_towards_the_host_and_the_outside() -> None:
+    """The naive agent and its model get the host and outside rows every service gets."""
+    class Quiet(FakeLab):
+        def probe(self, service: str, host: str, port: int) -> str:
+            return "unreachable:ENETUNREACH"
+
+        def gateways(self, service: str) -> list[str]:
+            return ["10.0.0.1"]
+
+    checks = verify.probes(Quiet({s: COMPOSE_ADDRESSES[s] for s in ("naive", "naive-model")}), "192.0.2.1", 9)
+    names = {(c.service, c.name) for c in checks}
+    for service in ("naive", "naive-model"):
+        assert {(service, "no route outside"), (service, "cannot reach host services")} <= names
+
+
+@pytest.mark.parametrize(("naive", "actor", "ok"), [
+    ({"Type": "volume", "Name": "lab_naive-data"}, {"Type": "bind", "Source": "/x/airlock-data"}, True),
+    ({"Type": "volume", "Name": "lab_data"}, {"Type": "volume", "Name": "lab_data"}, False),
+    (None, {"Type": "bind", "Source": "/x/airlock-data"}, False),
+])
+def test_the_naive_call_log_is_its_own(naive, actor, ok: bool) -> None:
+    """The naive agent's /data is mounted by no other container: the actor's call log is not its own."""
+    lab = FakeLab({"naive": {}, "actor": {}}, {"naive": naive, "actor": actor})
+    check = verify.own_data(lab, "naive")
+    assert check.ok is ok, check.reason
+
+
+def test_verify_holds_each_compose_service_to_the_networks_compose_gives_it() -> None:
+    """COMPOSE_NETWORKS is compose.yaml's networks per running service; NETWORKS, the pipeline's
+    (swarm's and Kubernetes'), is the same less the naive agent, its model and the page's way to it."""
+    from ops import swarm
+
+    services = swarm.read_compose({})["services"]
+    assert {name: set(services[name]["networks"]) for name in verify.COMPOSE_NETWORKS} == verify.COMPOSE_NETWORKS
+    assert set(verify.COMPOSE_NETWORKS) - set(verify.NETWORKS) == {"naive", "naive-model"}
+    assert verify.COMPOSE_NETWORKS["dashboard"] - verify.NETWORKS["dashboard"] == {"naive"}
