@@ -44,8 +44,10 @@ def cmd_attack(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if args.mode == "naive" and not model_url:
         raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
+    if args.unconstrained and args.mode != "naive":
+        raise UsageError("--unconstrained is for --mode naive: airlock's reader has its own constraint (the task's)")
     result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
-                        attack.progress_bar(), args.in_flight, settings)
+                        attack.progress_bar(), args.in_flight, settings, naive_constrained=not args.unconstrained)
     if args.report:
         Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
     print(score.table(result))
@@ -219,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all outcomes")
     attack.add_argument("--in-flight", type=int,
                         help="emails in flight at once (default 2 per reader with a model, 4 without)")
+    attack.add_argument("--unconstrained", action="store_true",
+                        help="naive mode: the model answers freely (default: its calls held to the catalog's grammar)")
     attack.add_argument("--running", action="store_true",
                         help="attack the running stack of $AIRLOCK_* instead of a private one")
 

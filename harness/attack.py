@@ -179,12 +179,14 @@ class Traced:
 
 
 def run_naive(emails: list[CampaignEmail], model_url: str | None, data_dir: Path, timeout_s: float,
-              progress: Progress, task: Task) -> tuple[list[score.EmailResult], list[str]]:
-    """`task`: its narrow type is how the agent tells whether a value occurs in the email."""
+              progress: Progress, task: Task, constrained: bool = True) -> tuple[list[score.EmailResult], list[str]]:
+    """`task`: its narrow type is how the agent tells whether a value occurs in the email.
+    `constrained`: the model's calls held to the catalog's grammar (redteam/naive/grammar.py)."""
     files = campaign.materialize(emails, data_dir / "emails")
     env = {**os.environ, "AIRLOCK_DATA_DIR": str(data_dir), "AIRLOCK_MODEL_URL": model_url or "",
            "AIRLOCK_TASK": str(Path(task.path).resolve())}
-    process = subprocess.Popen(python_command("-m", "airlock", "naive", *map(str, files)), env=env,
+    switch = [] if constrained else ["--unconstrained"]
+    process = subprocess.Popen(python_command("-m", "airlock", "naive", *switch, *map(str, files)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout_s, process.kill)
     timer.start()
@@ -265,9 +267,10 @@ def match_model(model_url: str | None, readers: int | None, in_flight: int | Non
 
 def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers: int | None, timeout_s: float,
         running: bool, progress: Progress, in_flight: int | None = None,
-        settings: settings_module.Settings | None = None) -> dict[str, Any]:
+        settings: settings_module.Settings | None = None, naive_constrained: bool = True) -> dict[str, Any]:
     """`settings`: the running stack's, as the command line gave them (its --data-dir is
-    where that stack's trace and calls are read); default: $AIRLOCK_*."""
+    where that stack's trace and calls are read); default: $AIRLOCK_*. `naive_constrained`:
+    in naive mode, whether the model's calls are held to the catalog's grammar."""
     emails = campaign.load(paths)
     matched = match_model(model_url if mode == "separated" and not running else None, readers, in_flight)
     last_outcome = [0.0]
@@ -279,7 +282,8 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
     with tempfile.TemporaryDirectory(prefix="airlock-attack-") as scratch:
         started = time.monotonic()
         if mode == "naive":
-            results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, noted, task)
+            results, stragglers = run_naive(emails, model_url, Path(scratch), timeout_s, noted, task,
+                                            naive_constrained)
         elif running:
             results, stragglers = run_separated(emails, settings or settings_module.load(), timeout_s,
                                                 matched.in_flight, noted)
@@ -305,5 +309,7 @@ def run(paths: list[str], mode: str, task: Task, model_url: str | None, readers:
         # On --running the model is whatever the stack's readers ask: not this process's to name.
         pace |= {"running": running, "readers": None if running else matched.readers, "in_flight": matched.in_flight,
                  "model_slots": matched.model_slots, "readers_why": "the running stack's" if running else matched.why}
+    else:
+        pace["constrained"] = naive_constrained
     return score.report(mode, None if running else model_url, task, [scorer.judge(r) for r in results], stragglers,
                         pace)

@@ -155,3 +155,29 @@ def test_the_cli_switches_the_grammar_off(monkeypatch) -> None:
         args = tools.build_parser().parse_args(argv)
         assert args.handler(args) == 0
     assert seen == [True, False]
+
+
+def test_airlock_attack_passes_the_grammar_switch_to_the_naive_agent(monkeypatch) -> None:
+    """`airlock attack --mode naive --unconstrained` runs the naive agent unconstrained; with
+    separated mode the switch is a usage error, not silently ignored."""
+    from airlock.errors import UsageError
+    from cli import tools
+    from harness import attack
+
+    seen: list[bool] = []
+
+    def run(*args: object, naive_constrained: bool) -> dict:
+        seen.append(naive_constrained)
+        raise SystemExit(0)  # the report's table is not this test's
+
+    monkeypatch.setattr(attack, "run", run)
+    parser = tools.build_parser()
+    for argv in (["attack", "x.eml", "--mode", "naive", "--model-url", "http://127.0.0.1:9"],
+                 ["attack", "x.eml", "--mode", "naive", "--unconstrained", "--model-url", "http://127.0.0.1:9"]):
+        args = parser.parse_args(argv)
+        with pytest.raises(SystemExit):
+            args.handler(args)
+    assert seen == [True, False]
+    args = parser.parse_args(["attack", "x.eml", "--unconstrained"])
+    with pytest.raises(UsageError, match="--unconstrained is for --mode naive"):
+        args.handler(args)
