@@ -11,6 +11,7 @@ the actor's code) wait inside the handler that needs them.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,18 +43,40 @@ def cmd_attack(args: argparse.Namespace) -> int:
     for name in ("readers", "in_flight"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.mode == "naive" and not model_url:
-        raise UsageError("--mode naive needs a model: --model-url URL (try `airlock model --hostile`)")
-    if args.unconstrained and args.mode != "naive":
-        raise UsageError("--unconstrained is for --mode naive: airlock's reader has its own constraint (the task's)")
-    result = attack.run(args.paths, args.mode, task, model_url, args.readers, args.timeout, args.running,
-                        attack.progress_bar(), args.in_flight, settings, naive_constrained=not args.unconstrained)
+    if args.mode in ("naive", "both") and not model_url:
+        raise UsageError(f"--mode {args.mode} needs a model: --model-url URL (try `airlock model --hostile`)")
+    if args.unconstrained and args.mode == "separated":
+        raise UsageError("--unconstrained is for the naive agent (--mode naive or both): airlock's reader has "
+                         "its own constraint (the task's)")
+    if args.comparison and args.mode != "both":
+        raise UsageError("--comparison needs --mode both: the naive agent and airlock on the same emails")
+    results = {}
+    for mode in ("naive", "separated") if args.mode == "both" else (args.mode,):
+        results[mode] = attack.run(args.paths, mode, task, model_url, args.readers, args.timeout, args.running,
+                                   attack.progress_bar(), args.in_flight, settings,
+                                   naive_constrained=not args.unconstrained)
+        print(score.table(results[mode]))
+    report: Any = results[args.mode] if args.mode != "both" else results
     if args.report:
-        Path(args.report).write_bytes(msgspec.json.format(_json.encode(result)) + b"\n")
-    print(score.table(result))
-    if args.report:
+        Path(args.report).write_bytes(msgspec.json.format(_json.encode(report)) + b"\n")
         print(f"  report: {args.report}")
+    if args.mode == "both":
+        compared = score.comparison(results["naive"], results["separated"], args.paths, settings.model_name,
+                                    _attack_command(args, model_url or ""))
+        print(score.comparison_table(compared))
+        if args.comparison:
+            Path(args.comparison).write_bytes(msgspec.json.format(_json.encode(compared)) + b"\n")
+            print(f"  comparison: {args.comparison}")
     return 0
+
+
+def _attack_command(args: argparse.Namespace, model_url: str) -> str:
+    """The command that measures it again, as the comparison file records it."""
+    words = ["airlock", "attack", *args.paths, "--mode", args.mode, "--model-url", model_url]
+    words += ["--unconstrained"] if args.unconstrained else []
+    words += ["--task", args.task] if args.task else []
+    words += ["--comparison", args.comparison] if args.comparison else []
+    return shlex.join(words)
 
 
 def verify_target(args: argparse.Namespace) -> tuple[str, str]:
@@ -211,8 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     attack = command("attack", cmd_attack)
     attack.add_argument("paths", nargs="+", help=".eml/.txt files, folders, or .jsonl")
-    attack.add_argument("--mode", choices=["separated", "naive"], default="separated",
-                        help="separated: the airlock pipeline (default); naive: one model call with the tools")
+    attack.add_argument("--mode", choices=["separated", "naive", "both"], default="separated",
+                        help="separated: the airlock pipeline (default); naive: one model call with the tools; "
+                             "both: the naive agent, then airlock, on the same emails and model")
+    attack.add_argument("--comparison", help="with --mode both: write the two runs' figures side by side here "
+                                             "(JSON; the page shows demo/measured.json)")
     attack.add_argument("--model-url", help="model endpoint (default $AIRLOCK_MODEL_URL; separated mode may use none)")
     attack.add_argument("--report", help="write the JSON report here")
     attack.add_argument("--task", help="task file (default tasks/order_status.toml)")

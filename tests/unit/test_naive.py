@@ -179,5 +179,8 @@ def test_airlock_attack_passes_the_grammar_switch_to_the_naive_agent(monkeypatch
             args.handler(args)
     assert seen == [True, False]
     args = parser.parse_args(["attack", "x.eml", "--unconstrained"])
-    with pytest.raises(UsageError, match="--unconstrained is for --mode naive"):
+    with pytest.raises(UsageError, match="--unconstrained is for the naive agent"):
+        args.handler(args)
+    args = parser.parse_args(["attack", "x.eml", "--comparison", "out.json"])
+    with pytest.raises(UsageError, match="--comparison needs --mode both"):
         args.handler(args)
