@@ -10,8 +10,9 @@ should show. A step whose card waits for a person names who approves it.
 The text of a scenario reaches the page as text (textContent), never as markup; the
 commands it holds are shown for the trainer to copy, never run.
 
-    ScenarioError (ConfigError)   the file is missing, unreadable or invalid; `step` is
-                                  the 1-based step it names, None for the whole file
+    ScenarioError (ConfigError)   the file is unreadable or invalid; `step` is the
+     |                            1-based step it names, None for the whole file
+     +-- ScenarioMissing          there is no scenario file
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from airlock.errors import ConfigError
+from dashboard.inject import Sample, read_sample
 
 LANGUAGES = ("en", "nl", "de", "ru", "tr")  # English and the seeds' languages; English is the fallback
 MAX_FILE_BYTES = 256 * 1024  # a scenario is a page of text; more is a mistake, refused before parsing
@@ -48,11 +50,15 @@ class ScenarioError(ConfigError):
         self.step = step
 
 
+class ScenarioMissing(ScenarioError):
+    """No scenario file where the page looks (an image that ships no demo folder)."""
+
+
 class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A misspelt key is an error, not a silently missing note."""
 
 
-class Text(_Strict):
+class Text(_Strict, frozen=True, forbid_unknown_fields=True):
     """One line in the trainer's languages: English always, the others where written."""
 
     en: Line
@@ -62,7 +68,7 @@ class Text(_Strict):
     tr: Line | None = None
 
 
-class Notes(_Strict):
+class Notes(_Strict, frozen=True, forbid_unknown_fields=True):
     """One to three lines of what to look at, in the trainer's languages."""
 
     en: Lines
@@ -72,14 +78,14 @@ class Notes(_Strict):
     tr: Lines | None = None
 
 
-class Approval(_Strict):
+class Approval(_Strict, frozen=True, forbid_unknown_fields=True):
     """Who approves an escalated step: a principal's name and the role the task asks for."""
 
     role: Name
     by: Name
 
 
-class Step(_Strict):
+class Step(_Strict, frozen=True, forbid_unknown_fields=True):
     email: EmailFile  # a file of the demo's emails/ folder, by name
     task: Name  # the task the stack must run for this step (tasks/<task>.toml)
     outcome: Outcome  # what airlock's card ends with before anyone approves
@@ -89,7 +95,7 @@ class Step(_Strict):
     approve: Approval | None = None  # only for a step whose outcome is escalated
 
 
-class Scenario(_Strict):
+class Scenario(_Strict, frozen=True, forbid_unknown_fields=True):
     title: Text
     steps: Annotated[list[Step], msgspec.Meta(min_length=1, max_length=MAX_STEPS)]
     # Shown to the trainer: switching the stack's task ({task}) and approving ({id}, {role}, {by}).
@@ -124,7 +130,7 @@ def load(path: Path, emails: Path, tasks: Path | None = None) -> Scenario:
         with path.open("rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise ScenarioError(f"no scenario file at {path}") from None
+        raise ScenarioMissing(f"no scenario file at {path}") from None
     except OSError as exc:
         raise ScenarioError(f"scenario {path} cannot be read: {exc.strerror or exc}") from None
     scenario = decode(data, str(path))
@@ -155,6 +161,30 @@ def to_page(scenario: Scenario, labels: dict[str, str]) -> dict[str, Any]:
                    "label": labels.get(step.email, step.email), "commands": commands(scenario, step)}
                   for number, step in enumerate(scenario.steps, start=1)],
     }
+
+
+class Played(msgspec.Struct, frozen=True):
+    """GET /api/scenario's answer, decided once at start: the scenario, or why there is none."""
+
+    status: int
+    body: dict[str, Any]
+
+
+def for_page(demo_dir: Path) -> tuple[Played, dict[str, Sample]]:
+    """The demo folder's scenario for the page, and its steps' emails by the key the page
+    injects them with (`demo/<file>`). A missing or invalid file is an answer the page
+    shows, never a page that does not start."""
+    emails_dir = demo_dir / "emails"
+    try:
+        found = load(demo_dir / "scenario.toml", emails_dir)
+    except ScenarioMissing as exc:
+        return Played(404, {"error": str(exc)}), {}
+    except ScenarioError as exc:
+        return Played(422, {"error": str(exc), "step": exc.step}), {}
+    emails = {f"demo/{step.email}": read_sample(emails_dir / step.email, f"demo/{step.email}")
+              for step in found.steps}
+    labels = {key.removeprefix("demo/"): sample.label for key, sample in emails.items()}
+    return Played(200, to_page(found, labels)), emails
 
 
 def _named(source: str, message: str) -> ScenarioError:
