@@ -174,3 +174,25 @@ def test_scenario_error_is_a_configuration_error() -> None:
     from airlock.errors import EX_CONFIG, exit_code
 
     assert exit_code(ScenarioError("x", 1)) == EX_CONFIG
+
+
+# --- airlock demo check ------------------------------------------------------------------
+
+
+def test_demo_check_lists_the_shipped_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """`airlock demo check` reads the shipped scenario as the page does and lists its steps."""
+    from cli import tools
+
+    assert tools.main(["demo", "check", str(DEMO / "scenario.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "6 steps" in out and "approved by dana as support-lead" in out
+
+
+def test_demo_check_exits_78_naming_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad step is one line on stderr naming it, and the configuration exit code."""
+    from airlock.errors import EX_CONFIG
+    from cli import tools
+
+    path = written(tmp_path, HEAD + one_step() + one_step(outcome="exploded"))
+    assert tools.main(["demo", "check", str(path)]) == EX_CONFIG
+    assert "step 2" in capsys.readouterr().err
