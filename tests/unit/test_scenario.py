@@ -196,3 +196,14 @@ def test_demo_check_exits_78_naming_the_step(tmp_path: Path, capsys: pytest.Capt
     path = written(tmp_path, HEAD + one_step() + one_step(outcome="exploded"))
     assert tools.main(["demo", "check", str(path)]) == EX_CONFIG
     assert "step 2" in capsys.readouterr().err
+
+
+def test_the_documented_step_decodes() -> None:
+    """docs/dashboard.md's example step is a valid step as written."""
+    import re
+
+    page = (ROOT / "docs" / "dashboard.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", page, flags=re.DOTALL)
+    assert example is not None
+    (step,) = scenario.decode((HEAD + example.group(1)).encode()).steps
+    assert (step.email, step.task, step.outcome) == ("en_data_only.eml", "order_status_guarded", "refused")
