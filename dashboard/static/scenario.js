@@ -175,6 +175,7 @@
     playButton.textContent = place.playing ? 'Play again from the start' : 'Play the scenario';
     clear(box);
     const step = currentStep();
+    document.body.classList.toggle('scenario-playing', step !== null);
     if (!step) {
       box.hidden = !(place.index >= scenario.steps.length && place.key);
       if (!box.hidden) box.appendChild(el('p', 'small', 'The scenario is over: ' + scenario.steps.length + ' steps.'));
