@@ -100,7 +100,8 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
     actor's) is judged against this one."""
     board = Board(plan, task=task)
     samples = {s.name: s for s in inject.load_samples(config.samples_dir)}
-    played, scenario_emails = scenario.for_page(config.demo_dir)
+    # A step's task is checked against the folder of the page's own task: the stack's tasks.
+    played, scenario_emails = scenario.for_page(config.demo_dir, settings.task.parent)
     injectable = {**samples, **scenario_emails}  # a listed name never holds a "/"
     naive = NaivePane(config.naive_model_url, settings.model_timeout_s)
     trace_file = settings.trace_path

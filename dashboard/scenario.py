@@ -170,13 +170,14 @@ class Played(msgspec.Struct, frozen=True):
     body: dict[str, Any]
 
 
-def for_page(demo_dir: Path) -> tuple[Played, dict[str, Sample]]:
-    """The demo folder's scenario for the page, and its steps' emails by the key the page
-    injects them with (`demo/<file>`). A missing or invalid file is an answer the page
-    shows, never a page that does not start."""
+def for_page(demo_dir: Path, tasks: Path | None = None) -> tuple[Played, dict[str, Sample]]:
+    """The demo folder's scenario for the page (each step's task checked against the folder
+    `tasks` when given), and its steps' emails by the key the page injects them with
+    (`demo/<file>`). A missing or invalid file is an answer the page shows, never a page
+    that does not start."""
     emails_dir = demo_dir / "emails"
     try:
-        found = load(demo_dir / "scenario.toml", emails_dir)
+        found = load(demo_dir / "scenario.toml", emails_dir, tasks)
     except ScenarioMissing as exc:
         return Played(404, {"error": str(exc)}), {}
     except ScenarioError as exc:

@@ -119,6 +119,8 @@ def copied_demo(tmp_path: Path) -> Path:
     pytest.param(lambda text: text.replace('outcome = "refused"', 'outcome = "maybe"'), 5, id="bad-outcome"),
     pytest.param(lambda text: text.replace('email = "en_marker.eml"', 'email = "gone.eml"'), 3, id="missing-email"),
     pytest.param(lambda text: text + "\n[[steps]\n", None, id="not-toml"),
+    pytest.param(lambda text: text.replace('task = "refund_with_approval"', 'task = "refund_with_aproval"'), 6,
+                 id="unknown-task"),
 ])
 def test_bad_scenario_file_is_an_error_the_page_shows(page: Client, tmp_path: Path,
                                                       edit: Callable[[str], str], step: int | None) -> None:
