@@ -34,8 +34,13 @@
     while (node.firstChild) node.removeChild(node.firstChild);
   }
 
+  let picked = null;  // the language picked on this page; else the one stored; else English
+
   function language() {
-    const chosen = localStorage.getItem(LANG_KEY);
+    let chosen = picked;
+    if (chosen === null) {
+      try { chosen = localStorage.getItem(LANG_KEY); } catch (error) { /* no storage: English */ }
+    }
     return chosen && LANGUAGE_NAMES[chosen] ? chosen : 'en';
   }
 
@@ -63,7 +68,9 @@
   }
 
   function savePlace() {
-    localStorage.setItem(PLACE_KEY, JSON.stringify(place));
+    try {
+      localStorage.setItem(PLACE_KEY, JSON.stringify(place));
+    } catch (error) { /* no storage here: the place lasts until the page reloads */ }
   }
 
   function currentStep() {
@@ -254,7 +261,8 @@
     });
     select.value = language();
     select.addEventListener('change', () => {
-      localStorage.setItem(LANG_KEY, select.value);
+      picked = select.value;
+      try { localStorage.setItem(LANG_KEY, picked); } catch (error) { /* kept for this page only */ }
       render();
     });
   }
