@@ -3,8 +3,8 @@
 Text that starts with header lines is an .eml (`airlock.sources.sniff`), and then its
 From address is the sender the intake vouches for, as `airlock inject` reads it. Ready
 emails are a folder's *.eml (the demo's emails/ unless AIRLOCK_DASHBOARD_SAMPLES names
-another), read once at start: the seed's 4411 email first, then by language (English,
-then the seeds' languages), the benign before the hostile. Each names what it tries in
+another), read once at start, by language (English, then the seeds' languages), the
+seed's 4411 email first in its own, then the benign before the hostile. Each names what it tries in
 an `X-Airlock-Label` header and its language in `X-Airlock-Lang` (harness/campaign.py
 reads the same file's X-Airlock-Expect, -Goal and -Category); without them the file name
 is its label. No folder, no ready emails.
@@ -53,8 +53,8 @@ class Sample:
 
 
 def load_samples(folder: Path) -> list[Sample]:
-    """The ready emails of `folder`, the seed first, then by language, the benign before
-    the hostile (without headers: hostile-named files first); none if no folder."""
+    """The ready emails of `folder` by language, the seed first in its own, then the benign
+    before the hostile (without headers: hostile-named files first); none if no folder."""
     if not folder.is_dir():
         return []
     found = [read_sample(p, f"{folder.name}/{p.name}") for p in sorted(folder.glob("*.eml")) if p.is_file()]
@@ -63,7 +63,7 @@ def load_samples(folder: Path) -> list[Sample]:
         lang = LANGUAGE_ORDER.index(sample.lang) if sample.lang in LANGUAGE_ORDER else len(LANGUAGE_ORDER)
         kind = (0 if sample.category == "benign" else 1) if sample.category else (
             1 if sample.name.startswith("hostile") else 2)
-        return (0 if sample.name == SEED_SAMPLE else 1, lang, kind, sample.name)
+        return (lang, 0 if sample.name == SEED_SAMPLE else 1, kind, sample.name)
 
     return sorted(found, key=order)[:MAX_SAMPLES]
 
