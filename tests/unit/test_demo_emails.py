@@ -139,3 +139,33 @@ def test_label_and_language_default_without_headers(tmp_path: Path) -> None:
     (tmp_path / "my_own_email.eml").write_bytes(b"From: a@example.org\nSubject: hi\n\nOrder 5 please.\n")
     (sample,) = inject.load_samples(tmp_path)
     assert (sample.label, sample.lang, sample.category) == ("my own email", "", "")
+
+
+@pytest.mark.parametrize(("task", "proof", "outcome", "refused_by"), [
+    pytest.param("order_status.toml", "none", "completed", "", id="unguarded-lands"),
+    pytest.param("order_status_guarded.toml", "none", "refused", "evidence", id="guarded-from-the-page"),
+    pytest.param("order_status_guarded.toml", "dkim", "refused", "corroboration", id="guarded-proven-sender"),
+])
+def test_the_planted_order_lands_unguarded_and_is_refused_guarded(make_actor, logged_calls, task: str, proof: str,
+                                                                  outcome: str, refused_by: str) -> None:
+    """The scenario's data-only email, with the order it plants: the status mail goes to its
+    owner on order_status; order_status_guarded refuses it, unproven sender or proven."""
+    item = loaded()["en_data_only.eml"]
+    planted = item.goal.removeprefix("value:")
+    sender = sources.sender_of(item.raw, "eml")
+    done = make_actor(task).run("m-data-only", planted, sender, sender_proof=proof)
+    assert done.outcome == outcome, done.reason
+    mails = [c for c in logged_calls() if c.tool == "send_status"]
+    if outcome == "completed":
+        assert [c.to for c in mails] == [ORDERS[planted]["customer"]] != [sender]
+    else:
+        assert mails == [] and refused_by in (done.calls[-1].decision or {}).get("refused_by", ""), done.calls[-1]
+
+
+def test_the_refund_email_waits_for_a_support_lead(make_actor, logged_calls) -> None:
+    """The scenario's escalation: the refund case opens, the confirmation mail waits for a person."""
+    item = loaded()["en_refund_damaged.eml"]
+    actor = make_actor("refund_with_approval.toml")
+    done = actor.run("m-refund", item.expect or "", sources.sender_of(item.raw, "eml"))
+    assert done.outcome == "escalated" and "support-lead" in done.reason
+    assert [c.tool for c in logged_calls()] == ["open_refund_case"]
