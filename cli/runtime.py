@@ -73,6 +73,7 @@ LAB_COMMANDS = {
     "lab": "hands-on labs: list, start, check, run, compose, hint, notes, reset, progress, wrong, grade, mutants",
     "k8s": "Kubernetes: write a namespace per student (kustomize overlays with their own keys)",
     "swarm": "Docker Swarm: render the lab as a stack (keys as secrets), deploy it, remove it",
+    "demo": "the trainers' guided scenario: check a scenario file as the page reads it",
 }
 
 

@@ -1,5 +1,5 @@
 """The tools around the runtime, which no service runs: `airlock attack`, verify, record,
-pins, naive, model, corpus, bench, prompts, k8s and swarm.
+pins, naive, model, corpus, bench, prompts, k8s, swarm and demo.
 
 `airlock COMMAND ...` runs this module's main in the same process (cli/runtime.py run_tool).
 cli/runtime.py owns each command's one-line help (LAB_COMMANDS, what `airlock --help`
@@ -11,6 +11,7 @@ the actor's code) wait inside the handler that needs them.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -179,6 +180,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench(args.rest)
 
 
+def cmd_demo_check(args: argparse.Namespace) -> int:
+    """Decode a scenario file as the page does, and find each step's email (and task)."""
+    from airlock.task import SHIPPED_TASKS
+    from airlock.terminal import shown
+    from dashboard import config, scenario  # the page's own schema: one decoder for both
+
+    demo = Path(os.environ.get("AIRLOCK_DASHBOARD_DEMO") or config.ROOT / "demo")
+    path = Path(args.file) if args.file else demo / "scenario.toml"
+    emails = Path(args.emails) if args.emails else path.parent / "emails"
+    tasks = Path(args.tasks) if args.tasks else (SHIPPED_TASKS if SHIPPED_TASKS.is_dir() else None)
+    found = scenario.load(path, emails, tasks)
+    for number, step in enumerate(found.steps, start=1):
+        approve = f"  approved by {step.approve.by} as {step.approve.role}" if step.approve else ""
+        print(f"{number:>2}  {step.email:<28} {step.task:<24} {step.outcome}{approve}")
+    checked = f" and its task in {tasks}" if tasks is not None else ""
+    print(shown(f"scenario {path}: {len(found.steps)} steps, each step's email in {emails}{checked}"))
+    return 0
+
+
 def cmd_k8s_class(args: argparse.Namespace) -> int:
     from ops import kubernetes
 
@@ -344,6 +364,18 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             sub.add_argument("--build", action="store_true", help="build every image from this checkout first "
                                                                   "(default: only those the engine lacks)")
+
+    demo = command("demo", cmd_demo_check, data_dir=False)
+    demo_commands = demo.add_subparsers(dest="demo_command", required=True)
+    demo_check = demo_commands.add_parser(
+        "check", help="decode a guided scenario file as the page does and find each step's email and task",
+        description="decode a guided scenario file (default $AIRLOCK_DASHBOARD_DEMO/scenario.toml, else the "
+                    "repository's demo/scenario.toml) as the trainers' page does; exit 78 naming the step "
+                    "that is wrong")
+    demo_check.set_defaults(handler=cmd_demo_check)
+    demo_check.add_argument("file", nargs="?", help="the scenario file")
+    demo_check.add_argument("--emails", help="the folder of its emails (default: emails/ beside the file)")
+    demo_check.add_argument("--tasks", help="the folder of task files its steps name (default: the shipped tasks/)")
 
     bench = command("bench", cmd_bench, data_dir=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER,

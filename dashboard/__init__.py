@@ -8,7 +8,8 @@ endpoint and imports no service code (tests/unit/test_dashboard.py walks its imp
     feed.py        the trace subscription (SUB + file tail), deduplicated
     state.py       the pure reducer: trace records -> cards, counters, queue
     stream.py      the board shared by every open page, fanned out as server-sent events
-    inject.py      page text and ready samples -> Emails for the intake
+    inject.py      page text and ready emails -> Emails for the intake
+    scenario.py    the guided scenario file: its schema, strictly decoded, for GET /api/scenario
     naive_pane.py  the same emails through `airlock naive`, one subprocess each
     app.py         the Starlette routes and the security headers
     config.py      its own settings (AIRLOCK_DASHBOARD_*, AIRLOCK_NAIVE_MODEL_URL)

@@ -5,7 +5,10 @@
                        within one page's byte budget (snapshot.py)
     GET  /events       server-sent events (see stream.py); a client past its share of
                        streams, or any past the total, is answered 503 with Retry-After
-    POST /api/inject   {"text": ...} or {"sample": NAME} -> {"id": message id}
+    POST /api/inject   {"text": ...} or {"sample": NAME} -> {"id": message id}; NAME is a
+                       listed ready email, or `demo/<file>` for a scenario step's email
+    GET  /api/scenario the guided scenario as the page plays it (scenario.py); 404 or 422
+                       with {"error": ...} when there is none or it is invalid
 
 Every response carries a strict Content-Security-Policy (scripts and styles from this
 origin only, nothing inline, no frames, no plugins) and the page renders every trace
@@ -37,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
 from airlock.transport import client_keys
-from dashboard import inject
+from dashboard import inject, scenario
 from dashboard.config import DashboardConfig
 from dashboard.feed import TraceFeed
 from dashboard.naive_pane import NaivePane
@@ -97,12 +100,16 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
     actor's) is judged against this one."""
     board = Board(plan, task=task)
     samples = {s.name: s for s in inject.load_samples(config.samples_dir)}
+    # A step's task is checked against the folder of the page's own task: the stack's tasks.
+    played, scenario_emails = scenario.for_page(config.demo_dir, settings.task.parent)
+    injectable = {**samples, **scenario_emails}  # a listed name never holds a "/"
     naive = NaivePane(config.naive_model_url, settings.model_timeout_s, service_url=config.naive_url)
     trace_file = settings.trace_path
 
     def extra() -> dict[str, Any]:
         return {"naive": naive.describe(),
-                "samples": [{"name": s.name, "label": s.label} for s in samples.values()],
+                "samples": [{"name": s.name, "label": s.label, "lang": s.lang, "category": s.category}
+                            for s in samples.values()],
                 "sources": {"stream": settings.endpoint("trace"),
                             "file": str(trace_file) if trace_file.is_file() else None}}
 
@@ -182,7 +189,7 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
                 return json_response({"error": f"request over {MAX_REQUEST_BYTES} bytes"}, 413)
         try:
             wanted = msgspec.json.decode(bytes(body), type=inject.InjectRequest)
-            item, label = inject.email_for(wanted, samples, MAX_TEXT_BYTES)
+            item, label = inject.email_for(wanted, injectable, MAX_TEXT_BYTES)
         except (msgspec.DecodeError, inject.InjectError) as exc:
             return json_response({"error": str(exc)}, 400)
         try:
@@ -195,12 +202,16 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
             task.add_done_callback(naive_runs.discard)
         return json_response({"id": message_id, "label": label, "naive": naive.enabled})
 
+    async def scenario_page(request: Request) -> Response:
+        return json_response(played.body, played.status)
+
     app = Starlette(
         routes=[
             Route("/", page),
             Route("/api/state", state),
             Route("/events", events),
             Route("/api/inject", inject_email, methods=["POST"]),
+            Route("/api/scenario", scenario_page),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)],

@@ -11,7 +11,12 @@
                                      AIRLOCK_NAIVE_MODEL_URL
     AIRLOCK_NAIVE_MODEL_URL          the naive pane's model, for an `airlock naive` run here
                                      per email; both unset: the pane is off
-    AIRLOCK_DASHBOARD_SAMPLES        folder of ready .eml samples (default <repo>/samples)
+    AIRLOCK_DASHBOARD_DEMO           the demonstration's folder (default <repo>/demo): its
+                                     emails/*.eml are the page's ready emails and the
+                                     scenario's, its scenario.toml the guided scenario
+    AIRLOCK_DASHBOARD_SAMPLES        another folder of ready .eml emails for the page to list
+                                     instead (default: the demo's emails/); the scenario
+                                     still plays the demo's own
     AIRLOCK_DASHBOARD_MAX_STREAMS    open /events streams at once (default 32); one more is
                                      answered 503, so slow pages cannot pile up without end
     AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT  of those, what one client (one peer
@@ -57,6 +62,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     allowed_hosts: list[str]
     naive_model_url: str | None
     naive_url: str | None
+    demo_dir: Path
     samples_dir: Path
     max_streams: int
     max_streams_per_client: int
@@ -91,13 +97,15 @@ def service_url(text: str) -> str | None:
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
     """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
     read = settings_module.reader(os.environ if env is None else env)
+    demo_dir = overrides.get("demo_dir") or read("AIRLOCK_DASHBOARD_DEMO", Path, str(ROOT / "demo"))
     values: dict[str, Any] = {
         "host": read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
         "port": read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"),
         "allowed_hosts": read("AIRLOCK_DASHBOARD_ALLOWED_HOSTS", _hosts, "127.0.0.1,localhost"),
         "naive_model_url": read("AIRLOCK_NAIVE_MODEL_URL", settings_module.optional_url, ""),
         "naive_url": read("AIRLOCK_NAIVE_URL", service_url, ""),
-        "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(ROOT / "samples")),
+        "demo_dir": demo_dir,
+        "samples_dir": read("AIRLOCK_DASHBOARD_SAMPLES", Path, str(demo_dir / "emails")),
         "max_streams": read("AIRLOCK_DASHBOARD_MAX_STREAMS", settings_module.positive(int), str(MAX_STREAMS)),
         "max_streams_per_client": read("AIRLOCK_DASHBOARD_MAX_STREAMS_PER_CLIENT", settings_module.positive(int),
                                        str(MAX_STREAMS_PER_CLIENT)),

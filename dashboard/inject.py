@@ -2,8 +2,12 @@
 
 Text that starts with header lines is an .eml (`airlock.sources.sniff`), and then its
 From address is the sender the intake vouches for, as `airlock inject` reads it. Ready
-samples are the repository's samples/*.eml, read once at start, the seed's 4411 email
-first; the packaged image has no samples folder, and then there are none.
+emails are a folder's *.eml (the demo's emails/ unless AIRLOCK_DASHBOARD_SAMPLES names
+another), read once at start, by language (English, then the seeds' languages), the
+seed's 4411 email first in its own, then the benign before the hostile. Each names what it tries in
+an `X-Airlock-Label` header and its language in `X-Airlock-Lang` (harness/campaign.py
+reads the same file's X-Airlock-Expect, -Goal and -Category); without them the file name
+is its label. No folder, no ready emails.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from airlock.settings import Settings
 from airlock.wire import Email, EmailFormat
 
 SEED_SAMPLE = "seed_4411_de.eml"
-MAX_SAMPLES = 16
+MAX_SAMPLES = 32
+MAX_LABEL_CHARS = 120
+LANGUAGE_ORDER = ("en", "nl", "de", "ru", "tr")  # English, then the seeds' languages
 ORIGIN = "dashboard"
 INTAKE_TIMEOUT_S = 5.0
 
@@ -41,18 +47,47 @@ class Sample:
     name: str
     label: str
     raw: bytes
+    lang: str = ""  # X-Airlock-Lang, "" when the file does not say
+    category: str = ""  # X-Airlock-Category: "benign", or what the attack is
+    origin: str = ""  # how the trace names where it came from: <folder>/<file>
 
 
 def load_samples(folder: Path) -> list[Sample]:
-    """The seed email first, then the hostile ones, then the rest; none if no folder."""
+    """The ready emails of `folder` by language, the seed first in its own, then the benign
+    before the hostile (without headers: hostile-named files first); none if no folder."""
     if not folder.is_dir():
         return []
+    found = [read_sample(p, f"{folder.name}/{p.name}") for p in sorted(folder.glob("*.eml")) if p.is_file()]
 
-    def order(path: Path) -> tuple[int, str]:
-        return (0 if path.name == SEED_SAMPLE else 1 if path.name.startswith("hostile") else 2, path.name)
+    def order(sample: Sample) -> tuple[int, int, int, str]:
+        lang = LANGUAGE_ORDER.index(sample.lang) if sample.lang in LANGUAGE_ORDER else len(LANGUAGE_ORDER)
+        kind = (0 if sample.category == "benign" else 1) if sample.category else (
+            1 if sample.name.startswith("hostile") else 2)
+        return (lang, 0 if sample.name == SEED_SAMPLE else 1, kind, sample.name)
 
-    paths = sorted((p for p in folder.glob("*.eml") if p.is_file()), key=order)[:MAX_SAMPLES]
-    return [Sample(p.name, p.stem.replace("_", " "), p.read_bytes()) for p in paths]
+    return sorted(found, key=order)[:MAX_SAMPLES]
+
+
+def read_sample(path: Path, origin: str) -> Sample:
+    """One ready email with its label and language; `origin` names it in the trace."""
+    raw = path.read_bytes()
+    headers = _headers(raw)
+    label = " ".join(headers.get("X-Airlock-Label", "").split())[:MAX_LABEL_CHARS]
+    return Sample(path.name, label or path.stem.replace("_", " "), raw,
+                  lang=headers.get("X-Airlock-Lang", "").strip().lower()[:8],
+                  category=headers.get("X-Airlock-Category", "").strip().lower()[:32],
+                  origin=origin)
+
+
+def _headers(raw: bytes) -> dict[str, str]:
+    """An email's headers as text, parsed within the reader's bounds; {} if it has none."""
+    try:
+        parsed = mailbounds.parse(raw, email.policy.default, headersonly=True)
+        if isinstance(parsed, mailbounds.Exceeded):
+            return {}
+        return {name: str(value) for name, value in parsed.items()}
+    except Exception:  # noqa: BLE001  a header the parser cannot read names nothing
+        return {}
 
 
 def email_for(request: InjectRequest, samples: dict[str, Sample], max_bytes: int) -> tuple[Email, str]:
@@ -63,8 +98,8 @@ def email_for(request: InjectRequest, samples: dict[str, Sample], max_bytes: int
         if sample is None:
             raise InjectError(f"no sample named {name!r}")
         fmt: EmailFormat = "eml"
-        return (Email(sample.raw, fmt, f"{ORIGIN}:samples/{sample.name}", sources.sender_of(sample.raw, fmt)),
-                sample.label)
+        return (Email(sample.raw, fmt, f"{ORIGIN}:{sample.origin or 'samples/' + sample.name}",
+                      sources.sender_of(sample.raw, fmt)), sample.label)
     if text is None or name is not None:
         raise InjectError("send either text or a sample name")
     raw = text.encode("utf-8", errors="replace")

@@ -277,15 +277,32 @@ function applySnapshot(snap) {
   setNaiveCounters(snap.naive_counters);
   renderQueue();
   renderNaivePane(snap.naive);
+  renderSamples(snap.samples);
+  document.dispatchEvent(new CustomEvent('airlock:snapshot', { detail: snap }));
+}
+
+// The ready emails, one row per language (the server sends them in order); a hostile one
+// is marked, and its label says what it tries.
+function renderSamples(list) {
   const samples = document.getElementById('samples');
   clear(samples);
-  if (!snap.samples.length) samples.appendChild(el('span', 'small', 'none here (the packaged image ships no samples)'));
-  snap.samples.forEach((sample) => {
-    const button = el('button', 'sample', sample.label);
+  if (!list.length) samples.appendChild(el('span', 'small', 'none here (no ready emails in this image)'));
+  let row = null;
+  let lang = null;
+  list.forEach((sample) => {
+    if (row === null || sample.lang !== lang) {
+      lang = sample.lang;
+      row = el('div', 'sample-row');
+      if (lang) row.appendChild(el('span', 'lang-tag', lang.toUpperCase()));
+      samples.appendChild(row);
+    }
+    const hostile = sample.category && sample.category !== 'benign';
+    const button = el('button', 'sample' + (hostile ? ' sample-hostile' : ''), sample.label);
     button.type = 'button';
+    button.title = sample.name + (sample.category ? ' · ' + sample.category : '');
     button.dataset.sample = sample.name;
     button.addEventListener('click', () => inject({ sample: sample.name }));
-    samples.appendChild(button);
+    row.appendChild(button);
   });
 }
 
@@ -323,11 +340,13 @@ function connect() {
     upsertCard(update.card, true);
     setCounters(update.counters);
     renderQueue();
+    document.dispatchEvent(new CustomEvent('airlock:card', { detail: update.card }));
   });
   source.addEventListener('naive', (e) => {
     const update = JSON.parse(e.data);
     upsertNaive(update.run);
     setNaiveCounters(update.counters);
+    document.dispatchEvent(new CustomEvent('airlock:naive', { detail: update.run }));
   });
   source.addEventListener('naive_pane', (e) => renderNaivePane(JSON.parse(e.data)));
   source.addEventListener('system', (e) => systemLine(JSON.parse(e.data)));

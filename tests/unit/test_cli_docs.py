@@ -17,7 +17,7 @@ from cli import lab as lab_commands, runtime as cli, tools as lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-WITH_VERBS = {"corpus", "k8s", "swarm", "lab"}  # commands whose row names their sub-commands
+WITH_VERBS = {"corpus", "k8s", "swarm", "lab", "demo"}  # commands whose row names their sub-commands
 
 
 def _cells(row: str) -> list[str]:

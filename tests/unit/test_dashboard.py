@@ -346,19 +346,28 @@ def test_dashboard_image_holds_no_service_code() -> None:
 # --- the page: text only, nothing inline, nothing remote ----------------------------------
 
 
+PAGE_SCRIPTS = ("app.js", "scenario.js")
+
+
+@pytest.mark.parametrize("script", PAGE_SCRIPTS)
 @pytest.mark.parametrize("sink", ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(",
                                   "new Function", "setTimeout('", 'setTimeout("'])
-def test_page_script_never_parses_markup(sink: str) -> None:
-    """The page's script puts trace text on the page with textContent only."""
-    assert sink not in (ROOT / "dashboard" / "static" / "app.js").read_text()
+def test_page_script_never_parses_markup(sink: str, script: str) -> None:
+    """The page's scripts put trace and scenario text on the page with textContent only."""
+    assert sink not in (ROOT / "dashboard" / "static" / script).read_text()
+
+
+def test_every_page_script_is_checked() -> None:
+    """No script of the page escapes the markup check above."""
+    assert {p.name for p in (ROOT / "dashboard" / "static").glob("*.js")} == set(PAGE_SCRIPTS)
 
 
 def test_page_has_nothing_inline_and_nothing_remote() -> None:
     """No inline script or style (the CSP forbids them anyway) and no CDN or remote font."""
     html = (ROOT / "dashboard" / "static" / "index.html").read_text()
-    assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/app.js" defer>']
+    assert re.findall(r"<script\b[^>]*>", html) == [f'<script src="/static/{name}" defer>' for name in PAGE_SCRIPTS]
     assert "<style" not in html and not re.search(r"\s(style|on[a-z]+)\s*=", html)
-    for name in ("index.html", "app.js", "style.css"):
+    for name in ("index.html", *PAGE_SCRIPTS, "style.css"):
         text = (ROOT / "dashboard" / "static" / name).read_text()
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, flags=re.IGNORECASE), name
         assert "@import" not in text and "url(" not in text

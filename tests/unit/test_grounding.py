@@ -138,7 +138,8 @@ def grounded_tasks() -> list[task_module.Task]:
 
 
 def shipped_emails() -> list[Path]:
-    return sorted((ROOT / "samples").glob("*.eml")) + sorted((ROOT / "corpus" / "handmade").glob("*.eml"))
+    return (sorted((ROOT / "samples").glob("*.eml")) + sorted((ROOT / "corpus" / "handmade").glob("*.eml"))
+            + sorted((ROOT / "demo" / "emails").glob("*.eml")))
 
 
 def test_the_order_tasks_ask_for_grounding() -> None:
