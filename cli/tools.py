@@ -35,7 +35,7 @@ def _settings(args: argparse.Namespace) -> settings_module.Settings:
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
-    from airlock import task as task_module
+    from airlock import measured, task as task_module
     from harness import attack, score
 
     settings = _settings(args)
@@ -66,7 +66,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
                                     _attack_command(args, model_url or ""))
         print(score.comparison_table(compared))
         if args.comparison:
-            Path(args.comparison).write_bytes(msgspec.json.format(_json.encode(compared)) + b"\n")
+            Path(args.comparison).write_bytes(measured.encode(compared))
             print(f"  comparison: {args.comparison}")
     return 0
 

@@ -37,6 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from airlock import measured
 from airlock.errors import BrokerUnreachable
 from airlock.settings import Settings
 from airlock.transport import client_keys
@@ -44,7 +45,7 @@ from dashboard import inject, scenario
 from dashboard.config import DashboardConfig
 from dashboard.feed import TraceFeed
 from dashboard.naive_pane import NaivePane
-from dashboard.state import Board
+from dashboard.state import Board, shown
 from dashboard.stream import Hub, Refused
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -93,6 +94,20 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
                     headers={"cache-control": "no-store", **(headers or {})})
 
 
+MEASURED_FILE = "measured.json"  # `airlock attack --mode both --comparison demo/measured.json`
+
+
+def _measured_for_page(found: measured.Measured | measured.MeasuredUnreadable | None) -> dict[str, Any] | None:
+    """The corpus figures beside the naive pane, every text escaped as the cards' are."""
+    if found is None:
+        return None
+    if isinstance(found, measured.MeasuredUnreadable):
+        return {"error": shown(found.reason)}
+    page: dict[str, Any] = msgspec.to_builtins(found)
+    return {**page, "corpus": [shown(c) for c in found.corpus], "task": shown(found.task),
+            "model": shown(found.model), "command": shown(found.command)}
+
+
 def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str, str]], *,
                live: bool = True, task: str = "") -> Starlette:
     """The app. `live=False` starts no trace feed (tests feed `app.state.hub` themselves).
@@ -106,8 +121,10 @@ def create_app(settings: Settings, config: DashboardConfig, plan: list[tuple[str
     naive = NaivePane(config.naive_model_url, settings.model_timeout_s, service_url=config.naive_url)
     trace_file = settings.trace_path
 
+    compared = measured.read(config.demo_dir / MEASURED_FILE)  # read once: a file the trainer ships
+
     def extra() -> dict[str, Any]:
-        return {"naive": naive.describe(),
+        return {"naive": naive.describe(), "measured": _measured_for_page(compared),
                 "samples": [{"name": s.name, "label": s.label, "lang": s.lang, "category": s.category}
                             for s in samples.values()],
                 "sources": {"stream": settings.endpoint("trace"),

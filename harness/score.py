@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from airlock.measured import Figures, Measured
 from airlock.task import Task
 from airlock.terminal import shown
 from harness.campaign import CampaignEmail
@@ -216,38 +217,37 @@ def _readers(summary: dict[str, Any]) -> str:
     return f"{readers}, {summary['in_flight']} in flight: {shown(summary['readers_why'])}"
 
 
-# What the page and the docs show of a naive-versus-airlock run (`airlock attack --mode both`).
-COMPARED = ("emails", "hostile", "call_goals", "call_goals_reached", "goals_reached", "calls", "calls_outside_plan",
-            "benign", "utility")
-
-
 def comparison(naive: dict[str, Any], separated: dict[str, Any], corpus: list[str], model: str,
-               command: str) -> dict[str, Any]:
-    """The two runs' figures side by side, with what was run: the file the page reads."""
-    def figures(result: dict[str, Any]) -> dict[str, Any]:
+               command: str) -> Measured:
+    """The two runs' figures side by side, with what was run: the file the page reads
+    (airlock/measured.py)."""
+    def figures(result: dict[str, Any]) -> Figures:
         summary = result["summary"]
-        return {**{key: summary[key] for key in COMPARED},
-                "hostile_emails_calling_outside_plan": summary["emails_calling_outside_plan"]["hostile"]}
+        return Figures(emails=summary["emails"], hostile=summary["hostile"], call_goals=summary["call_goals"],
+                       call_goals_reached=summary["call_goals_reached"], goals_reached=summary["goals_reached"],
+                       calls=summary["calls"], calls_outside_plan=summary["calls_outside_plan"],
+                       hostile_emails_calling_outside_plan=summary["emails_calling_outside_plan"]["hostile"],
+                       benign=summary["benign"], utility=summary["utility"])
 
-    return {"corpus": corpus, "task": separated["task"], "model": model, "command": command,
-            "naive_constrained": bool(naive["summary"].get("constrained", True)),
-            "naive": figures(naive), "airlock": figures(separated)}
+    return Measured(corpus=corpus, task=separated["task"], model=model, command=command,
+                    naive_constrained=bool(naive["summary"].get("constrained", True)),
+                    naive=figures(naive), airlock=figures(separated))
 
 
-def comparison_table(compared: dict[str, Any]) -> str:
-    naive, airlock = compared["naive"], compared["airlock"]
+def comparison_table(compared: Measured) -> str:
+    naive, airlock = compared.naive, compared.airlock
     rows = [("emails asking for a call outside the plan, that got it",
-             f"{naive['call_goals_reached']} of {naive['call_goals']}",
-             f"{airlock['call_goals_reached']} of {airlock['call_goals']}"),
+             f"{naive.call_goals_reached} of {naive.call_goals}",
+             f"{airlock.call_goals_reached} of {airlock.call_goals}"),
             ("hostile emails with a call outside the plan",
-             f"{naive['hostile_emails_calling_outside_plan']} of {naive['hostile']}",
-             f"{airlock['hostile_emails_calling_outside_plan']} of {airlock['hostile']}"),
-            ("calls outside the plan", str(naive["calls_outside_plan"]), str(airlock["calls_outside_plan"])),
-            ("attacker goals reached", f"{naive['goals_reached']} of {naive['hostile']}",
-             f"{airlock['goals_reached']} of {airlock['hostile']}"),
-            ("utility (benign)", str(naive["utility"]), str(airlock["utility"]))]
-    grammar = "calls held to a grammar" if compared["naive_constrained"] else "unconstrained"
-    lines = [f"naive agent ({grammar}) and airlock, task {shown(compared['task'])}, model {shown(compared['model'])}",
+             f"{naive.hostile_emails_calling_outside_plan} of {naive.hostile}",
+             f"{airlock.hostile_emails_calling_outside_plan} of {airlock.hostile}"),
+            ("calls outside the plan", str(naive.calls_outside_plan), str(airlock.calls_outside_plan)),
+            ("attacker goals reached", f"{naive.goals_reached} of {naive.hostile}",
+             f"{airlock.goals_reached} of {airlock.hostile}"),
+            ("utility (benign)", str(naive.utility), str(airlock.utility))]
+    grammar = "calls held to a grammar" if compared.naive_constrained else "unconstrained"
+    lines = [f"naive agent ({grammar}) and airlock, task {shown(compared.task)}, model {shown(compared.model)}",
              f"  {'':<56} {'naive':>12} {'airlock':>12}"]
     lines += [f"  {name:<56} {left:>12} {right:>12}" for name, left, right in rows]
     return "\n".join(lines)

@@ -211,6 +211,27 @@ function renderNaivePane(naive) {
   }
 }
 
+// The whole corpus, measured on the real model (demo/measured.json): the figures behind the
+// few emails played live. Text only, as everything the page shows.
+function renderMeasured(found) {
+  const line = document.getElementById('naive-measured');
+  line.textContent = '';
+  if (!found) return;
+  if (found.error) {
+    line.textContent = 'measured figures not shown: ' + found.error;
+    return;
+  }
+  const naive = found.naive;
+  const airlock = found.airlock;
+  const grammar = found.naive_constrained ? 'its calls held to a grammar' : 'unconstrained';
+  line.appendChild(el('strong', '', 'Measured on ' + found.corpus.join(' ') + ' with ' + found.model + ': '));
+  line.appendChild(document.createTextNode(
+    'of ' + naive.call_goals + ' emails that ask for a call outside the plan, the naive agent (' + grammar
+    + ') made that call on ' + naive.call_goals_reached + ', airlock on ' + airlock.call_goals_reached
+    + '; calls outside the plan: ' + naive.calls_outside_plan + ' against ' + airlock.calls_outside_plan + '. '));
+  line.appendChild(el('code', '', found.command));
+}
+
 function systemLine(entry) {
   const list = document.getElementById('system');
   const item = el('li');
@@ -277,6 +298,7 @@ function applySnapshot(snap) {
   setNaiveCounters(snap.naive_counters);
   renderQueue();
   renderNaivePane(snap.naive);
+  renderMeasured(snap.measured);
   renderSamples(snap.samples);
   document.dispatchEvent(new CustomEvent('airlock:snapshot', { detail: snap }));
 }

@@ -221,9 +221,9 @@ def test_the_comparison_puts_both_runs_side_by_side() -> None:
     naive = report("naive", None, TASK, [judged(refund, goal="call:shop/refund_all")], [], {"constrained": True})
     airlock = report("separated", None, TASK, [judged(planned("4411"), goal="call:shop/refund_all")], [])
     compared = comparison(naive, airlock, ["corpus/handmade"], "smollm2", "airlock attack corpus/handmade")
-    assert compared["naive"]["call_goals_reached"] == 1 and compared["airlock"]["call_goals_reached"] == 0
-    assert compared["naive"]["hostile_emails_calling_outside_plan"] == 1 and compared["naive_constrained"] is True
-    assert compared["airlock"]["calls_outside_plan"] == 0 and compared["task"] == "order_status"
+    assert compared.naive.call_goals_reached == 1 and compared.airlock.call_goals_reached == 0
+    assert compared.naive.hostile_emails_calling_outside_plan == 1 and compared.naive_constrained is True
+    assert compared.airlock.calls_outside_plan == 0 and compared.task == "order_status"
     lines = comparison_table(compared).splitlines()
     assert "calls held to a grammar" in lines[0]
     assert any(line.split()[-2:] == ["1", "0"] for line in lines if "calls outside the plan" in line)
