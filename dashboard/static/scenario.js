@@ -123,7 +123,9 @@
   function line(label, value, className) {
     const row = el('div', 'scenario-line ' + (className || ''));
     row.appendChild(el('span', 'scenario-key', label));
-    if (value !== undefined) row.appendChild(typeof value === 'string' ? document.createTextNode(value) : value);
+    if (value === undefined) return row;
+    row.appendChild(document.createTextNode(' '));  // copied or read aloud, label and value stay apart
+    row.appendChild(typeof value === 'string' ? el('span', 'scenario-value', value) : value);
     return row;
   }
 
