@@ -6,6 +6,7 @@
 // email is put on the page as text (textContent), never parsed as markup.
 'use strict';
 
+// el() and clear() are app.js's, loaded before this file (both deferred, in order).
 (function () {
   const PLACE_KEY = 'airlock.scenario.place';
   const LANG_KEY = 'airlock.scenario.lang';
@@ -22,17 +23,6 @@
   const cards = new Map();   // message id -> the latest card
   const naiveRuns = new Map();
   let place = { key: '', playing: false, index: 0, sent: {} };
-
-  function el(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-
-  function clear(node) {
-    while (node.firstChild) node.removeChild(node.firstChild);
-  }
 
   let picked = null;  // the language picked on this page; else the one stored; else English
 
@@ -133,7 +123,9 @@
   function line(label, value, className) {
     const row = el('div', 'scenario-line ' + (className || ''));
     row.appendChild(el('span', 'scenario-key', label));
-    if (value !== undefined) row.appendChild(typeof value === 'string' ? document.createTextNode(value) : value);
+    if (value === undefined) return row;
+    row.appendChild(document.createTextNode(' '));  // copied or read aloud, label and value stay apart
+    row.appendChild(typeof value === 'string' ? el('span', 'scenario-value', value) : value);
     return row;
   }
 

@@ -19,7 +19,7 @@ from tests.integration.conftest import wait_until
 
 SEED = str(ROOT / "samples" / "seed_4411_de.eml")
 COMMANDS = ["up", "inject", "trace", "status", "pending", "approve", "deny", "record", "verify", "attack", "naive",
-            "model", "corpus", "keys", "bench", "lab", "pins", "prompts", "k8s", "swarm"]
+            "model", "corpus", "keys", "bench", "lab", "pins", "prompts", "k8s", "swarm", "demo"]
 
 
 def run(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
