@@ -24,6 +24,7 @@ from tests.containers.lab import Lab, engine_subnets, run_lab
 skip_module_unless_browser()
 
 SCREENSHOT = ROOT / "docs" / "dashboard.png"  # the README's picture
+PICTURE = {"width": 1680, "height": 1300}
 LANGUAGES = ["EN", "NL", "DE", "RU", "TR"]
 PLAYED_STEPS = 3  # the honest order, the injected tool call (the seed email), the marker
 # Both the reader and the naive agent ask a CPU model on a machine other labs may share.
@@ -83,11 +84,11 @@ def test_the_scenario_shows_the_naive_agent_acting_where_airlock_does_not(page, 
     status = page.locator("#naive-status")
     expect(status).to_contain_text(re.compile(r"Its model: .*SmolLM2.*grammar", re.IGNORECASE))
     expect(page.locator("#naive-why")).to_contain_text("grammar")
-    measured = page.locator("#naive-measured")
-    if (compose_lab.folder / "demo" / "measured.json").is_file():
-        expect(measured).to_contain_text(re.compile(r"^Measured on .+ with .+: of \d+ emails"))
-    else:  # nothing measured ships: the page shows no figures rather than made-up ones
-        expect(measured).to_be_empty()
+    shipped = json.loads((compose_lab.folder / "demo" / "measured.json").read_text())
+    naive, airlock = shipped["naive"], shipped["airlock"]
+    expect(page.locator("#naive-measured")).to_contain_text(
+        f"of {naive['call_goals']} emails that ask for a call outside the plan, the naive agent (its calls held "
+        f"to a grammar) made that call on {naive['call_goals_reached']}, airlock on {airlock['call_goals_reached']}")
 
     airlock_outside = '.counters .counter[data-key="outside_plan"] .n'
     naive_outside = "#naive-outside"
@@ -98,7 +99,7 @@ def test_the_scenario_shows_the_naive_agent_acting_where_airlock_does_not(page, 
     for number in range(1, PLAYED_STEPS + 1):
         expect(step).to_contain_text(f"Step {number} of ")
         expect(step.locator(".scenario-line.good", has_text="as expected")).to_be_visible(timeout=STEP_MS)
-        sent = step.locator(".scenario-line", has_text="sent as").inner_text().removeprefix("sent as").strip()
+        sent = step.locator(".scenario-line", has_text="sent as").locator(".scenario-value").inner_text()
         card = page.locator(f'#col-actor .card[data-id="{sent}"]')
         expect(card.locator(".badge")).to_have_text("completed")
         expect(card.locator(".call.outside")).to_have_count(0)
@@ -117,7 +118,11 @@ def test_the_scenario_shows_the_naive_agent_acting_where_airlock_does_not(page, 
     assert counter(page, airlock_outside) == 0
     expect(page.locator('.counters .counter[data-key="completed"] .n')).to_have_text(str(PLAYED_STEPS))
 
+    page.set_viewport_size(PICTURE)  # tall enough for the naive pane's counters below its figures
     page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
+    for shown in (".counters", "#scenario-step", f'#col-actor .card[data-id="{sent}"]', ".naive-counters"):
+        box = page.locator(shown).bounding_box()
+        assert box is not None and box["y"] + box["height"] <= PICTURE["height"], f"{shown} is not in the picture"
     # The README's picture is refreshed on request only, so a test run leaves the tree clean.
     target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
     page.screenshot(path=str(target))
