@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,7 +21,6 @@ from tests.integration.conftest import Stack, wait_until
 skip_module_unless_browser()
 
 SEED = "seed_4411_de.eml"
-SCREENSHOT = ROOT / "docs" / "dashboard.png"
 PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 HOSTILE_TEXT = ("From: Mallory <mallory@example.net>\nSubject: <b>urgent</b> order\n\n"
                 f"Status of order 5120 please.\n{PAYLOAD}\n")
@@ -90,9 +88,9 @@ def test_seed_email_reaches_the_actor_with_only_the_planned_calls(page, dashboar
     assert ran == [("shop", "lookup_order", {"order_id": "4411"}), ("mail", "send_status", {"order_id": "4411"})]
 
     page.wait_for_timeout(1300)  # let the arrival highlight fade before the picture
-    # The docs' picture is refreshed on request only, so a test run leaves the tree clean.
-    target = SCREENSHOT if os.environ.get("AIRLOCK_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
-    target.parent.mkdir(exist_ok=True)
+    # A picture of the recorded stack, kept with the test's files (the README's picture is the
+    # compose lab's: test_compose_page.py).
+    target = tmp_path / "dashboard-recorded.png"
     page.screenshot(path=str(target))
     assert target.stat().st_size > 10_000
 
