@@ -96,6 +96,7 @@ def test_the_scenario_shows_the_naive_agent_acting_where_airlock_does_not(page, 
     expect(play).to_be_enabled()
     play.click()
     step = page.locator("#scenario-step")
+    sent = ""  # the message id of the step played last
     for number in range(1, PLAYED_STEPS + 1):
         expect(step).to_contain_text(f"Step {number} of ")
         expect(step.locator(".scenario-line.good", has_text="as expected")).to_be_visible(timeout=STEP_MS)
