@@ -3,6 +3,7 @@ service runs, every dependency declared once in pyproject and installed from a h
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def test_the_naive_image_holds_every_module_its_service_imports(tmp_path: Path) 
     probe = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}]; sys.path.append({dependencies!r})\n"
              f"import {NAIVE_SERVICE}\n"
              "outside = [m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)\n"
-             f"           and m.__file__.startswith({str(ROOT)!r})]\n"
+             f"           and m.__file__.startswith({str(ROOT) + os.sep!r})]\n"  # not a sibling such as <root>-venv
              "print(outside)")
     done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
