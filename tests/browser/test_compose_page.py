@@ -18,8 +18,8 @@ import pytest
 
 from tests.browser.conftest import skip_module_unless_browser
 from tests.conftest import ROOT
-from tests.containers.conftest import require_engine, taken_names
-from tests.containers.lab import Lab, engine_subnets, run_lab
+from tests.containers.conftest import fresh_lab, require_engine
+from tests.containers.lab import Lab, run_lab
 
 skip_module_unless_browser()
 
@@ -53,11 +53,7 @@ def compose_lab(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
     require_engine()
     import docker
 
-    client = docker.from_env(version="auto")
-    try:
-        lab = Lab.fresh(tmp_path_factory.mktemp("compose-page"), engine_subnets(client), taken_names(client))
-    finally:
-        client.close()
+    lab = fresh_lab(tmp_path_factory.mktemp("compose-page"))
     lab.env.pop("AIRLOCK_NAIVE_MODEL")  # compose.yaml's default: smollm2 with the grammar
     yield from run_lab(lab, lambda: docker.from_env(version="auto"))
 

@@ -51,6 +51,17 @@ def taken_names(client) -> set[str]:
     return (projects | interfaces) - {""}
 
 
+def fresh_lab(parent: Path) -> Lab:
+    """A lab whose project name, subnet and bridges nothing on this engine or host uses yet."""
+    import docker
+
+    client = docker.from_env(version="auto")
+    try:
+        return Lab.fresh(parent, engine_subnets(client), taken_names(client))
+    finally:
+        client.close()
+
+
 def require_engine() -> None:
     """Skip with one line when no engine answers; fail instead under AIRLOCK_REQUIRE_DOCKER=1."""
     if not engine_answers():
@@ -65,9 +76,4 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     require_engine()
     import docker
 
-    client = docker.from_env(version="auto")
-    try:
-        running = Lab.fresh(tmp_path_factory.mktemp("lab"), engine_subnets(client), taken_names(client))
-    finally:
-        client.close()
-    yield from run_lab(running, lambda: docker.from_env(version="auto"))
+    yield from run_lab(fresh_lab(tmp_path_factory.mktemp("lab")), lambda: docker.from_env(version="auto"))
