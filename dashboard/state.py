@@ -314,9 +314,11 @@ class Board:
         """Record the naive agent's run on one injected email, its calls marked against the plan."""
         calls = [{"step": call.get("step"), "server": shown(call.get("server")), "tool": shown(call.get("tool")),
                   "args": shown_args(call.get("args")),
-                  "outside_plan": self.outside_plan(call.get("server"), call.get("tool"))}
+                  "outside_plan": self.outside_plan(call.get("server"), call.get("tool")),
+                  "replayed": call.get("replayed") is True}  # its log held the step: it ran before, not now
                  for call in entry.get("calls") or [] if isinstance(call, dict)]
-        outside = sum(1 for call in calls if call["outside_plan"])
+        made = [call for call in calls if not call["replayed"]]
+        outside = sum(1 for call in made if call["outside_plan"])
         entry_id = shown(entry.get("id"))
         shown_entry = {"id": entry_id, "label": shown(entry.get("label")),
                        "status": shown(entry.get("status")), "outcome": shown(entry.get("outcome")),
@@ -325,7 +327,7 @@ class Board:
         if entry.get("status") == "done" and entry_id not in self._naive_counted:
             _remember(self._naive_counted, entry_id, None, NAIVE_COUNTED_LIMIT)
             self.naive_counters["emails"] += 1
-            self.naive_counters["calls"] += len(calls)
+            self.naive_counters["calls"] += len(made)
             self.naive_counters["outside_plan"] += outside
         self.naive[entry_id] = shown_entry
         self.naive.move_to_end(entry_id)

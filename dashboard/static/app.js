@@ -40,6 +40,7 @@ function callItem(call, withStatus) {
   if (call.late) item.appendChild(el('span', 'tag tag-late', 'after the outcome'));
   if (call.outside_plan) item.appendChild(el('span', 'tag tag-outside', 'OUTSIDE THE PLAN'));
   if (call.repeated) item.appendChild(el('span', 'tag tag-outside', 'RAN TWICE'));
+  if (call.replayed === true) item.appendChild(el('span', 'tag tag-replayed', 'ran before, not again'));
   if (call.student) item.appendChild(studentBadge(call.student));
   if (call.error) item.appendChild(el('div', 'small', call.error));
   return item;

@@ -68,11 +68,12 @@ class NaiveAgent:
             args = dict(proposed.args)
             if "_" in args and self.catalog[pair].args:
                 args[next(iter(self.catalog[pair].args))] = args.pop("_")
-            self.log.call(message_id, step, pair[0], pair[1], args)
+            made = self.log.call(message_id, step, pair[0], pair[1], args)
             in_email = {name: grounding.in_email_text(str(value), text, bool(parsed.subject), self.narrow)
                         for name, value in args.items()}
-            result.calls.append({"step": step, "server": pair[0], "tool": pair[1], "args": args,
-                                 "in_email": in_email})
+            call = {"step": step, "server": pair[0], "tool": pair[1], "args": args, "in_email": in_email}
+            # The log holds this id and step already (an id met again after a restart): said, not run twice.
+            result.calls.append(call if made else {**call, "replayed": True})
         if result.calls:
             result.outcome, result.reason = "completed", ""
         return result

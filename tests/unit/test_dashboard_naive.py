@@ -191,6 +191,17 @@ def test_naive_counters_count_each_run_once() -> None:
     assert board.snapshot()["naive_counters"] == board.naive_counters
 
 
+def test_a_replayed_call_is_shown_but_not_counted_as_made() -> None:
+    """A call the naive agent's log already held (an id met again) is marked replayed on its run
+    and adds nothing to calls made or to calls outside the plan."""
+    board = Board(PLAN)
+    run = done("m-9", ("shop", "lookup_order"), ("shop", "refund_all"))
+    run["calls"][1]["replayed"] = True
+    shown = board.naive_update(run)
+    assert [c["replayed"] for c in shown["calls"]] == [False, True]
+    assert board.naive_counters == {"emails": 1, "calls": 1, "outside_plan": 0}
+
+
 def test_naive_counters_outlive_the_runs_kept() -> None:
     """Runs past the pane's limit are forgotten; what they counted stays."""
     from dashboard.state import NAIVE_LIMIT

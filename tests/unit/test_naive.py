@@ -184,3 +184,17 @@ def test_airlock_attack_passes_the_grammar_switch_to_the_naive_agent(monkeypatch
     args = parser.parse_args(["attack", "x.eml", "--comparison", "out.json"])
     with pytest.raises(UsageError, match="--comparison needs --mode both"):
         args.handler(args)
+
+
+def test_an_id_met_again_runs_no_step_twice_and_says_so(tmp_path: Path) -> None:
+    """The same message id after a restart (a kept call log): nothing runs again, and each
+    call the model proposed again is marked replayed instead of reported as made."""
+    reply = ModelAnswer("shop/lookup_order(order_id=4411)", 1.0)
+    first, path = agent(tmp_path, reply)
+    assert "replayed" not in first.handle("n1", b"Order 4411", "text").calls[0]
+    first.log.close()
+    again = NaiveAgent(CATALOG, lambda messages: reply, CallLog(path), NARROW)  # the restarted service
+    (call,) = again.handle("n1", b"Order 4411", "text").calls
+    again.log.close()
+    assert call["replayed"] is True
+    assert len(list(trace.read_calls(path))) == 1
