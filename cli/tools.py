@@ -186,8 +186,7 @@ def cmd_demo_check(args: argparse.Namespace) -> int:
     from airlock.terminal import shown
     from dashboard import config, scenario  # the page's own schema: one decoder for both
 
-    demo = Path(os.environ.get("AIRLOCK_DASHBOARD_DEMO") or config.ROOT / "demo")
-    path = Path(args.file) if args.file else demo / "scenario.toml"
+    path = Path(args.file) if args.file else config.demo_folder(os.environ) / "scenario.toml"
     emails = Path(args.emails) if args.emails else path.parent / "emails"
     tasks = Path(args.tasks) if args.tasks else (SHIPPED_TASKS if SHIPPED_TASKS.is_dir() else None)
     found = scenario.load(path, emails, tasks)

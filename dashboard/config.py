@@ -94,10 +94,15 @@ def service_url(text: str) -> str | None:
     return f"http://{parts.netloc}"
 
 
+def demo_folder(env: Mapping[str, str]) -> Path:
+    """AIRLOCK_DASHBOARD_DEMO, else the checkout's demo/: the page's and `airlock demo check`'s."""
+    return settings_module.reader(env)("AIRLOCK_DASHBOARD_DEMO", Path, str(ROOT / "demo"))
+
+
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> DashboardConfig:
     """Build the config from `env` (default os.environ); keyword overrides win (CLI flags)."""
     read = settings_module.reader(os.environ if env is None else env)
-    demo_dir = overrides.get("demo_dir") or read("AIRLOCK_DASHBOARD_DEMO", Path, str(ROOT / "demo"))
+    demo_dir = overrides.get("demo_dir") or demo_folder(os.environ if env is None else env)
     values: dict[str, Any] = {
         "host": read("AIRLOCK_DASHBOARD_HOST", str, "127.0.0.1"),
         "port": read("AIRLOCK_DASHBOARD_PORT", settings_module.port, "8088"),
