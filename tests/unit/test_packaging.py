@@ -157,7 +157,8 @@ def test_the_naive_image_holds_every_module_its_service_imports(tmp_path: Path) 
     probe = (f"import sys; sys.path[:0] = [{str(tmp_path)!r}]; sys.path.append({dependencies!r})\n"
              f"import {NAIVE_SERVICE}\n"
              "outside = [m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)\n"
-             f"           and m.__file__.startswith({str(ROOT) + os.sep!r})]\n"  # not a sibling such as <root>-venv
+             f"           and m.__file__.startswith({str(ROOT) + os.sep!r})\n"  # not a sibling such as <root>-venv
+             f"           and not m.__file__.startswith({dependencies + os.sep!r})]\n"  # nor a venv inside it
              "print(outside)")
     done = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
