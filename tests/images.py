@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "compose.yaml"
@@ -87,15 +89,13 @@ def environment(target: str, found: dict[str, Stage] | None = None) -> str:
 
 
 def compose_targets() -> dict[str, str]:
-    """compose.yaml's service -> the Dockerfile target its `build:` names (every service has one)."""
-    text = COMPOSE.read_text()
-    services = text.split("\nservices:\n", 1)[1].split("\nnetworks:\n", 1)[0]
-    parts = re.split(r"^  ([a-z][a-z0-9_-]*):\n", services, flags=re.MULTILINE)
+    """compose.yaml's service -> the Dockerfile target its `build:` names (every service has one).
+    Read as YAML, so a service built from another's block (a merge key) is read as compose reads it."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
     found = {}
-    for name, block in zip(parts[1::2], parts[2::2], strict=True):
-        build = re.search(r"^    build: \{(.*)\}$", block, flags=re.MULTILINE)
-        assert build, f"compose.yaml's {name} has no one-line build: {{...}}"
-        target = re.search(r"\btarget: ([a-z][a-z0-9-]*)", build.group(1))
-        assert target, f"compose.yaml's {name} builds no target: {build.group(0)}"
-        found[name] = target.group(1)
+    for name, service in services.items():
+        build = service.get("build")
+        assert isinstance(build, dict), f"compose.yaml's {name} has no build: {{...}}"
+        assert build.get("target"), f"compose.yaml's {name} builds no target: {build}"
+        found[name] = str(build["target"])
     return found
