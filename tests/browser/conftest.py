@@ -81,12 +81,17 @@ class Dashboard:
     model: FakeModel
 
 
-def answers(url: str) -> bool:
+def page_state(url: str) -> dict | None:
+    """The page's GET /api/state, or None while it does not answer with JSON."""
     try:
-        with urllib.request.urlopen(url + "api/state", timeout=2) as response:
-            return response.status == 200 and "plan" in json.loads(response.read())
-    except OSError:
-        return False
+        with urllib.request.urlopen(url + "api/state", timeout=5) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+
+
+def answers(url: str) -> bool:
+    return "plan" in (page_state(url) or {})
 
 
 @pytest.fixture(scope="module")

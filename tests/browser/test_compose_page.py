@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import skip_module_unless_browser
+from tests.browser.conftest import page_state, skip_module_unless_browser
 from tests.conftest import ROOT
 from tests.containers.conftest import fresh_lab, require_engine
 from tests.containers.lab import Lab, run_lab
+from tests.integration.conftest import wait_until
 
 skip_module_unless_browser()
 
@@ -30,14 +29,6 @@ PLAYED_STEPS = 3  # the honest order, the injected tool call (the seed email), t
 # Both the reader and the naive agent ask a CPU model on a machine other labs may share.
 STEP_MS = 240_000
 PAGE_READY_S = 180.0
-
-
-def page_state(url: str) -> dict | None:
-    try:
-        with urllib.request.urlopen(url + "api/state", timeout=5) as response:
-            return json.loads(response.read())
-    except (OSError, ValueError):
-        return None
 
 
 def both_panes_ready(url: str) -> bool:
@@ -69,10 +60,8 @@ def test_the_scenario_shows_the_naive_agent_acting_where_airlock_does_not(page, 
     from playwright.sync_api import expect
 
     url = f"http://127.0.0.1:{compose_lab.env['AIRLOCK_DASHBOARD_PORT']}/"
-    deadline = time.monotonic() + PAGE_READY_S
-    while not both_panes_ready(url):
-        assert time.monotonic() < deadline, f"the page or the naive pane was not ready: {page_state(url)}"
-        time.sleep(1)
+    assert wait_until(lambda: both_panes_ready(url), PAGE_READY_S, every_s=1), \
+        f"the page or the naive pane was not ready: {page_state(url)}"
 
     page.goto(url)
     expect(page.locator("#conn")).to_have_text("live")

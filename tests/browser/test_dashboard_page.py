@@ -4,7 +4,6 @@ planned calls while the naive agent runs the injected one, and markup in an emai
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.browser.conftest import skip_module_unless_browser
+from tests.browser.conftest import page_state, skip_module_unless_browser
 from tests.conftest import ROOT, free_ports
 from tests.integration.conftest import Stack, wait_until
 
@@ -111,16 +110,8 @@ def another_dashboard(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[st
         process.stdout.close()
 
 
-def state(url: str) -> dict | None:
-    try:
-        with urllib.request.urlopen(url + "api/state", timeout=2) as response:
-            return json.loads(response.read())
-    except OSError:
-        return None
-
-
 def finished_card(url: str, message_id: str) -> dict | None:
-    cards = (state(url) or {}).get("cards", [])
+    cards = (page_state(url) or {}).get("cards", [])
     return next((c for c in cards if c["id"] == message_id and c["outcome"]), None)
 
 
@@ -147,8 +138,8 @@ def test_the_trace_stream_alone_feeds_a_dashboard(dashboard, tmp_path: Path) -> 
     if (dashboard.stack.data / "keys" / "broker.key").exists():
         env["AIRLOCK_KEYS"] = str(dashboard.stack.data / "keys")
     with another_dashboard(env) as (_, url):
-        assert wait_until(lambda: state(url) is not None, 20)
-        shown = state(url)
+        assert wait_until(lambda: page_state(url) is not None, 20)
+        shown = page_state(url)
         assert shown is not None and shown["sources"]["file"] is None
         # A subscriber sees only what is published after it joined: try a few emails.
         message_id = ""  # the last one tried
