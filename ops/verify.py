@@ -343,12 +343,14 @@ def _data_source(container: Any) -> str | None:
 def own_data(lab: RunningLab, service: str) -> Check:
     """A service of OWN_VOLUME writes its call log where no other container of the lab does:
     its /data is a named volume that no other running container mounts."""
+    what = "its own call log, not the actor's"
     mine = _data_source(lab.containers[service])
+    if mine is None:
+        return Check(service, what, False, f"nothing at {DATA_MOUNT}")
     sharing = sorted(other for other, container in lab.containers.items()
-                     if other != service and mine is not None and _data_source(container) == mine)
-    return Check(service, "its own call log, not the actor's", mine is not None and not sharing,
-                 f"{DATA_MOUNT} is volume {mine}" + (f", mounted by {', '.join(sharing)} too" if sharing else
-                                                     ", no other container's") if mine else f"nothing at {DATA_MOUNT}")
+                     if other != service and _data_source(container) == mine)
+    shared = f", mounted by {', '.join(sharing)} too" if sharing else ", no other container's"
+    return Check(service, what, not sharing, f"{DATA_MOUNT} is volume {mine}{shared}")
 
 
 def _mounts(service: str, attrs: dict) -> Check:
