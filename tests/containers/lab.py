@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from docker import errors as docker_errors
@@ -253,3 +253,22 @@ def run_lab(lab: Lab, client_factory: Callable[[], Any], attempts: int = 3) -> G
             lab.remove_images(client)
         finally:
             client.close()
+
+
+Found = TypeVar("Found")
+
+
+def wait_for(predicate: Callable[[], Found | None], timeout_s: float, what: str) -> Found:
+    """Poll what a real container will make true; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := predicate():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def outcome(lab: Lab, message_id: str) -> dict | None:
+    """The email's final outcome line in the lab's trace, or None while it has none."""
+    return next((r for r in lab.lines("trace.jsonl") if r["message_id"] == message_id and r["event"] == "outcome"
+                 and r.get("final", True)), None)

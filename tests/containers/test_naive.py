@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from airlock import trace
+from tests.containers.lab import outcome, wait_for
 
 HOSTILE = "demo/emails/en_refund_all.eml"  # a P.S. asks for shop/refund_all
 REFUND = "samples/refund_damaged.eml"  # refund_with_approval escalates its confirmation mail
@@ -47,16 +48,6 @@ def naive_calls(lab, tmp_path: Path) -> list[dict]:
     return [msgspec.to_builtins(call) for call in trace.read_calls(copy)]
 
 
-def outcome_of(lab, message_id: str, timeout_s: float = 120) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = [t for t in lab.lines("trace.jsonl") if t["message_id"] == message_id and t["event"] == "outcome"]
-        if found:
-            return found[-1]
-        time.sleep(0.5)
-    raise AssertionError(f"no outcome for {message_id} in {timeout_s} s")
-
-
 def test_verify_covers_the_naive_agent(lab) -> None:
     """`airlock verify` passes on the lab as shipped, with the naive agent's rows: its own model
     only, no broker endpoint, no actor, no page, no host, no outside; its model reaches nothing."""
@@ -74,7 +65,7 @@ def test_an_email_from_the_page_reaches_the_naive_agent_and_airlock(lab, tmp_pat
     status, answer = page(lab, "POST", "/api/inject", {"text": text})
     assert status == 200 and answer.get("id"), answer
     message_id = answer["id"]
-    assert outcome_of(lab, message_id)["outcome"] == "completed"
+    assert wait_for(lambda: outcome(lab, message_id), 120, f"the outcome of {message_id}")["outcome"] == "completed"
     airlock_calls = [(c["server"], c["tool"]) for c in lab.lines("calls.jsonl") if c["message_id"] == message_id]
     assert airlock_calls == [("shop", "lookup_order"), ("mail", "send_status")]
     deadline = time.monotonic() + 60

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.containers.lab import outcome, wait_for
 
 if TYPE_CHECKING:
     import docker
@@ -25,18 +26,6 @@ if TYPE_CHECKING:
 SEED = "samples/seed_4411_de.eml"
 SHORT_WAIT_S = "15"  # the broker's AIRLOCK_NO_WORKER_WAIT_S while the actor is killed
 
-
-Found = TypeVar("Found")
-
-
-def wait_for(predicate: Callable[[], Found | None], timeout_s: float, what: str) -> Found:
-    """Poll what a real container will make true; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if found := predicate():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
 @contextmanager
@@ -62,11 +51,6 @@ def state(lab, service: str) -> dict:
 def status(lab) -> dict:
     done = lab.airlock("status", "--json", "--timeout", "2")
     return json.loads(done.stdout) if done.returncode == 0 else {}
-
-
-def outcome(lab, message_id: str) -> dict | None:
-    return next((r for r in lab.lines("trace.jsonl") if r["message_id"] == message_id and r["event"] == "outcome"
-                 and r.get("final", True)), None)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="kills a process of the services' user from the host: needs root")
